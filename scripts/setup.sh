@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lowbit builds against, only those that are missing.
+set -euo pipefail
+packages=(build-essential cmake pkg-config libhwy-dev libsentencepiece-dev nlohmann-json3-dev
+          libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}"
+fi

@@ -1,0 +1,90 @@
+// `lowbit bench codecs`: single-core throughput of quantize (fp32 in) and dequantize (fp32 out)
+// for every format, on a 512 x 4096 weight (8 MiB of fp32). Later issues add memory, gemv,
+// decode and prefill benchmarks under the same command.
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include <fmt/format.h>
+
+#include "cli/output.h"
+#include "core/error.h"
+#include "quant/rtn.h"
+
+namespace lowbit::cli {
+namespace {
+
+constexpr uint64_t kRows = 512, kCols = 4096;
+
+// Runs `op` until `seconds` have passed (at least 3 times) and returns seconds per call.
+template <class Op>
+double TimePerCall(Op&& op, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  op();  // warm-up
+  const auto start = Clock::now();
+  int calls = 0;
+  double elapsed = 0;
+  do {
+    op();
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds || calls < 3);
+  return elapsed / calls;
+}
+
+void RunCodecs(const std::vector<std::string>& formats, double seconds, bool json) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> w(kRows * kCols), out(kRows * kCols);
+  for (float& v : w) v = normal(rng);
+  const double bytes = static_cast<double>(w.size()) * sizeof(float);
+
+  std::vector<std::string> names = formats;
+  if (names.empty())
+    for (const SchemePreset& p : SchemePresets())
+      if (p.name != "fp32") names.emplace_back(p.name);
+
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& name : names) {
+    const QuantScheme scheme = ParseScheme(name);
+    QuantizedTensor q = QuantizeRtn(w, kRows, kCols, scheme, "bench");
+    const double quantize_s = TimePerCall([&] { q = QuantizeRtn(w, kRows, kCols, scheme, "bench"); }, seconds);
+    const double dequantize_s = TimePerCall(
+        [&] {
+          for (uint64_t r = 0; r < kRows; ++r) q.DequantizeRow(r, &out[r * kCols]);
+        },
+        seconds);
+    const double qg = bytes / quantize_s / 1e9, dg = bytes / dequantize_s / 1e9;
+    results.push_back({{"format", name}, {"scheme", scheme.ToString()}, {"op", "quantize"}, {"gbps", qg}});
+    results.push_back({{"format", name}, {"scheme", scheme.ToString()}, {"op", "dequantize"}, {"gbps", dg}});
+    rows.push_back({name, scheme.ToString(), fmt::format("{:.4f}", q.bits_per_weight()), fmt::format("{:.2f}", qg),
+                    fmt::format("{:.2f}", dg)});
+    if (!json) std::fprintf(stderr, "\r%-12s done", name.c_str());
+  }
+  if (json) {
+    std::puts(results.dump(2).c_str());
+    return;
+  }
+  std::fprintf(stderr, "\r%-20s\r", "");
+  PrintTable({"format", "scheme", "bits/weight", "quantize GB/s", "dequantize GB/s"}, rows);
+  std::puts("\nOne core; GB/s of fp32 consumed (quantize) or produced (dequantize), 512 x 4096 weight.");
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto* codecs = bench->add_subcommand("codecs", "Quantize/dequantize throughput per format, one core");
+  auto formats = std::make_shared<std::vector<std::string>>();
+  auto seconds = std::make_shared<double>(0.3);
+  auto json = std::make_shared<bool>(false);
+  codecs->add_option("--format", *formats, "Formats to measure (default: all)")->delimiter(',');
+  codecs->add_option("--seconds", *seconds, "Minimum time per measurement")->default_val(0.3);
+  codecs->add_flag("--json", *json, "Print JSON");
+  codecs->callback([formats, seconds, json] { RunCodecs(*formats, *seconds, *json); });
+}
+
+}  // namespace lowbit::cli

@@ -1,0 +1,14 @@
+// One function per subcommand; each adds itself to the app with its flags and its action.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace lowbit::cli {
+
+void AddFormatsCommand(CLI::App& app);
+void AddQuantizeTensorCommand(CLI::App& app);
+void AddOutliersCommand(CLI::App& app);
+void AddDemoCommand(CLI::App& app);
+void AddBenchCommand(CLI::App& app);
+
+}  // namespace lowbit::cli

@@ -1,0 +1,30 @@
+// lowbit: quantize, run and evaluate LLMs on the CPU. The commands are thin wrappers over the
+// library; errors from bad input print one line naming the file/field and exit with status 1.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"lowbit " LOWBIT_VERSION " -- LLM quantization toolkit and CPU engine"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", LOWBIT_VERSION);
+  lowbit::cli::AddFormatsCommand(app);
+  lowbit::cli::AddQuantizeTensorCommand(app);
+  lowbit::cli::AddOutliersCommand(app);
+  lowbit::cli::AddDemoCommand(app);
+  lowbit::cli::AddBenchCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const lowbit::Error& e) {
+    std::fprintf(stderr, "lowbit: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lowbit: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

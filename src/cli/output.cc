@@ -1,0 +1,48 @@
+#include "cli/output.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+namespace lowbit::cli {
+namespace {
+bool LooksNumeric(const std::string& s) {
+  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '+') && s != "-";
+}
+}  // namespace
+
+void PrintTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  auto print_row = [&](const std::vector<std::string>& row, bool is_header) {
+    std::string line;
+    for (size_t c = 0; c < width.size(); ++c) {
+      const std::string cell = c < row.size() ? row[c] : "";
+      const bool right = !is_header && c > 0 && LooksNumeric(cell);
+      line += right ? fmt::format("{:>{}}", cell, width[c]) : fmt::format("{:<{}}", cell, width[c]);
+      if (c + 1 < width.size()) line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::puts(line.c_str());
+  };
+  print_row(header, true);
+  size_t total = 0;
+  for (size_t w : width) total += w + 2;
+  std::puts(std::string(total > 2 ? total - 2 : 0, '-').c_str());
+  for (const auto& row : rows) print_row(row, false);
+}
+
+std::string FormatNumber(double v, int precision) {
+  if (std::isnan(v)) return "-";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  const double a = std::fabs(v);
+  if (a != 0 && (a < 1e-3 || a >= 1e6)) return fmt::format("{:.{}g}", v, precision);
+  return fmt::format("{:.{}g}", v, precision + 2);
+}
+
+}  // namespace lowbit::cli

@@ -1,0 +1,39 @@
+// Whole-file helpers. Outputs are written to a temporary sibling and renamed into place, so a
+// crash or an error never leaves a partial file behind.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+
+namespace lowbit {
+
+std::string ReadTextFile(const std::filesystem::path& path);
+
+// Writes `bytes` to `path` atomically (temp file in the same directory + rename).
+void WriteFileAtomic(const std::filesystem::path& path, std::span<const std::byte> bytes);
+void WriteFileAtomic(const std::filesystem::path& path, std::string_view text);
+
+// A read-only memory mapping of a whole file; empty files map to an empty span.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void Release();
+  std::filesystem::path path_;
+  const std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace lowbit

@@ -1,0 +1,39 @@
+// A quantization method (RTN now; GPTQ, AWQ, SmoothQuant later) as the registry sees it: a
+// name, the formats and granularities it accepts, a validated JSON config, and the operation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "quant/quantized_tensor.h"
+
+namespace lowbit {
+
+// What a method is handed for one weight. Calibration statistics (Hessians, activation scales)
+// are added here by the methods that need them.
+struct WeightToQuantize {
+  std::string_view name;
+  std::span<const float> values;  // row-major [rows x cols]
+  uint64_t rows = 0, cols = 0;
+};
+
+class QuantMethod {
+ public:
+  virtual ~QuantMethod() = default;
+  virtual QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const = 0;
+};
+
+struct MethodInfo {
+  std::string name;
+  std::string description;
+  std::vector<ElementKind> elements;            // element kinds it can produce
+  std::vector<GranularityKind> granularities;   // granularities it can produce
+  std::vector<std::string> config_keys;         // the JSON keys its config accepts
+};
+
+}  // namespace lowbit

@@ -1,0 +1,70 @@
+// QuantizedTensor: packed codes + scales + zero-points of one 2-D tensor [rows x cols] (rows =
+// output features, cols = inputs; 1-D tensors are 1 x n), plus the scheme that says how to read
+// them. This is what quantizers produce, kernels consume and exporters write.
+//
+// Layout:
+//   codes   rows x PackedBytes(cols, bits): each row's codes bit-packed LSB-first (codec.h);
+//           16/32-bit plain formats store little-endian values.
+//   scales  grid_rows x grid_cols stored scales in scheme.scale_type (row-major).
+//   zeros   integer zero-points bit-packed per grid row (element bits each), or float zeros in
+//           the zero type; empty when symmetric.
+//   tensor_scale  fp32 second-level scale (NVFP4), 1 otherwise.
+// Dequantized value: (table[code] - zero) * scale * tensor_scale.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "quant/scheme.h"
+
+namespace lowbit {
+
+class QuantizedTensor {
+ public:
+  QuantizedTensor(QuantScheme scheme, uint64_t rows, uint64_t cols);
+
+  const QuantScheme& scheme() const { return scheme_; }
+  uint64_t rows() const { return rows_; }
+  uint64_t cols() const { return cols_; }
+  uint64_t numel() const { return rows_ * cols_; }
+  ScaleGrid grid() const { return grid_; }
+  size_t row_bytes() const { return row_bytes_; }
+
+  std::span<uint8_t> codes() { return codes_; }
+  std::span<const uint8_t> codes() const { return codes_; }
+  std::span<uint8_t> scale_bytes() { return scales_; }
+  std::span<const uint8_t> scale_bytes() const { return scales_; }
+  std::span<uint8_t> zero_bytes() { return zeros_; }
+  std::span<const uint8_t> zero_bytes() const { return zeros_; }
+  float tensor_scale() const { return tensor_scale_; }
+  void set_tensor_scale(float s) { tensor_scale_ = s; }
+
+  // Stored scale / zero of one grid cell, decoded to float (zero is 0 when symmetric).
+  float Scale(uint64_t cell) const;
+  float Zero(uint64_t cell) const;
+  void SetScale(uint64_t cell, float value);  // rounds to the scale type
+  void SetZero(uint64_t cell, float value);   // rounds to the zero type
+
+  // Storage cost including all metadata, in bits per weight (exact, e.g. 4.15625 for
+  // int4 g128 with an fp16 scale and a 4-bit zero).
+  double bits_per_weight() const;
+  uint64_t storage_bytes() const { return codes_.size() + scales_.size() + zeros_.size() + (scheme_.tensor_scale ? 4 : 0); }
+
+  // Dequantizes row r into out[0..cols) with the SIMD decoder.
+  void DequantizeRow(uint64_t r, float* out) const;
+  std::vector<float> Dequantize() const;
+
+ private:
+  QuantScheme scheme_;
+  uint64_t rows_, cols_;
+  ScaleGrid grid_;
+  size_t row_bytes_;
+  std::vector<uint8_t> codes_;
+  std::vector<uint8_t> scales_;
+  std::vector<uint8_t> zeros_;
+  float tensor_scale_ = 1.0f;
+  std::vector<float> decode_table_;  // 256 entries for <= 8-bit codes
+};
+
+}  // namespace lowbit

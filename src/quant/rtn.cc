@@ -1,0 +1,84 @@
+#include "quant/rtn.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "formats/codec.h"
+#include "quant/scale_rules.h"
+
+namespace lowbit {
+
+void EncodeRow(QuantizedTensor& q, uint64_t r, const float* row) {
+  const QuantScheme& s = q.scheme();
+  const ElementFormat& e = *s.element;
+  const uint64_t cols = q.cols();
+  uint8_t* out = q.codes().data() + r * q.row_bytes();
+  if (e.bits == 32) {
+    std::memcpy(out, row, cols * 4);
+    return;
+  }
+  if (e.bits == 16) {
+    std::vector<uint16_t> halves(cols);
+    if (e.minifloat == &kFp16) Fp32ToFp16Row(row, cols, halves.data());
+    else Fp32ToBf16Row(row, cols, halves.data());
+    std::memcpy(out, halves.data(), cols * 2);
+    return;
+  }
+  const ScaleGrid g = q.grid();
+  const uint64_t gr = r / g.cell_rows;
+  std::vector<float> scales(g.grid_cols), zeros(g.grid_cols);
+  for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
+    const float stored = q.Scale(gr * g.grid_cols + gc) * q.tensor_scale();
+    scales[gc] = stored != 0 ? stored : 1.0f;  // an all-zero cell: any scale encodes zeros
+    zeros[gc] = q.Zero(gr * g.grid_cols + gc);
+  }
+  const GroupedRow grouped{cols, g.cell_cols, scales.data(), nullptr};
+  std::vector<uint8_t> codes(cols);
+  if (e.kind == ElementKind::kInt) {
+    const std::vector<float> sym_zero(g.grid_cols, static_cast<float>(SymmetricZero(e)));
+    const bool int_zero = s.zero_type == ZeroType::kInt || !s.asymmetric();
+    IntEncodeParams p{(1 << e.bits) - 1, int_zero ? nullptr : zeros.data(),
+                      !s.asymmetric() ? sym_zero.data() : (int_zero ? zeros.data() : nullptr)};
+    EncodeIntRow(row, grouped, p, codes.data());
+  } else if (e.kind == ElementKind::kFloat) {
+    EncodeMiniFloatRow(*e.minifloat, row, grouped, codes.data());
+  } else {
+    for (uint64_t c = 0; c < cols; ++c) codes[c] = static_cast<uint8_t>(EncodeElement(e, row[c] / scales[c / g.cell_cols], 0));
+  }
+  PackCodes(codes.data(), cols, e.bits, out);
+}
+
+QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
+                            std::string_view tensor_name) {
+  scheme.ValidateShape(rows, cols, tensor_name);
+  if (w.size() != rows * cols)
+    Fail("tensor '{}': {} values given for shape [{} x {}]", tensor_name, w.size(), rows, cols);
+  float tensor_amax = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(w[i]))
+      Fail("tensor '{}': non-finite value {} at row {}, column {}", tensor_name, w[i], i / cols, i % cols);
+    tensor_amax = std::max(tensor_amax, std::fabs(w[i]));
+  }
+  QuantizedTensor q(scheme, rows, cols);
+  const ScaleGrid g = q.grid();
+  if (scheme.granularity.kind != GranularityKind::kNone) {
+    q.set_tensor_scale(ChooseTensorScale(scheme, tensor_amax));
+    std::vector<CellStats> stats(g.cells());
+    for (uint64_t r = 0; r < rows; ++r) {
+      CellStats* row_stats = &stats[(r / g.cell_rows) * g.grid_cols];
+      const float* x = &w[r * cols];
+      for (uint64_t c = 0; c < cols; ++c) row_stats[c / g.cell_cols].Add(x[c]);
+    }
+    for (uint64_t cell = 0; cell < g.cells(); ++cell) {
+      const CellParams p = ChooseCellParams(scheme, stats[cell], q.tensor_scale());
+      q.SetScale(cell, p.stored_scale);
+      q.SetZero(cell, p.zero);
+    }
+  }
+  for (uint64_t r = 0; r < rows; ++r) EncodeRow(q, r, &w[r * cols]);
+  return q;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,23 @@
+// Round-to-nearest quantization of a whole tensor under any scheme: choose each cell's scale
+// (scale_rules.h), then encode every value with the SIMD encoders. The baseline every other
+// method is measured against.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "quant/quantized_tensor.h"
+
+namespace lowbit {
+
+// `w` is row-major [rows x cols]. Throws Error naming `tensor_name` on NaN/Inf input or a shape
+// the scheme cannot take.
+QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
+                            std::string_view tensor_name = "tensor");
+
+// Encodes row r of `w` into `q` using the scales/zeros already stored in `q` (used by RTN and
+// by methods that choose scales themselves).
+void EncodeRow(QuantizedTensor& q, uint64_t r, const float* row);
+
+}  // namespace lowbit

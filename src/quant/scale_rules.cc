@@ -1,0 +1,60 @@
+#include "quant/scale_rules.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lowbit {
+
+void CellStats::Add(float x) {
+  const float a = std::fabs(x);
+  amax = std::max(amax, a);
+  min = count ? std::min(min, x) : x;
+  max = count ? std::max(max, x) : x;
+  abs_sum += a;
+  ++count;
+}
+
+float ChooseTensorScale(const QuantScheme& s, float tensor_amax) {
+  if (!s.tensor_scale) return 1.0f;
+  const float t = tensor_amax / static_cast<float>(ScaleDivisor(*s.element) * MaxFinite(kUE4M3));
+  return t > 0 && std::isfinite(t) ? t : 1.0f;
+}
+
+namespace {
+float ZeroRounded(ZeroType z, float v) {
+  switch (z) {
+    case ZeroType::kF32: return v;
+    case ZeroType::kF16: return RoundScale(ScaleType::kF16, v);
+    case ZeroType::kBF16: return RoundScale(ScaleType::kBF16, v);
+    default: return v;
+  }
+}
+}  // namespace
+
+CellParams ChooseCellParams(const QuantScheme& s, const CellStats& st, float tensor_scale) {
+  const ElementFormat& e = *s.element;
+  if (s.mx_scales()) {
+    const int emax = e.kind == ElementKind::kMxInt8 ? 0 : MaxExponent(*e.minifloat);
+    const int amax_exp = st.amax > 0 ? std::ilogb(st.amax) : -126;  // FP32 min normal when 0
+    const int shared = std::clamp(amax_exp - emax, -127, 127);
+    return {std::ldexp(1.0f, shared), 0};
+  }
+  if (e.kind == ElementKind::kTernary) {
+    const double mean = st.count ? st.abs_sum / static_cast<double>(st.count) : 0.0;
+    return {RoundScale(s.scale_type, static_cast<float>(std::max(mean, 1e-5))), 0};
+  }
+  if (s.asymmetric()) {
+    const float lo = std::min(st.min, 0.0f), hi = std::max(st.max, 0.0f);
+    const float qmax = static_cast<float>((1u << e.bits) - 1);
+    const float scale = RoundScale(s.scale_type, (hi - lo) / qmax);
+    if (scale == 0) return {0, 0};
+    const float zero = -lo / scale;
+    if (s.zero_type == ZeroType::kInt) return {scale, std::clamp(std::nearbyint(zero), 0.0f, qmax)};
+    return {scale, ZeroRounded(s.zero_type, zero)};
+  }
+  float scale = RoundScale(s.scale_type, st.amax / static_cast<float>(ScaleDivisor(e)) / tensor_scale);
+  if (s.tensor_scale && scale == 0) scale = 1.0f;  // all-zero NVFP4 block (ModelOpt)
+  return {scale, 0};
+}
+
+}  // namespace lowbit

@@ -1,0 +1,84 @@
+// A quantization scheme: which element format the codes use, how scales are shared
+// (granularity), and how scales and zero-points are stored. Everything lowbit quantizes --
+// weights, activations, KV cache -- is described by one QuantScheme.
+//
+// Spelled as text: "<format>[:option...]", e.g. "int4:g128", "int4:g128:asym:zero=f16",
+// "fp8_e4m3:channel", "fp8_e4m3:block128x128", "mxfp4", "nvfp4", "nf4:g64", "int8:token".
+// Options: g<N> | g-1 | tensor | channel | token | block<R>x<C> | sym | asym |
+//          scale=f32|f16|bf16|e8m0|ue4m3 | zero=int|f32|f16|bf16.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/element.h"
+
+namespace lowbit {
+
+enum class GranularityKind : uint8_t {
+  kNone,     // no scale at all: a plain cast (fp32 / fp16 / bf16 storage)
+  kTensor,   // one scale for the whole tensor
+  kChannel,  // one scale per output row (weights)
+  kToken,    // one scale per row of an activation matrix (same layout as kChannel)
+  kGroup,    // one scale per `group` consecutive inputs of a row; the last group may be ragged
+  kBlock,    // one scale per block_rows x block_cols tile (2-D block, as FP8 block checkpoints)
+};
+
+struct Granularity {
+  GranularityKind kind = GranularityKind::kNone;
+  uint32_t group = 0;
+  uint32_t block_rows = 0;
+  uint32_t block_cols = 0;
+};
+
+enum class ScaleType : uint8_t { kF32, kF16, kBF16, kE8M0, kUE4M3 };
+enum class ZeroType : uint8_t { kNone, kInt, kF32, kF16, kBF16 };
+
+int ScaleBits(ScaleType t);
+std::string_view ScaleTypeName(ScaleType t);
+float DecodeScale(ScaleType t, const uint8_t* bytes);  // bytes of one stored scale
+void EncodeScale(ScaleType t, float value, uint8_t* bytes);
+float RoundScale(ScaleType t, float value);  // value after a store/load round trip
+
+// Where the scales of a [rows x cols] tensor sit: a grid of grid_rows x grid_cols cells, each
+// covering cell_rows x cell_cols elements (the last row/column of cells may be ragged).
+struct ScaleGrid {
+  uint64_t grid_rows = 1, grid_cols = 1;
+  uint64_t cell_rows = 1, cell_cols = 1;
+  uint64_t cells() const { return grid_rows * grid_cols; }
+};
+
+struct QuantScheme {
+  std::string preset;  // the name it was parsed from ("mxfp4", "int4", ...)
+  const ElementFormat* element = nullptr;
+  Granularity granularity;
+  ScaleType scale_type = ScaleType::kF16;
+  ZeroType zero_type = ZeroType::kNone;
+  bool tensor_scale = false;  // an fp32 second-level scale per tensor (NVFP4)
+
+  bool asymmetric() const { return zero_type != ZeroType::kNone; }
+  bool mx_scales() const { return scale_type == ScaleType::kE8M0; }
+  int zero_bits() const;
+  ScaleGrid Grid(uint64_t rows, uint64_t cols) const;
+  // Exact storage cost, metadata included, for a [rows x cols] tensor.
+  double BitsPerWeight(uint64_t rows, uint64_t cols) const;
+  uint64_t StorageBytes(uint64_t rows, uint64_t cols) const;
+  std::string ToString() const;  // canonical spelling, parseable by ParseScheme
+  // Throws Error when the tensor shape does not fit the scheme.
+  void ValidateShape(uint64_t rows, uint64_t cols, std::string_view tensor_name) const;
+};
+
+// Parses the text form above. Throws Error listing the known formats on an unknown name.
+QuantScheme ParseScheme(std::string_view text);
+
+// Named presets with their typical granularity, in display order.
+struct SchemePreset {
+  std::string_view name;
+  std::string_view spec;         // what ParseScheme(name) expands to
+  std::string_view description;
+};
+const std::vector<SchemePreset>& SchemePresets();
+
+}  // namespace lowbit
