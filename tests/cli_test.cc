@@ -1,0 +1,109 @@
+// The lowbit binary end to end: JSON shapes other tools rely on, and errors with exit codes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout + stderr
+};
+
+Result RunLowbit(const std::string& args) {
+  const std::string cmd = std::string("cd " LOWBIT_SOURCE_DIR " && " LOWBIT_BINARY " ") + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST(Cli, FormatsJsonListsEveryFormatWithItsFacts) {
+  const Result r = RunLowbit("formats --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto list = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(list.is_array());
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& f : list) {
+    ASSERT_TRUE(f.contains("name") && f.contains("bits") && f.contains("max_normal"));
+    by_name[f["name"]] = f;
+  }
+  EXPECT_EQ(by_name.at("fp8_e4m3")["max_normal"], 448.0);
+  EXPECT_EQ(by_name.at("fp8_e5m2")["max_normal"], 57344.0);
+  EXPECT_EQ(by_name.at("fp4_e2m1")["bits"], 4);
+  EXPECT_EQ(by_name.at("mxfp4")["bits_per_weight"], 4.25);
+  EXPECT_EQ(by_name.at("int4")["bits_per_weight"], 4.125);
+  for (const char* name : {"bf16", "fp16", "fp6_e2m3", "fp6_e3m2", "e8m0", "ue4m3", "int2", "nf4", "ternary",
+                           "mxfp8_e4m3", "mxfp6_e2m3", "mxint8", "nvfp4"})
+    EXPECT_TRUE(by_name.contains(name)) << name;
+}
+
+TEST(Cli, OutliersJsonShowsGranularityMatters) {
+  const Result r = RunLowbit("outliers --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out)["rows"];
+  ASSERT_EQ(rows.size(), 6u);
+  std::map<std::string, double> err;
+  for (const auto& row : rows) {
+    ASSERT_TRUE(row.contains("scale"));
+    err[row["case"].get<std::string>() + "/" + row["granularity"].get<std::string>()] = row["bulk_mean_abs_error"];
+  }
+  // One outlier inflates the per-tensor scale: the bulk error grows several-fold, and finer
+  // groups win most of it back.
+  EXPECT_GT(err["outlier/per-tensor"], 4 * err["gaussian/per-tensor"]);
+  EXPECT_LT(err["outlier/group 8"], err["outlier/group 16"]);
+  EXPECT_LT(err["outlier/group 16"], err["outlier/per-tensor"]);
+}
+
+TEST(Cli, QuantizeTensorReportsOnTheBundledModel) {
+  const Result r = RunLowbit("quantize-tensor --model models/kjv-llama-7m --tensor model.layers.0.self_attn.q_proj.weight "
+                       "--format int4 --group 128 --asym --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["bits_per_weight"], 4.15625);
+  EXPECT_GT(j["sqnr_db"], 15.0);
+  EXPECT_LT(j["sqnr_db"], 30.0);
+  EXPECT_EQ(j["shape"], nlohmann::json({256, 256}));
+}
+
+TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
+  Result r = RunLowbit("quantize-tensor --model models/kjv-llama-7m --tensor nope --format int4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("nope"), std::string::npos) << r.out;
+  r = RunLowbit("quantize-tensor --model models/kjv-llama-7m --tensor model.norm.weight --format int9");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("unknown format 'int9'"), std::string::npos) << r.out;
+  r = RunLowbit("quantize-tensor --model /nonexistent --tensor x --format int4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("/nonexistent"), std::string::npos) << r.out;
+  r = RunLowbit("formats --bogus-flag");
+  EXPECT_NE(r.status, 0);
+  r = RunLowbit("");
+  EXPECT_NE(r.status, 0);
+}
+
+TEST(Cli, BenchCodecsJsonShape) {
+  const Result r = RunLowbit("bench codecs --format int4,fp8_e4m3 --seconds 0.01 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto list = nlohmann::json::parse(r.out);
+  ASSERT_EQ(list.size(), 4u);
+  for (const auto& row : list) {
+    EXPECT_TRUE(row["op"] == "quantize" || row["op"] == "dequantize");
+    EXPECT_GT(row["gbps"].get<double>(), 0.0);
+    EXPECT_TRUE(row.contains("format"));
+  }
+}
+
+TEST(Cli, DemoRunsOnTheBundledModel) {
+  const Result r = RunLowbit("demo");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("nvfp4"), std::string::npos);
+  EXPECT_NE(r.out.find("4.1250"), std::string::npos) << "int4 g128 bits/weight";
+}
+
+}  // namespace
