@@ -1,6 +1,8 @@
 // `lowbit bench codecs`: single-core throughput of quantize (fp32 in) and dequantize (fp32 out)
 // for every format, on a 512 x 4096 weight (8 MiB of fp32). Later issues add memory, gemv,
 // decode and prefill benchmarks under the same command.
+#include <unistd.h>
+
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -45,6 +47,7 @@ void RunCodecs(const std::vector<std::string>& formats, double seconds, bool jso
     for (const SchemePreset& p : SchemePresets())
       if (p.name != "fp32") names.emplace_back(p.name);
 
+  const bool show_progress = isatty(STDERR_FILENO) != 0;  // no control characters in logs
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::vector<std::string>> rows;
   for (const std::string& name : names) {
@@ -61,13 +64,13 @@ void RunCodecs(const std::vector<std::string>& formats, double seconds, bool jso
     results.push_back({{"format", name}, {"scheme", scheme.ToString()}, {"op", "dequantize"}, {"gbps", dg}});
     rows.push_back({name, scheme.ToString(), fmt::format("{:.4f}", q.bits_per_weight()), fmt::format("{:.2f}", qg),
                     fmt::format("{:.2f}", dg)});
-    if (!json) std::fprintf(stderr, "\r%-12s done", name.c_str());
+    if (show_progress) std::fprintf(stderr, "\rbench codecs: %-12s done", name.c_str());
   }
   if (json) {
     std::puts(results.dump(2).c_str());
     return;
   }
-  std::fprintf(stderr, "\r%-20s\r", "");
+  if (show_progress) std::fprintf(stderr, "\r%40s\r", "");
   PrintTable({"format", "scheme", "bits/weight", "quantize GB/s", "dequantize GB/s"}, rows);
   std::puts("\nOne core; GB/s of fp32 consumed (quantize) or produced (dequantize), 512 x 4096 weight.");
 }

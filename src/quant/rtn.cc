@@ -1,6 +1,7 @@
 #include "quant/rtn.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -55,22 +56,30 @@ QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t co
   scheme.ValidateShape(rows, cols, tensor_name);
   if (w.size() != rows * cols)
     Fail("tensor '{}': {} values given for shape [{} x {}]", tensor_name, w.size(), rows, cols);
-  float tensor_amax = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(w[i]))
-      Fail("tensor '{}': non-finite value {} at row {}, column {}", tensor_name, w[i], i / cols, i % cols);
-    tensor_amax = std::max(tensor_amax, std::fabs(w[i]));
-  }
+  auto fail_non_finite = [&] {
+    for (size_t i = 0; i < w.size(); ++i)
+      if (!std::isfinite(w[i]))
+        Fail("tensor '{}': non-finite value {} at row {}, column {}", tensor_name, w[i], i / cols, i % cols);
+  };
   QuantizedTensor q(scheme, rows, cols);
   const ScaleGrid g = q.grid();
-  if (scheme.granularity.kind != GranularityKind::kNone) {
-    q.set_tensor_scale(ChooseTensorScale(scheme, tensor_amax));
+  if (scheme.granularity.kind == GranularityKind::kNone) {
+    fail_non_finite();
+  } else {
     std::vector<CellStats> stats(g.cells());
     for (uint64_t r = 0; r < rows; ++r) {
       CellStats* row_stats = &stats[(r / g.cell_rows) * g.grid_cols];
-      const float* x = &w[r * cols];
-      for (uint64_t c = 0; c < cols; ++c) row_stats[c / g.cell_cols].Add(x[c]);
+      for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
+        const uint64_t c0 = gc * g.cell_cols, c1 = std::min(c0 + g.cell_cols, cols);
+        row_stats[gc].AddSpan(&w[r * cols + c0], c1 - c0);
+      }
     }
+    float tensor_amax = 0;
+    for (const CellStats& st : stats) {
+      if (!std::isfinite(st.abs_sum)) fail_non_finite();
+      tensor_amax = std::max(tensor_amax, st.amax);
+    }
+    q.set_tensor_scale(ChooseTensorScale(scheme, tensor_amax));
     for (uint64_t cell = 0; cell < g.cells(); ++cell) {
       const CellParams p = ChooseCellParams(scheme, stats[cell], q.tensor_scale());
       q.SetScale(cell, p.stored_scale);

@@ -5,13 +5,21 @@
 
 namespace lowbit {
 
-void CellStats::Add(float x) {
-  const float a = std::fabs(x);
-  amax = std::max(amax, a);
-  min = count ? std::min(min, x) : x;
-  max = count ? std::max(max, x) : x;
-  abs_sum += a;
-  ++count;
+void CellStats::AddSpan(const float* x, uint64_t n) {
+  if (n == 0) return;
+  float lo = count ? min : x[0], hi = count ? max : x[0], a = amax, sum = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    lo = x[i] < lo ? x[i] : lo;
+    hi = x[i] > hi ? x[i] : hi;
+    const float ax = std::fabs(x[i]);
+    a = ax > a ? ax : a;
+    sum += ax;
+  }
+  min = lo;
+  max = hi;
+  amax = a;
+  abs_sum += sum;
+  count += n;
 }
 
 float ChooseTensorScale(const QuantScheme& s, float tensor_amax) {

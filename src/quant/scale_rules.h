@@ -21,7 +21,7 @@ struct CellStats {
   float amax = 0, min = 0, max = 0;
   double abs_sum = 0;
   uint64_t count = 0;
-  void Add(float x);
+  void AddSpan(const float* x, uint64_t n);  // NaN/Inf input makes abs_sum non-finite
 };
 
 // The tensor-level scale of schemes that have one (NVFP4), from the tensor's absolute max.
