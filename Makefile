@@ -3,27 +3,27 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: setup build demo test asan clean
+.PHONY: setup configure build demo test asan clean
 
 setup:
 	@scripts/setup.sh
 
-$(BUILD)/CMakeCache.txt: | setup
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+configure: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLOWBIT_TESTS=ON > /dev/null
 
-build: setup $(BUILD)/CMakeCache.txt
+build: configure
 	cmake --build $(BUILD) -j $(JOBS) --target lowbit
 
 demo: build
 	$(BUILD)/lowbit demo
 
-test: setup $(BUILD)/CMakeCache.txt
+test: configure
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (CI runs this too).
 asan: setup
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOWBIT_SANITIZE=ON
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOWBIT_SANITIZE=ON > /dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)

@@ -9,6 +9,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <cmath>
+
 #include "formats/codec.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -78,8 +80,7 @@ void DecodeRowFast(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT
     }
     for (; i < g1; ++i) {
       const uint32_t code = kBits == 8 ? packed[i] : (packed[i / 2] >> ((i & 1) * 4)) & 0xF;
-      out[i] = hwy::HWY_NAMESPACE::GetLane(hn::MulAdd(hn::Set(DF(), table[code]), hn::Set(DF(), scale),
-                                                    hn::Set(DF(), bias)));
+      out[i] = std::fma(table[code], scale, bias);
     }
   }
 }
