@@ -43,8 +43,8 @@ TEST(DecodeRow, MatchesReferenceOnEveryTargetWidthAndGroup) {
   std::vector<float> table(256);
   for (auto& v : table) v = std::uniform_real_distribution<float>(-8, 8)(rng);
   for (int bits = 2; bits <= 8; ++bits) {
-    for (size_t n : {5u, 64u, 96u, 1000u, 4096u}) {
-      for (size_t group : {16u, 32u, 100u, 128u, 5000u}) {
+    for (size_t n : {5u, 64u, 96u, 1000u, 4096u, 10000u}) {
+      for (size_t group : {5u, 16u, 32u, 100u, 128u, 601u, 5000u}) {
         const size_t groups = (n + group - 1) / group;
         std::vector<float> scales(groups), biases(groups);
         for (size_t g = 0; g < groups; ++g) {

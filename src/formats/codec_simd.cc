@@ -89,31 +89,19 @@ void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HW
                    const GroupedRow& row, float* HWY_RESTRICT out) {
   if (bits == 8) return DecodeRowFast<8>(packed, table, row, out);
   if (bits == 4) return DecodeRowFast<4>(packed, table, row, out);
-  // Other widths: unpack a chunk of whole groups to bytes, then decode as 8-bit codes.
+  // Other widths: unpack each group (in pieces of at most kChunk) to bytes, then decode them as
+  // 8-bit codes. Groups may start at any bit offset, so codes are read one by one.
   constexpr size_t kChunk = 4096;
   HWY_ALIGN uint8_t bytes[kChunk];
-  const size_t groups_per_chunk = row.group >= kChunk ? 0 : kChunk / row.group;
-  if (groups_per_chunk == 0) {  // huge groups: one group at a time, in pieces
-    for (size_t g0 = 0, g = 0; g0 < row.n; g0 += row.group, ++g) {
-      const size_t g1 = g0 + row.group < row.n ? g0 + row.group : row.n;
-      for (size_t c0 = g0; c0 < g1; c0 += kChunk) {
-        const size_t len = g1 - c0 < kChunk ? g1 - c0 : kChunk;
-        const size_t bit = c0 * static_cast<size_t>(bits);  // chunk starts are byte aligned
-        UnpackCodes(packed + bit / 8, len, bits, bytes);
-        const float bias = row.bias ? row.bias[g] : 0.0f;
-        const GroupedRow piece{len, len, &row.scale[g], &bias};
-        DecodeRowFast<8>(bytes, table, piece, out + c0);
-      }
+  for (size_t g0 = 0, g = 0; g0 < row.n; g0 += row.group, ++g) {
+    const size_t g1 = g0 + row.group < row.n ? g0 + row.group : row.n;
+    const float bias = row.bias ? row.bias[g] : 0.0f;
+    for (size_t c0 = g0; c0 < g1; c0 += kChunk) {
+      const size_t len = g1 - c0 < kChunk ? g1 - c0 : kChunk;
+      for (size_t k = 0; k < len; ++k) bytes[k] = static_cast<uint8_t>(ReadCode(packed, c0 + k, bits));
+      const GroupedRow piece{len, len, &row.scale[g], &bias};
+      DecodeRowFast<8>(bytes, table, piece, out + c0);
     }
-    return;
-  }
-  const size_t chunk = groups_per_chunk * row.group;
-  for (size_t c0 = 0; c0 < row.n; c0 += chunk) {
-    const size_t len = row.n - c0 < chunk ? row.n - c0 : chunk;
-    UnpackCodes(packed + c0 * static_cast<size_t>(bits) / 8, len, bits, bytes);
-    const size_t g = c0 / row.group;
-    const GroupedRow piece{len, row.group, row.scale + g, row.bias ? row.bias + g : nullptr};
-    DecodeRowFast<8>(bytes, table, piece, out + c0);
   }
 }
 
