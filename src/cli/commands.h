@@ -10,5 +10,8 @@ void AddQuantizeTensorCommand(CLI::App& app);
 void AddOutliersCommand(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddEvalCommands(CLI::App& app);  // ppl, compare
+void AddGenerateCommand(CLI::App& app);
+void AddTokenizeCommand(CLI::App& app);
 
 }  // namespace lowbit::cli

@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   lowbit::cli::AddOutliersCommand(app);
   lowbit::cli::AddDemoCommand(app);
   lowbit::cli::AddBenchCommand(app);
+  lowbit::cli::AddEvalCommands(app);
+  lowbit::cli::AddGenerateCommand(app);
+  lowbit::cli::AddTokenizeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

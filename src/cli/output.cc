@@ -46,3 +46,25 @@ std::string FormatNumber(double v, int precision) {
 }
 
 }  // namespace lowbit::cli
+
+#include <unistd.h>
+
+namespace lowbit::cli {
+
+ProgressBar::ProgressBar(std::string label, size_t total)
+    : label_(std::move(label)), total_(total), enabled_(isatty(STDERR_FILENO) != 0) {}
+
+ProgressBar::~ProgressBar() {
+  if (enabled_) std::fprintf(stderr, "\r%*s\r", static_cast<int>(label_.size() + 50), "");
+}
+
+void ProgressBar::Update(size_t done) {
+  if (!enabled_ || total_ == 0) return;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * done / total_);
+  std::fprintf(stderr, "\r%s [%s%s] %zu/%zu", label_.c_str(), std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, '.').c_str(), done, total_);
+  std::fflush(stderr);
+}
+
+}  // namespace lowbit::cli

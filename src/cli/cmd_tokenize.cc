@@ -1,0 +1,48 @@
+// `lowbit tokenize`: the ids (and pieces) a model's tokenizer gives for a text.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "core/error.h"
+#include "core/file_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit::cli {
+
+void AddTokenizeCommand(CLI::App& app) {
+  struct Options {
+    std::string model, text, file;
+    bool json = false, no_bos = false;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("tokenize", "Token ids of a text under a model's tokenizer");
+  cmd->add_option("--model", o->model, "Model folder, tokenizer.model, or GGUF file (vocabulary-only files too)")
+      ->required();
+  auto* text = cmd->add_option("--text", o->text, "Text to tokenize");
+  auto* file = cmd->add_option("--file", o->file, "File to tokenize");
+  text->excludes(file);
+  cmd->add_flag("--no-bos", o->no_bos, "Do not prepend BOS");
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o] {
+    if (o->text.empty() && o->file.empty()) Fail("tokenize: give --text or --file");
+    const auto tokenizer = LoadTokenizer(o->model);
+    const std::string input = o->file.empty() ? o->text : ReadTextFile(o->file);
+    const std::vector<int32_t> ids = tokenizer->Encode(input, !o->no_bos);
+    if (o->json) {
+      nlohmann::json pieces = nlohmann::json::array();
+      for (const int32_t id : ids) pieces.push_back(tokenizer->Piece(id));
+      const nlohmann::json out = {{"ids", ids}, {"pieces", pieces}};
+      std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      return;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (size_t i = 0; i < ids.size(); ++i)
+      rows.push_back({std::to_string(i), std::to_string(ids[i]), fmt::format("'{}'", tokenizer->Piece(ids[i]))});
+    PrintTable({"#", "id", "piece"}, rows);
+    std::printf("\n%zu tokens\n", ids.size());
+  });
+}
+
+}  // namespace lowbit::cli

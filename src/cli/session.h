@@ -1,0 +1,38 @@
+// What the model-running commands share: loading a model with its tokenizer, and thread count.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "model/sampler.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit::cli {
+
+struct LoadedModel {
+  Model model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// `tokenizer_path` empty = the model's own (its folder's tokenizer.model or the GGUF vocabulary).
+// `quantize` non-empty = RTN-quantize the decoder linears in memory with that format first.
+LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,
+                                   const std::string& quantize = "");
+
+// Reads a text file and tokenizes it with BOS (the llama-perplexity protocol).
+std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string& path);
+
+struct GenerationResult {
+  std::string text;
+  size_t prompt_tokens = 0, generated = 0;
+  double prompt_tps = 0, decode_tps = 0;
+};
+
+// Prefills the prompt (with BOS), then samples up to n tokens (stopping at EOS), streaming each
+// piece to `stream` when it is not null.
+GenerationResult Generate(const LoadedModel& m, const std::string& prompt, size_t n, const SamplerOptions& sampler,
+                          size_t threads, std::FILE* stream);
+
+}  // namespace lowbit::cli

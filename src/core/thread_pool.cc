@@ -1,0 +1,72 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+namespace lowbit {
+
+ThreadPool::ThreadPool(size_t threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+namespace {
+std::pair<size_t, size_t> Chunk(size_t n, size_t parts, size_t index) {
+  const size_t base = n / parts, extra = n % parts;
+  const size_t begin = index * base + std::min(index, extra);
+  return {begin, begin + base + (index < extra ? 1 : 0)};
+}
+}  // namespace
+
+void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>& fn) {
+  if (n == 0) return;
+  if (workers_.empty() || n == 1) {
+    fn(0, n);
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    job_ = &fn;
+    job_n_ = n;
+    pending_ = workers_.size();
+    ++generation_;
+  }
+  wake_.notify_all();
+  const auto [begin, end] = Chunk(n, size(), 0);
+  if (begin < end) fn(begin, end);
+  std::unique_lock lock(mutex_);
+  done_.wait(lock, [this] { return pending_ == 0; });
+  job_ = nullptr;
+}
+
+void ThreadPool::WorkerLoop(size_t index) {
+  uint64_t seen = 0;
+  while (true) {
+    const std::function<void(size_t, size_t)>* job;
+    size_t n;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+      n = job_n_;
+    }
+    const auto [begin, end] = Chunk(n, size(), index);
+    if (begin < end) (*job)(begin, end);
+    {
+      std::lock_guard lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+}
+
+}  // namespace lowbit

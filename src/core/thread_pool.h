@@ -1,0 +1,38 @@
+// A persistent pool of worker threads for data-parallel loops. ParallelFor splits [0, n) into
+// one contiguous chunk per thread (the caller runs the first), so per-call overhead is one
+// wake-up, not one task per item.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lowbit {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(size_t threads);  // 0 = hardware concurrency
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  size_t size() const { return workers_.size() + 1; }
+  // Calls fn(begin, end) on disjoint chunks covering [0, n); returns when all are done.
+  void ParallelFor(size_t n, const std::function<void(size_t, size_t)>& fn);
+
+ private:
+  void WorkerLoop(size_t index);
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(size_t, size_t)>* job_ = nullptr;
+  size_t job_n_ = 0;
+  uint64_t generation_ = 0;
+  size_t pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace lowbit

@@ -1,0 +1,252 @@
+#include "io/gguf_model.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace lowbit {
+namespace {
+
+constexpr std::string_view kSupportedArchitectures = "llama";
+
+std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
+  while (!dims.empty() && dims.back() == 1) dims.pop_back();
+  return dims;
+}
+
+std::string DimsString(const std::vector<uint64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+// Llama 3.x rope scaling is stored as per-frequency divisors (rope_freqs.weight, formats.md 2.5)
+// rather than as keys. Every released Llama 3.x converts with low_freq_factor 1,
+// high_freq_factor 4 and original context 8192 and differs only in `factor`, so recover the
+// factor from the divisors, then require the whole tensor to match what it implies; anything
+// else would be silently mis-rotated, so it is an error.
+RopeScaling Llama3ScalingFromFreqs(const std::vector<float>& divisors, const ModelConfig& c,
+                                   const std::string& source) {
+  RopeScaling s;
+  s.low_freq_factor = 1;
+  s.high_freq_factor = 4;
+  s.original_max_position = 8192;
+  const double orig = s.original_max_position;
+  const double low_wavelen = orig / s.low_freq_factor, high_wavelen = orig / s.high_freq_factor;
+  auto wavelen = [&](size_t i) {
+    return 2 * std::numbers::pi * std::pow(double{c.rope_theta}, 2.0 * i / c.head_dim);
+  };
+  auto smooth = [&](size_t i) {
+    return (orig / wavelen(i) - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  };
+  bool all_one = true;
+  for (float f : divisors) all_one = all_one && f == 1.0f;
+  if (all_one) return RopeScaling{};  // factor 0 = no scaling
+
+  // Prefer a dimension divided by the factor itself; otherwise invert the smooth blend on the
+  // dimension furthest from 1 (the best conditioned).
+  double factor = 0, best_smooth = 2;
+  for (size_t i = 0; i < divisors.size(); ++i) {
+    const double w = wavelen(i), f = divisors[i];
+    if (w > low_wavelen) {
+      factor = f;
+      break;
+    }
+    if (w >= high_wavelen && smooth(i) < best_smooth && 1 / f - smooth(i) > 0) {
+      best_smooth = smooth(i);
+      factor = (1 - smooth(i)) / (1 / f - smooth(i));
+    }
+  }
+  bool match = factor >= 1;
+  for (size_t i = 0; match && i < divisors.size(); ++i) {
+    const double w = wavelen(i);
+    const double want = w < high_wavelen ? 1.0
+                        : w > low_wavelen ? factor
+                                          : 1 / ((1 - smooth(i)) / factor + smooth(i));
+    match = std::abs(divisors[i] - want) <= 1e-3 * want;
+  }
+  if (!match)
+    Fail("{}: tensor 'rope_freqs.weight' does not match Llama 3 rope scaling (low_freq_factor 1, "
+         "high_freq_factor 4, original context 8192); other rope scaling is not supported",
+         source);
+  s.factor = static_cast<float>(factor);
+  return s;
+}
+
+// Finds, shape-checks and decodes tensors, remembering which were used so leftovers can be
+// reported.
+class TensorLoader {
+ public:
+  explicit TensorLoader(const GgufFile& file) : file_(file), source_(file.path().string()) {}
+
+  std::vector<float> Vector(const std::string& name, uint64_t n) { return Decode(Get(name, {n})); }
+
+  DenseMatrix Matrix(const std::string& name, uint64_t rows, uint64_t cols) {
+    return DenseMatrix{rows, cols, Decode(Get(name, {cols, rows}))};  // ne = [cols, rows]
+  }
+
+  // Throws naming the first tensor of the file that no Vector/Matrix call asked for.
+  void CheckAllUsed() const {
+    for (const GgufTensorInfo& t : file_.tensors())
+      if (!used_.count(t.name))
+        Fail("{}: unexpected tensor '{}' for a llama model (not supported)", source_, t.name);
+  }
+
+  void MarkUsed(const std::string& name) { used_.insert(name); }
+
+ private:
+  const GgufTensorInfo& Get(const std::string& name, std::vector<uint64_t> ne) {
+    const GgufTensorInfo* t = file_.FindTensor(name);
+    if (!t) Fail("{}: missing tensor '{}'", source_, name);
+    if (WithoutTrailingOnes(t->dims) != WithoutTrailingOnes(ne))
+      Fail("{}: tensor '{}' has shape {} (ne order), expected {}", source_, name,
+           DimsString(t->dims), DimsString(ne));
+    used_.insert(name);
+    return *t;
+  }
+
+  std::vector<float> Decode(const GgufTensorInfo& t) {
+    try {
+      return DequantizeGgufTensor(t);
+    } catch (const Error& e) {
+      Fail("{}: {}", source_, e.what());
+    }
+  }
+
+  const GgufFile& file_;
+  const std::string source_;
+  std::set<std::string, std::less<>> used_;
+};
+
+int32_t TokenId(const GgufFile& f, std::string_view key, int32_t fallback) {
+  const uint32_t id = f.GetU32Or(key, static_cast<uint32_t>(fallback));
+  if (id > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
+    Fail("{}: key '{}' = {} is not a valid token id", f.path().string(), key, id);
+  return static_cast<int32_t>(id);
+}
+
+}  // namespace
+
+ModelConfig ReadGgufConfig(const GgufFile& f) {
+  const std::string source = f.path().string();
+  const std::string& arch = f.GetString("general.architecture");
+  if (arch != "llama")
+    Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch,
+         kSupportedArchitectures);
+  if (f.GetU32Or("llama.expert_count", 0) > 0)
+    Fail("{}: mixture-of-experts llama models (llama.expert_count) are not supported", source);
+  if (f.Find("llama.rope.scaling.type") && f.GetString("llama.rope.scaling.type") != "none")
+    Fail("{}: llama.rope.scaling.type '{}' is not supported (only 'none', or Llama 3 scaling "
+         "through rope_freqs.weight)",
+         source, f.GetString("llama.rope.scaling.type"));
+
+  ModelConfig c;
+  c.architecture = "gguf:llama";
+  c.rope_style = RopeStyle::kAdjacent;  // Q/K rows stay as llama.cpp's converter permuted them
+  c.dim = f.GetU32("llama.embedding_length");
+  c.n_layers = f.GetU32("llama.block_count");
+  c.ffn_dim = f.GetU32("llama.feed_forward_length");
+  c.n_heads = f.GetU32("llama.attention.head_count");
+  if (c.n_heads == 0) Fail("{}: key 'llama.attention.head_count' must be positive", source);
+  c.n_kv_heads = f.GetU32Or("llama.attention.head_count_kv", c.n_heads);
+  // llama.cpp: head size = key_length, defaulting to n_embd / n_head; the rotary dimension
+  // count must equal it for llama (no partial rotary).
+  c.head_dim = f.GetU32Or("llama.attention.key_length", f.GetU32Or("llama.rope.dimension_count", c.dim / c.n_heads));
+  if (f.GetU32Or("llama.attention.value_length", c.head_dim) != c.head_dim)
+    Fail("{}: key 'llama.attention.value_length' ({}) differs from the key head size {}; not supported",
+         source, f.GetU32("llama.attention.value_length"), c.head_dim);
+  if (f.GetU32Or("llama.rope.dimension_count", c.head_dim) != c.head_dim)
+    Fail("{}: key 'llama.rope.dimension_count' ({}) differs from the head size {}; partial rotary "
+         "embeddings are not supported",
+         source, f.GetU32("llama.rope.dimension_count"), c.head_dim);
+  c.max_position = f.GetU32Or("llama.context_length", c.max_position);
+  c.rope_theta = f.GetF32Or("llama.rope.freq_base", 10000.0f);
+  c.norm_eps = f.GetF32("llama.attention.layer_norm_rms_epsilon");
+  c.bos_id = TokenId(f, "tokenizer.ggml.bos_token_id", 1);  // SPM defaults (formats.md 2.5)
+  c.eos_id = TokenId(f, "tokenizer.ggml.eos_token_id", 2);
+
+  const GgufTensorInfo* embd = f.FindTensor("token_embd.weight");
+  if (!embd) Fail("{}: missing tensor 'token_embd.weight'", source);
+  const std::vector<uint64_t>& ne = embd->dims;
+  if (ne.size() < 2 || ne[0] != c.dim || ne[1] > std::numeric_limits<uint32_t>::max() ||
+      (ne.size() > 2 && WithoutTrailingOnes(ne).size() > 2))
+    Fail("{}: tensor 'token_embd.weight' has shape {} (ne order), expected [{}, n_vocab]", source,
+         DimsString(embd->dims), c.dim);
+  c.vocab_size = static_cast<uint32_t>(embd->dims[1]);
+  if (f.GetU32Or("llama.vocab_size", c.vocab_size) != c.vocab_size)
+    Fail("{}: key 'llama.vocab_size' ({}) differs from token_embd.weight's {} rows", source,
+         f.GetU32("llama.vocab_size"), c.vocab_size);
+  if (f.Find("tokenizer.ggml.tokens")) {
+    const size_t n_tokens = f.GetArray("tokenizer.ggml.tokens").size();
+    if (n_tokens != c.vocab_size)
+      Fail("{}: key 'tokenizer.ggml.tokens' has {} entries but token_embd.weight has {} rows", source,
+           n_tokens, c.vocab_size);
+  }
+  c.tie_embeddings = f.FindTensor("output.weight") == nullptr;
+  c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.Validate(source);
+
+  if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
+    if (WithoutTrailingOnes(freqs->dims) != std::vector<uint64_t>{c.head_dim / 2})
+      Fail("{}: tensor 'rope_freqs.weight' has shape {} (ne order), expected [{}]", source,
+           DimsString(freqs->dims), c.head_dim / 2);
+    std::vector<float> divisors;
+    try {
+      divisors = DequantizeGgufTensor(*freqs);
+    } catch (const Error& e) {
+      Fail("{}: {}", source, e.what());
+    }
+    c.rope_scaling = Llama3ScalingFromFreqs(divisors, c, source);
+  }
+  return c;
+}
+
+Model LoadGgufModel(const std::filesystem::path& path) {
+  const GgufFile f = GgufFile::Open(path);
+  Model m;
+  m.source = path.string();
+  m.config = ReadGgufConfig(f);
+  const ModelConfig& c = m.config;
+  ModelWeights& w = m.weights;
+  TensorLoader t(f);
+  if (f.FindTensor("rope_freqs.weight")) t.MarkUsed("rope_freqs.weight");  // read by the config
+
+  w.embed = t.Matrix("token_embd.weight", c.vocab_size, c.dim).values;
+  // No reserve(n_layers): the count comes from the file, and a hostile one would allocate before
+  // the first missing tensor is reported.
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = fmt::format("blk.{}.", i);
+    LayerWeights l;
+    l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
+    l.wq.weight = t.Matrix(p + "attn_q.weight", c.q_dim(), c.dim);
+    l.wk.weight = t.Matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
+    l.wv.weight = t.Matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
+    if (c.qkv_bias) {
+      l.wq.bias = t.Vector(p + "attn_q.bias", c.q_dim());
+      l.wk.bias = t.Vector(p + "attn_k.bias", c.kv_dim());
+      l.wv.bias = t.Vector(p + "attn_v.bias", c.kv_dim());
+    }
+    l.wo.weight = t.Matrix(p + "attn_output.weight", c.dim, c.q_dim());
+    l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);
+    l.w_gate.weight = t.Matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
+    l.w_up.weight = t.Matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
+    l.w_down.weight = t.Matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
+    w.layers.push_back(std::move(l));
+  }
+  w.final_norm = t.Vector("output_norm.weight", c.dim);
+  if (c.tie_embeddings) {
+    w.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, w.embed};
+  } else {
+    w.lm_head.weight = t.Matrix("output.weight", c.vocab_size, c.dim);
+  }
+  t.CheckAllUsed();
+  ValidateWeights(c, w, m.source);
+  return m;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,26 @@
+// Llama models stored as GGUF (llama.cpp's converter output; keys and tensor names: formats.md
+// 2.5-2.6). Every weight is dequantized to a dense fp32 matrix, so any file whose tensor types
+// DequantizeGgufTensor decodes can be run and re-quantized by lowbit.
+//
+// GGUF ne order is [cols, rows] with rows stored one after another, which is exactly a row-major
+// [rows x cols] matrix, so no transpose happens. Q/K rows are kept as the converter permuted them
+// (formats.md 2.7), hence rope_style = kAdjacent; un-permuting would also work but would make the
+// weights differ from the file's bytes.
+#pragma once
+
+#include <filesystem>
+
+#include "io/gguf.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+// Hyper-parameters only (no tensor data is decoded): general.architecture must be "llama";
+// vocab_size comes from token_embd.weight. Throws Error naming the file and key.
+ModelConfig ReadGgufConfig(const GgufFile& file);
+
+// The whole model. Errors name the file and the key or tensor: missing or mis-shaped tensors,
+// unsupported tensor types, and tensors a llama model does not have (llama.cpp rejects those too).
+Model LoadGgufModel(const std::filesystem::path& path);
+
+}  // namespace lowbit

@@ -1,0 +1,73 @@
+#include "io/hf_model.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace lowbit {
+namespace {
+
+class HfTensors {
+ public:
+  explicit HfTensors(const std::filesystem::path& folder) : model_(SafetensorsModel::Open(folder)) {}
+
+  bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
+
+  std::vector<float> Vector(const std::string& name, uint64_t n) const {
+    const TensorView& t = model_.Get(name);
+    if (t.numel() != n) Fail("{}: tensor '{}' has {} values, expected {}", model_.path().string(), name, t.numel(), n);
+    return ToFloat32(t);
+  }
+
+  Linear Matrix(const std::string& name, uint64_t rows, uint64_t cols, bool with_bias) const {
+    const TensorView& t = model_.Get(name + ".weight");
+    if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
+      Fail("{}: tensor '{}.weight' has shape {}, expected [{}, {}]", model_.path().string(), name,
+           fmt::format("[{}]", fmt::join(t.shape, ", ")), rows, cols);
+    Linear l;
+    l.weight = DenseMatrix{rows, cols, ToFloat32(t)};
+    if (with_bias) l.bias = Vector(name + ".bias", rows);
+    return l;
+  }
+
+ private:
+  SafetensorsModel model_;
+};
+
+}  // namespace
+
+Model LoadHfModel(const std::filesystem::path& folder) {
+  const std::filesystem::path config_path = folder / "config.json";
+  if (!std::filesystem::exists(config_path)) Fail("{}: no config.json (expected a Hugging Face model folder)", folder.string());
+  Model m;
+  m.source = folder.string();
+  m.config = ReadHfConfig(config_path);
+  const ModelConfig& c = m.config;
+  const HfTensors t(folder);
+  m.weights.embed = t.Vector("model.embed_tokens.weight", uint64_t{c.vocab_size} * c.dim);
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerWeights l;
+    l.attn_norm = t.Vector(p + "input_layernorm.weight", c.dim);
+    l.wq = t.Matrix(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
+    l.wk = t.Matrix(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
+    l.wv = t.Matrix(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
+    l.wo = t.Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
+    l.ffn_norm = t.Vector(p + "post_attention_layernorm.weight", c.dim);
+    l.w_gate = t.Matrix(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
+    l.w_up = t.Matrix(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
+    l.w_down = t.Matrix(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
+    m.weights.layers.push_back(std::move(l));
+  }
+  m.weights.final_norm = t.Vector("model.norm.weight", c.dim);
+  if (!c.tie_embeddings && t.Has("lm_head.weight")) {
+    m.weights.lm_head = t.Matrix("lm_head", c.vocab_size, c.dim, false);
+  } else {
+    m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed};
+  }
+  ValidateWeights(m.config, m.weights, m.source);
+  return m;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,15 @@
+// y = x W^T + b for a Linear layer, whatever its storage: dense fp32 rows go straight to the dot
+// kernel; quantized rows are decoded one row at a time into a small buffer (never the whole
+// matrix) and then dotted. x is [n_tokens x cols], y is [n_tokens x rows], row-major.
+#pragma once
+
+#include <cstddef>
+
+#include "core/thread_pool.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool);
+
+}  // namespace lowbit

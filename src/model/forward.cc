@@ -1,0 +1,175 @@
+#include "model/forward.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "kernels/matmul.h"
+
+namespace lowbit {
+
+void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* out) {
+  float ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
+}
+
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
+  const size_t half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  for (size_t i = 0; i < half; ++i)
+    inv[i] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.factor > 0) {  // Llama 3.1 frequency-dependent scaling
+    const float old_len = static_cast<float>(s.original_max_position);
+    const float low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+    for (float& f : inv) {
+      const float wavelen = 2.0f * std::numbers::pi_v<float> / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+Engine::Engine(const Model& model, size_t threads)
+    : model_(model), pool_(threads), inv_freq_(RopeInverseFrequencies(model.config)) {}
+
+void Engine::ApplyRope(float* vec, size_t n_heads, size_t pos) const {
+  const size_t hd = model_.config.head_dim, half = hd / 2;
+  const bool adjacent = model_.config.rope_style == RopeStyle::kAdjacent;
+  for (size_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq_[i];
+    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    for (size_t h = 0; h < n_heads; ++h) {
+      float* v = vec + h * hd;
+      const size_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * c - x1 * s;
+      v[b] = x1 * c + x0 * s;
+    }
+  }
+}
+
+void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out) {
+  const ModelConfig& c = model_.config;
+  const size_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Flatten (sequence, token, head) into one parallel range.
+  std::vector<std::pair<size_t, size_t>> token_of;  // (batch index, token index)
+  for (size_t b = 0; b < batch.size(); ++b)
+    for (size_t t = 0; t < batch[b].tokens.size(); ++t) token_of.emplace_back(b, t);
+  pool_.ParallelFor(token_of.size() * c.n_heads, [&](size_t begin, size_t end) {
+    std::vector<float> scores;
+    for (size_t task = begin; task < end; ++task) {
+      const size_t row = task / c.n_heads, h = task % c.n_heads;
+      const auto [b, t] = token_of[row];
+      const KvCache& cache = *batch[b].cache;
+      const size_t pos = cache.size() + t;  // positions 0..pos are visible
+      const float* qh = q + row * c.q_dim() + h * hd;
+      const size_t kv_offset = (h / group) * hd;
+      scores.resize(pos + 1);
+      float max_score = -INFINITY;
+      for (size_t p = 0; p <= pos; ++p) {
+        const float* k = cache.K(layer, p) + kv_offset;
+        float s = 0;
+        for (size_t i = 0; i < hd; ++i) s += qh[i] * k[i];
+        scores[p] = s * scale;
+        max_score = std::max(max_score, scores[p]);
+      }
+      float sum = 0;
+      for (size_t p = 0; p <= pos; ++p) sum += scores[p] = std::exp(scores[p] - max_score);
+      float* o = out + row * c.q_dim() + h * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (size_t p = 0; p <= pos; ++p) {
+        const float w = scores[p] / sum;
+        const float* v = cache.V(layer, p) + kv_offset;
+        for (size_t i = 0; i < hd; ++i) o[i] += w * v[i];
+      }
+    }
+  });
+}
+
+void Engine::Forward(std::span<BatchItem> batch) {
+  const ModelConfig& c = model_.config;
+  const ModelWeights& w = model_.weights;
+  size_t total = 0;
+  for (const BatchItem& item : batch) {
+    if (item.cache->size() + item.tokens.size() > item.cache->capacity())
+      Fail("context overflow: {} cached + {} new tokens exceed the KV cache capacity of {}", item.cache->size(),
+           item.tokens.size(), item.cache->capacity());
+    total += item.tokens.size();
+  }
+  if (total == 0) return;
+  const size_t dim = c.dim;
+  std::vector<float> x(total * dim), xn(total * dim), q(total * c.q_dim()), k(total * c.kv_dim()),
+      v(total * c.kv_dim()), att(total * c.q_dim()), proj(total * dim), gate(total * c.ffn_dim),
+      up(total * c.ffn_dim);
+  size_t row = 0;
+  for (const BatchItem& item : batch)
+    for (const int32_t id : item.tokens) {
+      if (id < 0 || static_cast<uint32_t>(id) >= c.vocab_size)
+        Fail("token id {} is outside the vocabulary of {} tokens", id, c.vocab_size);
+      std::copy_n(&w.embed[static_cast<size_t>(id) * dim], dim, &x[row++ * dim]);
+    }
+
+  for (size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.attn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
+    MatMul(lw.wq, xn.data(), total, q.data(), pool_);
+    MatMul(lw.wk, xn.data(), total, k.data(), pool_);
+    MatMul(lw.wv, xn.data(), total, v.data(), pool_);
+    row = 0;
+    for (BatchItem& item : batch)
+      for (size_t t = 0; t < item.tokens.size(); ++t, ++row) {
+        const size_t pos = item.cache->size() + t;
+        ApplyRope(&q[row * c.q_dim()], c.n_heads, pos);
+        ApplyRope(&k[row * c.kv_dim()], c.n_kv_heads, pos);
+        std::copy_n(&k[row * c.kv_dim()], c.kv_dim(), item.cache->K(l, pos));
+        std::copy_n(&v[row * c.kv_dim()], c.kv_dim(), item.cache->V(l, pos));
+      }
+    Attention(l, batch, q.data(), att.data());
+    MatMul(lw.wo, att.data(), total, proj.data(), pool_);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+
+    for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
+    MatMul(lw.w_gate, xn.data(), total, gate.data(), pool_);
+    MatMul(lw.w_up, xn.data(), total, up.data(), pool_);
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
+    }
+    MatMul(lw.w_down, gate.data(), total, proj.data(), pool_);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+  }
+
+  // Final norm and logits for the rows each sequence asked for.
+  row = 0;
+  for (BatchItem& item : batch) {
+    const size_t n = item.tokens.size();
+    const size_t first = item.all_logits ? 0 : n - 1;
+    const size_t count = n - first;
+    std::vector<float> normed(count * dim);
+    for (size_t t = 0; t < count; ++t)
+      RmsNorm(&x[(row + first + t) * dim], w.final_norm.data(), dim, c.norm_eps, &normed[t * dim]);
+    item.logits->resize(count * c.vocab_size);
+    MatMul(w.lm_head, normed.data(), count, item.logits->data(), pool_);
+    item.cache->Advance(n);
+    row += n;
+  }
+}
+
+std::vector<float> Engine::Forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits) {
+  std::vector<float> logits;
+  BatchItem item{&cache, tokens, all_logits, &logits};
+  Forward(std::span<BatchItem>(&item, 1));
+  return logits;
+}
+
+}  // namespace lowbit

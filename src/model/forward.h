@@ -1,0 +1,51 @@
+// The fp32 reference forward pass of the Llama family (Llama, Mistral, Qwen2, llama2.c, GGUF
+// llama): RMSNorm, RoPE (rotate-half or adjacent pairs), grouped-query attention over a KV
+// cache, SwiGLU MLP. Linear layers go through MatMul, so quantized weights need no change here.
+//
+// A batch holds several sequences of different lengths; their new tokens are stacked into one
+// activation matrix for the linear layers, and attention runs per sequence over its own cache.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+struct BatchItem {
+  KvCache* cache;                   // receives the new positions
+  std::span<const int32_t> tokens;  // new tokens, appended after cache->size()
+  bool all_logits = false;          // logits for every new token, or only the last
+  std::vector<float>* logits;       // out: [n x vocab], n = tokens.size() or 1
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, size_t threads);
+
+  const Model& model() const { return model_; }
+  ThreadPool& pool() { return pool_; }
+  KvCache NewCache(size_t capacity) const { return KvCache(model_.config, capacity); }
+
+  void Forward(std::span<BatchItem> batch);
+  // One sequence; returns logits [n x vocab] (all_logits) or [vocab].
+  std::vector<float> Forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits);
+
+ private:
+  void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);
+  void ApplyRope(float* vec, size_t n_heads, size_t pos) const;
+
+  const Model& model_;
+  ThreadPool pool_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+};
+
+// Token-level helpers used by the forward pass (exposed for tests).
+void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* out);
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c);
+
+}  // namespace lowbit

@@ -1,0 +1,54 @@
+#include "model/weights.h"
+
+#include "core/error.h"
+
+namespace lowbit {
+
+uint64_t Linear::rows() const {
+  return std::visit([](const auto& w) -> uint64_t { return w.rows(); }, weight);
+}
+uint64_t Linear::cols() const {
+  return std::visit([](const auto& w) -> uint64_t { return w.cols(); }, weight);
+}
+uint64_t Linear::storage_bytes() const {
+  if (const auto* q = std::get_if<QuantizedTensor>(&weight)) return q->storage_bytes() + bias.size() * 4;
+  return std::get<DenseMatrix>(weight).values.size() * 4 + bias.size() * 4;
+}
+
+namespace {
+
+void CheckVector(const std::vector<float>& v, uint64_t n, const std::string& name, const std::string& source) {
+  if (v.size() != n) Fail("{}: tensor '{}' has {} values, expected {}", source, name, v.size(), n);
+}
+
+void CheckLinear(const Linear& l, uint64_t rows, uint64_t cols, bool bias, const std::string& name,
+                 const std::string& source) {
+  if (l.rows() != rows || l.cols() != cols)
+    Fail("{}: tensor '{}' has shape [{} x {}], expected [{} x {}]", source, name, l.rows(), l.cols(), rows, cols);
+  if (bias) CheckVector(l.bias, rows, name + " bias", source);
+  if (!bias && !l.bias.empty()) Fail("{}: tensor '{}' has an unexpected bias", source, name);
+}
+
+}  // namespace
+
+void ValidateWeights(const ModelConfig& c, const ModelWeights& w, const std::string& source) {
+  CheckVector(w.embed, uint64_t{c.vocab_size} * c.dim, "embedding", source);
+  if (w.layers.size() != c.n_layers) Fail("{}: {} layers loaded, config says {}", source, w.layers.size(), c.n_layers);
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& l = w.layers[i];
+    const std::string p = "layer " + std::to_string(i) + " ";
+    CheckVector(l.attn_norm, c.dim, p + "attn_norm", source);
+    CheckVector(l.ffn_norm, c.dim, p + "ffn_norm", source);
+    CheckLinear(l.wq, c.q_dim(), c.dim, c.qkv_bias, p + "q_proj", source);
+    CheckLinear(l.wk, c.kv_dim(), c.dim, c.qkv_bias, p + "k_proj", source);
+    CheckLinear(l.wv, c.kv_dim(), c.dim, c.qkv_bias, p + "v_proj", source);
+    CheckLinear(l.wo, c.dim, c.q_dim(), false, p + "o_proj", source);
+    CheckLinear(l.w_gate, c.ffn_dim, c.dim, false, p + "gate_proj", source);
+    CheckLinear(l.w_up, c.ffn_dim, c.dim, false, p + "up_proj", source);
+    CheckLinear(l.w_down, c.dim, c.ffn_dim, false, p + "down_proj", source);
+  }
+  CheckVector(w.final_norm, c.dim, "final norm", source);
+  CheckLinear(w.lm_head, c.vocab_size, c.dim, false, "lm_head", source);
+}
+
+}  // namespace lowbit

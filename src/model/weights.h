@@ -1,0 +1,57 @@
+// Model weights. A linear layer's weight is either a dense fp32 matrix or a QuantizedTensor;
+// the forward pass calls MatMul on it and never looks inside, so quantized models run through
+// the same model code (issue-level work plugs in new formats and kernels behind MatMul).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "model/config.h"
+#include "quant/quantized_tensor.h"
+
+namespace lowbit {
+
+struct DenseMatrix {  // row-major [rows x cols], rows = output features
+  uint64_t row_count = 0, col_count = 0;
+  std::vector<float> values;
+  uint64_t rows() const { return row_count; }
+  uint64_t cols() const { return col_count; }
+};
+
+struct Linear {
+  std::variant<DenseMatrix, QuantizedTensor> weight;
+  std::vector<float> bias;  // empty = none
+
+  uint64_t rows() const;
+  uint64_t cols() const;
+  bool quantized() const { return std::holds_alternative<QuantizedTensor>(weight); }
+  uint64_t storage_bytes() const;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;   // [dim]
+  Linear wq, wk, wv, wo;          // [q_dim x dim], [kv_dim x dim] x2, [dim x q_dim]
+  std::vector<float> ffn_norm;    // [dim]
+  Linear w_gate, w_up, w_down;    // [ffn x dim] x2, [dim x ffn]
+};
+
+struct ModelWeights {
+  std::vector<float> embed;       // [vocab x dim], rows looked up by token id
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;  // [dim]
+  Linear lm_head;                 // [vocab x dim] (a copy of embed when tied)
+};
+
+struct Model {
+  ModelConfig config;
+  ModelWeights weights;
+  std::string source;  // where it was loaded from, for messages
+};
+
+// Checks every shape against the config; throws Error naming the tensor.
+void ValidateWeights(const ModelConfig& c, const ModelWeights& w, const std::string& source);
+
+}  // namespace lowbit

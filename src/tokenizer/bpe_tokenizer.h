@@ -1,0 +1,52 @@
+// llama.cpp's "gpt2" byte-level BPE tokenizer over a GGUF vocabulary. The text is first split by
+// the GPT-2 pre-tokenizer regex
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// (implemented by hand over code points, with Unicode 15.1 letter/number classes as llama.cpp
+// uses), each piece's UTF-8 bytes are mapped to the GPT-2 byte-to-unicode alphabet (formats.md
+// 8.3), and adjacent symbols merge by merge rank (lowest first, leftmost on ties). Ids match
+// llama.cpp's llama_tokenize with add_special = false, parse_special = false (plus BOS when
+// asked). Only the pre-tokenizers that use exactly this regex are accepted (tokenizer.ggml.pre
+// "gpt-2", "phi-2", "mpt", "olmo", ...); others throw Error rather than tokenize differently.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace lowbit {
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  explicit BpeTokenizer(const VocabData& vocab);
+
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override;
+  std::string DecodeToken(int32_t id, int32_t previous) const override;
+  std::string Piece(int32_t id) const override;
+  int32_t vocab_size() const override { return index_.size(); }
+  int32_t bos_id() const override { return bos_id_; }
+  int32_t eos_id() const override { return eos_id_; }
+
+  // The GPT-2 pre-tokenizer split of `text` (UTF-8 in, UTF-8 pieces out; invalid bytes become
+  // U+FFFD as in llama.cpp). Exposed for tests.
+  static std::vector<std::string> PreTokenize(std::string_view text);
+
+ private:
+  // Appends the ids of one pre-token, already mapped to the byte-level alphabet.
+  void EncodeWord(std::string_view word, std::vector<int32_t>& out) const;
+  int32_t Rank(std::string_view left, std::string_view right) const;
+
+  VocabIndex index_;
+  std::string source_;
+  int32_t bos_id_, eos_id_;
+  bool add_space_prefix_;
+  // "left right" -> rank. Symbols of the byte-level alphabet never contain a space, so joining a
+  // pair with one space is unambiguous.
+  std::unordered_map<std::string, int32_t> ranks_;
+};
+
+}  // namespace lowbit

@@ -1,0 +1,37 @@
+// Text <-> token ids. Implementations: SentencePiece models (tokenizer.model, through Debian's
+// libsentencepiece) and the vocabularies embedded in GGUF files (llama.cpp's "llama" SPM-style
+// and "gpt2" byte-level BPE).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lowbit {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Token ids of `text`, with BOS first when add_bos; never appends EOS.
+  virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos) const = 0;
+  // The text a token contributes when decoding a stream (byte-fallback tokens give their byte,
+  // SentencePiece's U+2581 becomes a space). `previous` is the id before it (-1 at the start),
+  // so a leading space after BOS can be dropped as SentencePiece does.
+  virtual std::string DecodeToken(int32_t id, int32_t previous) const = 0;
+  // The raw vocabulary entry, for display.
+  virtual std::string Piece(int32_t id) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;
+  virtual int32_t eos_id() const = 0;
+
+  std::string Decode(const std::vector<int32_t>& ids) const;  // concatenated DecodeToken
+};
+
+// PATH may be a model folder (uses its tokenizer.model), a tokenizer.model file, or a GGUF file
+// (its embedded vocabulary, including vocabulary-only GGUF files). Throws Error naming the path.
+std::unique_ptr<Tokenizer> LoadTokenizer(const std::filesystem::path& path);
+
+}  // namespace lowbit

@@ -1,0 +1,343 @@
+// GGUF vocabulary tokenizers: llama.cpp's own conformance data (test-tokenizer-0's .inp/.out pairs
+// for the llama-spm and gpt-2 vocabularies, every case), decode round trips, the GPT-2
+// pre-tokenizer split, and small in-memory vocabularies for the rules the real files do not reach
+// (byte fallback, score order, user-defined tokens, error messages).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/spm_tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kVocabDir = LOWBIT_SOURCE_DIR "/../shared/tokenizers/ggml-vocab";
+
+std::string ReadAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path.string());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Case {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// Reads the pair the way llama.cpp's tests/test-tokenizer-0.cpp does: inputs are separated by
+// "\n__ggml_vocab_test__\n" (so a case's own trailing newline is part of the separator), outputs
+// are one line of space-separated ids per case, surrounding white space ignored.
+std::vector<Case> ReadCases(const fs::path& gguf) {
+  const std::string inp = ReadAll(gguf.string() + ".inp");
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<Case> cases;
+  for (size_t pos = 0; pos < inp.size();) {
+    const size_t next = inp.find(sep, pos);
+    const size_t len = next == std::string::npos ? std::string::npos : next - pos;
+    cases.push_back({inp.substr(pos, len), {}});
+    if (next == std::string::npos) break;
+    pos = next + sep.size();
+  }
+  std::ifstream out(gguf.string() + ".out");
+  size_t i = 0;
+  for (std::string line; std::getline(out, line); ++i) {
+    if (i >= cases.size()) throw std::runtime_error("more .out lines than .inp cases");
+    std::istringstream ids(line);
+    for (int32_t id; ids >> id;) cases[i].ids.push_back(id);
+  }
+  if (i != cases.size()) throw std::runtime_error(".inp and .out hold different case counts");
+  return cases;
+}
+
+// Shows control and non-ASCII bytes so a failing case is readable in a terminal.
+std::string Escape(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (b < 0x20 || b >= 0x7F) out += fmt::format("\\x{:02x}", b);
+    else out += c;
+  }
+  return out;
+}
+
+std::string Join(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (const int32_t id : ids) out += (out.empty() ? "" : " ") + std::to_string(id);
+  return out;
+}
+
+std::unique_ptr<Tokenizer> LoadGguf(const fs::path& path) {
+  return MakeGgufTokenizer(ReadGgufVocab(GgufFile::Open(path)));
+}
+
+// Encodes every case without BOS; reports the first mismatch in full and the pass count.
+void RunConformance(const std::string& name) {
+  const fs::path path = kVocabDir / name;
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not available";
+  const auto tokenizer = LoadGguf(path);
+  const std::vector<Case> cases = ReadCases(path);
+  ASSERT_GT(cases.size(), 40u);
+  size_t passed = 0;
+  bool reported = false;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int32_t> got = tokenizer->Encode(cases[i].text, false);
+    if (got == cases[i].ids) {
+      ++passed;
+    } else if (!reported) {
+      reported = true;
+      ADD_FAILURE() << name << " case " << i << " \"" << Escape(cases[i].text) << "\"\n  expected: "
+                    << Join(cases[i].ids) << "\n  got:      " << Join(got);
+    }
+  }
+  std::cout << name << ": " << passed << "/" << cases.size() << " cases match llama.cpp\n";
+  EXPECT_EQ(passed, cases.size());
+}
+
+TEST(GgufVocab, LlamaSpmMatchesLlamaCpp) { RunConformance("ggml-vocab-llama-spm.gguf"); }
+TEST(GgufVocab, Gpt2MatchesLlamaCpp) { RunConformance("ggml-vocab-gpt-2.gguf"); }
+
+TEST(GgufVocab, ReadsLlamaSpmKeysAndDefaults) {
+  const fs::path path = kVocabDir / "ggml-vocab-llama-spm.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not available";
+  const VocabData vocab = ReadGgufVocab(GgufFile::Open(path));
+  EXPECT_EQ(vocab.model, "llama");
+  EXPECT_EQ(vocab.pre, "default");
+  ASSERT_EQ(vocab.tokens.size(), 32000u);
+  EXPECT_EQ(vocab.scores.size(), 32000u);
+  EXPECT_EQ(vocab.token_types[0], kTokenUnknown);
+  EXPECT_EQ(vocab.token_types[3], kTokenByte);
+  EXPECT_EQ(vocab.bos_id, 1);
+  EXPECT_EQ(vocab.eos_id, 2);
+  EXPECT_EQ(vocab.unk_id, 0);
+  EXPECT_TRUE(vocab.add_space_prefix);  // absent from the file: llama.cpp's SPM default
+  EXPECT_TRUE(vocab.add_bos);
+  const auto tokenizer = MakeGgufTokenizer(vocab);
+  EXPECT_EQ(tokenizer->vocab_size(), 32000);
+  EXPECT_EQ(tokenizer->Piece(3), "<0x00>");
+  EXPECT_EQ(tokenizer->Encode("Hello world", true), (std::vector<int32_t>{1, 15043, 3186}));
+}
+
+// Decode(Encode(s)) gives s back: the encoder adds one space in front and DecodeToken drops one
+// space from the first token (at the start of the stream or right after BOS).
+TEST(GgufVocab, LlamaSpmDecodeRoundTrips) {
+  const fs::path path = kVocabDir / "ggml-vocab-llama-spm.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not available";
+  const auto tokenizer = LoadGguf(path);
+  size_t ascii = 0;
+  for (const Case& c : ReadCases(path)) {
+    if (std::any_of(c.text.begin(), c.text.end(), [](char ch) { return ch & 0x80; })) continue;
+    ++ascii;
+    EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(c.text, false)), c.text) << Escape(c.text);
+    EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(c.text, true)), c.text) << Escape(c.text);
+  }
+  EXPECT_GT(ascii, 30u);
+  // Byte-fallback tokens decode to their bytes, which reassemble the UTF-8 text.
+  const std::string llama = " this is \xF0\x9F\xA6\x99.cpp";
+  EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(llama, false)), llama);
+  EXPECT_EQ(tokenizer->DecodeToken(29871, -1), "");    // the lone dummy-prefix space
+  EXPECT_EQ(tokenizer->DecodeToken(29871, 15043), " ");
+  EXPECT_EQ(tokenizer->DecodeToken(1, -1), "");        // <s> is a control token
+  EXPECT_EQ(tokenizer->DecodeToken(13, 15043), "\n");  // <0x0A>
+}
+
+// Byte-level BPE loses nothing, so every valid UTF-8 case decodes back exactly.
+TEST(GgufVocab, Gpt2DecodeRoundTrips) {
+  const fs::path path = kVocabDir / "ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not available";
+  const auto tokenizer = LoadGguf(path);
+  for (const Case& c : ReadCases(path))
+    EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(c.text, false)), c.text) << Escape(c.text);
+  EXPECT_EQ(tokenizer->bos_id(), 50256);
+  EXPECT_EQ(tokenizer->DecodeToken(50256, -1), "");  // <|endoftext|> is a control token
+  EXPECT_EQ(tokenizer->Piece(220), "\xC4\xA0");      // "Ġ", the byte-level space
+}
+
+TEST(Gpt2PreTokenizer, SplitsLikeTheRegex) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(BpeTokenizer::PreTokenize("Hello, y'all! I've 3.14"),
+            (V{"Hello", ",", " y", "'", "all", "!", " I", "'ve", " 3", ".", "14"}));
+  // A run of white space leaves its last character to the word after it; at the end it stays.
+  EXPECT_EQ(BpeTokenizer::PreTokenize("a   b  \n"), (V{"a", "  ", " b", "  \n"}));
+  EXPECT_EQ(BpeTokenizer::PreTokenize("\n =\t\tx"), (V{"\n", " =", "\t", "\t", "x"}));
+  // Contractions are lower case only; "'S" is punctuation followed by a letter.
+  EXPECT_EQ(BpeTokenizer::PreTokenize("IT'S x's"), (V{"IT", "'", "S", " x", "'s"}));
+  // Letters and numbers of any script; U+00BD is a number, U+3000 is white space.
+  EXPECT_EQ(BpeTokenizer::PreTokenize("\xD0\xBD\xD0\xB5 4\xC2\xBD\xE3\x80\x80\xE5\xA4\xA9"),
+            (V{"\xD0\xBD\xD0\xB5", " 4\xC2\xBD", "\xE3\x80\x80", "\xE5\xA4\xA9"}));
+  // Invalid UTF-8 reads as U+FFFD (a symbol), one per bad byte.
+  EXPECT_EQ(BpeTokenizer::PreTokenize("a\xFF\xC3"), (V{"a", "\xEF\xBF\xBD\xEF\xBF\xBD"}));
+  EXPECT_TRUE(BpeTokenizer::PreTokenize("").empty());
+}
+
+// A tiny SPM vocabulary: <unk> <s> </s>, byte tokens for 'a' 'b' 'c' ' '... only where listed.
+VocabData TinySpm() {
+  VocabData v;
+  v.source = "tiny-spm";
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>", "<0x63>", "<0xC3>", "<0xA9>", "\xE2\x96\x81",
+              "a", "b", "\xE2\x96\x81" "a", "ab", "\xE2\x96\x81" "ab", "bb", "<tag>"};
+  v.scores = {0, 0, 0, 0, 0, 0, -1, -2, -2, -3, -1, -5, -0.5f, 0};
+  v.token_types = {2, 3, 3, 6, 6, 6, 1, 1, 1, 1, 1, 1, 1, 4};
+  v.bos_id = 1, v.eos_id = 2, v.unk_id = 0;
+  v.add_space_prefix = true;
+  v.add_bos = true;
+  return v;
+}
+
+TEST(SpmTokenizer, MergesByScoreAndFallsBackToBytes) {
+  const SpmTokenizer tok(TinySpm());
+  // "▁abb": ▁a (-3) loses to bb (-0.5) and ab (-1); bb is taken first, then ▁a.
+  EXPECT_EQ(tok.Encode("abb", false), (std::vector<int32_t>{9, 12}));
+  // "▁ab": ab (-1) beats ▁a (-3), then ▁ab (-5) joins the rest.
+  EXPECT_EQ(tok.Encode("ab", false), (std::vector<int32_t>{11}));
+  // 'c' and 'é' are not pieces: their UTF-8 bytes become <0x63> <0xC3> <0xA9>.
+  EXPECT_EQ(tok.Encode("c\xC3\xA9", true), (std::vector<int32_t>{1, 6, 3, 4, 5}));
+  // A byte with no <0xXX> piece has no token at all: <unk> stands in.
+  EXPECT_EQ(tok.Encode("d", false), (std::vector<int32_t>{6, 0}));
+  EXPECT_TRUE(tok.Encode("", false).empty());
+  EXPECT_EQ(tok.Decode(tok.Encode("ab c\xC3\xA9", false)), "ab c\xC3\xA9");
+}
+
+TEST(SpmTokenizer, UserDefinedTokensSplitTheTextAndRestartThePrefix) {
+  const SpmTokenizer tok(TinySpm());
+  // Text after a user-defined token gets the dummy-prefix space again, as in llama.cpp.
+  EXPECT_EQ(tok.Encode("a<tag>a", false), (std::vector<int32_t>{9, 13, 9}));
+  EXPECT_EQ(tok.Encode("<tag>", false), (std::vector<int32_t>{13}));
+  EXPECT_EQ(tok.DecodeToken(13, 9), "<tag>");
+  VocabData no_prefix = TinySpm();
+  no_prefix.add_space_prefix = false;
+  EXPECT_EQ(SpmTokenizer(no_prefix).Encode("ab", false), (std::vector<int32_t>{10}));
+}
+
+TEST(BpeTokenizer, MergesByRankAndKeepsTheFirstDuplicate) {
+  VocabData v;
+  v.model = "gpt2";
+  v.pre = "gpt-2";
+  v.tokens = {"a", "b", "c", "ab", "bc", "abc", "\xC4\xA0", "\xC4\xA0" "a", "<|endoftext|>"};
+  v.merges = {"b c", "a b", "a bc", "ab c", "b c", "\xC4\xA0 a", "nospace"};
+  v.bos_id = v.eos_id = 8;
+  const BpeTokenizer tok(v);
+  // "b c" (rank 0) first, then "a bc" (rank 2); "ab c" (rank 3) never gets a chance.
+  EXPECT_EQ(tok.Encode("abc", false), (std::vector<int32_t>{5}));
+  EXPECT_EQ(tok.Encode("ab a", true), (std::vector<int32_t>{8, 3, 7}));
+  // 'd' has no token and no one-byte token: llama.cpp drops it.
+  EXPECT_EQ(tok.Encode("dab", false), (std::vector<int32_t>{3}));
+  EXPECT_EQ(tok.Decode({3, 7}), "ab a");
+  EXPECT_EQ(tok.DecodeToken(8, -1), "");  // forced to a control token by its name
+}
+
+// Expects lowbit::Error whose message contains every needle.
+template <class F>
+void ExpectError(F&& f, std::initializer_list<std::string_view> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected lowbit::Error";
+  } catch (const Error& e) {
+    for (std::string_view needle : needles)
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(GgufVocab, RejectsWhatItCannotTokenizeFaithfully) {
+  VocabData v = TinySpm();
+  v.model = "bert";
+  ExpectError([&] { MakeGgufTokenizer(v); }, {"tiny-spm", "'bert'", "'llama'", "'gpt2'"});
+  v = TinySpm();
+  v.tokens[8] = "a";
+  ExpectError([&] { SpmTokenizer tok(v); }, {"tiny-spm", "tokenizer.ggml.tokens[8]", "duplicates token 7"});
+  v = TinySpm();
+  v.scores.pop_back();
+  ExpectError([&] { SpmTokenizer tok(v); }, {"scores"});
+  v = TinySpm();
+  v.bos_id = 99;
+  ExpectError([&] { SpmTokenizer tok(v); }, {"bos", "99"});
+  v.model = "gpt2";
+  v.bos_id = 1;
+  v.pre = "llama-bpe";
+  ExpectError([&] { MakeGgufTokenizer(v); }, {"tokenizer.ggml.pre", "'llama-bpe'", "'gpt-2'"});
+}
+
+// Writes a GGUF file with only metadata: string, u32, bool and array values.
+class GgufWriter {
+ public:
+  void String(std::string_view key, std::string_view value) { Key(key, 8); Str(value); }
+  void U32(std::string_view key, uint32_t value) { Key(key, 4); Pod(value); }
+  void Strings(std::string_view key, const std::vector<std::string>& values) {
+    Key(key, 9), Pod(uint32_t{8}), Pod(uint64_t{values.size()});
+    for (const auto& s : values) Str(s);
+  }
+  void Floats(std::string_view key, const std::vector<float>& values) {
+    Key(key, 9), Pod(uint32_t{6}), Pod(uint64_t{values.size()});
+    for (float f : values) Pod(f);
+  }
+  fs::path Write(const std::string& name) const {
+    std::string bytes = "GGUF";
+    const auto put = [&](auto v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+    put(uint32_t{3}), put(uint64_t{0}), put(uint64_t{count_});
+    bytes += body_;
+    bytes.resize((bytes.size() + 31) / 32 * 32, '\0');  // an empty data section, aligned
+    const fs::path path =
+        fs::temp_directory_path() / (name + "-" + std::to_string(getpid()) + ".gguf");
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+
+ private:
+  template <class T>
+  void Pod(T v) { body_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+  void Str(std::string_view s) { Pod(uint64_t{s.size()}), body_ += s; }
+  void Key(std::string_view key, uint32_t type) { ++count_, Str(key), Pod(type); }
+  std::string body_;
+  uint64_t count_ = 0;
+};
+
+TEST(GgufVocab, ReadErrorsNameTheFileAndKey) {
+  GgufWriter w;
+  w.String("general.architecture", "llama");
+  w.Strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "x"});
+  const fs::path no_model = w.Write("vocab-no-model");
+  ExpectError([&] { ReadGgufVocab(GgufFile::Open(no_model)); },
+              {no_model.string(), "tokenizer.ggml.model"});
+
+  w.String("tokenizer.ggml.model", "llama");
+  w.Floats("tokenizer.ggml.scores", {0, 0, 0});
+  const fs::path short_scores = w.Write("vocab-short-scores");
+  ExpectError([&] { ReadGgufVocab(GgufFile::Open(short_scores)); },
+              {short_scores.string(), "tokenizer.ggml.scores", "3"});
+
+  GgufWriter ok;
+  ok.String("tokenizer.ggml.model", "gpt2");
+  ok.String("tokenizer.ggml.pre", "gpt-2");
+  ok.Strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  const fs::path no_merges = ok.Write("vocab-no-merges");
+  ExpectError([&] { ReadGgufVocab(GgufFile::Open(no_merges)); },
+              {no_merges.string(), "tokenizer.ggml.merges"});
+  ok.Strings("tokenizer.ggml.merges", {"a b"});
+  ok.U32("tokenizer.ggml.bos_token_id", 7);  // outside the vocabulary: ignored, as llama.cpp does
+  const fs::path good = ok.Write("vocab-good");
+  const VocabData vocab = ReadGgufVocab(GgufFile::Open(good));
+  EXPECT_EQ(vocab.bos_id, -1);  // the gpt2 default (11) does not fit either
+  EXPECT_FALSE(vocab.add_space_prefix);
+  EXPECT_EQ(MakeGgufTokenizer(vocab)->Encode("ab", false), (std::vector<int32_t>{2}));
+  for (const auto& p : {no_model, short_scores, no_merges, good}) fs::remove(p);
+}
+
+}  // namespace
+}  // namespace lowbit
