@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 namespace {
 
@@ -104,6 +107,66 @@ TEST(Cli, DemoRunsOnTheBundledModel) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("nvfp4"), std::string::npos);
   EXPECT_NE(r.out.find("4.1250"), std::string::npos) << "int4 g128 bits/weight";
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CliEngine, PplCompareGenerateTokenizeJson) {
+  // A short text keeps this fast: the first 20 KB of the KJV test split.
+  const std::string text = "/tmp/lowbit_cli_kjv_" + std::to_string(::getpid()) + ".txt";
+  {
+    std::ifstream in(LOWBIT_SOURCE_DIR "/data/kjv-test.txt");
+    std::string s(20000, '\0');
+    in.read(s.data(), static_cast<std::streamsize>(s.size()));
+    std::ofstream(text) << s.substr(0, static_cast<size_t>(in.gcount()));
+  }
+  auto r = RunLowbit("ppl --model models/kjv-llama-7m --text " + text + " --ctx 128 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"ppl", "ppl_stderr", "tokens", "tokens_per_second"}) EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j["ppl"].get<double>(), 20.0);
+  EXPECT_LT(j["ppl"].get<double>(), 200.0);
+
+  r = RunLowbit("compare --base models/kjv-llama-7m --model models/kjv-llama-7m --text " + text + " --ctx 128 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  for (const char* key : {"kld_mean", "kld_median", "kld_p99", "top1_agreement", "ppl_base", "ppl", "tokens"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_NEAR(j["kld_mean"].get<double>(), 0.0, 1e-9);
+  EXPECT_DOUBLE_EQ(j["top1_agreement"].get<double>(), 1.0);
+
+  r = RunLowbit("generate --model models/kjv-llama-7m --prompt 'And God said' -n 8 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["generated_tokens"], 8);
+  const auto again = nlohmann::json::parse(RunLowbit("generate --model models/kjv-llama-7m --prompt 'And God said' -n 8 --json").out);
+  EXPECT_EQ(j["text"], again["text"]) << "greedy decoding is deterministic";
+
+  r = RunLowbit("tokenize --model models/kjv-llama-7m --text 'In the beginning' --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], nlohmann::json({1, 1040, 261, 2108}));
+  std::remove(text.c_str());
+}
+
+TEST(CliEngine, TokenizeReadsVocabularyOnlyGguf) {
+  const std::string gguf = LOWBIT_SOURCE_DIR "/../shared/tokenizers/ggml-vocab/ggml-vocab-llama-spm.gguf";
+  if (!std::filesystem::exists(gguf)) GTEST_SKIP() << "../shared is not available";
+  const auto r = RunLowbit("tokenize --model " + gguf + " --text 'Hello world' --no-bos --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], nlohmann::json({15043, 3186}));
+}
+
+TEST(CliEngine, ErrorsNameTheProblem) {
+  auto r = RunLowbit("ppl --model models/kjv-llama-7m --text /nonexistent.txt");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("/nonexistent.txt"), std::string::npos) << r.out;
+  r = RunLowbit("ppl --model /nonexistent-model --text data/kjv-test.txt");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("/nonexistent-model"), std::string::npos) << r.out;
+  r = RunLowbit("generate --model models/kjv-llama-7m");
+  EXPECT_NE(r.status, 0);  // --prompt is required
 }
 
 }  // namespace
