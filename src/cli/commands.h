@@ -13,5 +13,7 @@ void AddBenchCommand(CLI::App& app);
 void AddEvalCommands(CLI::App& app);  // ppl, compare
 void AddGenerateCommand(CLI::App& app);
 void AddTokenizeCommand(CLI::App& app);
+void AddPlanCommands(CLI::App& app);  // plan, advise
+void AddQuantizeCommand(CLI::App& app);
 
 }  // namespace lowbit::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   lowbit::cli::AddEvalCommands(app);
   lowbit::cli::AddGenerateCommand(app);
   lowbit::cli::AddTokenizeCommand(app);
+  lowbit::cli::AddPlanCommands(app);
+  lowbit::cli::AddQuantizeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/thread_pool.h"
 #include "io/model_loader.h"
 #include "model/quantize_weights.h"
 
@@ -19,6 +20,24 @@ LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::str
 
 std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string& path) {
   return tokenizer.Encode(ReadTextFile(path), /*add_bos=*/true);
+}
+
+std::vector<int32_t> TokenizeLines(const Tokenizer& tokenizer, const std::string& text, size_t threads) {
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) lines.emplace_back(text.data() + start, end - start);
+    start = end + 1;
+  }
+  std::vector<std::vector<int32_t>> parts(lines.size());
+  ThreadPool pool(threads);
+  pool.ParallelFor(lines.size(), [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) parts[i] = tokenizer.Encode(lines[i], false);
+  });
+  std::vector<int32_t> tokens = {tokenizer.bos_id()};
+  for (const auto& p : parts) tokens.insert(tokens.end(), p.begin(), p.end());
+  return tokens;
 }
 
 }  // namespace lowbit::cli

@@ -24,6 +24,10 @@ LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::str
 // Reads a text file and tokenizes it with BOS (the llama-perplexity protocol).
 std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string& path);
 
+// Tokenizes a large text line by line on all threads (BOS first, lines concatenated): for
+// calibration, where whole-text tokenization of megabytes would dominate the run time.
+std::vector<int32_t> TokenizeLines(const Tokenizer& tokenizer, const std::string& text, size_t threads);
+
 struct GenerationResult {
   std::string text;
   size_t prompt_tokens = 0, generated = 0;

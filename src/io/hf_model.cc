@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 
 namespace lowbit {
@@ -10,9 +11,15 @@ namespace {
 
 class HfTensors {
  public:
-  explicit HfTensors(const std::filesystem::path& folder) : model_(SafetensorsModel::Open(folder)) {}
+  // The quantization config is read first so that a foreign quantized checkpoint fails with
+  // "not supported" rather than with a missing-tensor or dtype error.
+  explicit HfTensors(const std::filesystem::path& folder)
+      : quantized_(QuantizedLinears::FromFolder(folder)), model_(SafetensorsModel::Open(folder)) {
+    quantized_.CheckTensors(model_);
+  }
 
   bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
+  bool HasLinear(const std::string& name) const { return Has(name + ".weight") || quantized_.Has(name); }
 
   std::vector<float> Vector(const std::string& name, uint64_t n) const {
     const TensorView& t = model_.Get(name);
@@ -21,17 +28,22 @@ class HfTensors {
   }
 
   Linear Matrix(const std::string& name, uint64_t rows, uint64_t cols, bool with_bias) const {
-    const TensorView& t = model_.Get(name + ".weight");
-    if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
-      Fail("{}: tensor '{}.weight' has shape {}, expected [{}, {}]", model_.path().string(), name,
-           fmt::format("[{}]", fmt::join(t.shape, ", ")), rows, cols);
     Linear l;
-    l.weight = DenseMatrix{rows, cols, ToFloat32(t)};
+    if (quantized_.Has(name)) {  // a lowbit quantized checkpoint (io/quantized_checkpoint.h)
+      l.weight = quantized_.Load(model_, name, rows, cols);
+    } else {
+      const TensorView& t = model_.Get(name + ".weight");
+      if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
+        Fail("{}: tensor '{}.weight' has shape {}, expected [{}, {}]", model_.path().string(), name,
+             fmt::format("[{}]", fmt::join(t.shape, ", ")), rows, cols);
+      l.weight = DenseMatrix{rows, cols, ToFloat32(t)};
+    }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     return l;
   }
 
  private:
+  QuantizedLinears quantized_;
   SafetensorsModel model_;
 };
 
@@ -61,7 +73,7 @@ Model LoadHfModel(const std::filesystem::path& folder) {
     m.weights.layers.push_back(std::move(l));
   }
   m.weights.final_norm = t.Vector("model.norm.weight", c.dim);
-  if (!c.tie_embeddings && t.Has("lm_head.weight")) {
+  if (!c.tie_embeddings && t.HasLinear("lm_head")) {
     m.weights.lm_head = t.Matrix("lm_head", c.vocab_size, c.dim, false);
   } else {
     m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed};

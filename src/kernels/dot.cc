@@ -27,30 +27,50 @@ float DotImpl(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t n
   return sum;
 }
 
-void DotRowsImpl(const float* HWY_RESTRICT w, size_t cols, size_t row_begin, size_t row_end,
-                 const float* HWY_RESTRICT x, size_t n_tokens, float* HWY_RESTRICT y, size_t y_stride) {
+// One token block (up to 4 tokens) against a block of up to 4 weight rows: a 4 x 4 tile of
+// accumulators, so each loaded vector feeds four FMAs.
+template <size_t kRows, size_t kTokens>
+HWY_INLINE void Tile(const float* HWY_RESTRICT w, size_t cols, size_t r0, const float* HWY_RESTRICT x, size_t t0,
+                     float* HWY_RESTRICT y, size_t y_stride) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  for (size_t r = row_begin; r < row_end; ++r) {
-    const float* row = w + r * cols;
-    size_t t = 0;
-    for (; t + 4 <= n_tokens; t += 4) {
-      const float* x0 = x + t * cols;
-      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-      size_t i = 0;
-      for (; i + N <= cols; i += N) {
-        const auto wv = hn::LoadU(d, row + i);
-        a0 = hn::MulAdd(wv, hn::LoadU(d, x0 + i), a0);
-        a1 = hn::MulAdd(wv, hn::LoadU(d, x0 + cols + i), a1);
-        a2 = hn::MulAdd(wv, hn::LoadU(d, x0 + 2 * cols + i), a2);
-        a3 = hn::MulAdd(wv, hn::LoadU(d, x0 + 3 * cols + i), a3);
-      }
-      float s[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)), hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
-      for (; i < cols; ++i)
-        for (int k = 0; k < 4; ++k) s[k] += row[i] * x0[k * cols + i];
-      for (int k = 0; k < 4; ++k) y[(t + k) * y_stride + r] = s[k];
+  hn::Vec<decltype(d)> acc[kRows][kTokens];
+  for (size_t r = 0; r < kRows; ++r)
+    for (size_t t = 0; t < kTokens; ++t) acc[r][t] = hn::Zero(d);
+  size_t i = 0;
+  for (; i + N <= cols; i += N) {
+    hn::Vec<decltype(d)> xv[kTokens];
+    for (size_t t = 0; t < kTokens; ++t) xv[t] = hn::LoadU(d, x + (t0 + t) * cols + i);
+    for (size_t r = 0; r < kRows; ++r) {
+      const auto wv = hn::LoadU(d, w + (r0 + r) * cols + i);
+      for (size_t t = 0; t < kTokens; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
     }
-    for (; t < n_tokens; ++t) y[t * y_stride + r] = DotImpl(row, x + t * cols, cols);
+  }
+  for (size_t r = 0; r < kRows; ++r)
+    for (size_t t = 0; t < kTokens; ++t) {
+      float s = hn::GetLane(hn::SumOfLanes(d, acc[r][t]));
+      for (size_t k = i; k < cols; ++k) s += w[(r0 + r) * cols + k] * x[(t0 + t) * cols + k];
+      y[(t0 + t) * y_stride + r0 + r] = s;
+    }
+}
+
+template <size_t kRows>
+HWY_INLINE void RowBlock(const float* HWY_RESTRICT w, size_t cols, size_t r0, const float* HWY_RESTRICT x,
+                         size_t t_begin, size_t t_end, float* HWY_RESTRICT y, size_t y_stride) {
+  size_t t = t_begin;
+  for (; t + 4 <= t_end; t += 4) Tile<kRows, 4>(w, cols, r0, x, t, y, y_stride);
+  for (; t < t_end; ++t) Tile<kRows, 1>(w, cols, r0, x, t, y, y_stride);
+}
+
+void DotRowsImpl(const float* HWY_RESTRICT w, size_t cols, size_t row_begin, size_t row_end,
+                 const float* HWY_RESTRICT x, size_t n_tokens, float* HWY_RESTRICT y, size_t y_stride) {
+  // Tokens in chunks that stay in L2 while every row block of this thread passes over them.
+  constexpr size_t kTokenChunk = 32;
+  for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+    const size_t t1 = t0 + kTokenChunk < n_tokens ? t0 + kTokenChunk : n_tokens;
+    size_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) RowBlock<4>(w, cols, r, x, t0, t1, y, y_stride);
+    for (; r < row_end; ++r) RowBlock<1>(w, cols, r, x, t0, t1, y, y_stride);
   }
 }
 

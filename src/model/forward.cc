@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "kernels/dot.h"
 #include "kernels/matmul.h"
 
 namespace lowbit {
@@ -77,10 +78,7 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
       scores.resize(pos + 1);
       float max_score = -INFINITY;
       for (size_t p = 0; p <= pos; ++p) {
-        const float* k = cache.K(layer, p) + kv_offset;
-        float s = 0;
-        for (size_t i = 0; i < hd; ++i) s += qh[i] * k[i];
-        scores[p] = s * scale;
+        scores[p] = Dot(qh, cache.K(layer, p) + kv_offset, hd) * scale;
         max_score = std::max(max_score, scores[p]);
       }
       float sum = 0;
@@ -96,6 +94,64 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
   });
 }
 
+std::vector<float> Engine::Embed(std::span<const BatchItem> batch) const {
+  const ModelConfig& c = model_.config;
+  size_t total = 0;
+  for (const BatchItem& item : batch) total += item.tokens.size();
+  std::vector<float> x(total * c.dim);
+  size_t row = 0;
+  for (const BatchItem& item : batch)
+    for (const int32_t id : item.tokens) {
+      if (id < 0 || static_cast<uint32_t>(id) >= c.vocab_size)
+        Fail("token id {} is outside the vocabulary of {} tokens", id, c.vocab_size);
+      std::copy_n(&model_.weights.embed[static_cast<size_t>(id) * c.dim], c.dim, &x[row++ * c.dim]);
+    }
+  return x;
+}
+
+bool Engine::ForwardLayer(size_t l, std::span<BatchItem> batch, std::vector<float>& x, const LinearObserver* observer) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& lw = model_.weights.layers[l];
+  const size_t dim = c.dim, total = x.size() / dim;
+  std::vector<float> xn(total * dim), q(total * c.q_dim()), k(total * c.kv_dim()), v(total * c.kv_dim()),
+      att(total * c.q_dim()), proj(total * dim), gate(total * c.ffn_dim), up(total * c.ffn_dim);
+  auto observe = [&](LinearInput input, const std::vector<float>& in, size_t cols) {
+    return !observer || (*observer)(l, input, in.data(), total, cols);
+  };
+
+  for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.attn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
+  if (!observe(LinearInput::kQkv, xn, dim)) return false;
+  MatMul(lw.wq, xn.data(), total, q.data(), pool_);
+  MatMul(lw.wk, xn.data(), total, k.data(), pool_);
+  MatMul(lw.wv, xn.data(), total, v.data(), pool_);
+  size_t row = 0;
+  for (BatchItem& item : batch)
+    for (size_t t = 0; t < item.tokens.size(); ++t, ++row) {
+      const size_t pos = item.cache->size() + t;
+      ApplyRope(&q[row * c.q_dim()], c.n_heads, pos);
+      ApplyRope(&k[row * c.kv_dim()], c.n_kv_heads, pos);
+      std::copy_n(&k[row * c.kv_dim()], c.kv_dim(), item.cache->K(l, pos));
+      std::copy_n(&v[row * c.kv_dim()], c.kv_dim(), item.cache->V(l, pos));
+    }
+  Attention(l, batch, q.data(), att.data());
+  if (!observe(LinearInput::kO, att, c.q_dim())) return false;
+  MatMul(lw.wo, att.data(), total, proj.data(), pool_);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+
+  for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
+  if (!observe(LinearInput::kGateUp, xn, dim)) return false;
+  MatMul(lw.w_gate, xn.data(), total, gate.data(), pool_);
+  MatMul(lw.w_up, xn.data(), total, up.data(), pool_);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
+  }
+  if (!observe(LinearInput::kDown, gate, c.ffn_dim)) return false;
+  MatMul(lw.w_down, gate.data(), total, proj.data(), pool_);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+  return true;
+}
+
 void Engine::Forward(std::span<BatchItem> batch) {
   const ModelConfig& c = model_.config;
   const ModelWeights& w = model_.weights;
@@ -107,50 +163,12 @@ void Engine::Forward(std::span<BatchItem> batch) {
     total += item.tokens.size();
   }
   if (total == 0) return;
-  const size_t dim = c.dim;
-  std::vector<float> x(total * dim), xn(total * dim), q(total * c.q_dim()), k(total * c.kv_dim()),
-      v(total * c.kv_dim()), att(total * c.q_dim()), proj(total * dim), gate(total * c.ffn_dim),
-      up(total * c.ffn_dim);
-  size_t row = 0;
-  for (const BatchItem& item : batch)
-    for (const int32_t id : item.tokens) {
-      if (id < 0 || static_cast<uint32_t>(id) >= c.vocab_size)
-        Fail("token id {} is outside the vocabulary of {} tokens", id, c.vocab_size);
-      std::copy_n(&w.embed[static_cast<size_t>(id) * dim], dim, &x[row++ * dim]);
-    }
-
-  for (size_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& lw = w.layers[l];
-    for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.attn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
-    MatMul(lw.wq, xn.data(), total, q.data(), pool_);
-    MatMul(lw.wk, xn.data(), total, k.data(), pool_);
-    MatMul(lw.wv, xn.data(), total, v.data(), pool_);
-    row = 0;
-    for (BatchItem& item : batch)
-      for (size_t t = 0; t < item.tokens.size(); ++t, ++row) {
-        const size_t pos = item.cache->size() + t;
-        ApplyRope(&q[row * c.q_dim()], c.n_heads, pos);
-        ApplyRope(&k[row * c.kv_dim()], c.n_kv_heads, pos);
-        std::copy_n(&k[row * c.kv_dim()], c.kv_dim(), item.cache->K(l, pos));
-        std::copy_n(&v[row * c.kv_dim()], c.kv_dim(), item.cache->V(l, pos));
-      }
-    Attention(l, batch, q.data(), att.data());
-    MatMul(lw.wo, att.data(), total, proj.data(), pool_);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-
-    for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
-    MatMul(lw.w_gate, xn.data(), total, gate.data(), pool_);
-    MatMul(lw.w_up, xn.data(), total, up.data(), pool_);
-    for (size_t i = 0; i < gate.size(); ++i) {
-      const float g = gate[i];
-      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
-    }
-    MatMul(lw.w_down, gate.data(), total, proj.data(), pool_);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-  }
+  std::vector<float> x = Embed(batch);
+  for (size_t l = 0; l < c.n_layers; ++l) ForwardLayer(l, batch, x);
 
   // Final norm and logits for the rows each sequence asked for.
-  row = 0;
+  const size_t dim = c.dim;
+  size_t row = 0;
   for (BatchItem& item : batch) {
     const size_t n = item.tokens.size();
     const size_t first = item.all_logits ? 0 : n - 1;

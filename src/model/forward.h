@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -23,6 +24,13 @@ struct BatchItem {
   std::vector<float>* logits;       // out: [n x vocab], n = tokens.size() or 1
 };
 
+// Which linear layers read a given activation matrix (q/k/v share one input, gate/up another).
+enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown };
+// Called with the input of each group of linear layers, before they run: x is [n_tokens x cols].
+// Returning false stops the layer there (calibration passes that only need one input).
+using LinearObserver =
+    std::function<bool(size_t layer, LinearInput input, const float* x, size_t n_tokens, size_t cols)>;
+
 class Engine {
  public:
   Engine(const Model& model, size_t threads);
@@ -34,6 +42,14 @@ class Engine {
   void Forward(std::span<BatchItem> batch);
   // One sequence; returns logits [n x vocab] (all_logits) or [vocab].
   std::vector<float> Forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits);
+
+  // The pieces of Forward, for layer-by-layer calibration: the embeddings of the batch's new
+  // tokens ([total x dim]), then one decoder layer applied in place (writing that layer's K/V
+  // at positions cache->size() + t; caches are not advanced). Returns false if the observer
+  // stopped it early (x is then unchanged only up to that point).
+  std::vector<float> Embed(std::span<const BatchItem> batch) const;
+  bool ForwardLayer(size_t layer, std::span<BatchItem> batch, std::vector<float>& x,
+                    const LinearObserver* observer = nullptr);
 
  private:
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);

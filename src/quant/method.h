@@ -20,12 +20,15 @@ struct WeightToQuantize {
   std::string_view name;
   std::span<const float> values;  // row-major [rows x cols]
   uint64_t rows = 0, cols = 0;
+  const std::vector<double>* hessian = nullptr;  // [cols x cols] sum of x x^T over calibration inputs
 };
 
 class QuantMethod {
  public:
   virtual ~QuantMethod() = default;
   virtual QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const = 0;
+  // Whether Quantize needs WeightToQuantize::hessian (the pipeline then runs calibration).
+  virtual bool needs_hessian() const { return false; }
 };
 
 struct MethodInfo {

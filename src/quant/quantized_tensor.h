@@ -54,6 +54,8 @@ class QuantizedTensor {
   // Dequantizes row r into out[0..cols) with the SIMD decoder.
   void DequantizeRow(uint64_t r, float* out) const;
   std::vector<float> Dequantize() const;
+  // Value of each code (<= 8-bit elements): signed for symmetric integers, raw for asymmetric.
+  std::span<const float> decode_table() const { return decode_table_; }
 
  private:
   QuantScheme scheme_;

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "quant/gptq.h"
 #include "quant/rtn.h"
 
 namespace lowbit {
@@ -71,17 +72,49 @@ class RtnMethod final : public QuantMethod {
   }
 };
 
+class GptqMethod final : public QuantMethod {
+ public:
+  explicit GptqMethod(GptqOptions options) : options_(options) {}
+  bool needs_hessian() const override { return true; }
+  QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
+    if (!w.hessian) Fail("gptq: tensor '{}' has no calibration Hessian (give calibration data)", w.name);
+    return QuantizeGptq(w.values, w.rows, w.cols, scheme, *w.hessian, options_, w.name);
+  }
+
+ private:
+  GptqOptions options_;
+};
+
+std::unique_ptr<QuantMethod> MakeGptq(const nlohmann::json& config) {
+  GptqOptions o;
+  try {
+    o.damp = config.value("damp", o.damp);
+    o.block_size = config.value("block_size", o.block_size);
+    o.act_order = config.value("act_order", o.act_order);
+  } catch (const nlohmann::json::exception& e) {
+    Fail("method 'gptq': bad config value: {}", e.what());
+  }
+  if (!(o.damp >= 0 && o.damp < 1)) Fail("method 'gptq': damp must be in [0, 1), got {}", o.damp);
+  if (o.block_size == 0) Fail("method 'gptq': block_size must be positive");
+  return std::make_unique<GptqMethod>(o);
+}
+
+const std::vector<ElementKind> kAllElements = {ElementKind::kFloat, ElementKind::kInt, ElementKind::kNF4,
+                                               ElementKind::kTernary, ElementKind::kMxInt8};
+const std::vector<GranularityKind> kAllGranularities = {GranularityKind::kTensor, GranularityKind::kChannel,
+                                                        GranularityKind::kToken, GranularityKind::kGroup,
+                                                        GranularityKind::kBlock};
+
 }  // namespace
 
 const MethodRegistry& BuiltinMethods() {
   static const MethodRegistry registry = [] {
     MethodRegistry r;
-    r.Register({"rtn", "round-to-nearest with the scheme's scale rule",
-                {ElementKind::kFloat, ElementKind::kInt, ElementKind::kNF4, ElementKind::kTernary, ElementKind::kMxInt8},
-                {GranularityKind::kTensor, GranularityKind::kChannel, GranularityKind::kToken, GranularityKind::kGroup,
-                 GranularityKind::kBlock},
-                {}},
+    r.Register({"rtn", "round-to-nearest with the scheme's scale rule", kAllElements, kAllGranularities, {}},
                [](const nlohmann::json&) { return std::make_unique<RtnMethod>(); });
+    r.Register({"gptq", "GPTQ: Hessian-weighted error feedback (Frantar et al. 2022)", kAllElements,
+                kAllGranularities, {"damp", "block_size", "act_order"}},
+               MakeGptq);
     return r;
   }();
   return registry;

@@ -51,41 +51,54 @@ void EncodeRow(QuantizedTensor& q, uint64_t r, const float* row) {
   PackCodes(codes.data(), cols, e.bits, out);
 }
 
-QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                            std::string_view tensor_name) {
-  scheme.ValidateShape(rows, cols, tensor_name);
-  if (w.size() != rows * cols)
-    Fail("tensor '{}': {} values given for shape [{} x {}]", tensor_name, w.size(), rows, cols);
+void ChooseCellScale(QuantizedTensor& q, uint64_t cell, std::span<const float> values) {
+  CellStats stats;
+  stats.AddSpan(values.data(), values.size());
+  const CellParams p = ChooseCellParams(q.scheme(), stats, q.tensor_scale());
+  q.SetScale(cell, p.stored_scale);
+  q.SetZero(cell, p.zero);
+}
+
+void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name) {
+  const uint64_t rows = q.rows(), cols = q.cols();
   auto fail_non_finite = [&] {
     for (size_t i = 0; i < w.size(); ++i)
       if (!std::isfinite(w[i]))
         Fail("tensor '{}': non-finite value {} at row {}, column {}", tensor_name, w[i], i / cols, i % cols);
   };
-  QuantizedTensor q(scheme, rows, cols);
   const ScaleGrid g = q.grid();
-  if (scheme.granularity.kind == GranularityKind::kNone) {
+  if (q.scheme().granularity.kind == GranularityKind::kNone) {
     fail_non_finite();
-  } else {
-    std::vector<CellStats> stats(g.cells());
-    for (uint64_t r = 0; r < rows; ++r) {
-      CellStats* row_stats = &stats[(r / g.cell_rows) * g.grid_cols];
-      for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
-        const uint64_t c0 = gc * g.cell_cols, c1 = std::min(c0 + g.cell_cols, cols);
-        row_stats[gc].AddSpan(&w[r * cols + c0], c1 - c0);
-      }
-    }
-    float tensor_amax = 0;
-    for (const CellStats& st : stats) {
-      if (!std::isfinite(st.abs_sum)) fail_non_finite();
-      tensor_amax = std::max(tensor_amax, st.amax);
-    }
-    q.set_tensor_scale(ChooseTensorScale(scheme, tensor_amax));
-    for (uint64_t cell = 0; cell < g.cells(); ++cell) {
-      const CellParams p = ChooseCellParams(scheme, stats[cell], q.tensor_scale());
-      q.SetScale(cell, p.stored_scale);
-      q.SetZero(cell, p.zero);
+    return;
+  }
+  std::vector<CellStats> stats(g.cells());
+  for (uint64_t r = 0; r < rows; ++r) {
+    CellStats* row_stats = &stats[(r / g.cell_rows) * g.grid_cols];
+    for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
+      const uint64_t c0 = gc * g.cell_cols, c1 = std::min(c0 + g.cell_cols, cols);
+      row_stats[gc].AddSpan(&w[r * cols + c0], c1 - c0);
     }
   }
+  float tensor_amax = 0;
+  for (const CellStats& st : stats) {
+    if (!std::isfinite(st.abs_sum)) fail_non_finite();
+    tensor_amax = std::max(tensor_amax, st.amax);
+  }
+  q.set_tensor_scale(ChooseTensorScale(q.scheme(), tensor_amax));
+  for (uint64_t cell = 0; cell < g.cells(); ++cell) {
+    const CellParams p = ChooseCellParams(q.scheme(), stats[cell], q.tensor_scale());
+    q.SetScale(cell, p.stored_scale);
+    q.SetZero(cell, p.zero);
+  }
+}
+
+QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
+                            std::string_view tensor_name) {
+  scheme.ValidateShape(rows, cols, tensor_name);
+  if (w.size() != rows * cols)
+    Fail("tensor '{}': {} values given for shape [{} x {}]", tensor_name, w.size(), rows, cols);
+  QuantizedTensor q(scheme, rows, cols);
+  ChooseScales(q, w, tensor_name);
   for (uint64_t r = 0; r < rows; ++r) EncodeRow(q, r, &w[r * cols]);
   return q;
 }

@@ -16,6 +16,13 @@ namespace lowbit {
 QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
                             std::string_view tensor_name = "tensor");
 
+// Chooses every cell's scale (and zero) of `q` from `w` with the scheme's rule, and the tensor
+// scale where the scheme has one. Throws Error on NaN/Inf input, naming the tensor.
+void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name);
+
+// Chooses the scale of one cell from the values it covers (e.g. one group of one row).
+void ChooseCellScale(QuantizedTensor& q, uint64_t cell, std::span<const float> values);
+
 // Encodes row r of `w` into `q` using the scales/zeros already stored in `q` (used by RTN and
 // by methods that choose scales themselves).
 void EncodeRow(QuantizedTensor& q, uint64_t r, const float* row);

@@ -1,0 +1,204 @@
+// `lowbit quantize`: whole-model post-training quantization through the method registry, with
+// calibration, an optional evaluation against the base, and a recipe card in the output folder.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "cli/session.h"
+#include "core/error.h"
+#include "core/file_util.h"
+#include "eval/compare.h"
+#include "io/quantized_checkpoint.h"
+#include "model/calibration.h"
+#include "model/ptq.h"
+
+namespace lowbit::cli {
+namespace {
+
+struct QuantizeOptions {
+  std::string model, out, recipe, method = "rtn", format, calib, eval;
+  int group = 0;
+  bool asym = false, act_order = false, json = false;
+  size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0;
+  uint64_t seed = 0;
+};
+
+// The recipe: what to run. From --recipe JSON (unknown keys are errors) or from the flags.
+struct Recipe {
+  std::string method, format;
+  nlohmann::json config = nlohmann::json::object();
+  std::string calib_file;
+  size_t calib_samples = 128, calib_len = 256;
+  uint64_t seed = 0;
+  nlohmann::json ToJson() const {
+    return {{"method", method}, {"format", format}, {"config", config},
+            {"calibration", {{"file", calib_file}, {"samples", calib_samples}, {"length", calib_len}, {"seed", seed}}}};
+  }
+};
+
+Recipe RecipeFrom(const QuantizeOptions& o) {
+  Recipe r;
+  if (!o.recipe.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(ReadTextFile(o.recipe));
+    } catch (const nlohmann::json::parse_error& e) {
+      Fail("{}: not valid JSON: {}", o.recipe, e.what());
+    }
+    if (!j.is_object()) Fail("{}: a recipe is a JSON object", o.recipe);
+    for (const auto& [key, value] : j.items())
+      if (key != "method" && key != "format" && key != "config" && key != "calibration")
+        Fail("{}: unknown recipe key '{}' (known: method, format, config, calibration)", o.recipe, key);
+    try {
+      r.method = j.value("method", "rtn");
+      r.format = j.at("format").get<std::string>();
+      r.config = j.value("config", nlohmann::json::object());
+      if (j.contains("calibration")) {
+        const auto& c = j["calibration"];
+        for (const auto& [key, value] : c.items())
+          if (key != "file" && key != "samples" && key != "length" && key != "seed")
+            Fail("{}: unknown calibration key '{}' (known: file, samples, length, seed)", o.recipe, key);
+        r.calib_file = c.value("file", "");
+        r.calib_samples = c.value("samples", r.calib_samples);
+        r.calib_len = c.value("length", r.calib_len);
+        r.seed = c.value("seed", r.seed);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      Fail("{}: {}", o.recipe, e.what());
+    }
+    if (!o.calib.empty()) r.calib_file = o.calib;
+    return r;
+  }
+  if (o.format.empty()) Fail("quantize: give --recipe FILE or --format F (with --method M)");
+  r.method = o.method;
+  r.format = o.format;
+  if (o.group != 0) r.format += o.group < 0 ? ":channel" : ":g" + std::to_string(o.group);
+  if (o.asym) r.format += ":asym";
+  if (o.act_order) r.config["act_order"] = true;
+  r.calib_file = o.calib;
+  r.calib_samples = o.calib_samples;
+  r.calib_len = o.calib_len;
+  r.seed = o.seed;
+  return r;
+}
+
+uint64_t Fnv1a(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char c : bytes) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+void Run(const QuantizeOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  const Recipe recipe = RecipeFrom(o);
+  if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
+  LoadedModel m = LoadModelWithTokenizer(o.model, "");
+  const LoadedModel base = o.eval.empty() ? LoadedModel{} : LoadModelWithTokenizer(o.model, "");
+
+  QuantizeRequest req;
+  req.method = recipe.method;
+  req.method_config = recipe.config;
+  req.scheme = ParseScheme(recipe.format);
+  req.threads = o.threads;
+  nlohmann::json calib_card = nullptr;
+  if (!recipe.calib_file.empty()) {
+    const std::string text = ReadTextFile(recipe.calib_file);
+    req.calibration =
+        SampleWindows(TokenizeLines(*m.tokenizer, text, o.threads), recipe.calib_samples, recipe.calib_len, recipe.seed);
+    calib_card = {{"file", recipe.calib_file}, {"bytes", text.size()}, {"fnv1a64", fmt::format("{:016x}", Fnv1a(text))},
+                  {"samples", recipe.calib_samples}, {"length", recipe.calib_len}, {"seed", recipe.seed}};
+  }
+  ProgressBar bar("quantize", m.model.config.n_layers);
+  req.progress = [&](size_t layer, const std::string&) { bar.Update(layer); };
+  const QuantizeReport report = QuantizeModel(m.model, req);
+  bar.Update(m.model.config.n_layers);
+
+  nlohmann::json card = {{"lowbit_version", LOWBIT_VERSION}, {"recipe", recipe.ToJson()}, {"calibration", calib_card},
+                         {"source", o.model}, {"scheme", req.scheme.ToString()}};
+  double weights = 0, bits = 0;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorReport& t : report.tensors) {
+    tensors.push_back({{"name", t.name}, {"scheme", t.scheme}, {"seconds", t.seconds}, {"weight_mse", t.weight_mse},
+                       {"output_mse", t.output_mse}});
+  }
+  for (const LayerWeights& lw : m.model.weights.layers)
+    for (const Linear* l : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) {
+      weights += static_cast<double>(l->rows() * l->cols());
+      bits += 8.0 * static_cast<double>(l->storage_bytes());
+    }
+  card["tensors"] = tensors;
+  card["bits_per_weight"] = bits / weights;
+  card["seconds"] = {{"total", report.total_seconds}, {"calibration", report.calibration_seconds},
+                     {"layers", report.layer_seconds}};
+  if (!o.eval.empty()) {
+    const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, o.eval);
+    const ChunkPlan plan = PlanChunks(tokens.size(), o.eval_ctx);
+    Engine eb(base.model, o.threads), eq(m.model, o.threads);
+    Engine* engines[] = {&eb, &eq};
+    CompareAccumulator acc;
+    std::vector<std::vector<double>> base_lp(plan.scored_per_chunk());
+    std::vector<double> lp;
+    ScoreChunks(
+        engines, tokens, plan, m.model.config.bos_id,
+        [&](size_t which, const ScoredPosition& p) {
+          auto& slot = base_lp[p.pos - plan.first_scored()];
+          if (which == 0) return LogSoftmax(p.logits, slot);
+          LogSoftmax(p.logits, lp);
+          acc.Add(slot, lp, p.target);
+        },
+        nullptr);
+    const CompareResult r = acc.Finish();
+    card["eval"] = {{"file", o.eval}, {"ctx", o.eval_ctx}, {"ppl_base", r.ppl_base}, {"ppl", r.ppl},
+                    {"kld_mean", r.kld_mean}, {"kld_median", r.kld_median}, {"kld_p99", r.kld_p99},
+                    {"top1_agreement", r.top1_agreement}, {"tokens", r.tokens}};
+  }
+  card["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  SaveQuantizedModel(m.model, o.out, std::filesystem::is_directory(o.model) ? o.model : "", card);
+  if (o.json) {
+    std::puts(card.dump(2).c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"output", o.out},
+      {"method", recipe.method},
+      {"scheme", req.scheme.ToString()},
+      {"bits/weight (linears)", fmt::format("{:.4f}", bits / weights)},
+      {"quantize seconds", fmt::format("{:.2f} (calibration {:.2f})", report.total_seconds, report.calibration_seconds)}};
+  if (card.contains("eval")) {
+    const auto& e = card["eval"];
+    rows.push_back({"PPL base -> quantized", fmt::format("{:.4f} -> {:.4f}", e["ppl_base"].get<double>(), e["ppl"].get<double>())});
+    rows.push_back({"KL mean", FormatNumber(e["kld_mean"].get<double>())});
+    rows.push_back({"top-1 agreement", fmt::format("{:.2f} %", 100 * e["top1_agreement"].get<double>())});
+  }
+  PrintTable({"quantize", "value"}, rows);
+}
+
+}  // namespace
+
+void AddQuantizeCommand(CLI::App& app) {
+  auto o = std::make_shared<QuantizeOptions>();
+  auto* cmd = app.add_subcommand("quantize", "Quantize a whole model (rtn, gptq) into a checkpoint folder");
+  cmd->add_option("model", o->model, "Model folder or file")->required();
+  cmd->add_option("-o,--out", o->out, "Output folder (must not exist)")->required();
+  cmd->add_option("--recipe", o->recipe, "Recipe JSON (method, format, config, calibration)");
+  cmd->add_option("--method", o->method, "Method: rtn, gptq")->default_val("rtn");
+  cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)");
+  cmd->add_option("--group", o->group, "Group size (-1 = per channel)");
+  cmd->add_flag("--asym", o->asym, "Asymmetric integers (zero-points)");
+  cmd->add_flag("--act-order", o->act_order, "GPTQ: columns by descending Hessian diagonal");
+  cmd->add_option("--calib", o->calib, "Calibration text file");
+  cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128);
+  cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256);
+  cmd->add_option("--seed", o->seed, "Calibration sampling seed")->default_val(0);
+  cmd->add_option("--eval", o->eval, "Text to evaluate PPL/KL/top-1 against the base (goes into recipe.json)");
+  cmd->add_option("--eval-ctx", o->eval_ctx, "Context for --eval")->default_val(256);
+  cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
+  cmd->add_flag("--json", o->json, "Print the recipe card as JSON");
+  cmd->callback([o] { Run(*o); });
+}
+
+}  // namespace lowbit::cli

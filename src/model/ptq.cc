@@ -1,0 +1,133 @@
+#include "model/ptq.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/error.h"
+#include "kernels/dot.h"
+#include "model/calibration.h"
+#include "model/forward.h"
+#include "quant/registry.h"
+
+namespace lowbit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr size_t kOutputSampleTokens = 256;  // calibration tokens kept per input for output MSE
+
+struct LinearSlot {
+  Linear* linear;
+  const char* name;
+};
+
+struct InputGroup {
+  LinearInput input;
+  std::vector<LinearSlot> linears;
+};
+
+std::vector<InputGroup> Groups(LayerWeights& lw) {
+  return {{LinearInput::kQkv, {{&lw.wq, "self_attn.q_proj"}, {&lw.wk, "self_attn.k_proj"}, {&lw.wv, "self_attn.v_proj"}}},
+          {LinearInput::kO, {{&lw.wo, "self_attn.o_proj"}}},
+          {LinearInput::kGateUp, {{&lw.w_gate, "mlp.gate_proj"}, {&lw.w_up, "mlp.up_proj"}}},
+          {LinearInput::kDown, {{&lw.w_down, "mlp.down_proj"}}}};
+}
+
+// Calibration windows split into batches that each own their KV caches and hidden states.
+struct CalibrationBatch {
+  std::vector<KvCache> caches;
+  std::vector<BatchItem> items;
+  std::vector<float> x;  // hidden states entering the current layer
+};
+
+// mean over sample tokens of |(W - Q) x|^2 / rows
+double OutputMse(const std::vector<float>& w, const std::vector<float>& q, size_t rows, size_t cols,
+                 const std::vector<float>& sample) {
+  const size_t n = sample.size() / cols;
+  if (n == 0) return 0;
+  std::vector<float> diff(w.size()), y(n * rows);
+  for (size_t i = 0; i < w.size(); ++i) diff[i] = w[i] - q[i];
+  DotRows(diff.data(), cols, 0, rows, sample.data(), n, y.data(), rows);
+  double s = 0;
+  for (const float v : y) s += static_cast<double>(v) * v;
+  return s / static_cast<double>(n * rows);
+}
+
+}  // namespace
+
+QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
+  const auto start = Clock::now();
+  const auto method = BuiltinMethods().Create(req.method, req.method_config, req.scheme);
+  const bool calibrate = method->needs_hessian();
+  if (calibrate && req.calibration.empty())
+    Fail("method '{}' needs calibration data (--calib FILE)", req.method);
+  Engine engine(model, req.threads);
+  QuantizeReport report;
+
+  std::vector<CalibrationBatch> batches;
+  if (calibrate) {
+    const size_t per = std::max<size_t>(1, req.calibration_batch);
+    for (size_t i = 0; i < req.calibration.size(); i += per) {
+      CalibrationBatch& b = batches.emplace_back();
+      const size_t end = std::min(req.calibration.size(), i + per);
+      for (size_t j = i; j < end; ++j) b.caches.push_back(engine.NewCache(req.calibration[j].size()));
+      for (size_t j = i; j < end; ++j) b.items.push_back({&b.caches[j - i], req.calibration[j], false, nullptr});
+      b.x = engine.Embed(b.items);
+    }
+  }
+
+  for (size_t l = 0; l < model.config.n_layers; ++l) {
+    const auto layer_start = Clock::now();
+    for (InputGroup& group : Groups(model.weights.layers[l])) {
+      const size_t cols = group.linears[0].linear->cols();
+      HessianAccumulator hessian(cols);
+      std::vector<float> sample;
+      if (calibrate) {
+        const auto t = Clock::now();
+        const LinearObserver observer = [&](size_t, LinearInput input, const float* x, size_t n, size_t) {
+          if (input != group.input) return true;
+          hessian.Add(x, n, engine.pool());
+          const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, sample.size() / cols));
+          sample.insert(sample.end(), x, x + keep * cols);
+          return false;  // nothing after this input is needed in this pass
+        };
+        for (CalibrationBatch& b : batches) {
+          std::vector<float> x = b.x;
+          engine.ForwardLayer(l, b.items, x, &observer);
+        }
+        report.calibration_seconds += Since(t);
+      }
+      for (const LinearSlot& slot : group.linears) {
+        const std::string name = fmt::format("model.layers.{}.{}", l, slot.name);
+        if (req.progress) req.progress(l, name);
+        const auto* dense = std::get_if<DenseMatrix>(&slot.linear->weight);
+        if (!dense) Fail("{}: already quantized", name);
+        const auto t = Clock::now();
+        QuantizedTensor q = method->Quantize(
+            {name, dense->values, dense->rows(), dense->cols(), calibrate ? &hessian.sum() : nullptr}, req.scheme);
+        TensorReport tr{name, q.scheme().ToString(), Since(t)};
+        const std::vector<float> deq = q.Dequantize();
+        for (size_t i = 0; i < deq.size(); ++i) {
+          const double d = static_cast<double>(dense->values[i]) - deq[i];
+          tr.weight_mse += d * d;
+        }
+        tr.weight_mse /= static_cast<double>(deq.size());
+        tr.output_mse = OutputMse(dense->values, deq, dense->rows(), dense->cols(), sample);
+        report.tensors.push_back(tr);
+        slot.linear->weight = std::move(q);
+      }
+    }
+    if (calibrate) {  // hidden states for the next layer, through the quantized layer
+      const auto t = Clock::now();
+      for (CalibrationBatch& b : batches) engine.ForwardLayer(l, b.items, b.x);
+      report.calibration_seconds += Since(t);
+    }
+    report.layer_seconds.push_back(Since(layer_start));
+  }
+  report.total_seconds = Since(start);
+  return report;
+}
+
+}  // namespace lowbit
