@@ -109,47 +109,71 @@ std::vector<float> Engine::Embed(std::span<const BatchItem> batch) const {
   return x;
 }
 
-bool Engine::ForwardLayer(size_t l, std::span<BatchItem> batch, std::vector<float>& x, const LinearObserver* observer) {
+void Engine::BeginLayer(size_t l, const std::vector<float>& x, std::vector<float>& input) const {
+  const ModelConfig& c = model_.config;
+  const size_t total = x.size() / c.dim;
+  input.resize(x.size());
+  for (size_t t = 0; t < total; ++t)
+    RmsNorm(&x[t * c.dim], model_.weights.layers[l].attn_norm.data(), c.dim, c.norm_eps, &input[t * c.dim]);
+}
+
+void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batch, std::vector<float>& x,
+                          std::vector<float>& input) {
   const ModelConfig& c = model_.config;
   const LayerWeights& lw = model_.weights.layers[l];
   const size_t dim = c.dim, total = x.size() / dim;
-  std::vector<float> xn(total * dim), q(total * c.q_dim()), k(total * c.kv_dim()), v(total * c.kv_dim()),
-      att(total * c.q_dim()), proj(total * dim), gate(total * c.ffn_dim), up(total * c.ffn_dim);
-  auto observe = [&](LinearInput input, const std::vector<float>& in, size_t cols) {
-    return !observer || (*observer)(l, input, in.data(), total, cols);
-  };
-
-  for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.attn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
-  if (!observe(LinearInput::kQkv, xn, dim)) return false;
-  MatMul(lw.wq, xn.data(), total, q.data(), pool_);
-  MatMul(lw.wk, xn.data(), total, k.data(), pool_);
-  MatMul(lw.wv, xn.data(), total, v.data(), pool_);
-  size_t row = 0;
-  for (BatchItem& item : batch)
-    for (size_t t = 0; t < item.tokens.size(); ++t, ++row) {
-      const size_t pos = item.cache->size() + t;
-      ApplyRope(&q[row * c.q_dim()], c.n_heads, pos);
-      ApplyRope(&k[row * c.kv_dim()], c.n_kv_heads, pos);
-      std::copy_n(&k[row * c.kv_dim()], c.kv_dim(), item.cache->K(l, pos));
-      std::copy_n(&v[row * c.kv_dim()], c.kv_dim(), item.cache->V(l, pos));
+  switch (group) {
+    case LinearInput::kQkv: {  // q/k/v, RoPE, cache, attention -> the o input
+      std::vector<float> q(total * c.q_dim()), k(total * c.kv_dim()), v(total * c.kv_dim());
+      MatMul(lw.wq, input.data(), total, q.data(), pool_);
+      MatMul(lw.wk, input.data(), total, k.data(), pool_);
+      MatMul(lw.wv, input.data(), total, v.data(), pool_);
+      size_t row = 0;
+      for (BatchItem& item : batch)
+        for (size_t t = 0; t < item.tokens.size(); ++t, ++row) {
+          const size_t pos = item.cache->size() + t;
+          ApplyRope(&q[row * c.q_dim()], c.n_heads, pos);
+          ApplyRope(&k[row * c.kv_dim()], c.n_kv_heads, pos);
+          std::copy_n(&k[row * c.kv_dim()], c.kv_dim(), item.cache->K(l, pos));
+          std::copy_n(&v[row * c.kv_dim()], c.kv_dim(), item.cache->V(l, pos));
+        }
+      input.resize(total * c.q_dim());
+      Attention(l, batch, q.data(), input.data());
+      return;
     }
-  Attention(l, batch, q.data(), att.data());
-  if (!observe(LinearInput::kO, att, c.q_dim())) return false;
-  MatMul(lw.wo, att.data(), total, proj.data(), pool_);
-  for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-
-  for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &xn[t * dim]);
-  if (!observe(LinearInput::kGateUp, xn, dim)) return false;
-  MatMul(lw.w_gate, xn.data(), total, gate.data(), pool_);
-  MatMul(lw.w_up, xn.data(), total, up.data(), pool_);
-  for (size_t i = 0; i < gate.size(); ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SiLU(gate) * up
+    case LinearInput::kO: {  // o, residual, norm -> the gate/up input
+      std::vector<float> proj(total * dim);
+      MatMul(lw.wo, input.data(), total, proj.data(), pool_);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+      input.resize(total * dim);
+      for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
+      return;
+    }
+    case LinearInput::kGateUp: {  // gate, up, SiLU(gate) * up -> the down input
+      std::vector<float> gate(total * c.ffn_dim), up(total * c.ffn_dim);
+      MatMul(lw.w_gate, input.data(), total, gate.data(), pool_);
+      MatMul(lw.w_up, input.data(), total, up.data(), pool_);
+      for (size_t i = 0; i < gate.size(); ++i) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+      }
+      input = std::move(gate);
+      return;
+    }
+    case LinearInput::kDown: {  // down, residual: the layer's output is in x
+      std::vector<float> proj(total * dim);
+      MatMul(lw.w_down, input.data(), total, proj.data(), pool_);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+      return;
+    }
   }
-  if (!observe(LinearInput::kDown, gate, c.ffn_dim)) return false;
-  MatMul(lw.w_down, gate.data(), total, proj.data(), pool_);
-  for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-  return true;
+}
+
+void Engine::ForwardLayer(size_t l, std::span<BatchItem> batch, std::vector<float>& x) {
+  std::vector<float> input;
+  BeginLayer(l, x, input);
+  for (const LinearInput group : {LinearInput::kQkv, LinearInput::kO, LinearInput::kGateUp, LinearInput::kDown})
+    AdvanceLayer(l, group, batch, x, input);
 }
 
 void Engine::Forward(std::span<BatchItem> batch) {

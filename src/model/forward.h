@@ -24,12 +24,9 @@ struct BatchItem {
   std::vector<float>* logits;       // out: [n x vocab], n = tokens.size() or 1
 };
 
-// Which linear layers read a given activation matrix (q/k/v share one input, gate/up another).
+// The groups of linear layers of a decoder layer, in execution order; each group reads one
+// activation matrix (q/k/v share one input, gate/up another).
 enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown };
-// Called with the input of each group of linear layers, before they run: x is [n_tokens x cols].
-// Returning false stops the layer there (calibration passes that only need one input).
-using LinearObserver =
-    std::function<bool(size_t layer, LinearInput input, const float* x, size_t n_tokens, size_t cols)>;
 
 class Engine {
  public:
@@ -43,13 +40,16 @@ class Engine {
   // One sequence; returns logits [n x vocab] (all_logits) or [vocab].
   std::vector<float> Forward(KvCache& cache, std::span<const int32_t> tokens, bool all_logits);
 
-  // The pieces of Forward, for layer-by-layer calibration: the embeddings of the batch's new
-  // tokens ([total x dim]), then one decoder layer applied in place (writing that layer's K/V
-  // at positions cache->size() + t; caches are not advanced). Returns false if the observer
-  // stopped it early (x is then unchanged only up to that point).
+  // The pieces of Forward, for layer-by-layer calibration. Embed gives the hidden states of the
+  // batch's new tokens ([total x dim]). A decoder layer then runs in stages, one per linear
+  // group: BeginLayer sets `input` to the q/k/v input; AdvanceLayer(group) applies that group to
+  // `input` and runs on to the next group's input (after kDown, x holds the layer's output).
+  // K/V are written at positions cache->size() + t; caches are not advanced.
   std::vector<float> Embed(std::span<const BatchItem> batch) const;
-  bool ForwardLayer(size_t layer, std::span<BatchItem> batch, std::vector<float>& x,
-                    const LinearObserver* observer = nullptr);
+  void BeginLayer(size_t layer, const std::vector<float>& x, std::vector<float>& input) const;
+  void AdvanceLayer(size_t layer, LinearInput group, std::span<BatchItem> batch, std::vector<float>& x,
+                    std::vector<float>& input);
+  void ForwardLayer(size_t layer, std::span<BatchItem> batch, std::vector<float>& x);
 
  private:
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);

@@ -39,7 +39,8 @@ std::vector<InputGroup> Groups(LayerWeights& lw) {
 struct CalibrationBatch {
   std::vector<KvCache> caches;
   std::vector<BatchItem> items;
-  std::vector<float> x;  // hidden states entering the current layer
+  std::vector<float> x;      // hidden states entering the current layer
+  std::vector<float> input;  // input of the linear group being calibrated
 };
 
 // mean over sample tokens of |(W - Q) x|^2 / rows
@@ -78,24 +79,22 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     }
   }
 
+  // One staged pass per layer: each linear group is calibrated on inputs that already went
+  // through the quantized groups before it, and every linear runs once per calibration token.
   for (size_t l = 0; l < model.config.n_layers; ++l) {
     const auto layer_start = Clock::now();
+    for (CalibrationBatch& b : batches) engine.BeginLayer(l, b.x, b.input);
     for (InputGroup& group : Groups(model.weights.layers[l])) {
       const size_t cols = group.linears[0].linear->cols();
       HessianAccumulator hessian(cols);
       std::vector<float> sample;
       if (calibrate) {
         const auto t = Clock::now();
-        const LinearObserver observer = [&](size_t, LinearInput input, const float* x, size_t n, size_t) {
-          if (input != group.input) return true;
-          hessian.Add(x, n, engine.pool());
+        for (const CalibrationBatch& b : batches) {
+          const size_t n = b.input.size() / cols;
+          hessian.Add(b.input.data(), n, engine.pool());
           const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, sample.size() / cols));
-          sample.insert(sample.end(), x, x + keep * cols);
-          return false;  // nothing after this input is needed in this pass
-        };
-        for (CalibrationBatch& b : batches) {
-          std::vector<float> x = b.x;
-          engine.ForwardLayer(l, b.items, x, &observer);
+          sample.insert(sample.end(), b.input.begin(), b.input.begin() + static_cast<ptrdiff_t>(keep * cols));
         }
         report.calibration_seconds += Since(t);
       }
@@ -118,11 +117,11 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
         report.tensors.push_back(tr);
         slot.linear->weight = std::move(q);
       }
-    }
-    if (calibrate) {  // hidden states for the next layer, through the quantized layer
-      const auto t = Clock::now();
-      for (CalibrationBatch& b : batches) engine.ForwardLayer(l, b.items, b.x);
-      report.calibration_seconds += Since(t);
+      if (calibrate) {  // run the now-quantized group on to the next group's input
+        const auto t = Clock::now();
+        for (CalibrationBatch& b : batches) engine.AdvanceLayer(l, group.input, b.items, b.x, b.input);
+        report.calibration_seconds += Since(t);
+      }
     }
     report.layer_seconds.push_back(Since(layer_start));
   }
