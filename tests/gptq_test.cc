@@ -1,0 +1,163 @@
+// GPTQ against RTN on problems with a known answer, the fake-quant helper against the real
+// encoder, and the whole-model pipeline on the bundled model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "eval/scoring.h"
+#include "tokenizer/tokenizer.h"
+#include "io/hf_model.h"
+#include "model/calibration.h"
+#include "model/ptq.h"
+#include "quant/fake_quant.h"
+#include "quant/gptq.h"
+#include "quant/rtn.h"
+
+namespace lowbit {
+namespace {
+
+// Output error of a quantized weight on inputs with second moment H: trace(dW H dW^T).
+double OutputError(const std::vector<float>& w, const QuantizedTensor& q, const std::vector<double>& h, size_t rows,
+                   size_t cols) {
+  const std::vector<float> d = q.Dequantize();
+  double total = 0;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t i = 0; i < cols; ++i) {
+      const double di = w[r * cols + i] - d[r * cols + i];
+      for (size_t j = 0; j < cols; ++j) total += di * h[i * cols + j] * (w[r * cols + j] - d[r * cols + j]);
+    }
+  return total;
+}
+
+struct Problem {
+  size_t rows = 32, cols = 128;
+  std::vector<float> w;
+  std::vector<double> h;
+};
+
+// Correlated inputs (a few strong directions), as real activations have.
+Problem MakeProblem(uint64_t seed) {
+  Problem p;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0, 1);
+  p.w.resize(p.rows * p.cols);
+  for (auto& v : p.w) v = n(rng) * 0.05f;
+  const size_t tokens = 1024;
+  std::vector<float> x(tokens * p.cols);
+  std::vector<float> basis(4 * p.cols);
+  for (auto& v : basis) v = n(rng);
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t c = 0; c < p.cols; ++c) {
+      float v = 0.1f * n(rng);
+      for (size_t k = 0; k < 4; ++k) v += basis[k * p.cols + c] * ((t * 7 + k * 13) % 11 - 5) * 0.3f;
+      x[t * p.cols + c] = v * (c % 16 == 0 ? 5.0f : 1.0f);  // some outlier channels
+    }
+  p.h.assign(p.cols * p.cols, 0.0);
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t i = 0; i < p.cols; ++i)
+      for (size_t j = 0; j < p.cols; ++j) p.h[i * p.cols + j] += static_cast<double>(x[t * p.cols + i]) * x[t * p.cols + j];
+  return p;
+}
+
+TEST(Gptq, BeatsRtnOnCorrelatedInputsForEveryFamily) {
+  const Problem p = MakeProblem(1);
+  for (const char* spec : {"int4:g32", "int3:g128", "int4:channel", "int4:g32:asym", "fp4_e2m1:g32", "mxfp4", "nvfp4",
+                           "nf4:g64", "fp8_e4m3:channel"}) {
+    const QuantScheme s = ParseScheme(spec);
+    const double rtn = OutputError(p.w, QuantizeRtn(p.w, p.rows, p.cols, s), p.h, p.rows, p.cols);
+    for (bool act_order : {false, true}) {
+      const double gptq =
+          OutputError(p.w, QuantizeGptq(p.w, p.rows, p.cols, s, p.h, {0.01, 32, act_order}), p.h, p.rows, p.cols);
+      EXPECT_LT(gptq, 0.8 * rtn) << spec << (act_order ? " act-order" : "");
+    }
+  }
+}
+
+TEST(Gptq, WithAnIdentityHessianItIsRoundToNearest) {
+  // No correlations: the error feedback is zero and every column rounds on its own.
+  const Problem p = MakeProblem(2);
+  std::vector<double> identity(p.cols * p.cols, 0.0);
+  for (size_t i = 0; i < p.cols; ++i) identity[i * p.cols + i] = 1.0;
+  for (const char* spec : {"int4:g32", "int8:channel", "mxfp4"}) {
+    const QuantScheme s = ParseScheme(spec);
+    const QuantizedTensor g = QuantizeGptq(p.w, p.rows, p.cols, s, identity, {0.0, 128, false});
+    const QuantizedTensor r = QuantizeRtn(p.w, p.rows, p.cols, s);
+    // Values, not codes: FP4's -0 and +0 codes both decode to zero.
+    EXPECT_EQ(g.Dequantize(), r.Dequantize()) << spec;
+    EXPECT_TRUE(std::equal(g.scale_bytes().begin(), g.scale_bytes().end(), r.scale_bytes().begin())) << spec;
+  }
+}
+
+TEST(Gptq, RejectsBadInput) {
+  const Problem p = MakeProblem(3);
+  EXPECT_THROW(QuantizeGptq(p.w, p.rows, p.cols, ParseScheme("int4:g32"), std::vector<double>(5), {}), Error);
+  std::vector<double> negative(p.cols * p.cols, 0.0);
+  for (size_t i = 0; i < p.cols; ++i) negative[i * p.cols + i] = -1.0;
+  EXPECT_THROW(QuantizeGptq(p.w, p.rows, p.cols, ParseScheme("int4:g32"), negative, {0.0, 128, false}), Error);
+}
+
+TEST(FakeQuant, MatchesEncodeThenDecodeForEveryPreset) {
+  std::mt19937 rng(4);
+  std::vector<float> w(8 * 96);
+  for (auto& v : w) v = std::normal_distribution<float>(0, 0.1f)(rng);
+  for (const SchemePreset& preset : SchemePresets()) {
+    const QuantScheme s = ParseScheme(preset.name);
+    if (s.granularity.kind == GranularityKind::kNone) continue;
+    const QuantizedTensor q = QuantizeRtn(w, 8, 96, s);
+    const std::vector<float> d = q.Dequantize();
+    const ScaleGrid g = q.grid();
+    for (size_t r = 0; r < 8; ++r)
+      for (size_t c = 0; c < 96; ++c) {
+        const CellFakeQuant fq(q, (r / g.cell_rows) * g.grid_cols + c / g.cell_cols);
+        ASSERT_EQ(fq(w[r * 96 + c]), d[r * 96 + c]) << preset.name << " r" << r << " c" << c;
+      }
+  }
+}
+
+// Mean KL(base || model) of next-token distributions over one sequence.
+double MeanKl(const Model& base, const Model& model, const std::vector<int32_t>& ids) {
+  Engine eb(base, 2), em(model, 2);
+  KvCache cb = eb.NewCache(ids.size()), cm = em.NewCache(ids.size());
+  const auto lb = eb.Forward(cb, ids, true), lm = em.Forward(cm, ids, true);
+  const size_t vocab = base.config.vocab_size;
+  double kl = 0;
+  std::vector<double> pb, pm;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    LogSoftmax(std::span(&lb[t * vocab], vocab), pb);
+    LogSoftmax(std::span(&lm[t * vocab], vocab), pm);
+    for (size_t i = 0; i < vocab; ++i) kl += std::exp(pb[i]) * (pb[i] - pm[i]);
+  }
+  return kl / static_cast<double>(ids.size());
+}
+
+TEST(Pipeline, GptqOnTheBundledModelBeatsRtn) {
+  const std::string dir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
+  const Model base = LoadHfModel(dir);
+  Model rtn_model = LoadHfModel(dir), gptq_model = LoadHfModel(dir);
+  const auto tok = LoadTokenizer(dir);
+  const std::string text = ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 60000);
+  const std::vector<int32_t> tokens = tok->Encode(text, true);
+  QuantizeRequest req;
+  req.scheme = ParseScheme("int3:g64");
+  req.calibration = SampleWindows(tokens, 16, 128, 0);
+  req.threads = 2;
+  EXPECT_THROW(QuantizeModel(gptq_model, QuantizeRequest{"gptq", {}, req.scheme, {}, 2}), Error);  // no calibration
+  EXPECT_EQ(QuantizeModel(rtn_model, req).tensors.size(), 42u);
+  req.method = "gptq";
+  const QuantizeReport gptq = QuantizeModel(gptq_model, req);
+  ASSERT_EQ(gptq.tensors.size(), 42u);
+  EXPECT_EQ(gptq.layer_seconds.size(), 6u);
+  for (const TensorReport& t : gptq.tensors) EXPECT_GT(t.output_mse, 0.0) << t.name;
+  for (const LayerWeights& lw : gptq_model.weights.layers) EXPECT_TRUE(lw.w_down.quantized());
+  // Held-out text (the test split): GPTQ's distributions stay closer to the base than RTN's.
+  std::vector<int32_t> held_out = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-test.txt").substr(0, 2000), true);
+  held_out.resize(128);
+  const double kl_rtn = MeanKl(base, rtn_model, held_out), kl_gptq = MeanKl(base, gptq_model, held_out);
+  EXPECT_LT(kl_gptq, 0.6 * kl_rtn) << "rtn " << kl_rtn << " gptq " << kl_gptq;
+}
+
+}  // namespace
+}  // namespace lowbit
