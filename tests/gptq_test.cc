@@ -144,7 +144,10 @@ TEST(Pipeline, GptqOnTheBundledModelBeatsRtn) {
   req.scheme = ParseScheme("int3:g64");
   req.calibration = SampleWindows(tokens, 16, 128, 0);
   req.threads = 2;
-  EXPECT_THROW(QuantizeModel(gptq_model, QuantizeRequest{"gptq", {}, req.scheme, {}, 2}), Error);  // no calibration
+  QuantizeRequest uncalibrated = req;
+  uncalibrated.method = "gptq";
+  uncalibrated.calibration.clear();
+  EXPECT_THROW(QuantizeModel(gptq_model, uncalibrated), Error);
   EXPECT_EQ(QuantizeModel(rtn_model, req).tensors.size(), 42u);
   req.method = "gptq";
   const QuantizeReport gptq = QuantizeModel(gptq_model, req);

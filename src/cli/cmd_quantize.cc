@@ -131,6 +131,11 @@ void Run(const QuantizeOptions& o) {
       bits += 8.0 * static_cast<double>(l->storage_bytes());
     }
   card["tensors"] = tensors;
+  if (!report.awq_alphas.empty()) {
+    nlohmann::json alphas = nlohmann::json::object();
+    for (const auto& [input, alpha] : report.awq_alphas) alphas[input] = alpha;
+    card["awq_alpha"] = alphas;
+  }
   card["bits_per_weight"] = bits / weights;
   card["seconds"] = {{"total", report.total_seconds}, {"calibration", report.calibration_seconds},
                      {"layers", report.layer_seconds}};
@@ -181,11 +186,11 @@ void Run(const QuantizeOptions& o) {
 
 void AddQuantizeCommand(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
-  auto* cmd = app.add_subcommand("quantize", "Quantize a whole model (rtn, gptq) into a checkpoint folder");
+  auto* cmd = app.add_subcommand("quantize", "Quantize a whole model (rtn, gptq, awq) into a checkpoint folder");
   cmd->add_option("model", o->model, "Model folder or file")->required();
   cmd->add_option("-o,--out", o->out, "Output folder (must not exist)")->required();
   cmd->add_option("--recipe", o->recipe, "Recipe JSON (method, format, config, calibration)");
-  cmd->add_option("--method", o->method, "Method: rtn, gptq")->default_val("rtn");
+  cmd->add_option("--method", o->method, "Method: rtn, gptq, awq")->default_val("rtn");
   cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)");
   cmd->add_option("--group", o->group, "Group size (-1 = per channel)");
   cmd->add_flag("--asym", o->asym, "Asymmetric integers (zero-points)");

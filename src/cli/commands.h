@@ -15,5 +15,6 @@ void AddGenerateCommand(CLI::App& app);
 void AddTokenizeCommand(CLI::App& app);
 void AddPlanCommands(CLI::App& app);  // plan, advise
 void AddQuantizeCommand(CLI::App& app);
+void AddInspectCommands(CLI::App& app);  // inspect, report
 
 }  // namespace lowbit::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   lowbit::cli::AddTokenizeCommand(app);
   lowbit::cli::AddPlanCommands(app);
   lowbit::cli::AddQuantizeCommand(app);
+  lowbit::cli::AddInspectCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 #include "kernels/dot.h"
+#include "kernels/matmul.h"
+#include "model/awq_scales.h"
 #include "model/calibration.h"
 #include "model/forward.h"
 #include "quant/registry.h"
@@ -56,6 +59,69 @@ double OutputMse(const std::vector<float>& w, const std::vector<float>& q, size_
   return s / static_cast<double>(n * rows);
 }
 
+constexpr size_t kScaleSearchTokens = 512;  // calibration tokens the AWQ scale search evaluates on
+
+// Mean |x| per column over every calibration token of the group, and the first tokens as a sample.
+void InputStatistics(const std::vector<CalibrationBatch>& batches, size_t cols, std::vector<float>& mean_abs,
+                     std::vector<float>& sample) {
+  std::vector<double> sum(cols, 0.0);
+  size_t tokens = 0;
+  sample.clear();
+  for (const CalibrationBatch& b : batches) {
+    const size_t n = b.input.size() / cols;
+    for (size_t t = 0; t < n; ++t)
+      for (size_t c = 0; c < cols; ++c) sum[c] += std::fabs(b.input[t * cols + c]);
+    tokens += n;
+    const size_t keep = std::min(n, kScaleSearchTokens - std::min(kScaleSearchTokens, sample.size() / cols));
+    sample.insert(sample.end(), b.input.begin(), b.input.begin() + static_cast<ptrdiff_t>(keep * cols));
+  }
+  mean_abs.resize(cols);
+  for (size_t c = 0; c < cols; ++c) mean_abs[c] = static_cast<float>(sum[c] / static_cast<double>(tokens));
+}
+
+// AWQ: scales for the group's shared input, folded into the op that produces it (the RMSNorm
+// weight), the group's weight columns, and the calibration inputs already computed. At the
+// gate/up stage the down projection's scales are searched too, on its full-precision input
+// silu(gate x) * up x, and folded into up's rows before up is quantized. o_proj is not scaled:
+// its input comes from v through attention, and with grouped-query attention one v row feeds
+// several o columns (AutoAWQ skips it for the same reason).
+void ApplyActivationScales(size_t l, LinearInput input, Model& model, std::vector<CalibrationBatch>& batches,
+                           const QuantScheme& scheme, size_t grid, ThreadPool& pool, QuantizeReport& report) {
+  if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
+  LayerWeights& lw = model.weights.layers[l];
+  const size_t cols = model.config.dim;
+  std::vector<float> mean_abs, sample;
+  InputStatistics(batches, cols, mean_abs, sample);
+  std::vector<Linear*> group = input == LinearInput::kQkv ? std::vector<Linear*>{&lw.wq, &lw.wk, &lw.wv}
+                                                          : std::vector<Linear*>{&lw.w_gate, &lw.w_up};
+  std::vector<const DenseMatrix*> dense;
+  for (Linear* g : group) dense.push_back(&std::get<DenseMatrix>(g->weight));
+  const InputScales found = SearchInputScales(dense, sample, mean_abs, scheme, grid, pool);
+  FoldInputScales(model.config, lw, input, found.scales);
+  for (CalibrationBatch& b : batches)
+    for (size_t i = 0; i < b.input.size(); ++i) b.input[i] /= found.scales[i % cols];
+  report.awq_alphas.push_back({fmt::format("model.layers.{}.{}", l, input == LinearInput::kQkv ? "qkv" : "gate_up"),
+                               found.alpha});
+  if (input != LinearInput::kGateUp) return;
+
+  // down_proj's input, in full precision, on the (scaled) sample.
+  const size_t ffn = model.config.ffn_dim, n = sample.size() / cols;
+  std::vector<float> scaled_sample(sample.size());
+  for (size_t i = 0; i < sample.size(); ++i) scaled_sample[i] = sample[i] / found.scales[i % cols];
+  std::vector<float> gate(n * ffn), up(n * ffn);
+  MatMul(lw.w_gate, scaled_sample.data(), n, gate.data(), pool);
+  MatMul(lw.w_up, scaled_sample.data(), n, up.data(), pool);
+  std::vector<float> down_in(n * ffn), down_abs(ffn, 0.0f);
+  for (size_t i = 0; i < down_in.size(); ++i) {
+    down_in[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    down_abs[i % ffn] += std::fabs(down_in[i]) / static_cast<float>(n);
+  }
+  const DenseMatrix* down[] = {&std::get<DenseMatrix>(lw.w_down.weight)};
+  const InputScales down_scales = SearchInputScales(down, down_in, down_abs, scheme, grid, pool);
+  FoldInputScales(model.config, lw, LinearInput::kDown, down_scales.scales);
+  report.awq_alphas.push_back({fmt::format("model.layers.{}.down", l), down_scales.alpha});
+}
+
 }  // namespace
 
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
@@ -85,6 +151,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     const auto layer_start = Clock::now();
     for (CalibrationBatch& b : batches) engine.BeginLayer(l, b.x, b.input);
     for (InputGroup& group : Groups(model.weights.layers[l])) {
+      if (method->activation_scale_grid() > 0)
+        ApplyActivationScales(l, group.input, model, batches, req.scheme, method->activation_scale_grid(),
+                              engine.pool(), report);
       const size_t cols = group.linears[0].linear->cols();
       HessianAccumulator hessian(cols);
       std::vector<float> sample;

@@ -34,6 +34,7 @@ struct TensorReport {
 
 struct QuantizeReport {
   std::vector<TensorReport> tensors;
+  std::vector<std::pair<std::string, double>> awq_alphas;  // chosen alpha per scaled input (AWQ)
   std::vector<double> layer_seconds;
   double calibration_seconds = 0, total_seconds = 0;
 };

@@ -29,6 +29,10 @@ class QuantMethod {
   virtual QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const = 0;
   // Whether Quantize needs WeightToQuantize::hessian (the pipeline then runs calibration).
   virtual bool needs_hessian() const { return false; }
+  // Activation-aware input scaling (AWQ): the pipeline searches per-input-channel scales for
+  // each group of linears, folds them into the preceding norm or linear, and hands the scaled
+  // weights to Quantize. 0 = no scaling; otherwise the number of alpha grid points.
+  virtual size_t activation_scale_grid() const { return 0; }
 };
 
 struct MethodInfo {

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "quant/awq.h"
 #include "quant/gptq.h"
 #include "quant/rtn.h"
 
@@ -99,6 +100,35 @@ std::unique_ptr<QuantMethod> MakeGptq(const nlohmann::json& config) {
   return std::make_unique<GptqMethod>(o);
 }
 
+class AwqMethod final : public QuantMethod {
+ public:
+  explicit AwqMethod(AwqOptions options) : options_(options) {}
+  bool needs_hessian() const override { return true; }
+  size_t activation_scale_grid() const override { return options_.scale_grid; }
+  QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
+    if (!w.hessian) Fail("awq: tensor '{}' has no calibration statistics (give calibration data)", w.name);
+    return QuantizeAwqClip(w.values, w.rows, w.cols, scheme, *w.hessian, options_, w.name);
+  }
+
+ private:
+  AwqOptions options_;
+};
+
+std::unique_ptr<QuantMethod> MakeAwq(const nlohmann::json& config) {
+  AwqOptions o;
+  try {
+    o.grid = config.value("clip_grid", o.grid);
+    o.max_shrink = config.value("max_shrink", o.max_shrink);
+    o.clip = config.value("clip", o.clip);
+    o.scale_grid = config.value("scale_grid", o.scale_grid);
+  } catch (const nlohmann::json::exception& e) {
+    Fail("method 'awq': bad config value: {}", e.what());
+  }
+  if (!(o.max_shrink >= 0 && o.max_shrink < 1)) Fail("method 'awq': max_shrink must be in [0, 1), got {}", o.max_shrink);
+  if (o.scale_grid == 0) Fail("method 'awq': scale_grid must be positive");
+  return std::make_unique<AwqMethod>(o);
+}
+
 const std::vector<ElementKind> kAllElements = {ElementKind::kFloat, ElementKind::kInt, ElementKind::kNF4,
                                                ElementKind::kTernary, ElementKind::kMxInt8};
 const std::vector<GranularityKind> kAllGranularities = {GranularityKind::kTensor, GranularityKind::kChannel,
@@ -115,6 +145,9 @@ const MethodRegistry& BuiltinMethods() {
     r.Register({"gptq", "GPTQ: Hessian-weighted error feedback (Frantar et al. 2022)", kAllElements,
                 kAllGranularities, {"damp", "block_size", "act_order"}},
                MakeGptq);
+    r.Register({"awq", "AWQ: activation-aware input scales + weight-clipping search (Lin et al. 2023)", kAllElements,
+                kAllGranularities, {"clip", "clip_grid", "max_shrink", "scale_grid"}},
+               MakeAwq);
     return r;
   }();
   return registry;

@@ -1,0 +1,97 @@
+#include "model/awq_scales.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/dot.h"
+#include "quant/rtn.h"
+
+namespace lowbit {
+namespace {
+
+double QuantizationLoss(const DenseMatrix& w, std::span<const float> s, std::span<const float> x, ThreadPool& pool,
+                        const QuantScheme& scheme) {
+  const size_t rows = w.rows(), cols = w.cols(), n = x.size() / cols;
+  std::vector<float> scaled(w.values.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) scaled[r * cols + c] = w.values[r * cols + c] * s[c];
+  const std::vector<float> deq = QuantizeRtn(scaled, rows, cols, scheme, "awq search").Dequantize();
+  std::vector<float> diff(scaled.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) diff[r * cols + c] = w.values[r * cols + c] - deq[r * cols + c] / s[c];
+  std::vector<float> y(n * rows);
+  pool.ParallelFor(rows, [&](size_t begin, size_t end) { DotRows(diff.data(), cols, begin, end, x.data(), n, y.data(), rows); });
+  double loss = 0;
+  for (const float v : y) loss += static_cast<double>(v) * v;
+  return loss;
+}
+
+}  // namespace
+
+InputScales SearchInputScales(std::span<const DenseMatrix* const> linears, std::span<const float> x_sample,
+                              std::span<const float> mean_abs, const QuantScheme& scheme, size_t grid,
+                              ThreadPool& pool) {
+  const size_t cols = mean_abs.size();
+  InputScales best;
+  best.loss = INFINITY;
+  std::vector<float> s(cols);
+  for (size_t k = 0; k < grid; ++k) {
+    const double alpha = static_cast<double>(k) / static_cast<double>(grid);
+    float lo = INFINITY, hi = 0;
+    for (size_t c = 0; c < cols; ++c) {
+      s[c] = std::max(static_cast<float>(std::pow(mean_abs[c], alpha)), 1e-4f);
+      lo = std::min(lo, s[c]);
+      hi = std::max(hi, s[c]);
+    }
+    const float norm = std::sqrt(lo * hi);
+    for (float& v : s) v /= norm;
+    double loss = 0;
+    for (const DenseMatrix* w : linears) loss += QuantizationLoss(*w, s, x_sample, pool, scheme);
+    if (k == 0) best.loss_unscaled = loss;
+    if (loss < best.loss) best = {s, alpha, loss, best.loss_unscaled};
+  }
+  return best;
+}
+
+namespace {
+
+void ScaleColumns(Linear& l, std::span<const float> s) {
+  DenseMatrix& m = std::get<DenseMatrix>(l.weight);
+  for (size_t r = 0; r < m.rows(); ++r)
+    for (size_t c = 0; c < m.cols(); ++c) m.values[r * m.cols() + c] *= s[c];
+}
+
+void DivideRows(Linear& l, std::span<const float> s) {
+  DenseMatrix& m = std::get<DenseMatrix>(l.weight);
+  for (size_t r = 0; r < m.rows(); ++r) {
+    for (size_t c = 0; c < m.cols(); ++c) m.values[r * m.cols() + c] /= s[r];
+    if (!l.bias.empty()) l.bias[r] /= s[r];
+  }
+}
+
+}  // namespace
+
+void FoldInputScales(const ModelConfig& config, LayerWeights& lw, LinearInput group, std::span<const float> s) {
+  switch (group) {
+    case LinearInput::kQkv:
+      for (size_t c = 0; c < s.size(); ++c) lw.attn_norm[c] /= s[c];
+      for (Linear* l : {&lw.wq, &lw.wk, &lw.wv}) ScaleColumns(*l, s);
+      return;
+    case LinearInput::kO:
+      LOWBIT_CHECK(config.n_heads == config.n_kv_heads);  // one v row per o column
+      DivideRows(lw.wv, s);
+      ScaleColumns(lw.wo, s);
+      return;
+    case LinearInput::kGateUp:
+      for (size_t c = 0; c < s.size(); ++c) lw.ffn_norm[c] /= s[c];
+      for (Linear* l : {&lw.w_gate, &lw.w_up}) ScaleColumns(*l, s);
+      return;
+    case LinearInput::kDown:
+      DivideRows(lw.w_up, s);
+      ScaleColumns(lw.w_down, s);
+      return;
+  }
+}
+
+}  // namespace lowbit

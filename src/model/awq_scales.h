@@ -1,0 +1,36 @@
+// AWQ's activation-aware scale search (Lin et al., 2023; AutoAWQ's search_best_scale) for linear
+// layers that share one input X: per input channel, s = mean|x|^alpha normalised by
+// sqrt(max s * min s); alpha on a grid in [0, 1) is chosen to minimise
+//   sum over the linears of | X (W - Q(W diag(s)) diag(s)^-1)^T |^2
+// on a sample of calibration tokens. Scaling W's columns by s and the input by 1/s is exact in
+// full precision; it lets the channels that see large activations keep more precision.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/forward.h"
+#include "model/weights.h"
+#include "quant/scheme.h"
+
+namespace lowbit {
+
+struct InputScales {
+  std::vector<float> scales;  // [cols]
+  double alpha = 0;
+  double loss = 0, loss_unscaled = 0;
+};
+
+// x_sample is [n_tokens x cols]; mean_abs is mean |x| per column over all calibration tokens.
+InputScales SearchInputScales(std::span<const DenseMatrix* const> linears, std::span<const float> x_sample,
+                              std::span<const float> mean_abs, const QuantScheme& scheme, size_t grid,
+                              ThreadPool& pool);
+
+// Folds per-input-channel scales s into a layer, exactly in full precision: the group's weight
+// columns are multiplied by s and the op producing their input is divided by s (the RMSNorm
+// weight for q/k/v and gate/up; up's rows for down; v's rows for o, which needs as many KV heads
+// as query heads). The group's weights must be dense.
+void FoldInputScales(const ModelConfig& config, LayerWeights& layer, LinearInput group, std::span<const float> s);
+
+}  // namespace lowbit
