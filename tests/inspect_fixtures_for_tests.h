@@ -9,10 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
 
@@ -106,9 +105,15 @@ class FakeCheckpoint {
   void WriteJson(const std::string& file, const nlohmann::json& j) { std::ofstream(dir_ / file) << j.dump(2); }
   // config.json of the fixture architecture, with `qc` as quantization_config unless it is null.
   void WriteConfig(const nlohmann::json& qc) {
-    nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", kHidden},
-                        {"intermediate_size", kInter}, {"num_hidden_layers", kLayers}, {"num_attention_heads", 4},
-                        {"num_key_value_heads", 2}, {"vocab_size", kVocab}, {"torch_dtype", "float16"}};
+    nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
+                        {"model_type", "llama"},
+                        {"hidden_size", kHidden},
+                        {"intermediate_size", kInter},
+                        {"num_hidden_layers", kLayers},
+                        {"num_attention_heads", 4},
+                        {"num_key_value_heads", 2},
+                        {"vocab_size", kVocab},
+                        {"torch_dtype", "float16"}};
     if (!qc.is_null()) c["quantization_config"] = qc;
     WriteJson("config.json", c);
   }

@@ -1,6 +1,8 @@
 // lowbit inspect: format detection, per-layer schemes, bits/weight and KV scales on fake checkpoints
 // of every format (tests/inspect_fixtures_for_tests.h), a real lowbit checkpoint, the bundled fp32
 // model and a GGUF file; the kernel path per GPU and every trap of the published rules; and the CLI.
+#include "plan/inspect.h"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -16,7 +18,6 @@
 #include "io/quantized_checkpoint.h"
 #include "model/quantize_weights.h"
 #include "plan/hardware.h"
-#include "plan/inspect.h"
 #include "plan/kernel_rules.h"
 #include "quant/scheme.h"
 
@@ -36,7 +37,8 @@ class RemoveFixtures : public ::testing::Environment {
     std::filesystem::remove_all(FakeCheckpoint("cleanup").dir().parent_path(), ec);
   }
 };
-[[maybe_unused]] ::testing::Environment* const kRemoveFixtures = ::testing::AddGlobalTestEnvironment(new RemoveFixtures);
+[[maybe_unused]] ::testing::Environment* const kRemoveFixtures =
+    ::testing::AddGlobalTestEnvironment(new RemoveFixtures);
 
 constexpr uint32_t kV1Zeros4 = 0x77777777, kV2Zeros4 = 0x88888888;  // symmetric 4-bit zero point 8
 
@@ -96,8 +98,8 @@ CheckpointInfo Gptq(const std::string& name, const GptqOptions& o = {}) {
   c.AddUnquantized();
   c.ForEachLinear([&](const std::string& p, const Linear& l) { c.AddGptq(p, l, o.bits, o.group, o.zeros); });
   c.WriteTensors();
-  const json qc = {{"quant_method", "gptq"}, {"bits", o.bits}, {"group_size", o.group}, {"desc_act", o.desc_act},
-                   {"sym", o.sym}, {"checkpoint_format", o.checkpoint_format}};
+  const json qc = {{"quant_method", "gptq"}, {"bits", o.bits}, {"group_size", o.group},
+                   {"desc_act", o.desc_act}, {"sym", o.sym},   {"checkpoint_format", o.checkpoint_format}};
   c.WriteConfig(o.quantize_config_json ? json(nullptr) : qc);
   if (o.quantize_config_json) c.WriteJson("quantize_config.json", qc);
   CheckpointInfo info = InspectCheckpoint(c.dir());
@@ -170,7 +172,8 @@ TEST(InspectGptq, V1ActOrderGroup128) {
   EXPECT_FALSE(down.zero_points);
   // qweight 4 bits + qzeros 4/128 + fp16 scales 16/128 + int32 g_idx 32/out.
   EXPECT_DOUBLE_EQ(down.bits_per_weight(), 4 + 4.0 / 128 + 16.0 / 128 + 32.0 / 256);
-  EXPECT_DOUBLE_EQ(Layer(info, "model.layers.0.mlp.up_proj").bits_per_weight(), 4 + 4.0 / 128 + 16.0 / 128 + 32.0 / 512);
+  EXPECT_DOUBLE_EQ(Layer(info, "model.layers.0.mlp.up_proj").bits_per_weight(),
+                   4 + 4.0 / 128 + 16.0 / 128 + 32.0 / 512);
   EXPECT_TRUE(Layer(info, "lm_head").ignored);
   EXPECT_FALSE(Layer(info, "model.embed_tokens").ignored);
   EXPECT_TRUE(info.notes.empty());
@@ -283,7 +286,11 @@ TEST(InspectGptq, DynamicOverridesGiveLayerOne8Bits) {
     c.AddGptq(p, l, eight ? 8 : 4, 128, eight ? 0x7f7f7f7fu : kV1Zeros4);
   });
   c.WriteTensors();
-  c.WriteConfig({{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"desc_act", false}, {"sym", true},
+  c.WriteConfig({{"quant_method", "gptq"},
+                 {"bits", 4},
+                 {"group_size", 128},
+                 {"desc_act", false},
+                 {"sym", true},
                  {"dynamic", {{"+:.*\\.1\\..*", {{"bits", 8}}}}}});
   const CheckpointInfo info = InspectCheckpoint(c.dir());
   EXPECT_EQ(Layer(info, "model.layers.0.mlp.up_proj").bits, 4);
@@ -313,7 +320,11 @@ TEST(InspectAwq, GemmWithZeroPointsRunsMarlinNotMachete) {
   c.AddUnquantized();
   c.ForEachLinear([&](const std::string& p, const Linear& l) { c.AddAwq(p, l, 128); });
   c.WriteTensors();
-  c.WriteConfig({{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"zero_point", true}, {"version", "gemm"},
+  c.WriteConfig({{"quant_method", "awq"},
+                 {"bits", 4},
+                 {"group_size", 128},
+                 {"zero_point", true},
+                 {"version", "gemm"},
                  {"modules_to_not_convert", {"lm_head"}}});
   const CheckpointInfo info = InspectCheckpoint(c.dir());
   ExpectTotals(info, c);
@@ -335,9 +346,13 @@ TEST(InspectAwq, GemmWithZeroPointsRunsMarlinNotMachete) {
 
 // compressed-tensors config with one group targeting Linear.
 json CtConfig(const std::string& format, const json& weights, const json& input = nullptr, const json& kv = nullptr) {
-  return {{"quant_method", "compressed-tensors"}, {"format", format}, {"quantization_status", "compressed"},
-          {"ignore", {"lm_head"}}, {"kv_cache_scheme", kv},
-          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", input}}}}}};
+  return {
+      {"quant_method", "compressed-tensors"},
+      {"format", format},
+      {"quantization_status", "compressed"},
+      {"ignore", {"lm_head"}},
+      {"kv_cache_scheme", kv},
+      {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", input}}}}}};
 }
 
 TEST(InspectCompressedTensors, W4A16PackQuantized) {
@@ -345,8 +360,9 @@ TEST(InspectCompressedTensors, W4A16PackQuantized) {
   c.AddUnquantized(DType::kBF16);
   c.ForEachLinear([&](const std::string& p, const Linear& l) { c.AddCtPacked(p, l, 128); });
   c.WriteTensors();
-  c.WriteConfig(CtConfig("pack-quantized", {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"group_size", 128},
-                                            {"strategy", "group"}}));
+  c.WriteConfig(
+      CtConfig("pack-quantized",
+               {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"group_size", 128}, {"strategy", "group"}}));
   const CheckpointInfo info = InspectCheckpoint(c.dir());
   ExpectTotals(info, c);
   EXPECT_EQ(info.format_name, "compressed-tensors pack-quantized");
@@ -370,8 +386,9 @@ TEST(InspectCompressedTensors, Int8W8A8HasNoKernelOnBlackwell) {
     c.Add(p + ".weight_scale", DType::kBF16, {l.out, 1});
   });
   c.WriteTensors();
-  c.WriteConfig(CtConfig("int-quantized", {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}},
-                         {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}}));
+  c.WriteConfig(
+      CtConfig("int-quantized", {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}},
+               {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}}));
   const CheckpointInfo info = InspectCheckpoint(c.dir());
   ExpectTotals(info, c);
   EXPECT_EQ(info.summary.family, QuantFamily::kInt8W8A8);
@@ -484,8 +501,11 @@ TEST(InspectModelOpt, Nvfp4FromHfQuantConfigWithKvScales) {
   c.WriteTensors();
   c.WriteConfig(nullptr);
   c.WriteJson("hf_quant_config.json", {{"producer", {{"name", "modelopt"}, {"version", "0.29.0"}}},
-                                       {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", "FP8"},
-                                                         {"group_size", 16}, {"exclude_modules", {"lm_head"}}}}});
+                                       {"quantization",
+                                        {{"quant_algo", "NVFP4"},
+                                         {"kv_cache_quant_algo", "FP8"},
+                                         {"group_size", 16},
+                                         {"exclude_modules", {"lm_head"}}}}});
   const CheckpointInfo info = InspectCheckpoint(c.dir());
   ExpectTotals(info, c);
   EXPECT_EQ(info.format_name, "ModelOpt NVFP4");
@@ -534,8 +554,8 @@ TEST(InspectErrors, NameThePath) {
 }
 
 TEST(EngineFlags, ParsesTheFlagsThatMatter) {
-  const EngineFlags f = ParseEngineFlags({"--quantization=GPTQ -tp 4", "--max-model-len 4096 --enforce-eager",
-                                          "--kv-cache-dtype fp8_e5m2"});
+  const EngineFlags f = ParseEngineFlags(
+      {"--quantization=GPTQ -tp 4", "--max-model-len 4096 --enforce-eager", "--kv-cache-dtype fp8_e5m2"});
   EXPECT_EQ(f.quantization, "gptq");
   EXPECT_EQ(f.tensor_parallel, 4);
   EXPECT_EQ(f.kv_cache_dtype, "fp8_e5m2");

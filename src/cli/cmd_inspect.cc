@@ -35,8 +35,9 @@ std::string Count(uint64_t n) {
   return n >= 1e9 ? fmt::format("{:.2f} B", n / 1e9) : n >= 1e6 ? fmt::format("{:.2f} M", n / 1e6) : std::to_string(n);
 }
 std::string Bytes(uint64_t n) {
-  return n >= 1e9 ? fmt::format("{:.2f} GB", n / 1e9) : n >= 1e6 ? fmt::format("{:.2f} MB", n / 1e6)
-                                                                   : fmt::format("{} bytes", n);
+  return n >= 1e9   ? fmt::format("{:.2f} GB", n / 1e9)
+         : n >= 1e6 ? fmt::format("{:.2f} MB", n / 1e6)
+                    : fmt::format("{} bytes", n);
 }
 
 // "model.layers.7.mlp.up_proj" -> ("model.layers.{}.mlp.up_proj", 7); names without a layer index
@@ -93,8 +94,11 @@ void PrintLayers(const CheckpointInfo& info, bool all) {
     std::string name = r.pattern;
     if (const size_t at = name.find("{}"); at != std::string::npos)
       name.replace(at, 2, r.indices.size() == 1 ? std::to_string(r.indices[0]) : "{" + Ranges(r.indices) + "}");
-    const std::string group = !l.quantized ? "-" : l.block_rows ? fmt::format("{}x{}", l.block_rows, l.block_cols)
-                              : l.group == -1 ? "channel" : l.group == 0 ? "tensor" : std::to_string(l.group);
+    const std::string group = !l.quantized    ? "-"
+                              : l.block_rows  ? fmt::format("{}x{}", l.block_rows, l.block_cols)
+                              : l.group == -1 ? "channel"
+                              : l.group == 0  ? "tensor"
+                                              : std::to_string(l.group);
     table.push_back({name, l.scheme + (l.ignored ? " (not quantized)" : ""), std::to_string(l.bits), group,
                      l.quantized ? Flag(l.symmetric) : "-", Flag(l.act_order), Flag(l.zero_points),
                      fmt::format("{}x{}", l.rows, l.cols),
@@ -139,8 +143,10 @@ void RunInspect(const InspectFlags& f) {
     nlohmann::json kernels = nlohmann::json::array(), trap_list = nlohmann::json::array();
     for (const KernelPath& k : paths) kernels.push_back(KernelPathToJson(k));
     for (const Trap& t : traps) trap_list.push_back(TrapToJson(t));
-    out["engine_flags"] = {{"quantization", flags.quantization}, {"kv_cache_dtype", flags.kv_cache_dtype},
-                           {"tensor_parallel_size", flags.tensor_parallel}, {"ignored", flags.ignored}};
+    out["engine_flags"] = {{"quantization", flags.quantization},
+                           {"kv_cache_dtype", flags.kv_cache_dtype},
+                           {"tensor_parallel_size", flags.tensor_parallel},
+                           {"ignored", flags.ignored}};
     out["kernels"] = kernels;
     out["traps"] = trap_list;
     std::puts(out.dump(2).c_str());
@@ -160,7 +166,8 @@ void RunInspect(const InspectFlags& f) {
               flags.quantization.empty() ? "" : (", --quantization " + flags.quantization).c_str());
   PrintTable({"gpu", "cc", "method", "kernel", "path", "why"}, rows);
   if (!flags.ignored.empty())
-    std::printf("engine flags without a bearing on the kernel: %s\n", fmt::format("{}", fmt::join(flags.ignored, " ")).c_str());
+    std::printf("engine flags without a bearing on the kernel: %s\n",
+                fmt::format("{}", fmt::join(flags.ignored, " ")).c_str());
   if (!traps.empty()) std::puts("");
   for (const Trap& t : traps)
     std::printf("%s: %s%s\n", t.severity.c_str(), t.message.c_str(),
@@ -171,11 +178,13 @@ void RunInspect(const InspectFlags& f) {
 
 void AddInspectCommands(CLI::App& app) {
   auto f = std::make_shared<InspectFlags>();
-  auto* cmd = app.add_subcommand("inspect", "Detect a checkpoint's format and scheme per layer, and the kernel path "
-                                            "engines take on each GPU");
+  auto* cmd = app.add_subcommand("inspect",
+                                 "Detect a checkpoint's format and scheme per layer, and the kernel path "
+                                 "engines take on each GPU");
   cmd->add_option("checkpoint", f->checkpoint, "Checkpoint folder, .safetensors or .gguf file")->required();
-  cmd->add_option("--gpu", f->gpus, "GPU(s) from the plan table (default: H100-SXM, A100-80G, L40S, RTX-3090, B200, "
-                                    "MI300X)")
+  cmd->add_option("--gpu", f->gpus,
+                  "GPU(s) from the plan table (default: H100-SXM, A100-80G, L40S, RTX-3090, B200, "
+                  "MI300X)")
       ->delimiter(',');
   cmd->add_option("--engine-flag", f->engine_flags,
                   "Engine flags to take into account, e.g. \"--quantization gptq\", \"--kv-cache-dtype fp8\", "

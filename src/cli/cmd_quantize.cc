@@ -20,7 +20,8 @@ namespace lowbit::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string model, out, recipe, method = "rtn", format, calib, eval;
+  std::string model, out, recipe, method = "rtn", format, calib, eval, act_format;
+  double alpha = -1;
   int group = 0;
   bool asym = false, act_order = false, json = false;
   size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0;
@@ -29,13 +30,13 @@ struct QuantizeOptions {
 
 // The recipe: what to run. From --recipe JSON (unknown keys are errors) or from the flags.
 struct Recipe {
-  std::string method, format;
+  std::string method, format, act_format;
   nlohmann::json config = nlohmann::json::object();
   std::string calib_file;
   size_t calib_samples = 128, calib_len = 256;
   uint64_t seed = 0;
   nlohmann::json ToJson() const {
-    return {{"method", method}, {"format", format}, {"config", config},
+    return {{"method", method}, {"format", format}, {"act_format", act_format}, {"config", config},
             {"calibration", {{"file", calib_file}, {"samples", calib_samples}, {"length", calib_len}, {"seed", seed}}}};
   }
 };
@@ -51,11 +52,12 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
     }
     if (!j.is_object()) Fail("{}: a recipe is a JSON object", o.recipe);
     for (const auto& [key, value] : j.items())
-      if (key != "method" && key != "format" && key != "config" && key != "calibration")
-        Fail("{}: unknown recipe key '{}' (known: method, format, config, calibration)", o.recipe, key);
+      if (key != "method" && key != "format" && key != "act_format" && key != "config" && key != "calibration")
+        Fail("{}: unknown recipe key '{}' (known: method, format, act_format, config, calibration)", o.recipe, key);
     try {
       r.method = j.value("method", "rtn");
       r.format = j.at("format").get<std::string>();
+      r.act_format = j.value("act_format", "");
       r.config = j.value("config", nlohmann::json::object());
       if (j.contains("calibration")) {
         const auto& c = j["calibration"];
@@ -79,6 +81,8 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   if (o.group != 0) r.format += o.group < 0 ? ":channel" : ":g" + std::to_string(o.group);
   if (o.asym) r.format += ":asym";
   if (o.act_order) r.config["act_order"] = true;
+  if (o.alpha >= 0) r.config["alpha"] = o.alpha;
+  r.act_format = o.act_format;
   r.calib_file = o.calib;
   r.calib_samples = o.calib_samples;
   r.calib_len = o.calib_len;
@@ -103,6 +107,7 @@ void Run(const QuantizeOptions& o) {
   req.method = recipe.method;
   req.method_config = recipe.config;
   req.scheme = ParseScheme(recipe.format);
+  if (!recipe.act_format.empty()) req.act_scheme = ParseScheme(recipe.act_format);
   req.threads = o.threads;
   nlohmann::json calib_card = nullptr;
   if (!recipe.calib_file.empty()) {
@@ -186,15 +191,18 @@ void Run(const QuantizeOptions& o) {
 
 void AddQuantizeCommand(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
-  auto* cmd = app.add_subcommand("quantize", "Quantize a whole model (rtn, gptq, awq) into a checkpoint folder");
+  auto* cmd = app.add_subcommand("quantize", "Quantize a whole model (rtn, gptq, awq, smoothquant) into a checkpoint folder");
   cmd->add_option("model", o->model, "Model folder or file")->required();
   cmd->add_option("-o,--out", o->out, "Output folder (must not exist)")->required();
   cmd->add_option("--recipe", o->recipe, "Recipe JSON (method, format, config, calibration)");
-  cmd->add_option("--method", o->method, "Method: rtn, gptq, awq")->default_val("rtn");
+  cmd->add_option("--method", o->method, "Method: rtn, gptq, awq, smoothquant")->default_val("rtn");
   cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)");
   cmd->add_option("--group", o->group, "Group size (-1 = per channel)");
   cmd->add_flag("--asym", o->asym, "Asymmetric integers (zero-points)");
   cmd->add_flag("--act-order", o->act_order, "GPTQ: columns by descending Hessian diagonal");
+  cmd->add_option("--act-format", o->act_format,
+                  "Quantize activations too (simulated): int8:token is dynamic, int8:tensor static (calibrated)");
+  cmd->add_option("--alpha", o->alpha, "SmoothQuant migration strength (default 0.5)");
   cmd->add_option("--calib", o->calib, "Calibration text file");
   cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128);
   cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256);

@@ -15,8 +15,9 @@ void AddReportCommand(CLI::App& app) {
     std::string run_dir, out = "report.html";
   };
   auto f = std::make_shared<Flags>();
-  auto* cmd = app.add_subcommand("report", "One self-contained HTML page (inline SVG charts) from the recipe cards and "
-                                           "compare/ppl/bench/plan JSON found in a folder");
+  auto* cmd = app.add_subcommand("report",
+                                 "One self-contained HTML page (inline SVG charts) from the recipe cards and "
+                                 "compare/ppl/bench/plan JSON found in a folder");
   cmd->add_option("run_dir", f->run_dir, "Folder with recipe.json cards and saved --json outputs")->required();
   cmd->add_option("-o,--output", f->out, "HTML file to write")->capture_default_str();
   cmd->callback([f] {

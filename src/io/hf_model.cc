@@ -39,6 +39,7 @@ class HfTensors {
       l.weight = DenseMatrix{rows, cols, ToFloat32(t)};
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
+    l.input_quant = quantized_.InputQuantOf(name);
     return l;
   }
 

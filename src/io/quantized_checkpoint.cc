@@ -235,6 +235,14 @@ OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears) {
       {"packing", "codes bit-packed LSB-first per row into bytes, rows padded to whole bytes; "
                   "integers offset-binary; weight_global_scale multiplies"},
       {"tensors", std::move(tensors)}};
+  // Simulated activation quantization (W8A8 etc.): scheme and, for per-tensor schemes, the
+  // calibrated static scale of each linear's input.
+  OrderedJson inputs = OrderedJson::object();
+  for (const NamedLinear& nl : linears)
+    if (nl.linear->input_quant)
+      inputs[nl.prefix] = {{"scheme", nl.linear->input_quant->scheme.ToString()},
+                           {"static_scale", nl.linear->input_quant->static_scale}};
+  if (!inputs.empty()) qc["lowbit"]["input_quant"] = std::move(inputs);
   return qc;
 }
 
@@ -433,6 +441,20 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
       Fail("{}.tensors: tensor '{}': {}", where, prefix, e.what());
     }
     q.schemes_.emplace(prefix, text);
+  }
+  if (lb.contains("input_quant")) {
+    if (!lb["input_quant"].is_object()) Fail("{}.input_quant: expected an object", where);
+    for (const auto& [prefix, spec] : lb["input_quant"].items()) {
+      if (!spec.is_object() || !spec.contains("scheme") || !spec["scheme"].is_string() ||
+          !spec.contains("static_scale") || !spec["static_scale"].is_number())
+        Fail("{}.input_quant: '{}' must be {{\"scheme\": string, \"static_scale\": number}}", where, prefix);
+      try {
+        q.input_quant_.emplace(prefix, InputQuant{ParseScheme(spec["scheme"].get<std::string>()),
+                                                  spec["static_scale"].get<float>()});
+      } catch (const Error& e) {
+        Fail("{}.input_quant: tensor '{}': {}", where, prefix, e.what());
+      }
+    }
   }
   return q;
 }

@@ -31,6 +31,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -76,6 +77,11 @@ class QuantizedLinears {
   bool empty() const { return schemes_.empty(); }
   bool Has(std::string_view prefix) const { return schemes_.find(prefix) != schemes_.end(); }
   const std::map<std::string, std::string, std::less<>>& schemes() const { return schemes_; }
+  // The input (activation) quantization recorded for linear `prefix`, if any.
+  std::optional<InputQuant> InputQuantOf(std::string_view prefix) const {
+    const auto it = input_quant_.find(prefix);
+    return it == input_quant_.end() ? std::nullopt : std::optional<InputQuant>(it->second);
+  }
 
   // Checks that the safetensors agree with the config: every P listed has P.weight_packed and no
   // dense P.weight, every P.weight_packed is listed, and the per-file metadata (format version,
@@ -90,6 +96,7 @@ class QuantizedLinears {
  private:
   std::string config_path_;  // for messages
   std::map<std::string, std::string, std::less<>> schemes_;  // prefix -> scheme string
+  std::map<std::string, InputQuant, std::less<>> input_quant_;
 };
 
 }  // namespace lowbit

@@ -1,9 +1,11 @@
 // y = x W^T + b for a Linear layer, whatever its storage: dense fp32 rows go straight to the dot
 // kernel; quantized rows are decoded one row at a time into a small buffer (never the whole
-// matrix) and then dotted. x is [n_tokens x cols], y is [n_tokens x rows], row-major.
+// matrix) and then dotted. x is [n_tokens x cols], y is [n_tokens x rows], row-major. With
+// input quantization, x is fake-quantized first.
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "model/weights.h"
@@ -11,5 +13,8 @@
 namespace lowbit {
 
 void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool);
+
+// x [n_tokens x cols] after quantize-dequantize under the layer's input quantization.
+std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_t n_tokens, size_t cols);
 
 }  // namespace lowbit

@@ -122,14 +122,85 @@ void ApplyActivationScales(size_t l, LinearInput input, Model& model, std::vecto
   report.awq_alphas.push_back({fmt::format("model.layers.{}.down", l), down_scales.alpha});
 }
 
+// max |x| per column over every calibration token of the group's input.
+std::vector<float> InputAbsMax(const std::vector<CalibrationBatch>& batches, size_t cols) {
+  std::vector<float> amax(cols, 0.0f);
+  for (const CalibrationBatch& b : batches)
+    for (size_t i = 0; i < b.input.size(); ++i) amax[i % cols] = std::max(amax[i % cols], std::fabs(b.input[i]));
+  return amax;
+}
+
+// SmoothQuant's per-channel factors s_j = max|x_j|^a / max|w_j|^(1-a) over the group's weights.
+std::vector<float> SmoothingFactors(const std::vector<float>& x_amax, const std::vector<const Linear*>& group,
+                                   double alpha) {
+  const size_t cols = x_amax.size();
+  std::vector<float> w_amax(cols, 0.0f), s(cols);
+  for (const Linear* l : group) {
+    const DenseMatrix& m = std::get<DenseMatrix>(l->weight);
+    for (size_t i = 0; i < m.values.size(); ++i) w_amax[i % cols] = std::max(w_amax[i % cols], std::fabs(m.values[i]));
+  }
+  for (size_t c = 0; c < cols; ++c) {
+    const double v = std::pow(x_amax[c], alpha) / std::pow(std::max(w_amax[c], 1e-8f), 1.0 - alpha);
+    s[c] = x_amax[c] > 0 && w_amax[c] > 0 ? static_cast<float>(std::max(v, 1e-5)) : 1.0f;
+  }
+  return s;
+}
+
+// SmoothQuant: at the q/k/v and gate/up stages, migrate the input's outlier channels into the
+// weights (folded into the RMSNorm weight); at the gate/up stage also for down_proj, whose
+// full-precision input silu(gate x) * up x is computed over every calibration token and whose
+// factors are folded into up's rows before up is quantized.
+void ApplySmoothing(size_t l, LinearInput input, Model& model, std::vector<CalibrationBatch>& batches, double alpha,
+                    ThreadPool& pool, QuantizeReport& report) {
+  if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
+  LayerWeights& lw = model.weights.layers[l];
+  const size_t cols = model.config.dim, ffn = model.config.ffn_dim;
+  const std::vector<const Linear*> group = input == LinearInput::kQkv
+                                               ? std::vector<const Linear*>{&lw.wq, &lw.wk, &lw.wv}
+                                               : std::vector<const Linear*>{&lw.w_gate, &lw.w_up};
+  const std::vector<float> s = SmoothingFactors(InputAbsMax(batches, cols), group, alpha);
+  FoldInputScales(model.config, lw, input, s);
+  for (CalibrationBatch& b : batches)
+    for (size_t i = 0; i < b.input.size(); ++i) b.input[i] /= s[i % cols];
+  ++report.smoothed_inputs;
+  if (input != LinearInput::kGateUp) return;
+  std::vector<float> d_amax(ffn, 0.0f);
+  for (const CalibrationBatch& b : batches) {
+    const size_t n = b.input.size() / cols;
+    std::vector<float> gate(n * ffn), up(n * ffn);
+    MatMul(lw.w_gate, b.input.data(), n, gate.data(), pool);
+    MatMul(lw.w_up, b.input.data(), n, up.data(), pool);
+    for (size_t i = 0; i < gate.size(); ++i)
+      d_amax[i % ffn] = std::max(d_amax[i % ffn], std::fabs(gate[i] / (1.0f + std::exp(-gate[i])) * up[i]));
+  }
+  FoldInputScales(model.config, lw, LinearInput::kDown, SmoothingFactors(d_amax, {&lw.w_down}, alpha));
+  ++report.smoothed_inputs;
+}
+
+// Attaches the activation quantization to the group's (now quantized) linears; a per-tensor
+// scheme gets its static scale from the calibration inputs' absolute maximum.
+void AttachInputQuant(const QuantScheme& act, const std::vector<CalibrationBatch>& batches, size_t cols,
+                      const std::vector<LinearSlot>& linears) {
+  InputQuant iq{act, 0.0f};
+  if (act.granularity.kind == GranularityKind::kTensor) {
+    float amax = 0;
+    for (const float v : InputAbsMax(batches, cols)) amax = std::max(amax, v);
+    iq.static_scale = RoundScale(act.scale_type, amax / static_cast<float>(ScaleDivisor(*act.element)));
+  }
+  for (const LinearSlot& slot : linears) slot.linear->input_quant = iq;
+}
+
 }  // namespace
 
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   const auto start = Clock::now();
   const auto method = BuiltinMethods().Create(req.method, req.method_config, req.scheme);
-  const bool calibrate = method->needs_hessian();
+  const bool static_acts = req.act_scheme && req.act_scheme->granularity.kind == GranularityKind::kTensor;
+  const bool calibrate = method->needs_hessian() || method->activation_scale_grid() > 0 ||
+                         method->smoothing_alpha() >= 0 || static_acts;
   if (calibrate && req.calibration.empty())
-    Fail("method '{}' needs calibration data (--calib FILE)", req.method);
+    Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
+         static_acts ? " with static activation scales" : "");
   Engine engine(model, req.threads);
   QuantizeReport report;
 
@@ -154,6 +225,8 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       if (method->activation_scale_grid() > 0)
         ApplyActivationScales(l, group.input, model, batches, req.scheme, method->activation_scale_grid(),
                               engine.pool(), report);
+      if (method->smoothing_alpha() >= 0)
+        ApplySmoothing(l, group.input, model, batches, method->smoothing_alpha(), engine.pool(), report);
       const size_t cols = group.linears[0].linear->cols();
       HessianAccumulator hessian(cols);
       std::vector<float> sample;
@@ -186,6 +259,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
         report.tensors.push_back(tr);
         slot.linear->weight = std::move(q);
       }
+      if (req.act_scheme) AttachInputQuant(*req.act_scheme, batches, cols, group.linears);
       if (calibrate) {  // run the now-quantized group on to the next group's input
         const auto t = Clock::now();
         for (CalibrationBatch& b : batches) engine.AdvanceLayer(l, group.input, b.items, b.x, b.input);

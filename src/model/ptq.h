@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct QuantizeRequest {
   std::string method = "rtn";
   nlohmann::json method_config = nlohmann::json::object();
   QuantScheme scheme;
+  // Activation quantization of every quantized linear's input (W8A8 etc.): per-token schemes are
+  // dynamic, per-tensor ones get a static scale calibrated on the calibration inputs.
+  std::optional<QuantScheme> act_scheme;
   std::vector<std::vector<int32_t>> calibration;  // token windows; needed by Hessian methods
   size_t threads = 0;
   size_t calibration_batch = 16;  // windows per forward call
@@ -35,6 +39,7 @@ struct TensorReport {
 struct QuantizeReport {
   std::vector<TensorReport> tensors;
   std::vector<std::pair<std::string, double>> awq_alphas;  // chosen alpha per scaled input (AWQ)
+  size_t smoothed_inputs = 0;                                // inputs SmoothQuant rescaled
   std::vector<double> layer_seconds;
   double calibration_seconds = 0, total_seconds = 0;
 };

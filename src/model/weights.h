@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -21,9 +22,18 @@ struct DenseMatrix {  // row-major [rows x cols], rows = output features
   uint64_t cols() const { return col_count; }
 };
 
+// Activation quantization of a linear layer's input, simulated before the matmul (fake-quant),
+// so W8A8-style schemes can be evaluated before integer kernels exist. A per-token (or per-row)
+// scheme is dynamic; a per-tensor scheme uses the static scale calibrated on calibration data.
+struct InputQuant {
+  QuantScheme scheme;
+  float static_scale = 0;  // per-tensor schemes: the calibrated scale
+};
+
 struct Linear {
   std::variant<DenseMatrix, QuantizedTensor> weight;
   std::vector<float> bias;  // empty = none
+  std::optional<InputQuant> input_quant;
 
   uint64_t rows() const;
   uint64_t cols() const;

@@ -1,10 +1,10 @@
 #include "plan/inspect.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -16,8 +16,8 @@ namespace lowbit {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using inspect_detail::QuantConfig;
+using nlohmann::json;
 
 json ReadJson(const fs::path& path) {
   try {
@@ -59,8 +59,8 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
         cfg.where = fmt::format("{}: {}", config_path.string(), key);
         break;
       }
-    if (cfg.qc.is_null() && config.is_object() && config.contains("text_config") &&
-        config["text_config"].is_object() && config["text_config"].contains("quantization_config")) {
+    if (cfg.qc.is_null() && config.is_object() && config.contains("text_config") && config["text_config"].is_object() &&
+        config["text_config"].contains("quantization_config")) {
       cfg.qc = config["text_config"]["quantization_config"];
       cfg.where = config_path.string() + ": text_config.quantization_config";
     }
@@ -74,7 +74,8 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
     cfg.qc["quant_method"] = "modelopt";
     cfg.where = modelopt_path.string() + ": quantization";
     if (hq.contains("producer") && hq["producer"].is_object())
-      info.details = fmt::format("producer {} {}", StringField(hq["producer"], "name"), StringField(hq["producer"], "version"));
+      info.details =
+          fmt::format("producer {} {}", StringField(hq["producer"], "name"), StringField(hq["producer"], "version"));
   }
   for (const char* name : {"quantize_config.json", "quant_config.json"})
     if (cfg.qc.is_null() && fs::exists(dir / name)) {
@@ -93,8 +94,9 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
   }
   std::string method = Lower(StringField(qc, "quant_method"));
   if (method.empty()) method = Lower(StringField(qc, "method"));  // GPTQModel's canonical key
-  if (method.empty() && (qc.contains("w_bit") || qc.contains("version"))) method = "awq";  // AutoAWQ's quant_config.json
-  if (method.empty() && qc.contains("bits")) method = "gptq";                              // AutoGPTQ's quantize_config.json
+  if (method.empty() && (qc.contains("w_bit") || qc.contains("version")))
+    method = "awq";                                            // AutoAWQ's quant_config.json
+  if (method.empty() && qc.contains("bits")) method = "gptq";  // AutoGPTQ's quantize_config.json
   if (method == "gptq") {
     cfg.format = CheckpointFormat::kGptq;
     std::string cf = Lower(StringField(qc, "checkpoint_format", StringField(qc, "format", "gptq")));
@@ -116,8 +118,8 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
     info.config_ignored = StringList(qc, {"ignore"});
     if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) {
       const json& kv = qc["kv_cache_scheme"];
-      info.kv.declared = fmt::format("{}{}", kv.value("type", std::string("int")) == "float" ? "fp" : "int",
-                                     kv.value("num_bits", 8));
+      info.kv.declared =
+          fmt::format("{}{}", kv.value("type", std::string("int")) == "float" ? "fp" : "int", kv.value("num_bits", 8));
     }
   } else if (method == "fp8") {
     cfg.format = CheckpointFormat::kFp8;
@@ -160,8 +162,8 @@ void InspectGguf(const fs::path& path, CheckpointInfo& info) {
     const GgmlTypeInfo* type = FindGgmlType(t.ggml_type);
     const std::string type_name = GgmlTypeName(t.ggml_type);
     ++types[type_name];
-    const bool is_float = t.ggml_type == kGgmlF32 || t.ggml_type == kGgmlF16 || t.ggml_type == kGgmlBF16 ||
-                          t.ggml_type == kGgmlF64;
+    const bool is_float =
+        t.ggml_type == kGgmlF32 || t.ggml_type == kGgmlF16 || t.ggml_type == kGgmlBF16 || t.ggml_type == kGgmlF64;
     if (t.name.starts_with("blk.")) {
       const uint32_t layer = static_cast<uint32_t>(FirstNumber(t.name));
       info.n_layers = std::max(info.n_layers, layer + 1);
@@ -188,10 +190,9 @@ void InspectGguf(const fs::path& path, CheckpointInfo& info) {
   std::string hist;
   for (const auto& [name, n] : sorted) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", name, n);
   const GgufValue* arch = g.Find("general.architecture");
-  info.details = fmt::format("{}tensor types {}", arch && TypeOf(*arch) == GgufType::kString
-                                                      ? "architecture " + std::get<std::string>(*arch) + "; "
-                                                      : "",
-                             hist);
+  info.details = fmt::format(
+      "{}tensor types {}",
+      arch && TypeOf(*arch) == GgufType::kString ? "architecture " + std::get<std::string>(*arch) + "; " : "", hist);
 }
 
 // The kernel-relevant summary of the quantized linears.
@@ -207,7 +208,8 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
     auto it = std::find_if(s.variants.begin(), s.variants.end(), [&](const LinearVariant& v) {
       return v.bits == l.bits && v.group == group && v.zero_points == l.zero_points && v.act_order == l.act_order;
     });
-    if (it == s.variants.end()) it = s.variants.insert(s.variants.end(), {l.bits, group, l.zero_points, l.act_order, 0});
+    if (it == s.variants.end())
+      it = s.variants.insert(s.variants.end(), {l.bits, group, l.zero_points, l.act_order, 0});
     ++it->layers;
   }
   std::string main_type;
@@ -217,14 +219,31 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
   const bool quantized_format = info.format != CheckpointFormat::kDense && info.format != CheckpointFormat::kGguf;
   if (quantized_format && type_counts.empty())
     Fail("{}: the config declares {} but no quantized tensors were found", info.path, info.format_name);
-  if (type_counts.size() > 1) info.notes.push_back(fmt::format("mixed element types across linears; kernels follow the majority ({})", main_type));
+  if (type_counts.size() > 1)
+    info.notes.push_back(
+        fmt::format("mixed element types across linears; kernels follow the majority ({})", main_type));
 
   switch (info.format) {
-    case CheckpointFormat::kDense: s.method = ""; s.family = QuantFamily::kDense; break;
-    case CheckpointFormat::kGguf: s.method = "gguf"; s.family = QuantFamily::kGguf; break;
-    case CheckpointFormat::kLowbit: s.method = "lowbit"; s.family = QuantFamily::kLowbit; break;
-    case CheckpointFormat::kGptq: s.method = "gptq"; s.family = QuantFamily::kWeightInt; break;
-    case CheckpointFormat::kAwq: s.method = "awq"; s.family = QuantFamily::kWeightInt; break;
+    case CheckpointFormat::kDense:
+      s.method = "";
+      s.family = QuantFamily::kDense;
+      break;
+    case CheckpointFormat::kGguf:
+      s.method = "gguf";
+      s.family = QuantFamily::kGguf;
+      break;
+    case CheckpointFormat::kLowbit:
+      s.method = "lowbit";
+      s.family = QuantFamily::kLowbit;
+      break;
+    case CheckpointFormat::kGptq:
+      s.method = "gptq";
+      s.family = QuantFamily::kWeightInt;
+      break;
+    case CheckpointFormat::kAwq:
+      s.method = "awq";
+      s.family = QuantFamily::kWeightInt;
+      break;
     case CheckpointFormat::kFp8:
       s.method = "fp8";
       s.family = QuantFamily::kFp8;
@@ -241,20 +260,25 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
       const bool int8_acts = ct.activations.contains("int8");
       if (ct.formats.size() > 1) info.details += fmt::format("; group formats {}", fmt::join(ct.formats, ", "));
       if (s.activations_quantized) info.details += fmt::format("; activations {}", fmt::join(ct.activations, ", "));
-      if (main_type == "int") s.family = s.activations_quantized && int8_acts ? QuantFamily::kInt8W8A8 : QuantFamily::kWeightInt;
-      else if (main_type == "fp8") s.family = QuantFamily::kFp8;
+      if (main_type == "int")
+        s.family = s.activations_quantized && int8_acts ? QuantFamily::kInt8W8A8 : QuantFamily::kWeightInt;
+      else if (main_type == "fp8")
+        s.family = QuantFamily::kFp8;
       else if (main_type == "fp4") {
-        const bool mx = std::any_of(info.layers.begin(), info.layers.end(), [](const LayerInfo& l) { return l.type == "fp4" && l.group == 32; });
+        const bool mx = std::any_of(info.layers.begin(), info.layers.end(),
+                                    [](const LayerInfo& l) { return l.type == "fp4" && l.group == 32; });
         s.family = mx ? QuantFamily::kMxfp4 : QuantFamily::kNvfp4;
-      } else Fail("{}: compressed-tensors weights of type '{}' are not covered", info.path, main_type);
+      } else
+        Fail("{}: compressed-tensors weights of type '{}' are not covered", info.path, main_type);
       break;
     }
   }
   s.kv_fp8_declared = info.kv.declared.starts_with("fp8");
   s.kv_scales = info.kv.tensors > 0;
   if (info.format == CheckpointFormat::kGptq && info.format_name == "GPTQ v1" && !s.gptq_symmetric)
-    info.notes.push_back("GPTQ v1 with sym=false: a true zero point of 0 is stored as -1 and decodes as 2^bits "
-                         "(the v1 asymmetric defect); treat this checkpoint as potentially lossy");
+    info.notes.push_back(
+        "GPTQ v1 with sym=false: a true zero point of 0 is stored as -1 and decodes as 2^bits "
+        "(the v1 asymmetric defect); treat this checkpoint as potentially lossy");
 }
 
 std::string MajorityDtypeName(const CheckpointInfo& info) {
@@ -308,18 +332,31 @@ CheckpointInfo InspectCheckpoint(const fs::path& path) {
 json CheckpointToJson(const CheckpointInfo& info) {
   json layers = json::array();
   for (const LayerInfo& l : info.layers) {
-    json j = {{"name", l.name},           {"scheme", l.scheme},       {"type", l.type},
-              {"bits", l.bits},           {"group", l.group},         {"symmetric", l.symmetric},
-              {"zero_points", l.zero_points}, {"act_order", l.act_order}, {"quantized", l.quantized},
-              {"ignored", l.ignored},     {"rows", l.rows},           {"cols", l.cols},
-              {"params", l.params},       {"bytes", l.bytes},         {"bits_per_weight", l.bits_per_weight()}};
+    json j = {{"name", l.name},
+              {"scheme", l.scheme},
+              {"type", l.type},
+              {"bits", l.bits},
+              {"group", l.group},
+              {"symmetric", l.symmetric},
+              {"zero_points", l.zero_points},
+              {"act_order", l.act_order},
+              {"quantized", l.quantized},
+              {"ignored", l.ignored},
+              {"rows", l.rows},
+              {"cols", l.cols},
+              {"params", l.params},
+              {"bytes", l.bytes},
+              {"bits_per_weight", l.bits_per_weight()}};
     if (l.block_rows) j["block"] = {l.block_rows, l.block_cols};
     layers.push_back(std::move(j));
   }
   json variants = json::array();
   for (const LinearVariant& v : info.summary.variants)
-    variants.push_back({{"bits", v.bits}, {"group", v.group}, {"zero_points", v.zero_points},
-                        {"act_order", v.act_order}, {"layers", v.layers}});
+    variants.push_back({{"bits", v.bits},
+                        {"group", v.group},
+                        {"zero_points", v.zero_points},
+                        {"act_order", v.act_order},
+                        {"layers", v.layers}});
   return {{"path", info.path},
           {"format", info.format_name},
           {"details", info.details},
@@ -334,8 +371,11 @@ json CheckpointToJson(const CheckpointInfo& info) {
           {"linear_params", info.linear_params},
           {"linear_bytes", info.linear_bytes},
           {"linear_bits_per_weight", info.linear_bits_per_weight()},
-          {"kv_cache", {{"scale_tensors", info.kv.tensors}, {"layers_with_scales", info.kv.layers},
-                        {"spelling", info.kv.spelling}, {"declared", info.kv.declared}}},
+          {"kv_cache",
+           {{"scale_tensors", info.kv.tensors},
+            {"layers_with_scales", info.kv.layers},
+            {"spelling", info.kv.spelling},
+            {"declared", info.kv.declared}}},
           {"variants", variants},
           {"layers", layers},
           {"notes", info.notes}};

@@ -15,17 +15,23 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "plan/kernel_rules.h"
 
 namespace lowbit {
 
 enum class CheckpointFormat : uint8_t {
-  kDense, kLowbit, kGptq, kAwq, kCompressedTensors, kFp8, kModelOpt, kGguf,
+  kDense,
+  kLowbit,
+  kGptq,
+  kAwq,
+  kCompressedTensors,
+  kFp8,
+  kModelOpt,
+  kGguf,
 };
 
 struct LayerInfo {
@@ -33,21 +39,21 @@ struct LayerInfo {
   std::string scheme;  // human spelling: "int4 g128 sym act-order", "fp8_e4m3 block128x128", "Q4_K", "F16"
   std::string type;    // element type: "int", "fp8", "fp4", "float", or the GGUF type name
   int bits = 16;
-  int group = 0;       // -1 per-channel, 0 per-tensor / none, > 0 group size
+  int group = 0;                            // -1 per-channel, 0 per-tensor / none, > 0 group size
   uint32_t block_rows = 0, block_cols = 0;  // 2-D block scales (FP8 block)
   bool symmetric = true;
   bool zero_points = false;
   bool act_order = false;
   bool quantized = false;
-  bool ignored = false;  // a linear the quantization config leaves in full precision
+  bool ignored = false;         // a linear the quantization config leaves in full precision
   uint64_t rows = 0, cols = 0;  // logical [out, in]
   uint64_t params = 0, bytes = 0;
   double bits_per_weight() const { return params ? 8.0 * double(bytes) / double(params) : 0; }
 };
 
 struct KvScaleInfo {
-  size_t tensors = 0;  // k/v scale tensors found
-  size_t layers = 0;   // decoder layers that have at least one
+  size_t tensors = 0;    // k/v scale tensors found
+  size_t layers = 0;     // decoder layers that have at least one
   std::string spelling;  // e.g. "self_attn.k_scale", "self_attn.k_proj.output_scale"
   std::string declared;  // KV dtype the config declares ("fp8"), "" when none
 };
@@ -55,19 +61,21 @@ struct KvScaleInfo {
 struct CheckpointInfo {
   std::string path;
   CheckpointFormat format = CheckpointFormat::kDense;
-  std::string format_name;  // "GPTQ v1", "compressed-tensors pack-quantized", "GGUF v3", ...
-  std::string details;      // one line of config facts (checkpoint_format, activation scheme, ...)
-  std::vector<std::string> config_ignored;  // modules_to_not_convert / ignore / ignored_layers / exclude_modules
-  std::vector<LayerInfo> layers;            // every 2-D weight (quantized or not), in name order
-  uint32_t n_layers = 0;                    // decoder layers seen in tensor names
-  uint64_t params = 0, bytes = 0;           // whole checkpoint
+  std::string format_name;                       // "GPTQ v1", "compressed-tensors pack-quantized", "GGUF v3", ...
+  std::string details;                           // one line of config facts (checkpoint_format, activation scheme, ...)
+  std::vector<std::string> config_ignored;       // modules_to_not_convert / ignore / ignored_layers / exclude_modules
+  std::vector<LayerInfo> layers;                 // every 2-D weight (quantized or not), in name order
+  uint32_t n_layers = 0;                         // decoder layers seen in tensor names
+  uint64_t params = 0, bytes = 0;                // whole checkpoint
   uint64_t linear_params = 0, linear_bytes = 0;  // the quantized linears only
   KvScaleInfo kv;
   QuantSummary summary;
   std::vector<std::string> notes;
 
   double bits_per_weight() const { return params ? 8.0 * double(bytes) / double(params) : 0; }
-  double linear_bits_per_weight() const { return linear_params ? 8.0 * double(linear_bytes) / double(linear_params) : 0; }
+  double linear_bits_per_weight() const {
+    return linear_params ? 8.0 * double(linear_bytes) / double(linear_params) : 0;
+  }
 };
 
 // PATH: a checkpoint folder (config.json + *.safetensors, or a folder with one .gguf file), a

@@ -2,10 +2,9 @@
 // inspect_layers.cc (the per-layer walk over safetensors headers).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
 #include "plan/inspect.h"
@@ -15,8 +14,8 @@ namespace lowbit::inspect_detail {
 // The quantization config a folder declares, after resolving where it lives.
 struct QuantConfig {
   CheckpointFormat format = CheckpointFormat::kDense;
-  nlohmann::json qc;   // quantization_config (GPTQ/AWQ/CT/FP8/lowbit) or hf_quant_config's "quantization"
-  std::string where;   // "path/config.json: quantization_config", for messages
+  nlohmann::json qc;  // quantization_config (GPTQ/AWQ/CT/FP8/lowbit) or hf_quant_config's "quantization"
+  std::string where;  // "path/config.json: quantization_config", for messages
 };
 
 // What the walk saw of compressed-tensors config groups in use.

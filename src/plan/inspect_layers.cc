@@ -8,13 +8,13 @@
 //   weight F32/F16/BF16                              a dense weight
 // Shapes are checked against the config (bits x rows, group x scale rows) so a checkpoint whose
 // config and tensors disagree is reported instead of being described wrongly.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <regex>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "plan/inspect_detail.h"
@@ -27,12 +27,27 @@ using nlohmann::json;
 
 // Tensors that describe a weight (scales, zero points, permutations, activation/KV scales): they
 // count as bytes, never as parameters.
-const std::set<std::string, std::less<>> kSideLeaves = {
-    "qzeros",        "scales",          "g_idx",           "weight_scale",       "weight_scale_inv",
-    "weight_scale_2", "weight_zero_point", "weight_global_scale", "weight_g_idx", "weight_shape",
-    "input_scale",   "input_global_scale", "input_zero_point", "output_scale",   "output_zero_point",
-    "k_scale",       "v_scale",         "q_scale",         "kv_scale",           "prob_scale",
-    "pre_quant_scale"};
+const std::set<std::string, std::less<>> kSideLeaves = {"qzeros",
+                                                        "scales",
+                                                        "g_idx",
+                                                        "weight_scale",
+                                                        "weight_scale_inv",
+                                                        "weight_scale_2",
+                                                        "weight_zero_point",
+                                                        "weight_global_scale",
+                                                        "weight_g_idx",
+                                                        "weight_shape",
+                                                        "input_scale",
+                                                        "input_global_scale",
+                                                        "input_zero_point",
+                                                        "output_scale",
+                                                        "output_zero_point",
+                                                        "k_scale",
+                                                        "v_scale",
+                                                        "q_scale",
+                                                        "kv_scale",
+                                                        "prob_scale",
+                                                        "pre_quant_scale"};
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64; }
 bool IsFp8(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2; }
@@ -69,11 +84,13 @@ std::string GroupText(const LayerInfo& l) {
 
 std::string SchemeText(const LayerInfo& l) {
   if (l.type == "int")
-    return fmt::format("int{} {} {}{}", l.bits, GroupText(l), l.symmetric ? "sym" : "asym", l.act_order ? " act-order" : "");
+    return fmt::format("int{} {} {}{}", l.bits, GroupText(l), l.symmetric ? "sym" : "asym",
+                       l.act_order ? " act-order" : "");
   if (l.type == "fp8") return "fp8_e4m3 " + GroupText(l);
   if (l.type == "fp4")
-    return l.group == 16 ? "nvfp4 (fp4_e2m1 g16, e4m3 scales)"
-           : l.group == 32 ? "mxfp4 (fp4_e2m1 g32, e8m0 scales)" : "fp4_e2m1 " + GroupText(l);
+    return l.group == 16   ? "nvfp4 (fp4_e2m1 g16, e4m3 scales)"
+           : l.group == 32 ? "mxfp4 (fp4_e2m1 g32, e8m0 scales)"
+                           : "fp4_e2m1 " + GroupText(l);
   return l.type;
 }
 
@@ -134,7 +151,8 @@ class Walker {
     if (at == std::string::npos) return std::nullopt;
     uint32_t v = 0;
     size_t i = at + 7, digits = 0;
-    for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i, ++digits) v = v * 10 + (name[i] - '0');
+    for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i, ++digits)
+      v = v * 10 + (name[i] - '0');
     if (digits == 0) return std::nullopt;
     return v;
   }
@@ -164,26 +182,37 @@ class Walker {
   }
   const TensorView& Need(const Module& m, std::string_view leaf, const TensorView& primary) const {
     const TensorView* t = m.Leaf(leaf);
-    if (!t) Fail("{}: tensor '{}.{}' is missing ({} is present; {})", FileOf(primary.name), m.name, leaf, primary.name, cfg_.where);
+    if (!t)
+      Fail("{}: tensor '{}.{}' is missing ({} is present; {})", FileOf(primary.name), m.name, leaf, primary.name,
+           cfg_.where);
     return *t;
   }
 
   void Visit(const Module& m) {
     std::set<std::string, std::less<>> used;  // leaves a quantized layer consumed
     if (const TensorView* q = m.Leaf("qweight")) {
-      if (cfg_.format == CheckpointFormat::kGptq) Gptq(m, *q);
-      else if (cfg_.format == CheckpointFormat::kAwq) Awq(m, *q);
-      else Bad(*q, "a GPTQ/AWQ qweight, but {}", Described());
+      if (cfg_.format == CheckpointFormat::kGptq)
+        Gptq(m, *q);
+      else if (cfg_.format == CheckpointFormat::kAwq)
+        Awq(m, *q);
+      else
+        Bad(*q, "a GPTQ/AWQ qweight, but {}", Described());
       used = {"qweight", "qzeros", "scales", "g_idx"};
     } else if (const TensorView* p = m.Leaf("weight_packed")) {
-      if (cfg_.format == CheckpointFormat::kLowbit) Lowbit(m, *p);
-      else if (cfg_.format == CheckpointFormat::kCompressedTensors) Ct(m, *p);
-      else Bad(*p, "a packed weight, but {}", Described());
+      if (cfg_.format == CheckpointFormat::kLowbit)
+        Lowbit(m, *p);
+      else if (cfg_.format == CheckpointFormat::kCompressedTensors)
+        Ct(m, *p);
+      else
+        Bad(*p, "a packed weight, but {}", Described());
       used = {"weight_packed"};
     } else if (const TensorView* w = m.Leaf("weight"); w && !IsFloat(w->dtype)) {
-      if (cfg_.format == CheckpointFormat::kCompressedTensors) Ct(m, *w);
-      else if (cfg_.format == CheckpointFormat::kFp8 || cfg_.format == CheckpointFormat::kModelOpt) FloatQuant(m, *w);
-      else Bad(*w, "{} weight, but {}", DTypeName(w->dtype), Described());
+      if (cfg_.format == CheckpointFormat::kCompressedTensors)
+        Ct(m, *w);
+      else if (cfg_.format == CheckpointFormat::kFp8 || cfg_.format == CheckpointFormat::kModelOpt)
+        FloatQuant(m, *w);
+      else
+        Bad(*w, "{} weight, but {}", DTypeName(w->dtype), Described());
       used = {"weight"};
     }
     if (!used.empty()) {
@@ -203,7 +232,8 @@ class Walker {
   }
 
   std::string Described() const {
-    return cfg_.where.empty() ? "the checkpoint has no quantization config" : "the config is " + info_.format_name + " (" + cfg_.where + ")";
+    return cfg_.where.empty() ? "the checkpoint has no quantization config"
+                              : "the config is " + info_.format_name + " (" + cfg_.where + ")";
   }
 
   LayerInfo& Add(const Module& m, uint64_t rows, uint64_t cols) {
@@ -299,9 +329,10 @@ class Walker {
     const uint32_t v2 = unit * (1u << (bits - 1)), v1 = v2 - unit;
     const bool says_v2 = info_.format_name == "GPTQ v2";
     if (word == (says_v2 ? v1 : v2))
-      info_.notes.push_back(fmt::format("{}: first word 0x{:08x} is the {} layout of a symmetric zero point, but the "
-                                        "config says {}",
-                                        qzeros.name, word, says_v2 ? "v1 (zeros minus one)" : "v2", info_.format_name));
+      info_.notes.push_back(
+          fmt::format("{}: first word 0x{:08x} is the {} layout of a symmetric zero point, but the "
+                      "config says {}",
+                      qzeros.name, word, says_v2 ? "v1 (zeros minus one)" : "v2", info_.format_name));
   }
 
   // ---- AWQ GEMM (formats.md 4): qweight [K, N*b/32], qzeros [K/G, N*b/32], scales [K/G, N]. ----
@@ -337,11 +368,15 @@ class Walker {
     const uint64_t cols = g_idx ? g_idx->numel() : packed.shape[1] * 8 / s.element->bits;
     LayerInfo& l = Add(m, packed.shape[0], cols);
     const ElementKind kind = s.element->kind;
-    l.type = kind == ElementKind::kInt ? "int" : s.element->name == "fp8_e4m3" ? "fp8"
-             : s.element->name == "fp4_e2m1" ? "fp4" : std::string(s.element->name);
+    l.type = kind == ElementKind::kInt       ? "int"
+             : s.element->name == "fp8_e4m3" ? "fp8"
+             : s.element->name == "fp4_e2m1" ? "fp4"
+                                             : std::string(s.element->name);
     l.bits = s.element->bits;
     const Granularity& g = s.granularity;
-    l.group = g.kind == GranularityKind::kGroup ? static_cast<int>(g.group) : g.kind == GranularityKind::kChannel ? -1 : 0;
+    l.group = g.kind == GranularityKind::kGroup     ? static_cast<int>(g.group)
+              : g.kind == GranularityKind::kChannel ? -1
+                                                    : 0;
     if (g.kind == GranularityKind::kBlock) {
       l.block_rows = g.block_rows;
       l.block_cols = g.block_cols;
@@ -369,9 +404,12 @@ class Walker {
       for (const json& t : g.value("targets", json::array())) {
         if (!t.is_string()) continue;
         const std::string target = t.get<std::string>();
-        if (target == "Linear") group.all_linears = true;
-        else if (target.starts_with("re:")) group.regexes.push_back(CompileRegex(target.substr(3), cfg_.where + ".config_groups." + name));
-        else group.names.push_back(target);
+        if (target == "Linear")
+          group.all_linears = true;
+        else if (target.starts_with("re:"))
+          group.regexes.push_back(CompileRegex(target.substr(3), cfg_.where + ".config_groups." + name));
+        else
+          group.names.push_back(target);
       }
       ct_groups_.push_back(std::move(group));
     }
@@ -396,8 +434,7 @@ class Walker {
     const std::string type = a.value("type", std::string("int"));
     const json group_size = a.contains("group_size") ? a["group_size"] : json(nullptr);
     std::string strategy = a.contains("strategy") && a["strategy"].is_string() ? a["strategy"].get<std::string>() : "";
-    if (strategy.empty())
-      strategy = group_size.is_null() ? "tensor" : group_size.get<int>() > 0 ? "group" : "channel";
+    if (strategy.empty()) strategy = group_size.is_null() ? "tensor" : group_size.get<int>() > 0 ? "group" : "channel";
     if (w.shape.size() != 2) Bad(w, "must be 2-D");
     uint64_t rows = w.shape[0], cols = w.shape[1];
     if (w.name.ends_with("weight_packed")) {
@@ -417,8 +454,10 @@ class Walker {
     LayerInfo& l = Add(m, rows, cols);
     l.bits = bits;
     l.type = type == "int" ? "int" : bits == 8 ? "fp8" : bits == 4 ? "fp4" : "float" + std::to_string(bits);
-    if (strategy == "channel") l.group = -1;
-    else if (strategy == "group" || strategy == "tensor_group") l.group = group_size.is_number_integer() ? group_size.get<int>() : 0;
+    if (strategy == "channel")
+      l.group = -1;
+    else if (strategy == "group" || strategy == "tensor_group")
+      l.group = group_size.is_number_integer() ? group_size.get<int>() : 0;
     else if (strategy == "block") {
       const json& b = a.contains("block_structure") ? a["block_structure"] : json(nullptr);
       if (b.is_array() && b.size() == 2) {
@@ -466,7 +505,8 @@ class Walker {
       l.block_cols = bs[1].get<uint32_t>();
       const uint64_t gr = (l.rows + l.block_rows - 1) / l.block_rows, gc = (l.cols + l.block_cols - 1) / l.block_cols;
       if (inv->shape.size() != 2 || inv->shape[0] != gr || inv->shape[1] != gc)
-        Bad(*inv, "block {}x{} over [{}, {}] needs scales [{}, {}]", l.block_rows, l.block_cols, l.rows, l.cols, gr, gc);
+        Bad(*inv, "block {}x{} over [{}, {}] needs scales [{}, {}]", l.block_rows, l.block_cols, l.rows, l.cols, gr,
+            gc);
     } else {
       const TensorView& scale = Need(m, "weight_scale", w);
       l.group = scale.numel() == 1 ? 0 : scale.numel() == l.rows ? -1 : 0;

@@ -1,12 +1,12 @@
 #include "plan/kernel_rules.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <set>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -30,10 +30,14 @@ bool In(int v, const int (&list)[N]) {
   return std::find(std::begin(list), std::end(list), v) != std::end(list);
 }
 
-std::string GroupText(int g) { return g == -1 ? "per-channel (-1)" : g == 0 ? "per-tensor" : fmt::format("group {}", g); }
+std::string GroupText(int g) {
+  return g == -1 ? "per-channel (-1)" : g == 0 ? "per-tensor" : fmt::format("group {}", g);
+}
 
 // Marlin's own check (marlin_utils.check_marlin_supported): 4/8-bit, its four group sizes, >= 8.0.
-bool MarlinTakes(const LinearVariant& v, int cc) { return cc >= 80 && (v.bits == 4 || v.bits == 8) && In(v.group, kMarlinGroups); }
+bool MarlinTakes(const LinearVariant& v, int cc) {
+  return cc >= 80 && (v.bits == 4 || v.bits == 8) && In(v.group, kMarlinGroups);
+}
 
 // Why Marlin does not take a variant ("" when it does), for the reason column and the traps.
 std::string MarlinRefusal(const LinearVariant& v, int cc) {
@@ -79,8 +83,8 @@ std::string Mismatch(std::string_view config, std::string_view flag) {
 
 bool IsCheckpointMethod(std::string_view m) {
   static const std::set<std::string, std::less<>> kMethods = {
-      "gptq", "gptq_marlin", "awq", "awq_marlin", "marlin", "compressed-tensors", "modelopt", "modelopt_fp4", "gguf",
-      "fp8"};
+      "gptq",     "gptq_marlin",  "awq",  "awq_marlin", "marlin", "compressed-tensors",
+      "modelopt", "modelopt_fp4", "gguf", "fp8"};
   return kMethods.contains(m);
 }
 
@@ -102,15 +106,19 @@ Resolved Resolve(const QuantSummary& q, const Hardware& hw, const EngineFlags& f
   }
   if (m == "lowbit") {
     if (flag.empty()) return Resolved::Use(m);
-    return Resolved::Refuse(fmt::format("--quantization {}: this is a lowbit-packed checkpoint, which no engine method "
-                                        "reads", flag));
+    return Resolved::Refuse(
+        fmt::format("--quantization {}: this is a lowbit-packed checkpoint, which no engine method "
+                    "reads",
+                    flag));
   }
   if (m.empty()) {
     if (flag.empty()) return Resolved::Use("");
     if (flag == "fp8" || flag == "ptpc_fp8") return Resolved::Use(flag);  // online quantization of a 16-bit checkpoint
     if (IsCheckpointMethod(flag))
-      return Resolved::Refuse(fmt::format("--quantization {} needs a quantized checkpoint, and this one has no "
-                                          "quantization config", flag));
+      return Resolved::Refuse(
+          fmt::format("--quantization {} needs a quantized checkpoint, and this one has no "
+                      "quantization config",
+                      flag));
     return Resolved::Use(flag);  // other in-flight methods (bitsandbytes, ...): outside these rules
   }
   // compressed-tensors, fp8, modelopt, modelopt_fp4, gguf: no conversion, the flag must agree.
@@ -155,8 +163,10 @@ void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r,
     if (cc == 90 && machete_shape && !v.zero_points && r.method != "awq_marlin") {
       if (v.act_order && flags.tensor_parallel > 1) {
         kernel = "Machete + Marlin";
-        reason = fmt::format("act-order with tensor-parallel {}: row-parallel layers (o_proj, down_proj) fall back "
-                             "to Marlin", flags.tensor_parallel);
+        reason = fmt::format(
+            "act-order with tensor-parallel {}: row-parallel layers (o_proj, down_proj) fall back "
+            "to Marlin",
+            flags.tensor_parallel);
       } else {
         kernel = "Machete";
         reason = "Hopper mixed-input GEMM";
@@ -164,7 +174,7 @@ void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r,
     } else if (MarlinTakes(v, cc)) {
       kernel = "Marlin";
       if (cc == 90)
-        reason = v.zero_points ? "zero points: Machete takes none"
+        reason = v.zero_points              ? "zero points: Machete takes none"
                  : r.method == "awq_marlin" ? "AWQ runs Marlin"
                                             : fmt::format("{}: Machete takes -1/128", GroupText(v.group));
       else if (cc > 90)
@@ -193,7 +203,9 @@ void Fp8Path(const QuantSummary& q, const Hardware& hw, KernelPath& k) {
     k.kernel = q.fp8_block ? "block FP8 W8A8 (Triton/AITER)" : "FP8 W8A8 (hipBLASLt)";
     k.reason = "CDNA3 FP8 is e4m3fnuz: e4m3fn weights are converted at load (scales doubled)" + acts;
   } else if (cc >= 89) {
-    k.kernel = !q.fp8_block ? "CUTLASS FP8 W8A8" : cc >= 90 ? "block FP8 W8A8 (DeepGEMM/CUTLASS)" : "block FP8 W8A8 (Triton)";
+    k.kernel = !q.fp8_block ? "CUTLASS FP8 W8A8"
+               : cc >= 90   ? "block FP8 W8A8 (DeepGEMM/CUTLASS)"
+                            : "block FP8 W8A8 (Triton)";
     k.reason = "native FP8 tensor cores (capability >= 8.9)" + acts;
   } else if (cc >= 80) {
     k.kernel = "FP8 Marlin (W8A16)";
@@ -410,26 +422,29 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
   if (q.family == QuantFamily::kWeightInt) {
     for (const LinearVariant& v : q.variants) {
       if (v.group > 0 && !In(v.group, kMarlinGroups))
-        traps.push_back({"group-no-fast-kernel", "warning",
+        traps.push_back({"group-no-fast-kernel",
+                         "warning",
                          fmt::format("group_size {} ({} linears): no fast kernel takes it (Marlin -1/32/64/128, "
                                      "Machete -1/128); the engine falls back to the original {} kernel",
                                      v.group, v.layers, q.method == "awq" ? "AWQ" : "GPTQ/exllama"),
                          {}});
       if (v.bits != 4 && v.bits != 8)
-        traps.push_back({"bits-no-fast-kernel", "warning",
+        traps.push_back({"bits-no-fast-kernel",
+                         "warning",
                          fmt::format("{}-bit weights ({} linears): Marlin and Machete take 4- and 8-bit only; the "
                                      "original kernel runs",
                                      v.bits, v.layers),
                          {}});
     }
     if (q.method == "gptq" && !q.gptq_symmetric)
-      traps.push_back({"gptq-asymmetric", "warning",
-                       "sym=false: gptq_marlin takes symmetric GPTQ only, so the original exllama kernel runs", {}});
+      traps.push_back({"gptq-asymmetric",
+                       "warning",
+                       "sym=false: gptq_marlin takes symmetric GPTQ only, so the original exllama kernel runs",
+                       {}});
     const bool act_order = std::any_of(q.variants.begin(), q.variants.end(), [](const auto& v) { return v.act_order; });
     if (act_order && flags.tensor_parallel > 1) {
-      std::vector<std::string> names = where([](const Hardware&, const KernelPath& p) {
-        return p.kernel.find("Machete + Marlin") != std::string::npos;
-      });
+      std::vector<std::string> names = where(
+          [](const Hardware&, const KernelPath& p) { return p.kernel.find("Machete + Marlin") != std::string::npos; });
       if (!names.empty())
         traps.push_back({"act-order-tensor-parallel", "warning",
                          fmt::format("act-order (desc_act / g_idx) with --tensor-parallel-size {}: Machete cannot "
@@ -442,16 +457,20 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
 
   const bool fp8_kv = flags.kv_cache_dtype.starts_with("fp8") || q.kv_fp8_declared;
   if (fp8_kv && !q.kv_scales)
-    traps.push_back({"fp8-kv-without-scales", "warning",
-                     fmt::format("FP8 KV cache ({}) but the checkpoint has no k_scale/v_scale tensors: the engine "
-                                 "uses scale 1.0, so keys/values beyond +-448 saturate and small ones lose precision; "
-                                 "calibrate KV scales (kv_cache_scheme) or compute them at start-up",
-                                 q.kv_fp8_declared ? "declared by the checkpoint" : "--kv-cache-dtype " + flags.kv_cache_dtype),
-                     {}});
+    traps.push_back(
+        {"fp8-kv-without-scales",
+         "warning",
+         fmt::format("FP8 KV cache ({}) but the checkpoint has no k_scale/v_scale tensors: the engine "
+                     "uses scale 1.0, so keys/values beyond +-448 saturate and small ones lose precision; "
+                     "calibrate KV scales (kv_cache_scheme) or compute them at start-up",
+                     q.kv_fp8_declared ? "declared by the checkpoint" : "--kv-cache-dtype " + flags.kv_cache_dtype),
+         {}});
   if (!fp8_kv && q.kv_scales)
-    traps.push_back({"kv-scales-unused", "info",
+    traps.push_back({"kv-scales-unused",
+                     "info",
                      "the checkpoint carries k_scale/v_scale but the KV cache stays 16-bit unless --kv-cache-dtype fp8 "
-                     "is passed", {}});
+                     "is passed",
+                     {}});
 
   auto weight_only_on = [&](const char* id, const std::string& message) {
     std::vector<std::string> names =
@@ -459,11 +478,13 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
     if (!names.empty()) traps.push_back({id, "info", message, names});
   };
   if (q.family == QuantFamily::kFp8 || (q.method.empty() && (flag == "fp8" || flag == "ptpc_fp8")))
-    weight_only_on("fp8-weight-only", "FP8 runs weight-only (FP8 Marlin) below compute capability 8.9: memory "
-                                      "savings, no FP8 compute");
+    weight_only_on("fp8-weight-only",
+                   "FP8 runs weight-only (FP8 Marlin) below compute capability 8.9: memory "
+                   "savings, no FP8 compute");
   if (q.family == QuantFamily::kNvfp4 || q.family == QuantFamily::kMxfp4)
-    weight_only_on("fp4-weight-only", "FP4 runs weight-only (FP4 Marlin) where native FP4 is missing (before "
-                                      "Blackwell) or the checkpoint leaves activations unquantized");
+    weight_only_on("fp4-weight-only",
+                   "FP4 runs weight-only (FP4 Marlin) where native FP4 is missing (before "
+                   "Blackwell) or the checkpoint leaves activations unquantized");
   if (q.family == QuantFamily::kInt8W8A8) {
     std::vector<std::string> names =
         where([](const Hardware&, const KernelPath& p) { return p.status == PathStatus::kUnsupported; });
@@ -474,7 +495,8 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
                        names});
   }
   if (q.family == QuantFamily::kLowbit)
-    traps.push_back({"lowbit-only", "info",
+    traps.push_back({"lowbit-only",
+                     "info",
                      "lowbit-packed checkpoint: serving engines cannot load it; quantize to an engine format "
                      "(GPTQ / compressed-tensors) to deploy",
                      {}});

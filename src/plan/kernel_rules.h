@@ -23,11 +23,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "plan/hardware.h"
 
@@ -57,9 +56,9 @@ struct LinearVariant {
 
 struct QuantSummary {
   QuantFamily family = QuantFamily::kDense;
-  std::string method;  // the quant_method the engine reads ("gptq", "awq", "compressed-tensors",
-                       // "fp8", "modelopt", "modelopt_fp4", "gguf", "lowbit"); "" = unquantized
-  bool gptq_symmetric = true;        // GPTQ sym (gptq_marlin needs true)
+  std::string method;                  // the quant_method the engine reads ("gptq", "awq", "compressed-tensors",
+                                       // "fp8", "modelopt", "modelopt_fp4", "gguf", "lowbit"); "" = unquantized
+  bool gptq_symmetric = true;          // GPTQ sym (gptq_marlin needs true)
   bool activations_quantized = false;  // W8A8 / W4A4: the checkpoint quantizes activations too
   bool fp8_block = false;              // block-scaled FP8 (weight_block_size / strategy block)
   bool kv_fp8_declared = false;        // the config declares an FP8 KV cache

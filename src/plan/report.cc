@@ -1,10 +1,10 @@
 #include "plan/report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -109,33 +109,36 @@ std::string RecipeSection(const std::vector<RecipeRun>& recipes) {
     if (!std::isfinite(ppl_base) && std::isfinite(r.ppl_base)) ppl_base = r.ppl_base;
   }
   s += Table({"recipe", "method", "format", "scheme", "bits/weight", "KL mean", "PPL", "PPL base", "top-1"}, rows);
-  if (kl.empty()) return s + "<p class=\"note\">No recipe card has an eval block (quantize --eval), so there is no "
-                             "quality-vs-size chart.</p>";
+  if (kl.empty())
+    return s +
+           "<p class=\"note\">No recipe card has an eval block (quantize --eval), so there is no "
+           "quality-vs-size chart.</p>";
   s += "<div class=\"row\">";
   s += report::ScatterSvg(kl, {"KL divergence vs bits/weight", "bits per weight (linears)", "mean KL divergence (nats)",
                                true, true, 0, ""});
   s += report::ScatterSvg(ppl, {"Perplexity vs bits/weight", "bits per weight (linears)", "perplexity", false, true,
                                 std::isfinite(ppl_base) ? ppl_base : 0, "base " + Num(ppl_base, 6)});
-  return s + "</div><p class=\"note\">Dashed: the Pareto frontier (no recipe is both smaller and better). Hover a point "
-             "for its numbers.</p>";
+  return s +
+         "</div><p class=\"note\">Dashed: the Pareto frontier (no recipe is both smaller and better). Hover a point "
+         "for its numbers.</p>";
 }
 
-std::string HeatmapSection(const std::vector<RecipeRun>& recipes) {
-  bool any_output = false;
-  for (const RecipeRun& r : recipes)
-    for (const RecipeTensor& t : r.tensors) any_output |= std::isfinite(t.output_mse) && t.output_mse > 0;
-  const std::string value_name = any_output ? "output MSE" : "weight MSE";
-  static const std::vector<std::string> kKnown = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+// One heatmap per recipe over one colour scale; `output` picks output MSE (calibrated recipes) or
+// weight MSE (recipes quantized without calibration data, whose output MSE is 0).
+std::string HeatmapGroup(const std::vector<const RecipeRun*>& recipes, bool output) {
+  static const std::vector<std::string> kKnown = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                  "gate_proj", "up_proj", "down_proj"};
+  const std::string value_name = output ? "output MSE" : "weight MSE";
   std::vector<report::Heatmap> maps;
   double lo = INFINITY, hi = 0;
-  for (const RecipeRun& r : recipes) {
+  for (const RecipeRun* r : recipes) {
     std::map<std::pair<int, std::string>, double> cells;
     std::vector<std::string> kinds;
     int layers = 0;
-    for (const RecipeTensor& t : r.tensors) {
+    for (const RecipeTensor& t : r->tensors) {
       const auto [layer, kind] = LayerAndKind(t.name);
       if (layer < 0) continue;
-      const double v = any_output ? t.output_mse : t.weight_mse;
+      const double v = output ? t.output_mse : t.weight_mse;
       cells[{layer, kind}] = v;
       layers = std::max(layers, layer + 1);
       if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
@@ -143,11 +146,10 @@ std::string HeatmapSection(const std::vector<RecipeRun>& recipes) {
     }
     if (cells.empty()) continue;
     std::stable_sort(kinds.begin(), kinds.end(), [](const std::string& a, const std::string& b) {
-      const auto ia = std::find(kKnown.begin(), kKnown.end(), a), ib = std::find(kKnown.begin(), kKnown.end(), b);
-      return ia < ib;
+      return std::find(kKnown.begin(), kKnown.end(), a) < std::find(kKnown.begin(), kKnown.end(), b);
     });
     report::Heatmap h;
-    h.title = r.name + (r.format.empty() ? "" : " (" + r.format + ")");
+    h.title = r->name + (r->format.empty() ? "" : " (" + r->format + ")");
     h.col_labels = kinds;
     for (int l = 0; l < layers; ++l) {
       h.row_labels.push_back(fmt::format("layer {}", l));
@@ -162,9 +164,27 @@ std::string HeatmapSection(const std::vector<RecipeRun>& recipes) {
   if (maps.empty()) return "";
   if (!(hi > 0)) lo = 1e-9, hi = 1e-8;
   if (hi <= lo) hi = lo * 10;
-  std::string s = "<h2>Per-layer error (" + Escape(value_name) + ")</h2><div class=\"row\">";
+  std::string s = "<h2>Per-layer error (" + value_name + (output ? "" : ", recipes without calibration") +
+                  ")</h2><div class=\"row\">";
   for (const report::Heatmap& h : maps) s += report::HeatmapSvg(h, lo, hi, value_name);
-  return s + "</div><p class=\"note\">One colour scale for all recipes; grey cells have no value.</p>";
+  return s +
+         "</div><p class=\"note\">Rows: decoder layers; columns: linear kinds. One colour scale for the "
+         "charts of this section; grey cells have no value.</p>";
+}
+
+std::string HeatmapSection(const std::vector<RecipeRun>& recipes) {
+  std::vector<const RecipeRun*> with_output, weight_only;
+  for (const RecipeRun& r : recipes) {
+    auto any = [&](double RecipeTensor::*field) {
+      return std::any_of(r.tensors.begin(), r.tensors.end(),
+                         [&](const RecipeTensor& t) { return std::isfinite(t.*field) && t.*field > 0; });
+    };
+    if (any(&RecipeTensor::output_mse))
+      with_output.push_back(&r);
+    else if (any(&RecipeTensor::weight_mse))
+      weight_only.push_back(&r);
+  }
+  return HeatmapGroup(with_output, true) + HeatmapGroup(weight_only, false);
 }
 
 std::string PlanSection(const NamedJson& plan, const char* kind) {
@@ -176,8 +196,8 @@ std::string PlanSection(const NamedJson& plan, const char* kind) {
                                                {"fp4", Get(hw, "fp4_tflops") * 1e12}};
   const double batch = std::isfinite(Get(j, "batch")) ? Get(j, "batch") : 1;
   const std::string model = j.contains("model") ? Str(j["model"], "name") : "";
-  std::string s = fmt::format("<h2>{}: {} on {}</h2><p class=\"note\">{}; ctx {}, batch {}, KV cache {}</p>",
-                              kind, Escape(model.empty() ? "model" : model), Escape(Str(hw, "name")), Escape(plan.name),
+  std::string s = fmt::format("<h2>{}: {} on {}</h2><p class=\"note\">{}; ctx {}, batch {}, KV cache {}</p>", kind,
+                              Escape(model.empty() ? "model" : model), Escape(Str(hw, "name")), Escape(plan.name),
                               Num(Get(j, "ctx"), 10), Num(batch, 10), Escape(Str(j, "kv_cache_dtype")));
   std::vector<report::Roof> roofs;
   for (const char* path : {"bf16", "fp8", "fp4"})
@@ -196,9 +216,11 @@ std::string PlanSection(const NamedJson& plan, const char* kind) {
     const double step_flops = Get(f, "compute_ms") / 1e3 * peak, step_bytes = Get(f, "step_bytes");
     const double ms = Get(f, "decode_ms_per_token_lower_bound");
     if (batch > 1 && step_bytes > 0 && ms > 0 && step_flops > 0)
-      points.push_back({fmt::format("{} @b{}", name, Num(batch, 10)), step_flops / step_bytes, step_flops / (ms / 1e3), false});
-    bars.push_back({name, {Get(f, "codes_bytes") / 1e9, Get(f, "scales_bytes") / 1e9, Get(f, "zeros_bytes") / 1e9,
-                           Get(f, "unquantized_bytes") / 1e9, Get(f, "kv_bytes") / 1e9, Get(f, "activation_bytes") / 1e9}});
+      points.push_back(
+          {fmt::format("{} @b{}", name, Num(batch, 10)), step_flops / step_bytes, step_flops / (ms / 1e3), false});
+    bars.push_back({name,
+                    {Get(f, "codes_bytes") / 1e9, Get(f, "scales_bytes") / 1e9, Get(f, "zeros_bytes") / 1e9,
+                     Get(f, "unquantized_bytes") / 1e9, Get(f, "kv_bytes") / 1e9, Get(f, "activation_bytes") / 1e9}});
     usable = Get(f, "usable_bytes_per_device");
     device = Get(f, "device_memory_bytes");
     rows.push_back({name, Num(Get(f, "bits_per_weight"), 5), Gb(Get(f, "weight_bytes")), Gb(Get(f, "kv_bytes")),
@@ -217,8 +239,9 @@ std::string PlanSection(const NamedJson& plan, const char* kind) {
   if (std::isfinite(usable)) o.limits.push_back({"usable per device", usable / 1e9});
   if (std::isfinite(device) && device != usable) o.limits.push_back({"device memory", device / 1e9});
   s += report::StackedBarsSvg(bars, o);
-  return s + "</div><p class=\"note\">Roofline: hollow points are batch 1 (memory-bound decode), filled points the "
-             "plan's batch. A format's point sits on the roof of its matmul path (bf16 for weight-only formats).</p>";
+  return s +
+         "</div><p class=\"note\">Roofline: hollow points are batch 1 (memory-bound decode), filled points the "
+         "plan's batch. A format's point sits on the roof of its matmul path (bf16 for weight-only formats).</p>";
 }
 
 std::string OtherSections(const RunDir& run) {
@@ -229,13 +252,14 @@ std::string OtherSections(const RunDir& run) {
       rows.push_back({c.name, Num(Get(c.json, "kld_mean")), Num(Get(c.json, "kld_median")), Num(Get(c.json, "kld_p99")),
                       Pct(Get(c.json, "top1_agreement")), Num(Get(c.json, "ppl_base"), 6), Num(Get(c.json, "ppl"), 6),
                       Num(Get(c.json, "tokens"), 10)});
-    s += "<h2>compare</h2>" + Table({"file", "KL mean", "KL median", "KL p99", "top-1", "PPL base", "PPL", "tokens"}, rows);
+    s += "<h2>compare</h2>" +
+         Table({"file", "KL mean", "KL median", "KL p99", "top-1", "PPL base", "PPL", "tokens"}, rows);
   }
   if (!run.ppls.empty()) {
     std::vector<std::vector<std::string>> rows;
     for (const NamedJson& p : run.ppls)
-      rows.push_back({p.name, Num(Get(p.json, "ppl"), 6), Num(Get(p.json, "ppl_stderr"), 4), Num(Get(p.json, "tokens"), 10),
-                      Num(Get(p.json, "tokens_per_second"), 5)});
+      rows.push_back({p.name, Num(Get(p.json, "ppl"), 6), Num(Get(p.json, "ppl_stderr"), 4),
+                      Num(Get(p.json, "tokens"), 10), Num(Get(p.json, "tokens_per_second"), 5)});
     s += "<h2>ppl</h2>" + Table({"file", "PPL", "+/-", "tokens", "tokens/s"}, rows);
   }
   for (const NamedJson& b : run.benches) {
@@ -253,7 +277,8 @@ std::string OtherSections(const RunDir& run) {
   for (const NamedJson& a : run.advice) {
     std::vector<std::vector<std::string>> rows;
     if (a.json.contains("steps") && a.json["steps"].is_array())
-      for (const json& st : a.json["steps"]) rows.push_back({Str(st, "question"), Str(st, "answer"), Str(st, "reason")});
+      for (const json& st : a.json["steps"])
+        rows.push_back({Str(st, "question"), Str(st, "answer"), Str(st, "reason")});
     s += fmt::format("<h2>advise: {}</h2><p>recipe <b>{}</b>, KV cache {}</p>", Escape(a.name),
                      Escape(Str(a.json, "recipe")), Escape(Str(a.json, "kv_cache_dtype")));
     s += Table({"question", "answer", "why"}, rows);
@@ -272,7 +297,7 @@ svg.chart{border:1px solid #ddd;background:#fff}
 .ct{font-size:14px;font-weight:600}.tick{font-size:10px;fill:#444}.label{font-size:12px;fill:#222}
 .pl{font-size:10px;fill:#222}.grid{stroke:#eee}.frame{fill:none;stroke:#999}
 .ref{stroke:#888;stroke-dasharray:4 3}.pareto{fill:none;stroke:#555;stroke-dasharray:6 4;stroke-width:1.5}
-.roof{fill:none;stroke-width:2}.pt{fill:#d62728}.pt.hollow{fill:#fff;stroke:#d62728;stroke-width:2}
+.roof{fill:none;stroke-width:2}.leader{stroke:#bbb}.pt{fill:#d62728}.pt.hollow{fill:#fff;stroke:#d62728;stroke-width:2}
 </style>)";
 
 }  // namespace
@@ -324,8 +349,8 @@ RunDir ScanRunDir(const fs::path& dir) {
     }
   }
   if (run.recipes.empty() && run.compares.empty() && run.ppls.empty() && run.benches.empty() && run.plans.empty())
-    Fail("{}: no recipe.json or compare/ppl/bench/plan JSON output found ({} JSON files, none recognised)", dir.string(),
-         run.skipped.size());
+    Fail("{}: no recipe.json or compare/ppl/bench/plan JSON output found ({} JSON files, none recognised)",
+         dir.string(), run.skipped.size());
   return run;
 }
 

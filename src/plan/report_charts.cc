@@ -1,15 +1,16 @@
 #include "plan/report_charts.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include <fmt/format.h>
-
 namespace lowbit::report {
 namespace {
 
-constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 constexpr double kLeft = 72, kRight = 24, kTop = 38, kBottom = 54;
 
 std::string P(double v) { return fmt::format("{:.1f}", v); }  // a pixel coordinate
@@ -62,7 +63,8 @@ Axis FitAxis(std::vector<double> values, bool log, double p0, double p1) {
     if (a.hi <= a.lo) a.hi = a.lo * 10;
   } else {
     double lo = *mn, hi = *mx;
-    if (hi - lo < 1e-12 * std::max(1.0, std::abs(hi))) lo -= std::max(0.5, std::abs(lo) * 0.1), hi += std::max(0.5, std::abs(hi) * 0.1);
+    if (hi - lo < 1e-12 * std::max(1.0, std::abs(hi)))
+      lo -= std::max(0.5, std::abs(lo) * 0.1), hi += std::max(0.5, std::abs(hi) * 0.1);
     const double step = NiceStep((hi - lo) / 5);
     a.lo = std::floor(lo / step) * step;
     a.hi = std::ceil(hi / step) * step;
@@ -71,10 +73,17 @@ Axis FitAxis(std::vector<double> values, bool log, double p0, double p1) {
 }
 
 std::string Open(double w, double h, const std::string& title) {
-  return fmt::format("<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" role=\"img\">"
-                     "<title>{2}</title><rect width=\"{0}\" height=\"{1}\" fill=\"#fff\"/>"
-                     "<text x=\"{3}\" y=\"22\" class=\"ct\">{2}</text>",
-                     w, h, Escape(title), P(kLeft));
+  return fmt::format(
+      "<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" role=\"img\">"
+      "<title>{2}</title><rect width=\"{0}\" height=\"{1}\" fill=\"#fff\"/>"
+      "<text x=\"{3}\" y=\"22\" class=\"ct\">{2}</text>",
+      w, h, Escape(title), P(kLeft));
+}
+
+// Log-axis ticks are powers of ten: plain up to 10^4, then 1e+05 and so on.
+std::string TickText(double v, bool log) {
+  if (!log) return Num(v, 3);
+  return v >= 1 && v < 1e5 ? fmt::format("{:.0f}", v) : Num(v, 1);
 }
 
 // Grid, tick labels and axis titles of a plot area.
@@ -82,15 +91,17 @@ std::string Frame(const Axis& x, const Axis& y, const std::string& x_label, cons
   std::string s;
   for (double t : x.Ticks()) {
     const double px = x.Map(t);
-    s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"grid\"/>"
-                     "<text x=\"{0}\" y=\"{3}\" class=\"tick\" text-anchor=\"middle\">{4}</text>",
-                     P(px), P(y.p0), P(y.p1), P(y.p0 + 16), Num(t, 3));
+    s += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"grid\"/>"
+        "<text x=\"{0}\" y=\"{3}\" class=\"tick\" text-anchor=\"middle\">{4}</text>",
+        P(px), P(y.p0), P(y.p1), P(y.p0 + 16), TickText(t, x.log));
   }
   for (double t : y.Ticks()) {
     const double py = y.Map(t);
-    s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" class=\"grid\"/>"
-                     "<text x=\"{3}\" y=\"{4}\" class=\"tick\" text-anchor=\"end\">{5}</text>",
-                     P(x.p0), P(py), P(x.p1), P(x.p0 - 6), P(py + 4), Num(t, 3));
+    s += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" class=\"grid\"/>"
+        "<text x=\"{3}\" y=\"{4}\" class=\"tick\" text-anchor=\"end\">{5}</text>",
+        P(x.p0), P(py), P(x.p1), P(x.p0 - 6), P(py + 4), TickText(t, y.log));
   }
   s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", P(x.p0), P(y.p1),
                    P(x.p1 - x.p0), P(y.p0 - y.p1));
@@ -98,6 +109,36 @@ std::string Frame(const Axis& x, const Axis& y, const std::string& x_label, cons
                    P(y.p0 + 38), Escape(x_label));
   s += fmt::format("<text transform=\"translate({},{}) rotate(-90)\" class=\"label\" text-anchor=\"middle\">{}</text>",
                    P(x.p0 - 54), P((y.p0 + y.p1) / 2), Escape(y_label));
+  return s;
+}
+
+// Point labels that do not overlap: sorted by height, each label is pushed down until it clears the
+// one above it in the same column band, with a leader line when it moved.
+struct Label {
+  double x, y;  // the point
+  std::string text;
+};
+std::string PlaceLabels(std::vector<Label> labels) {
+  constexpr double kLine = 11;
+  std::sort(labels.begin(), labels.end(), [](const Label& a, const Label& b) { return a.y < b.y; });
+  std::vector<std::pair<double, double>> placed;  // (x, baseline) of labels drawn so far
+  std::string s;
+  for (const Label& l : labels) {
+    double y = l.y - 6;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const auto& [px, py] : placed)
+        if (std::abs(px - l.x) < 90 && std::abs(py - y) < kLine - 0.01) {
+          y = py + kLine;
+          moved = true;
+        }
+    }
+    placed.push_back({l.x, y});
+    if (y - (l.y - 6) > 1)
+      s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"leader\"/>", P(l.x + 3), P(l.y),
+                       P(l.x + 7), P(y - 3));
+    s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"pl\">{}</text>", P(l.x + 8), P(y), Escape(l.text));
+  }
   return s;
 }
 
@@ -132,7 +173,8 @@ std::string Escape(std::string_view text) {
 
 std::string Num(double v, int significant) {
   if (!std::isfinite(v)) return "-";
-  if (v != 0 && (std::abs(v) >= 1e6 || std::abs(v) < 1e-3)) return fmt::format("{:.{}e}", v, std::max(0, significant - 1));
+  if (v != 0 && (std::abs(v) >= 1e6 || std::abs(v) < 1e-3))
+    return fmt::format("{:.{}e}", v, std::max(0, significant - 1));
   return fmt::format("{:.{}g}", v, significant);
 }
 
@@ -149,13 +191,15 @@ std::string ScatterSvg(const std::vector<ScatterPoint>& points, const ScatterOpt
   std::string s = Open(kW, kH, o.title) + Frame(x, y, o.x_label, o.y_label);
   if (o.reference_y > 0 && std::isfinite(o.reference_y)) {
     const double py = y.Map(o.reference_y);
-    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"ref\"/>"
-                     "<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{}</text>",
-                     P(x.p0), P(py), P(x.p1), P(py), P(x.p1 - 4), P(py - 4), Escape(o.reference_label));
+    s += fmt::format(
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"ref\"/>"
+        "<text x=\"{}\" y=\"{}\" class=\"tick\">{}</text>",
+        P(x.p0), P(py), P(x.p1), P(py), P(x.p0 + 4), P(py - 4), Escape(o.reference_label));
   }
   if (o.pareto && !pts.empty()) {
     std::vector<ScatterPoint> sorted = pts;
-    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.x != b.x ? a.x < b.x : a.y < b.y; });
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.x != b.x ? a.x < b.x : a.y < b.y; });
     std::string line;
     double best = INFINITY;
     for (const ScatterPoint& p : sorted)
@@ -166,22 +210,26 @@ std::string ScatterSvg(const std::vector<ScatterPoint>& points, const ScatterOpt
     s += fmt::format("<polyline points=\"{}\" class=\"pareto\"><title>Pareto frontier</title></polyline>", line);
   }
   std::map<std::string, size_t> colours;
+  std::vector<Label> labels;
   for (const ScatterPoint& p : pts) {
     const size_t c = colours.emplace(p.series, colours.size()).first->second;
-    s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"{}\"><title>{}</title></circle>"
-                     "<text x=\"{}\" y=\"{}\" class=\"pl\">{}</text>",
-                     P(x.Map(p.x)), P(y.Map(p.y)), kPalette[c % 8], Escape(p.tooltip.empty() ? p.label : p.tooltip),
-                     P(x.Map(p.x) + 7), P(y.Map(p.y) - 6), Escape(p.label));
+    s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"{}\"><title>{}</title></circle>", P(x.Map(p.x)),
+                     P(y.Map(p.y)), kPalette[c % 8], Escape(p.tooltip.empty() ? p.label : p.tooltip));
+    labels.push_back({x.Map(p.x), y.Map(p.y), p.label});
   }
-  double lx = kLeft + 8;
-  for (const auto& [series, c] : colours) {
-    if (series.empty()) continue;
-    s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\"/><text x=\"{}\" y=\"{}\" class=\"tick\">{}</text>",
-                     P(lx), P(kTop + 12), kPalette[c % 8], P(lx + 7), P(kTop + 16), Escape(series));
-    lx += 14 + 7.0 * static_cast<double>(series.size());
+  s += PlaceLabels(labels);
+  // Legend in the title row, right-aligned.
+  double lx = kW - kRight;
+  for (auto it = colours.rbegin(); it != colours.rend(); ++it) {
+    if (it->first.empty()) continue;
+    lx -= 16 + 6.5 * static_cast<double>(it->first.size());
+    s +=
+        fmt::format("<circle cx=\"{}\" cy=\"18\" r=\"4\" fill=\"{}\"/><text x=\"{}\" y=\"22\" class=\"tick\">{}</text>",
+                    P(lx), kPalette[it->second % 8], P(lx + 7), Escape(it->first));
   }
   if (pts.empty())
-    s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"label\" text-anchor=\"middle\">no data</text>", P(kW / 2), P(kH / 2));
+    s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"label\" text-anchor=\"middle\">no data</text>", P(kW / 2),
+                     P(kH / 2));
   return s + "</svg>";
 }
 
@@ -190,10 +238,11 @@ std::string HeatmapSvg(const Heatmap& h, double lo, double hi, std::string_view 
   const double cell_w = 56, cell_h = rows > 40 ? 8 : rows > 16 ? 14 : 20, left = 78, top = 64;
   const double w = left + cell_w * static_cast<double>(cols) + 24;
   const double h_px = top + cell_h * static_cast<double>(rows) + 58;
-  std::string s = fmt::format("<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" role=\"img\">"
-                              "<title>{2}</title><rect width=\"{0}\" height=\"{1}\" fill=\"#fff\"/>"
-                              "<text x=\"8\" y=\"22\" class=\"ct\">{2}</text>",
-                              P(w), P(h_px), Escape(h.title));
+  std::string s = fmt::format(
+      "<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" role=\"img\">"
+      "<title>{2}</title><rect width=\"{0}\" height=\"{1}\" fill=\"#fff\"/>"
+      "<text x=\"8\" y=\"22\" class=\"ct\">{2}</text>",
+      P(w), P(h_px), Escape(h.title));
   const double llo = std::log10(lo), lhi = std::log10(hi);
   for (size_t c = 0; c < cols; ++c)
     s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>",
@@ -205,10 +254,13 @@ std::string HeatmapSvg(const Heatmap& h, double lo, double hi, std::string_view 
     for (size_t c = 0; c < cols; ++c) {
       const double v = r < h.values.size() && c < h.values[r].size() ? h.values[r][c] : NAN;
       const bool ok = std::isfinite(v) && v > 0 && lhi > llo;
-      const std::string fill = ok ? Viridis((std::log10(v) - llo) / (lhi - llo)) : std::isfinite(v) && v > 0 ? Viridis(0.5) : "#eeeeee";
-      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} {}</title></rect>",
-                       P(left + cell_w * c), P(top + cell_h * r), P(cell_w - 1), P(cell_h - 1), fill,
-                       Escape(h.row_labels[r]), Escape(h.col_labels[c]), Escape(value_name), Num(v));
+      const std::string fill = ok                          ? Viridis((std::log10(v) - llo) / (lhi - llo))
+                               : std::isfinite(v) && v > 0 ? Viridis(0.5)
+                                                           : "#eeeeee";
+      s += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} {}</title></rect>",
+          P(left + cell_w * c), P(top + cell_h * r), P(cell_w - 1), P(cell_h - 1), fill, Escape(h.row_labels[r]),
+          Escape(h.col_labels[c]), Escape(value_name), Num(v));
     }
   }
   // Colour bar.
@@ -216,11 +268,12 @@ std::string HeatmapSvg(const Heatmap& h, double lo, double hi, std::string_view 
   for (int i = 0; i < 24; ++i)
     s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"10\" fill=\"{}\"/>", P(left + bw * i / 24), P(by),
                      P(bw / 24 + 0.5), Viridis(i / 23.0));
-  s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\">{}</text><text x=\"{}\" y=\"{}\" class=\"tick\" "
-                   "text-anchor=\"end\">{}</text><text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{} (log "
-                   "scale)</text>",
-                   P(left), P(by + 24), Num(lo, 3), P(left + bw), P(by + 24), Num(hi, 3), P(left + bw / 2), P(by + 24),
-                   Escape(value_name));
+  s += fmt::format(
+      "<text x=\"{}\" y=\"{}\" class=\"tick\">{}</text><text x=\"{}\" y=\"{}\" class=\"tick\" "
+      "text-anchor=\"end\">{}</text><text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{} (log "
+      "scale)</text>",
+      P(left), P(by + 24), Num(lo, 3), P(left + bw), P(by + 24), Num(hi, 3), P(left + bw / 2), P(by + 24),
+      Escape(value_name));
   return s + "</svg>";
 }
 
@@ -229,7 +282,8 @@ std::string RooflineSvg(const std::string& title, double bandwidth, const std::v
   constexpr double kW = 620, kH = 400;
   double peak_max = 0, ridge_max = 1;
   for (const Roof& r : roofs)
-    if (r.peak_flops > 0 && bandwidth > 0) peak_max = std::max(peak_max, r.peak_flops), ridge_max = std::max(ridge_max, r.peak_flops / bandwidth);
+    if (r.peak_flops > 0 && bandwidth > 0)
+      peak_max = std::max(peak_max, r.peak_flops), ridge_max = std::max(ridge_max, r.peak_flops / bandwidth);
   std::vector<double> xs = {0.5, ridge_max * 8}, ys = {peak_max * 2};
   for (const RooflinePoint& p : points)
     if (std::isfinite(p.intensity) && p.intensity > 0) xs.push_back(p.intensity), ys.push_back(p.flops);
@@ -241,29 +295,30 @@ std::string RooflineSvg(const std::string& title, double bandwidth, const std::v
   for (const Roof& r : roofs) {
     if (!(r.peak_flops > 0) || !(bandwidth > 0)) continue;
     const double ridge = r.peak_flops / bandwidth;
-    s += fmt::format("<polyline points=\"{},{} {},{} {},{}\" class=\"roof\" stroke=\"{}\"><title>{} roof: {} FLOP/s, "
-                     "ridge {} FLOP/byte</title></polyline>",
-                     P(x.Map(x.lo)), P(y.Map(bandwidth * x.lo)), P(x.Map(ridge)), P(y.Map(r.peak_flops)),
-                     P(x.Map(x.hi)), P(y.Map(r.peak_flops)), kPalette[c % 8], Escape(r.label), Num(r.peak_flops, 4),
-                     Num(ridge, 3));
+    s += fmt::format(
+        "<polyline points=\"{},{} {},{} {},{}\" class=\"roof\" stroke=\"{}\"><title>{} roof: {} FLOP/s, "
+        "ridge {} FLOP/byte</title></polyline>",
+        P(x.Map(x.lo)), P(y.Map(bandwidth * x.lo)), P(x.Map(ridge)), P(y.Map(r.peak_flops)), P(x.Map(x.hi)),
+        P(y.Map(r.peak_flops)), kPalette[c % 8], Escape(r.label), Num(r.peak_flops, 4), Num(ridge, 3));
     s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\" fill=\"{}\">{} {} TFLOP/s</text>",
                      P(x.p1 - 4), P(y.Map(r.peak_flops) - 5), kPalette[c % 8], Escape(r.label),
                      Num(r.peak_flops / 1e12, 4));
     ++c;
   }
+  std::vector<Label> labels;
   for (const RooflinePoint& p : points) {
     if (!(p.intensity > 0) || !(p.flops > 0) || !std::isfinite(p.intensity) || !std::isfinite(p.flops)) continue;
-    s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"5\" class=\"{}\"><title>{}: {} FLOP/byte, {} FLOP/s</title></circle>"
-                     "<text x=\"{}\" y=\"{}\" class=\"pl\">{}</text>",
-                     P(x.Map(p.intensity)), P(y.Map(p.flops)), p.hollow ? "pt hollow" : "pt", Escape(p.label),
-                     Num(p.intensity, 3), Num(p.flops, 3), P(x.Map(p.intensity) + 7), P(y.Map(p.flops) + 14),
-                     Escape(p.label));
+    s += fmt::format(
+        "<circle cx=\"{}\" cy=\"{}\" r=\"5\" class=\"{}\"><title>{}: {} FLOP/byte, {} FLOP/s</title></circle>",
+        P(x.Map(p.intensity)), P(y.Map(p.flops)), p.hollow ? "pt hollow" : "pt", Escape(p.label), Num(p.intensity, 3),
+        Num(p.flops, 3));
+    labels.push_back({x.Map(p.intensity), y.Map(p.flops), p.label});
   }
-  return s + "</svg>";
+  return s + PlaceLabels(labels) + "</svg>";
 }
 
 std::string StackedBarsSvg(const std::vector<StackedBar>& bars, const StackedBarOptions& o) {
-  constexpr double kW = 760, kLabel = 120, kBar = 22, kGap = 10, kTopPad = 64;
+  constexpr double kW = 760, kLabel = 120, kBar = 22, kGap = 10, kTopPad = 84;
   const double h = kTopPad + (kBar + kGap) * static_cast<double>(bars.size()) + 48;
   double max_total = 0;
   for (const StackedBar& b : bars) {
@@ -275,22 +330,25 @@ std::string StackedBarsSvg(const std::vector<StackedBar>& bars, const StackedBar
     if (std::isfinite(v)) max_total = std::max(max_total, v);
   Axis x = FitAxis({0.0, max_total > 0 ? max_total * 1.05 : 1.0}, false, kLabel, kW - kRight);
   x.lo = 0;
-  std::string s = fmt::format("<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" role=\"img\">"
-                              "<title>{2}</title><rect width=\"{0}\" height=\"{1}\" fill=\"#fff\"/>"
-                              "<text x=\"8\" y=\"22\" class=\"ct\">{2}</text>",
-                              P(kW), P(h), Escape(o.title));
+  std::string s = fmt::format(
+      "<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" role=\"img\">"
+      "<title>{2}</title><rect width=\"{0}\" height=\"{1}\" fill=\"#fff\"/>"
+      "<text x=\"8\" y=\"22\" class=\"ct\">{2}</text>",
+      P(kW), P(h), Escape(o.title));
   double lx = kLabel;
   for (size_t c = 0; c < o.categories.size(); ++c) {
-    s += fmt::format("<rect x=\"{}\" y=\"34\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"43\" "
-                     "class=\"tick\">{}</text>",
-                     P(lx), kPalette[c % 8], P(lx + 13), Escape(o.categories[c]));
+    s += fmt::format(
+        "<rect x=\"{}\" y=\"34\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"43\" "
+        "class=\"tick\">{}</text>",
+        P(lx), kPalette[c % 8], P(lx + 13), Escape(o.categories[c]));
     lx += 22 + 6.5 * static_cast<double>(o.categories[c].size());
   }
   const double bottom = kTopPad + (kBar + kGap) * static_cast<double>(bars.size());
   for (double t : x.Ticks())
-    s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"grid\"/><text x=\"{0}\" y=\"{3}\" "
-                     "class=\"tick\" text-anchor=\"middle\">{4}</text>",
-                     P(x.Map(t)), P(kTopPad - 6), P(bottom), P(bottom + 14), Num(t, 3));
+    s += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"grid\"/><text x=\"{0}\" y=\"{3}\" "
+        "class=\"tick\" text-anchor=\"middle\">{4}</text>",
+        P(x.Map(t)), P(kTopPad - 6), P(bottom), P(bottom + 14), Num(t, 3));
   s += fmt::format("<text x=\"{}\" y=\"{}\" class=\"label\" text-anchor=\"middle\">{}</text>", P((kLabel + kW) / 2),
                    P(bottom + 34), Escape(o.unit));
   for (size_t b = 0; b < bars.size(); ++b) {
@@ -301,17 +359,21 @@ std::string StackedBarsSvg(const std::vector<StackedBar>& bars, const StackedBar
     for (size_t c = 0; c < bars[b].values.size(); ++c) {
       const double v = bars[b].values[c];
       if (!std::isfinite(v) || v <= 0) continue;
-      s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} {}</title></rect>",
-                       P(x.Map(at)), P(y), P(std::max(0.5, x.Map(at + v) - x.Map(at))), P(kBar), kPalette[c % 8],
-                       Escape(bars[b].label), Escape(c < o.categories.size() ? o.categories[c] : ""), Num(v), Escape(o.unit));
+      s += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{} {}: {} {}</title></rect>",
+          P(x.Map(at)), P(y), P(std::max(0.5, x.Map(at + v) - x.Map(at))), P(kBar), kPalette[c % 8],
+          Escape(bars[b].label), Escape(c < o.categories.size() ? o.categories[c] : ""), Num(v), Escape(o.unit));
       at += v;
     }
   }
-  for (const auto& [label, v] : o.limits) {
+  for (size_t i = 0; i < o.limits.size(); ++i) {
+    const auto& [label, v] = o.limits[i];
     if (!std::isfinite(v) || v <= 0) continue;
-    s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"ref\"/><text x=\"{3}\" y=\"{4}\" "
-                     "class=\"tick\" text-anchor=\"end\">{5}</text>",
-                     P(x.Map(v)), P(kTopPad - 10), P(bottom), P(x.Map(v) - 3), P(kTopPad - 12), Escape(label));
+    const double ty = kTopPad - 10 - 12 * static_cast<double>(o.limits.size() - 1 - i);
+    s += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"ref\"/><text x=\"{3}\" y=\"{4}\" "
+        "class=\"tick\" text-anchor=\"end\">{5} {6}</text>",
+        P(x.Map(v)), P(ty + 2), P(bottom), P(x.Map(v) - 3), P(ty), Escape(label), Num(v, 4));
   }
   return s + "</svg>";
 }

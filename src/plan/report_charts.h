@@ -10,7 +10,7 @@
 
 namespace lowbit::report {
 
-std::string Escape(std::string_view text);  // &, <, >, ", ' for HTML text and attributes
+std::string Escape(std::string_view text);       // &, <, >, ", ' for HTML text and attributes
 std::string Num(double v, int significant = 4);  // "-" for NaN/inf
 
 struct ScatterPoint {
@@ -23,7 +23,7 @@ struct ScatterPoint {
 struct ScatterOptions {
   std::string title, x_label, y_label;
   bool log_y = false;
-  bool pareto = false;  // draw the lower-left frontier (lower x and lower y both better)
+  bool pareto = false;     // draw the lower-left frontier (lower x and lower y both better)
   double reference_y = 0;  // > 0: dashed horizontal line (e.g. the base model's PPL)
   std::string reference_label;
 };

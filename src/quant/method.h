@@ -33,6 +33,9 @@ class QuantMethod {
   // each group of linears, folds them into the preceding norm or linear, and hands the scaled
   // weights to Quantize. 0 = no scaling; otherwise the number of alpha grid points.
   virtual size_t activation_scale_grid() const { return 0; }
+  // SmoothQuant's migration strength: the pipeline folds s_j = max|x_j|^a / max|w_j|^(1-a) into
+  // each group's input before quantizing. Negative = no smoothing.
+  virtual double smoothing_alpha() const { return -1; }
 };
 
 struct MethodInfo {

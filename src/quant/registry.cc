@@ -129,6 +129,31 @@ std::unique_ptr<QuantMethod> MakeAwq(const nlohmann::json& config) {
   return std::make_unique<AwqMethod>(o);
 }
 
+// SmoothQuant: the pipeline migrates activation outliers into the weights (smoothing_alpha);
+// the smoothed weights are then rounded to nearest.
+class SmoothQuantMethod final : public QuantMethod {
+ public:
+  explicit SmoothQuantMethod(double alpha) : alpha_(alpha) {}
+  double smoothing_alpha() const override { return alpha_; }
+  QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
+    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name);
+  }
+
+ private:
+  double alpha_;
+};
+
+std::unique_ptr<QuantMethod> MakeSmoothQuant(const nlohmann::json& config) {
+  double alpha = 0.5;
+  try {
+    alpha = config.value("alpha", alpha);
+  } catch (const nlohmann::json::exception& e) {
+    Fail("method 'smoothquant': bad config value: {}", e.what());
+  }
+  if (!(alpha >= 0 && alpha <= 1)) Fail("method 'smoothquant': alpha must be in [0, 1], got {}", alpha);
+  return std::make_unique<SmoothQuantMethod>(alpha);
+}
+
 const std::vector<ElementKind> kAllElements = {ElementKind::kFloat, ElementKind::kInt, ElementKind::kNF4,
                                                ElementKind::kTernary, ElementKind::kMxInt8};
 const std::vector<GranularityKind> kAllGranularities = {GranularityKind::kTensor, GranularityKind::kChannel,
@@ -148,6 +173,9 @@ const MethodRegistry& BuiltinMethods() {
     r.Register({"awq", "AWQ: activation-aware input scales + weight-clipping search (Lin et al. 2023)", kAllElements,
                 kAllGranularities, {"clip", "clip_grid", "max_shrink", "scale_grid"}},
                MakeAwq);
+    r.Register({"smoothquant", "SmoothQuant: migrate activation outliers into the weights (Xiao et al. 2022)",
+                kAllElements, kAllGranularities, {"alpha"}},
+               MakeSmoothQuant);
     return r;
   }();
   return registry;

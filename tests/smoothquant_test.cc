@@ -1,0 +1,84 @@
+// Activation quantization (simulated W8A8) and SmoothQuant.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/file_util.h"
+#include "eval/scoring.h"
+#include "io/hf_model.h"
+#include "io/quantized_checkpoint.h"
+#include "kernels/matmul.h"
+#include "model/calibration.h"
+#include "model/forward.h"
+#include "model/ptq.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit {
+namespace {
+
+const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
+
+TEST(InputQuant, DynamicPerTokenAndStaticPerTensorHandComputed) {
+  const std::vector<float> x = {1.0f, -0.5f, 0.25f, 0.0f, /* row 2 */ 100.0f, 1.0f, -2.0f, 0.5f};
+  // Per token: row 1 scale 1/127.5 (the symmetric grid [-128, 127] centred on the range, so
+  // +amax = 127.5 steps clips to 127), row 2 scale 100/127.5.
+  const auto dyn = FakeQuantizeInput({ParseScheme("int8:token:scale=f32"), 0}, x.data(), 2, 4);
+  EXPECT_NEAR(dyn[0], 127.0f / 127.5f, 1e-6);
+  EXPECT_NEAR(dyn[1], -64.0f / 127.5f, 1e-6);  // -63.75 steps -> -64
+  EXPECT_NEAR(dyn[5], std::nearbyint(1.0f / (100.0f / 127.5f)) * (100.0f / 127.5f), 1e-6);
+  // Static per tensor with scale 0.01: 100 saturates at 127 * 0.01, -2 at -128 * 0.01 is not reached.
+  const auto st = FakeQuantizeInput({ParseScheme("int8:tensor:scale=f32"), 0.01f}, x.data(), 2, 4);
+  EXPECT_NEAR(st[4], 1.27f, 1e-6);
+  EXPECT_NEAR(st[6], -1.28f, 1e-6);
+  EXPECT_NEAR(st[2], 0.25f, 1e-6);
+}
+
+double HeldOutKl(const Model& base, const Model& m, const std::vector<int32_t>& ids) {
+  Engine eb(base, 2), em(m, 2);
+  KvCache cb = eb.NewCache(ids.size()), cm = em.NewCache(ids.size());
+  const auto lb = eb.Forward(cb, ids, true), lm = em.Forward(cm, ids, true);
+  const size_t vocab = base.config.vocab_size;
+  double kl = 0;
+  std::vector<double> pb, pm;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    LogSoftmax(std::span(&lb[t * vocab], vocab), pb);
+    LogSoftmax(std::span(&lm[t * vocab], vocab), pm);
+    for (size_t i = 0; i < vocab; ++i) kl += std::exp(pb[i]) * (pb[i] - pm[i]);
+  }
+  return kl / static_cast<double>(ids.size());
+}
+
+TEST(SmoothQuant, W8A8StaticBeatsNaiveAndSurvivesSaveAndLoad) {
+  const Model base = LoadHfModel(kModelDir);
+  Model naive = LoadHfModel(kModelDir), smooth = LoadHfModel(kModelDir);
+  const auto tok = LoadTokenizer(kModelDir);
+  const auto tokens = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 60000), true);
+  QuantizeRequest req;
+  req.scheme = ParseScheme("int8:channel");
+  req.act_scheme = ParseScheme("int8:tensor:scale=f32");
+  req.calibration = SampleWindows(tokens, 8, 128, 0);
+  req.threads = 2;
+  QuantizeModel(naive, req);
+  req.method = "smoothquant";
+  const QuantizeReport r = QuantizeModel(smooth, req);
+  EXPECT_EQ(r.smoothed_inputs, 18u);  // qkv, gate/up and down of six layers
+  ASSERT_TRUE(smooth.weights.layers[0].wo.input_quant.has_value());
+  EXPECT_GT(smooth.weights.layers[0].wo.input_quant->static_scale, 0.0f);
+  auto held_out = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-test.txt").substr(0, 3000), true);
+  held_out.resize(160);
+  const double kl_naive = HeldOutKl(base, naive, held_out), kl_smooth = HeldOutKl(base, smooth, held_out);
+  EXPECT_LT(kl_smooth, kl_naive) << "smooth " << kl_smooth << " naive " << kl_naive;
+
+  const auto dir = std::filesystem::temp_directory_path() / ("lowbit_sq_" + std::to_string(::getpid()));
+  SaveQuantizedModel(smooth, dir, kModelDir, nlohmann::json::object());
+  const Model loaded = LoadHfModel(dir);
+  ASSERT_TRUE(loaded.weights.layers[3].w_down.input_quant.has_value());
+  EXPECT_EQ(loaded.weights.layers[3].w_down.input_quant->static_scale,
+            smooth.weights.layers[3].w_down.input_quant->static_scale);
+  EXPECT_EQ(HeldOutKl(base, loaded, held_out), kl_smooth);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lowbit
