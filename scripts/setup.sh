@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages lowbit builds against, only those that are missing.
 set -euo pipefail
+# chromium: the report test renders report.html headless (it skips when chromium is absent).
 packages=(build-essential cmake pkg-config libhwy-dev libsentencepiece-dev nlohmann-json3-dev
-          libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev)
+          libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

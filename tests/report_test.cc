@@ -37,7 +37,11 @@ class Scratch {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  ~Scratch() { fs::remove_all(dir_); }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    fs::remove(dir_.parent_path(), ec);  // the per-process folder, once its last scratch is gone
+  }
   const fs::path& dir() const { return dir_; }
   void Write(const std::string& rel, const std::string& text) const {
     fs::create_directories((dir_ / rel).parent_path());
