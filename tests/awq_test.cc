@@ -14,10 +14,13 @@
 #include "model/ptq.h"
 #include "quant/awq.h"
 #include "quant/rtn.h"
+#include "model_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 namespace {
+
+using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
 
@@ -97,19 +100,8 @@ TEST(Awq, WholeModelBeatsAsymmetricRtnOnHeldOutText) {
   EXPECT_EQ(report.awq_alphas.size(), 18u);  // qkv, gate/up and down of six layers
   std::vector<int32_t> held_out = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-test.txt").substr(0, 3000), true);
   held_out.resize(192);
-  const size_t vocab = base.config.vocab_size;
-  const auto lb = Logits(base, held_out), lr = Logits(rtn_model, held_out), la = Logits(awq_model, held_out);
-  auto kl = [&](const std::vector<float>& lm) {
-    double total = 0;
-    std::vector<double> pb, pm;
-    for (size_t t = 0; t < held_out.size(); ++t) {
-      LogSoftmax(std::span(&lb[t * vocab], vocab), pb);
-      LogSoftmax(std::span(&lm[t * vocab], vocab), pm);
-      for (size_t i = 0; i < vocab; ++i) total += std::exp(pb[i]) * (pb[i] - pm[i]);
-    }
-    return total / static_cast<double>(held_out.size());
-  };
-  EXPECT_LT(kl(la), kl(lr)) << "awq " << kl(la) << " rtn " << kl(lr);
+  const double kl_rtn = MeanKl(base, rtn_model, held_out), kl_awq = MeanKl(base, awq_model, held_out);
+  EXPECT_LT(kl_awq, kl_rtn) << "awq " << kl_awq << " rtn " << kl_rtn;
 }
 
 }  // namespace

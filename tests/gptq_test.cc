@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "eval/scoring.h"
+#include "model_test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "io/hf_model.h"
 #include "model/calibration.h"
@@ -18,6 +19,8 @@
 
 namespace lowbit {
 namespace {
+
+using testing_util::MeanKl;
 
 // Output error of a quantized weight on inputs with second moment H: trace(dW H dW^T).
 double OutputError(const std::vector<float>& w, const QuantizedTensor& q, const std::vector<double>& h, size_t rows,
@@ -115,22 +118,6 @@ TEST(FakeQuant, MatchesEncodeThenDecodeForEveryPreset) {
         ASSERT_EQ(fq(w[r * 96 + c]), d[r * 96 + c]) << preset.name << " r" << r << " c" << c;
       }
   }
-}
-
-// Mean KL(base || model) of next-token distributions over one sequence.
-double MeanKl(const Model& base, const Model& model, const std::vector<int32_t>& ids) {
-  Engine eb(base, 2), em(model, 2);
-  KvCache cb = eb.NewCache(ids.size()), cm = em.NewCache(ids.size());
-  const auto lb = eb.Forward(cb, ids, true), lm = em.Forward(cm, ids, true);
-  const size_t vocab = base.config.vocab_size;
-  double kl = 0;
-  std::vector<double> pb, pm;
-  for (size_t t = 0; t < ids.size(); ++t) {
-    LogSoftmax(std::span(&lb[t * vocab], vocab), pb);
-    LogSoftmax(std::span(&lm[t * vocab], vocab), pm);
-    for (size_t i = 0; i < vocab; ++i) kl += std::exp(pb[i]) * (pb[i] - pm[i]);
-  }
-  return kl / static_cast<double>(ids.size());
 }
 
 TEST(Pipeline, GptqOnTheBundledModelBeatsRtn) {

@@ -12,10 +12,13 @@
 #include "model/calibration.h"
 #include "model/forward.h"
 #include "model/ptq.h"
+#include "model_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 namespace {
+
+using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
 
@@ -32,21 +35,6 @@ TEST(InputQuant, DynamicPerTokenAndStaticPerTensorHandComputed) {
   EXPECT_NEAR(st[4], 1.27f, 1e-6);
   EXPECT_NEAR(st[6], -1.28f, 1e-6);
   EXPECT_NEAR(st[2], 0.25f, 1e-6);
-}
-
-double HeldOutKl(const Model& base, const Model& m, const std::vector<int32_t>& ids) {
-  Engine eb(base, 2), em(m, 2);
-  KvCache cb = eb.NewCache(ids.size()), cm = em.NewCache(ids.size());
-  const auto lb = eb.Forward(cb, ids, true), lm = em.Forward(cm, ids, true);
-  const size_t vocab = base.config.vocab_size;
-  double kl = 0;
-  std::vector<double> pb, pm;
-  for (size_t t = 0; t < ids.size(); ++t) {
-    LogSoftmax(std::span(&lb[t * vocab], vocab), pb);
-    LogSoftmax(std::span(&lm[t * vocab], vocab), pm);
-    for (size_t i = 0; i < vocab; ++i) kl += std::exp(pb[i]) * (pb[i] - pm[i]);
-  }
-  return kl / static_cast<double>(ids.size());
 }
 
 TEST(SmoothQuant, W8A8StaticBeatsNaiveAndSurvivesSaveAndLoad) {
@@ -67,7 +55,7 @@ TEST(SmoothQuant, W8A8StaticBeatsNaiveAndSurvivesSaveAndLoad) {
   EXPECT_GT(smooth.weights.layers[0].wo.input_quant->static_scale, 0.0f);
   auto held_out = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-test.txt").substr(0, 3000), true);
   held_out.resize(160);
-  const double kl_naive = HeldOutKl(base, naive, held_out), kl_smooth = HeldOutKl(base, smooth, held_out);
+  const double kl_naive = MeanKl(base, naive, held_out), kl_smooth = MeanKl(base, smooth, held_out);
   EXPECT_LT(kl_smooth, kl_naive) << "smooth " << kl_smooth << " naive " << kl_naive;
 
   const auto dir = std::filesystem::temp_directory_path() / ("lowbit_sq_" + std::to_string(::getpid()));
@@ -76,7 +64,7 @@ TEST(SmoothQuant, W8A8StaticBeatsNaiveAndSurvivesSaveAndLoad) {
   ASSERT_TRUE(loaded.weights.layers[3].w_down.input_quant.has_value());
   EXPECT_EQ(loaded.weights.layers[3].w_down.input_quant->static_scale,
             smooth.weights.layers[3].w_down.input_quant->static_scale);
-  EXPECT_EQ(HeldOutKl(base, loaded, held_out), kl_smooth);
+  EXPECT_EQ(MeanKl(base, loaded, held_out), kl_smooth);
   std::filesystem::remove_all(dir);
 }
 

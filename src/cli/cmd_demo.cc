@@ -67,18 +67,10 @@ void Run(const std::string& model_path) {
   const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, kTestText);
   const ChunkPlan plan = PlanChunks(tokens.size(), kCtx);
   Engine engine(m.model, 0);
-  Engine* engines[] = {&engine};
-  NllStats nll;
-  std::vector<double> logprobs;
   ProgressBar bar("ppl", plan.chunks);
   const auto start = std::chrono::steady_clock::now();
-  ScoreChunks(
-      engines, tokens, plan, m.model.config.bos_id,
-      [&](size_t, const ScoredPosition& p) {
-        LogSoftmax(p.logits, logprobs);
-        nll.Add(-logprobs[p.target]);
-      },
-      [&](size_t done, size_t) { bar.Update(done); });
+  const NllStats nll = Perplexity(engine, tokens, plan, m.model.config.bos_id,
+                                  [&](size_t done, size_t) { bar.Update(done); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\nfp32 perplexity on %s (ctx %zu, %zu tokens scored): %.4f +/- %.4f  [%.0f tokens/s]\n", kTestText,
               kCtx, nll.count, nll.ppl(), nll.ppl_stderr(), static_cast<double>(plan.chunks * kCtx) / seconds);

@@ -105,24 +105,9 @@ void RunCompare(const EvalOptions& o) {
   const std::vector<int32_t> tokens = TokenizeFile(*base.tokenizer, o.text);
   const ChunkPlan plan = PlanChunks(tokens.size(), o.ctx);
   Engine base_engine(base.model, o.threads), model_engine(model.model, o.threads);
-  Engine* engines[] = {&base_engine, &model_engine};
-  CompareAccumulator acc;
-  std::vector<std::vector<double>> base_logprobs(plan.scored_per_chunk());
-  std::vector<double> logprobs;
   ProgressBar bar("compare", plan.chunks);
-  ScoreChunks(
-      engines, tokens, plan, base.model.config.bos_id,
-      [&](size_t m, const ScoredPosition& p) {
-        auto& slot = base_logprobs[p.pos - plan.first_scored()];
-        if (m == 0) {
-          LogSoftmax(p.logits, slot);
-        } else {
-          LogSoftmax(p.logits, logprobs);
-          acc.Add(slot, logprobs, p.target);
-        }
-      },
-      [&](size_t done, size_t) { bar.Update(done); });
-  const CompareResult r = acc.Finish();
+  const CompareResult r = CompareModels(base_engine, model_engine, tokens, plan, base.model.config.bos_id,
+                                        [&](size_t done, size_t) { bar.Update(done); });
   if (o.json) {
     std::puts(CompareJson(r).dump(2).c_str());
     return;

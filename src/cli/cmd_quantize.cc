@@ -148,20 +148,7 @@ void Run(const QuantizeOptions& o) {
     const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, o.eval);
     const ChunkPlan plan = PlanChunks(tokens.size(), o.eval_ctx);
     Engine eb(base.model, o.threads), eq(m.model, o.threads);
-    Engine* engines[] = {&eb, &eq};
-    CompareAccumulator acc;
-    std::vector<std::vector<double>> base_lp(plan.scored_per_chunk());
-    std::vector<double> lp;
-    ScoreChunks(
-        engines, tokens, plan, m.model.config.bos_id,
-        [&](size_t which, const ScoredPosition& p) {
-          auto& slot = base_lp[p.pos - plan.first_scored()];
-          if (which == 0) return LogSoftmax(p.logits, slot);
-          LogSoftmax(p.logits, lp);
-          acc.Add(slot, lp, p.target);
-        },
-        nullptr);
-    const CompareResult r = acc.Finish();
+    const CompareResult r = CompareModels(eb, eq, tokens, plan, m.model.config.bos_id);
     card["eval"] = {{"file", o.eval}, {"ctx", o.eval_ctx}, {"ppl_base", r.ppl_base}, {"ppl", r.ppl},
                     {"kld_mean", r.kld_mean}, {"kld_median", r.kld_median}, {"kld_p99", r.kld_p99},
                     {"top1_agreement", r.top1_agreement}, {"tokens", r.tokens}};

@@ -64,6 +64,24 @@ CompareResult CompareAccumulator::Finish() const {
   return r;
 }
 
+CompareResult CompareModels(Engine& base, Engine& model, const std::vector<int32_t>& tokens, const ChunkPlan& plan,
+                            int32_t bos, const std::function<void(size_t, size_t)>& progress) {
+  Engine* engines[] = {&base, &model};
+  CompareAccumulator acc;
+  std::vector<std::vector<double>> base_logprobs(plan.scored_per_chunk());  // one chunk's worth
+  std::vector<double> logprobs;
+  ScoreChunks(
+      engines, tokens, plan, bos,
+      [&](size_t which, const ScoredPosition& p) {
+        auto& slot = base_logprobs[p.pos - plan.first_scored()];
+        if (which == 0) return LogSoftmax(p.logits, slot);
+        LogSoftmax(p.logits, logprobs);
+        acc.Add(slot, logprobs, p.target);
+      },
+      progress);
+  return acc.Finish();
+}
+
 BaseRecord MakeBaseRecord(const std::vector<double>& logprobs, int32_t target, size_t k) {
   k = std::min(k, logprobs.size());
   std::vector<int32_t> idx(logprobs.size());

@@ -46,6 +46,10 @@ struct BaseRecord {
   float target_logprob = 0;       // base log-probability of the true next token
 };
 
+// Runs `base` and `model` over the same chunks and compares them at every scored position.
+CompareResult CompareModels(Engine& base, Engine& model, const std::vector<int32_t>& tokens, const ChunkPlan& plan,
+                            int32_t bos, const std::function<void(size_t, size_t)>& progress = nullptr);
+
 BaseRecord MakeBaseRecord(const std::vector<double>& logprobs, int32_t target, size_t k);
 
 // Binary file of BaseRecords for one (text, ctx): header (magic "LBKLBASE", version, vocab, ctx,

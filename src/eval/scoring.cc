@@ -40,6 +40,21 @@ void ScoreChunks(std::span<Engine* const> engines, const std::vector<int32_t>& t
   }
 }
 
+NllStats Perplexity(Engine& engine, const std::vector<int32_t>& tokens, const ChunkPlan& plan, int32_t bos,
+                    const std::function<void(size_t, size_t)>& progress) {
+  Engine* engines[] = {&engine};
+  NllStats nll;
+  std::vector<double> logprobs;
+  ScoreChunks(
+      engines, tokens, plan, bos,
+      [&](size_t, const ScoredPosition& p) {
+        LogSoftmax(p.logits, logprobs);
+        nll.Add(-logprobs[p.target]);
+      },
+      progress);
+  return nll;
+}
+
 void LogSoftmax(std::span<const float> logits, std::vector<double>& out) {
   out.resize(logits.size());
   const float max = *std::max_element(logits.begin(), logits.end());

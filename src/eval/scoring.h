@@ -51,4 +51,8 @@ struct NllStats {
   double ppl_stderr() const;  // ppl * stderr of the mean NLL
 };
 
+// Perplexity of one model over the chunks (llama-perplexity protocol).
+NllStats Perplexity(Engine& engine, const std::vector<int32_t>& tokens, const ChunkPlan& plan, int32_t bos,
+                    const std::function<void(size_t, size_t)>& progress = nullptr);
+
 }  // namespace lowbit
