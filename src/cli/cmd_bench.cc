@@ -1,6 +1,6 @@
 // `lowbit bench codecs`: single-core throughput of quantize (fp32 in) and dequantize (fp32 out)
-// for every format, on a 512 x 4096 weight (8 MiB of fp32). Later issues add memory, gemv,
-// decode and prefill benchmarks under the same command.
+// for every format, on a 512 x 4096 weight (8 MiB of fp32). The runtime benchmarks (memory, gemv,
+// decode, prefill, attention) are in cmd_bench_runtime.cc.
 #include <unistd.h>
 
 #include <chrono>
@@ -88,6 +88,7 @@ void AddBenchCommand(CLI::App& app) {
   codecs->add_option("--seconds", *seconds, "Minimum time per measurement")->default_val(0.3);
   codecs->add_flag("--json", *json, "Print JSON");
   codecs->callback([formats, seconds, json] { RunCodecs(*formats, *seconds, *json); });
+  AddBenchRuntimeCommands(*bench);
 }
 
 }  // namespace lowbit::cli

@@ -1,11 +1,20 @@
 #include "kernels/matmul.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/dot.h"
+#include "kernels/qmatmul.h"
 #include "quant/rtn.h"
 
 namespace lowbit {
+
+namespace {
+// Up to this many tokens the fused kernel (codes decoded in registers per token tile) wins; past
+// it, decoding a tile of rows once and running the dense 4 x 4 tiles over all tokens does.
+constexpr size_t kFusedMaxTokens = 8;
+constexpr size_t kDecodeTileRows = 4;
+}  // namespace
 
 std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_t n_tokens, size_t cols) {
   const std::span<const float> in(x, n_tokens * cols);
@@ -30,13 +39,20 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     });
   } else {
     const QuantizedTensor& q = std::get<QuantizedTensor>(w.weight);
-    pool.ParallelFor(rows, [&](size_t begin, size_t end) {
-      std::vector<float> row(cols);
-      for (size_t r = begin; r < end; ++r) {
-        q.DequantizeRow(r, row.data());
-        DotRows(row.data(), cols, 0, 1, x, n_tokens, y + r, rows);
-      }
-    });
+    if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {
+      const QuantInput in = PrepareQuantInput(q, x, n_tokens);
+      pool.ParallelFor(rows, [&](size_t begin, size_t end) { QuantDotRows(q, in, begin, end, y, rows); });
+    } else {
+      // Many tokens: decode a tile of rows once into a small buffer and reuse it for every token.
+      pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+        std::vector<float> tile(kDecodeTileRows * cols);
+        for (size_t r = begin; r < end; r += kDecodeTileRows) {
+          const size_t n = std::min(kDecodeTileRows, end - r);
+          for (size_t i = 0; i < n; ++i) q.DequantizeRow(r + i, &tile[i * cols]);
+          DotRows(tile.data(), cols, 0, n, x, n_tokens, y + r, rows);
+        }
+      });
+    }
   }
   if (!w.bias.empty())
     for (size_t t = 0; t < n_tokens; ++t)

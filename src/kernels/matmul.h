@@ -1,6 +1,7 @@
 // y = x W^T + b for a Linear layer, whatever its storage: dense fp32 rows go straight to the dot
-// kernel; quantized rows are decoded one row at a time into a small buffer (never the whole
-// matrix) and then dotted. x is [n_tokens x cols], y is [n_tokens x rows], row-major. With
+// kernel; quantized weights go through the fused kernels of qmatmul.h for a few tokens (decode)
+// or are decoded a tile of rows at a time into a small buffer for many (prefill) -- never the
+// whole matrix. x is [n_tokens x cols], y is [n_tokens x rows], row-major. With
 // input quantization, x is fake-quantized first.
 #pragma once
 

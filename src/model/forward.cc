@@ -4,8 +4,8 @@
 #include <numbers>
 
 #include "core/error.h"
-#include "kernels/dot.h"
 #include "kernels/matmul.h"
+#include "model/attention.h"
 
 namespace lowbit {
 
@@ -38,8 +38,8 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
   return inv;
 }
 
-Engine::Engine(const Model& model, size_t threads)
-    : model_(model), pool_(threads), inv_freq_(RopeInverseFrequencies(model.config)) {}
+Engine::Engine(const Model& model, size_t threads, KvCacheOptions kv)
+    : model_(model), pool_(threads), kv_options_(std::move(kv)), inv_freq_(RopeInverseFrequencies(model.config)) {}
 
 void Engine::ApplyRope(float* vec, size_t n_heads, size_t pos) const {
   const size_t hd = model_.config.head_dim, half = hd / 2;
@@ -61,35 +61,19 @@ void Engine::ApplyRope(float* vec, size_t n_heads, size_t pos) const {
 void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out) {
   const ModelConfig& c = model_.config;
   const size_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Flatten (sequence, token, head) into one parallel range.
+  // Flatten (sequence, token, KV head) into one parallel range.
   std::vector<std::pair<size_t, size_t>> token_of;  // (batch index, token index)
   for (size_t b = 0; b < batch.size(); ++b)
     for (size_t t = 0; t < batch[b].tokens.size(); ++t) token_of.emplace_back(b, t);
-  pool_.ParallelFor(token_of.size() * c.n_heads, [&](size_t begin, size_t end) {
-    std::vector<float> scores;
+  pool_.ParallelFor(token_of.size() * c.n_kv_heads, [&](size_t begin, size_t end) {
+    AttentionScratch scratch;
     for (size_t task = begin; task < end; ++task) {
-      const size_t row = task / c.n_heads, h = task % c.n_heads;
+      const size_t row = task / c.n_kv_heads, kv_head = task % c.n_kv_heads;
       const auto [b, t] = token_of[row];
-      const KvCache& cache = *batch[b].cache;
-      const size_t pos = cache.size() + t;  // positions 0..pos are visible
-      const float* qh = q + row * c.q_dim() + h * hd;
-      const size_t kv_offset = (h / group) * hd;
-      scores.resize(pos + 1);
-      float max_score = -INFINITY;
-      for (size_t p = 0; p <= pos; ++p) {
-        scores[p] = Dot(qh, cache.K(layer, p) + kv_offset, hd) * scale;
-        max_score = std::max(max_score, scores[p]);
-      }
-      float sum = 0;
-      for (size_t p = 0; p <= pos; ++p) sum += scores[p] = std::exp(scores[p] - max_score);
-      float* o = out + row * c.q_dim() + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (size_t p = 0; p <= pos; ++p) {
-        const float w = scores[p] / sum;
-        const float* v = cache.V(layer, p) + kv_offset;
-        for (size_t i = 0; i < hd; ++i) o[i] += w * v[i];
-      }
+      const size_t first = row * c.q_dim() + kv_head * group * hd;
+      const AttentionQuery query{layer, kv_head, batch[b].cache->size() + t, q + first, group,
+                                 1.0f / std::sqrt(static_cast<float>(hd))};
+      AttendBlocked(*batch[b].cache, query, scratch, out + first);
     }
   });
 }
@@ -134,8 +118,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
           const size_t pos = item.cache->size() + t;
           ApplyRope(&q[row * c.q_dim()], c.n_heads, pos);
           ApplyRope(&k[row * c.kv_dim()], c.n_kv_heads, pos);
-          std::copy_n(&k[row * c.kv_dim()], c.kv_dim(), item.cache->K(l, pos));
-          std::copy_n(&v[row * c.kv_dim()], c.kv_dim(), item.cache->V(l, pos));
+          item.cache->Write(l, pos, &k[row * c.kv_dim()], &v[row * c.kv_dim()]);
         }
       input.resize(total * c.q_dim());
       Attention(l, batch, q.data(), input.data());
@@ -190,20 +173,28 @@ void Engine::Forward(std::span<BatchItem> batch) {
   std::vector<float> x = Embed(batch);
   for (size_t l = 0; l < c.n_layers; ++l) ForwardLayer(l, batch, x);
 
-  // Final norm and logits for the rows each sequence asked for.
-  const size_t dim = c.dim;
+  // Final norm and logits for the rows each sequence asked for, in one matmul for the batch.
+  const size_t dim = c.dim, vocab = c.vocab_size;
+  std::vector<float> normed;
   size_t row = 0;
-  for (BatchItem& item : batch) {
+  for (const BatchItem& item : batch) {
     const size_t n = item.tokens.size();
-    const size_t first = item.all_logits ? 0 : n - 1;
-    const size_t count = n - first;
-    std::vector<float> normed(count * dim);
-    for (size_t t = 0; t < count; ++t)
-      RmsNorm(&x[(row + first + t) * dim], w.final_norm.data(), dim, c.norm_eps, &normed[t * dim]);
-    item.logits->resize(count * c.vocab_size);
-    MatMul(w.lm_head, normed.data(), count, item.logits->data(), pool_);
-    item.cache->Advance(n);
+    for (size_t t = item.all_logits ? 0 : n - 1; t < n; ++t) {
+      normed.resize(normed.size() + dim);
+      RmsNorm(&x[(row + t) * dim], w.final_norm.data(), dim, c.norm_eps, &normed[normed.size() - dim]);
+    }
     row += n;
+  }
+  const size_t rows_out = normed.size() / dim;
+  std::vector<float> logits(rows_out * vocab);
+  MatMul(w.lm_head, normed.data(), rows_out, logits.data(), pool_);
+  size_t out_row = 0;
+  for (BatchItem& item : batch) {
+    const size_t count = item.all_logits ? item.tokens.size() : 1;
+    item.logits->assign(logits.begin() + static_cast<std::ptrdiff_t>(out_row * vocab),
+                        logits.begin() + static_cast<std::ptrdiff_t>((out_row + count) * vocab));
+    item.cache->Advance(item.tokens.size());
+    out_row += count;
   }
 }
 

@@ -30,11 +30,12 @@ enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown };
 
 class Engine {
  public:
-  Engine(const Model& model, size_t threads);
+  // New caches use `kv` (dtype, block size, FP8 scales).
+  Engine(const Model& model, size_t threads, KvCacheOptions kv = {});
 
   const Model& model() const { return model_; }
   ThreadPool& pool() { return pool_; }
-  KvCache NewCache(size_t capacity) const { return KvCache(model_.config, capacity); }
+  KvCache NewCache(size_t capacity) const { return KvCache(model_.config, capacity, kv_options_); }
 
   void Forward(std::span<BatchItem> batch);
   // One sequence; returns logits [n x vocab] (all_logits) or [vocab].
@@ -57,6 +58,7 @@ class Engine {
 
   const Model& model_;
   ThreadPool pool_;
+  KvCacheOptions kv_options_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
 };
 

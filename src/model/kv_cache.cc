@@ -1,12 +1,207 @@
 #include "model/kv_cache.h"
 
-#include "core/checked_math.h"
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "formats/codec.h"
+#include "quant/rtn.h"
 
 namespace lowbit {
+namespace {
 
-KvCache::KvCache(const ModelConfig& config, size_t capacity)
-    : capacity_(capacity), kv_dim_(config.kv_dim()),
-      k_(CheckedProduct({config.n_layers, capacity, config.kv_dim()}, "KV cache")),
-      v_(k_.size()) {}
+constexpr std::pair<KvDtype, std::string_view> kKvDtypeNames[] = {
+    {KvDtype::kF32, "fp32"},           {KvDtype::kF16, "fp16"},           {KvDtype::kBF16, "bf16"},
+    {KvDtype::kFp8E4M3, "fp8_e4m3"},   {KvDtype::kFp8E5M2, "fp8_e5m2"},   {KvDtype::kInt8, "int8"},
+    {KvDtype::kInt4, "int4"},          {KvDtype::kInt2, "int2"}};
+
+}  // namespace
+
+std::string_view KvDtypeName(KvDtype dtype) {
+  for (const auto& [d, name] : kKvDtypeNames)
+    if (d == dtype) return name;
+  return "?";
+}
+
+std::string KnownKvDtypes() {
+  std::string list;
+  for (const auto& [d, name] : kKvDtypeNames) {
+    if (!list.empty()) list += '|';
+    list += name;
+  }
+  return list;
+}
+
+KvDtype ParseKvDtype(std::string_view name) {
+  for (const auto& [d, n] : kKvDtypeNames)
+    if (n == name || (name == "fp8" && d == KvDtype::kFp8E4M3)) return d;
+  Fail("unknown KV cache dtype '{}' (known: {})", name, KnownKvDtypes());
+}
+
+KvCache::KvCache(const ModelConfig& config, size_t capacity, KvCacheOptions options)
+    : config_(config), options_(std::move(options)), capacity_(capacity), block_table_(config.n_layers) {
+  if (options_.block_tokens == 0) Fail("KV cache: block size must be positive");
+  for (const auto* scales : {&options_.k_scales, &options_.v_scales})
+    if (!scales->empty() && scales->size() != config.n_layers)
+      Fail("KV cache: {} FP8 scales given for {} layers", scales->size(), config.n_layers);
+  if (kivi()) {
+    recent_k_.resize(config.n_layers);
+    recent_v_.resize(config.n_layers);
+  }
+}
+
+void KvCache::Clear() {
+  size_ = 0;
+  recent_begin_ = 0;
+  for (auto& table : block_table_) table.clear();
+  blocks_.clear();
+  for (auto* recent : {&recent_k_, &recent_v_})
+    for (auto& rows : *recent) rows.clear();
+}
+
+KvCache::Block KvCache::NewBlock(size_t layer) const {
+  const size_t b = options_.block_tokens, kv = config_.kv_dim(), hd = config_.head_dim;
+  auto block = [&](const std::string& k_spec, const std::string& v_spec, bool k_transposed) {
+    return Block{k_transposed ? QuantizedTensor(ParseScheme(k_spec), kv, b) : QuantizedTensor(ParseScheme(k_spec), b, kv),
+                 QuantizedTensor(ParseScheme(v_spec), b, kv)};
+  };
+  switch (options_.dtype) {
+    case KvDtype::kF32: return block("fp32", "fp32", false);
+    case KvDtype::kF16: return block("fp16", "fp16", false);
+    case KvDtype::kBF16: return block("bf16", "bf16", false);
+    case KvDtype::kFp8E4M3:
+    case KvDtype::kFp8E5M2: {
+      const std::string spec = fmt::format("{}:tensor:scale=f32", KvDtypeName(options_.dtype));
+      Block out = block(spec, spec, false);
+      out.k.SetScale(0, options_.k_scales.empty() ? 1.0f : options_.k_scales[layer]);
+      out.v.SetScale(0, options_.v_scales.empty() ? 1.0f : options_.v_scales[layer]);
+      return out;
+    }
+    case KvDtype::kInt8: {
+      const std::string spec = fmt::format("int8:g{}:scale=f32", hd);
+      return block(spec, spec, false);
+    }
+    case KvDtype::kInt4:
+    case KvDtype::kInt2: {
+      const std::string_view e = KvDtypeName(options_.dtype);
+      return block(fmt::format("{}:channel:asym", e), fmt::format("{}:g{}:asym", e, hd), true);
+    }
+  }
+  return block("fp32", "fp32", false);
+}
+
+KvCache::Block& KvCache::BlockAt(size_t layer, size_t pos) {
+  std::vector<uint32_t>& table = block_table_[layer];
+  const size_t index = pos / options_.block_tokens;
+  while (table.size() <= index) {
+    table.push_back(static_cast<uint32_t>(blocks_.size()));
+    blocks_.push_back(NewBlock(layer));
+  }
+  return blocks_[table[index]];
+}
+
+size_t KvCache::QuantizedBefore(size_t reader) const {
+  const size_t b = options_.block_tokens, r = options_.recent_tokens;
+  return reader + 1 > r ? (reader + 1 - r) / b * b : 0;
+}
+
+void KvCache::Write(size_t layer, size_t pos, const float* k, const float* v) {
+  if (pos >= capacity_) Fail("KV cache: position {} is past the capacity of {}", pos, capacity_);
+  const size_t kv = config_.kv_dim(), hd = config_.head_dim, row = pos % options_.block_tokens;
+  Block& block = BlockAt(layer, pos);
+  auto encode_row = [&](QuantizedTensor& q, const float* values) {
+    if (q.scheme().granularity.kind == GranularityKind::kGroup)  // per token and head: scales first
+      for (size_t h = 0; h < config_.n_kv_heads; ++h)
+        ChooseCellScale(q, row * q.grid().grid_cols + h, std::span<const float>(values + h * hd, hd));
+    EncodeRow(q, row, values);
+  };
+  encode_row(block.v, v);
+  if (!kivi()) {
+    encode_row(block.k, k);
+    return;
+  }
+  // KIVI: K waits in fp16 (with V) until its block is complete, then is quantized per channel.
+  for (auto [recent, values] : {std::pair{&recent_k_[layer], k}, std::pair{&recent_v_[layer], v}}) {
+    LOWBIT_CHECK(recent->size() == (pos - recent_begin_) * kv);
+    recent->resize(recent->size() + kv);
+    Fp32ToFp16Row(values, kv, recent->data() + recent->size() - kv);
+  }
+  if (row + 1 == options_.block_tokens) QuantizeKBlock(layer, pos / options_.block_tokens);
+}
+
+void KvCache::QuantizeKBlock(size_t layer, size_t block_index) {
+  const size_t b = options_.block_tokens, kv = config_.kv_dim(), first = block_index * b;
+  std::vector<float> rows(b * kv), channels(kv * b);
+  Fp16ToFp32Row(recent_k_[layer].data() + (first - recent_begin_) * kv, b * kv, rows.data());
+  for (size_t t = 0; t < b; ++t)
+    for (size_t c = 0; c < kv; ++c) channels[c * b + t] = rows[t * kv + c];
+  Block& block = blocks_[block_table_[layer][block_index]];
+  block.k = QuantizeRtn(channels, kv, b, block.k.scheme(), "K cache");
+}
+
+void KvCache::Advance(size_t n) {
+  size_ += n;
+  if (!kivi() || size_ == 0) return;
+  // Drop fp16 rows no future reader (position >= size_) will read unquantized.
+  const size_t keep_from = QuantizedBefore(size_ - 1), kv = config_.kv_dim();
+  if (keep_from <= recent_begin_) return;
+  for (auto* recent : {&recent_k_, &recent_v_})
+    for (auto& rows : *recent) rows.erase(rows.begin(), rows.begin() + (keep_from - recent_begin_) * kv);
+  recent_begin_ = keep_from;
+}
+
+KvCache::Tile KvCache::Read(bool key, size_t layer, size_t head, size_t begin, size_t end, size_t reader,
+                            float* scratch) const {
+  const size_t hd = config_.head_dim, kv = config_.kv_dim(), b = options_.block_tokens;
+  LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
+  if (kivi() && begin >= QuantizedBefore(reader)) {  // the reader's exact recent window
+    const std::vector<uint16_t>& recent = (key ? recent_k_ : recent_v_)[layer];
+    LOWBIT_CHECK(begin >= recent_begin_);
+    for (size_t p = begin; p < end; ++p)
+      Fp16ToFp32Row(recent.data() + (p - recent_begin_) * kv + head * hd, hd, scratch + (p - begin) * hd);
+    return {scratch, hd};
+  }
+  const Block& block = blocks_[block_table_[layer][begin / b]];
+  const QuantizedTensor& q = key ? block.k : block.v;
+  const size_t first = begin % b, n = end - begin;
+  if (kivi() && key) {  // [kv_dim x block]: one channel per row
+    std::vector<float> channel(b);
+    for (size_t c = 0; c < hd; ++c) {
+      q.DequantizeRow(head * hd + c, channel.data());
+      for (size_t t = 0; t < n; ++t) scratch[t * hd + c] = channel[first + t];
+    }
+    return {scratch, hd};
+  }
+  if (q.scheme().element->bits == 32)
+    return {reinterpret_cast<const float*>(q.codes().data() + first * q.row_bytes()) + head * hd, kv};
+  for (size_t t = 0; t < n; ++t) q.DequantizeRange(first + t, head * hd, hd, scratch + t * hd);
+  return {scratch, hd};
+}
+
+KvCache::Tile KvCache::ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader,
+                             float* scratch) const {
+  return Read(true, layer, head, begin, end, reader, scratch);
+}
+
+KvCache::Tile KvCache::ReadV(size_t layer, size_t head, size_t begin, size_t end, size_t reader,
+                             float* scratch) const {
+  return Read(false, layer, head, begin, end, reader, scratch);
+}
+
+size_t KvCache::bytes() const {
+  size_t total = 0;
+  for (const Block& block : blocks_) total += block.k.storage_bytes() + block.v.storage_bytes();
+  for (const auto* recent : {&recent_k_, &recent_v_})
+    for (const auto& rows : *recent) total += rows.size() * sizeof(uint16_t);
+  return total;
+}
+
+double KvCache::BytesPerToken() const {
+  const Block block = NewBlock(0);
+  return static_cast<double>(block.k.storage_bytes() + block.v.storage_bytes()) * config_.n_layers /
+         static_cast<double>(options_.block_tokens);
+}
 
 }  // namespace lowbit

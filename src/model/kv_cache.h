@@ -1,32 +1,88 @@
-// The key/value cache of one sequence, fp32: [layer][position][kv_dim] for K and for V.
-// (Issue-level work adds paged and quantized caches behind the same accessors.)
+// The key/value cache of one sequence, paged: positions live in fixed-size blocks of
+// `block_tokens`, found through a block table per layer, allocated as the sequence grows. Each
+// block stores K and V as QuantizedTensors in the cache dtype:
+//   fp32 / fp16 / bf16   plain rows [block x kv_dim];
+//   fp8_e4m3 / fp8_e5m2  one scale per layer for K and for V (static, from calibration; else 1.0);
+//   int8                 symmetric, one scale per token and KV head;
+//   int4 / int2          KIVI: K per channel over the block's tokens, V per token and KV head,
+//                        asymmetric; the newest `recent_tokens` positions stay in fp16 until a
+//                        whole block of older tokens is ready, so recent tokens are exact and
+//                        history is compact.
+// Readers decode one KV head over a range of positions into a small tile (attention never needs
+// more than one block at a time).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
+#include "quant/quantized_tensor.h"
 
 namespace lowbit {
 
+enum class KvDtype : uint8_t { kF32, kF16, kBF16, kFp8E4M3, kFp8E5M2, kInt8, kInt4, kInt2 };
+
+std::string_view KvDtypeName(KvDtype dtype);
+KvDtype ParseKvDtype(std::string_view name);  // throws Error listing the names
+std::string KnownKvDtypes();
+
+struct KvCacheOptions {
+  KvDtype dtype = KvDtype::kF32;
+  size_t block_tokens = 32;   // positions per block; also the K group of int4 / int2
+  size_t recent_tokens = 32;  // int4 / int2: newest positions kept in fp16
+  // FP8: static scales per layer (value = code * scale); empty = 1.0 for every layer.
+  std::vector<float> k_scales, v_scales;
+};
+
 class KvCache {
  public:
-  KvCache(const ModelConfig& config, size_t capacity);
+  KvCache(const ModelConfig& config, size_t capacity, KvCacheOptions options = {});
 
-  size_t size() const { return size_; }          // positions filled
+  size_t size() const { return size_; }  // positions filled
   size_t capacity() const { return capacity_; }
-  void Clear() { size_ = 0; }
-  void Advance(size_t n) { size_ += n; }         // after a forward pass filled n more positions
+  const KvCacheOptions& options() const { return options_; }
+  size_t head_dim() const { return config_.head_dim; }
+  void Clear();
+  void Advance(size_t n);  // after a forward pass wrote n more positions
 
-  float* K(size_t layer, size_t pos) { return &k_[(layer * capacity_ + pos) * kv_dim_]; }
-  float* V(size_t layer, size_t pos) { return &v_[(layer * capacity_ + pos) * kv_dim_]; }
-  const float* K(size_t layer, size_t pos) const { return &k_[(layer * capacity_ + pos) * kv_dim_]; }
-  const float* V(size_t layer, size_t pos) const { return &v_[(layer * capacity_ + pos) * kv_dim_]; }
-  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  // Stores K and V ([kv_dim] each) of `layer` at `pos`; positions are written in order.
+  void Write(size_t layer, size_t pos, const float* k, const float* v);
+
+  // Positions [begin, end) of one KV head as fp32 rows of head_dim, as the token at position
+  // `reader` sees them (int4 / int2: the reader's recent window is exact). Either points into
+  // the cache (fp32) or into `scratch` ([(end - begin) x head_dim]).
+  struct Tile {
+    const float* data;
+    size_t stride;  // floats between consecutive positions
+  };
+  Tile ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
+  Tile ReadV(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
+
+  size_t bytes() const;          // held now, metadata and the fp16 window included
+  double BytesPerToken() const;  // one more cached position in a full block, all layers, K + V
 
  private:
-  size_t capacity_, kv_dim_, size_ = 0;
-  std::vector<float> k_, v_;
+  struct Block {
+    QuantizedTensor k, v;
+  };
+  bool kivi() const { return options_.dtype == KvDtype::kInt4 || options_.dtype == KvDtype::kInt2; }
+  Block NewBlock(size_t layer) const;
+  Block& BlockAt(size_t layer, size_t pos);
+  // int4 / int2: positions before this limit are read quantized by a token at `reader`.
+  size_t QuantizedBefore(size_t reader) const;
+  void QuantizeKBlock(size_t layer, size_t block);
+  Tile Read(bool key, size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
+
+  ModelConfig config_;
+  KvCacheOptions options_;
+  size_t capacity_, size_ = 0;
+  std::vector<std::vector<uint32_t>> block_table_;  // [layer][block] -> index into blocks_
+  std::vector<Block> blocks_;
+  // int4 / int2: fp16 K and V rows of positions [recent_begin_, written) per layer.
+  size_t recent_begin_ = 0;
+  std::vector<std::vector<uint16_t>> recent_k_, recent_v_;
 };
 
 }  // namespace lowbit

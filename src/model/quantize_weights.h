@@ -9,7 +9,9 @@
 
 namespace lowbit {
 
-// Returns the number of weights quantized.
-uint64_t QuantizeLinears(ModelWeights& weights, const QuantScheme& scheme, std::string_view method = "rtn");
+// Returns the number of weights quantized. `include_lm_head` quantizes the output projection too
+// (as speed benchmarks and llama.cpp's quantized files do).
+uint64_t QuantizeLinears(ModelWeights& weights, const QuantScheme& scheme, std::string_view method = "rtn",
+                         bool include_lm_head = false);
 
 }  // namespace lowbit

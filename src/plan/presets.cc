@@ -71,9 +71,11 @@ std::vector<ModelArch> BuildPresets() {
   return p;
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+// Lower case without dashes, so "Llama2-7B" finds "llama-2-7b".
+std::string Canonical(std::string_view s) {
+  std::string out;
+  for (const unsigned char c : s)
+    if (c != '-') out += static_cast<char>(std::tolower(c));
   return out;
 }
 
@@ -91,9 +93,9 @@ std::string KnownPresetNames() {
 }
 
 const ModelArch& FindPreset(std::string_view name) {
-  const std::string want = Lower(name);
+  const std::string want = Canonical(name);
   for (const ModelArch& a : ModelPresets())
-    if (a.name == want) return a;
+    if (Canonical(a.name) == want) return a;
   Fail("unknown model preset '{}' (known: {})", name, KnownPresetNames());
 }
 

@@ -14,7 +14,7 @@ namespace lowbit {
 // mixtral-8x7b, deepseek-v3.
 const std::vector<ModelArch>& ModelPresets();
 
-// Case-insensitive. Throws Error listing the known presets when `name` is unknown.
+// Case- and dash-insensitive ("llama2-7b" finds llama-2-7b). Throws Error listing the known presets when `name` is unknown.
 const ModelArch& FindPreset(std::string_view name);
 
 std::string KnownPresetNames();

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/checked_math.h"
+#include "core/error.h"
 #include "formats/codec.h"
 
 namespace lowbit {
@@ -72,30 +73,46 @@ double QuantizedTensor::bits_per_weight() const {
          scheme_.element->bits;
 }
 
-void QuantizedTensor::DequantizeRow(uint64_t r, float* out) const {
-  const uint8_t* row = &codes_[r * row_bytes_];
+void QuantizedTensor::RowScales(uint64_t r, float* scales, float* biases) const {
+  const uint64_t n = grid_.grid_cols, first = r / grid_.cell_rows * n;
+  const uint8_t* stored = &scales_[first * ScaleBits(scheme_.scale_type) / 8];
+  switch (scheme_.scale_type) {  // bulk paths for the wide types; 8-bit types decode per cell
+    case ScaleType::kF32: std::memcpy(scales, stored, n * 4); break;
+    case ScaleType::kF16: Fp16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, scales); break;
+    case ScaleType::kBF16: Bf16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, scales); break;
+    default:
+      for (uint64_t g = 0; g < n; ++g) scales[g] = Scale(first + g);
+  }
+  if (tensor_scale_ != 1.0f)
+    for (uint64_t g = 0; g < n; ++g) scales[g] *= tensor_scale_;
+  if (biases && scheme_.asymmetric())
+    for (uint64_t g = 0; g < n; ++g) biases[g] = -Zero(first + g) * scales[g];
+}
+
+void QuantizedTensor::DequantizeRow(uint64_t r, float* out) const { DequantizeRange(r, 0, cols_, out); }
+
+void QuantizedTensor::DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, float* out) const {
   const ElementFormat& e = *scheme_.element;
+  LOWBIT_CHECK(begin + n <= cols_ && begin * e.bits % 8 == 0);
+  const uint8_t* codes = &codes_[r * row_bytes_ + begin * e.bits / 8];
   if (e.bits == 32) {
-    std::memcpy(out, row, cols_ * 4);
+    std::memcpy(out, codes, n * 4);
     return;
   }
   if (e.bits == 16) {
-    std::vector<uint16_t> halves(cols_);
-    std::memcpy(halves.data(), row, cols_ * 2);
-    if (e.minifloat == &kFp16) Fp16ToFp32Row(halves.data(), cols_, out);
-    else Bf16ToFp32Row(halves.data(), cols_, out);
+    std::vector<uint16_t> halves(n);
+    std::memcpy(halves.data(), codes, n * 2);
+    if (e.minifloat == &kFp16) Fp16ToFp32Row(halves.data(), n, out);
+    else Bf16ToFp32Row(halves.data(), n, out);
     return;
   }
-  const uint64_t gr = r / grid_.cell_rows;
-  std::vector<float> scales(grid_.grid_cols), biases;
-  for (uint64_t gc = 0; gc < grid_.grid_cols; ++gc)
-    scales[gc] = Scale(gr * grid_.grid_cols + gc) * tensor_scale_;
-  if (scheme_.asymmetric()) {
-    biases.resize(grid_.grid_cols);
-    for (uint64_t gc = 0; gc < grid_.grid_cols; ++gc) biases[gc] = -Zero(gr * grid_.grid_cols + gc) * scales[gc];
-  }
-  const GroupedRow grouped{cols_, grid_.cell_cols, scales.data(), biases.empty() ? nullptr : biases.data()};
-  DecodeRow(row, e.bits, decode_table_.data(), grouped, out);
+  const uint64_t first_group = grid_.grid_cols == 1 ? 0 : begin / grid_.cell_cols;
+  LOWBIT_CHECK(grid_.grid_cols == 1 || begin % grid_.cell_cols == 0);
+  std::vector<float> scales(grid_.grid_cols), biases(scheme_.asymmetric() ? grid_.grid_cols : 0);
+  RowScales(r, scales.data(), biases.empty() ? nullptr : biases.data());
+  const GroupedRow grouped{n, grid_.grid_cols == 1 ? cols_ : grid_.cell_cols, scales.data() + first_group,
+                           biases.empty() ? nullptr : biases.data() + first_group};
+  DecodeRow(codes, e.bits, decode_table_.data(), grouped, out);
 }
 
 std::vector<float> QuantizedTensor::Dequantize() const {

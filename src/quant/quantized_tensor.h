@@ -51,8 +51,15 @@ class QuantizedTensor {
   double bits_per_weight() const;
   uint64_t storage_bytes() const { return codes_.size() + scales_.size() + zeros_.size() + (scheme_.tensor_scale ? 4 : 0); }
 
+  // Group scales of row r (times the tensor scale) and, when asymmetric, the biases -zero * scale,
+  // for each of the grid_cols groups: what a kernel needs to decode the row. `biases` may be
+  // nullptr for symmetric tensors.
+  void RowScales(uint64_t r, float* scales, float* biases) const;
   // Dequantizes row r into out[0..cols) with the SIMD decoder.
   void DequantizeRow(uint64_t r, float* out) const;
+  // Dequantizes elements [begin, begin + n) of row r; `begin` must start a scale group (or the
+  // tensor has one group per row) and a whole byte of codes.
+  void DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, float* out) const;
   std::vector<float> Dequantize() const;
   // Value of each code (<= 8-bit elements): signed for symmetric integers, raw for asymmetric.
   std::span<const float> decode_table() const { return decode_table_; }

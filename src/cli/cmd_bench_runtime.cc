@@ -1,0 +1,237 @@
+// `lowbit bench memory|gemv|decode|prefill|attention`: the runtime's speed against the machine's
+// own limit (STREAM-like bandwidth measured in the same run).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "core/error.h"
+#include "eval/speed.h"
+#include "io/model_loader.h"
+#include "kernels/stream.h"
+#include "model/attention.h"
+#include "model/quantize_weights.h"
+
+namespace lowbit::cli {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+struct RuntimeOptions {
+  size_t threads = 0;
+  bool json = false;
+  // memory
+  size_t memory_mib = 1536;
+  // gemv
+  std::string format = "int4:g128";
+  int group = 0;
+  uint64_t rows = 4096, cols = 4096, working_set_mib = 512;
+  double seconds = 1.0;
+  // decode / prefill / attention
+  std::string model, quantize, kv_dtype = "fp32";
+  std::vector<size_t> batches{1};
+  size_t ctx = 512, steps = 8;
+};
+
+MemoryBandwidth Bandwidth(const RuntimeOptions& o, ThreadPool& pool) {
+  return MeasureMemoryBandwidth(o.memory_mib * kMiB, 5, pool);
+}
+
+void RunMemory(const RuntimeOptions& o) {
+  ThreadPool pool(o.threads);
+  const MemoryBandwidth m = Bandwidth(o, pool);
+  if (o.json) {
+    std::puts(nlohmann::json({{"copy_gbps", m.copy_gbps}, {"triad_gbps", m.triad_gbps}, {"bytes", m.bytes},
+                              {"threads", pool.size()}})
+                  .dump(2)
+                  .c_str());
+    return;
+  }
+  PrintTable({"kernel", "GB/s"}, {{"copy", fmt::format("{:.1f}", m.copy_gbps)},
+                                  {"triad", fmt::format("{:.1f}", m.triad_gbps)}});
+  std::printf("\n%zu threads, %.2f GiB of arrays, best of 5 passes (STREAM byte counting).\n", pool.size(),
+              static_cast<double>(m.bytes) / (1 << 30));
+}
+
+void RunGemv(const RuntimeOptions& o) {
+  ThreadPool pool(o.threads);
+  std::optional<QuantScheme> scheme;
+  if (o.format != "fp32") scheme = ParseScheme(o.group ? fmt::format("{}:g{}", o.format, o.group) : o.format);
+  const MemoryBandwidth m = Bandwidth(o, pool);
+  const GemvSpeed s = MeasureGemv(scheme, o.rows, o.cols, o.working_set_mib * kMiB, o.seconds, pool);
+  const double fraction = s.gbps / m.triad_gbps;
+  const std::string name = scheme ? scheme->ToString() : "fp32";
+  if (o.json) {
+    std::puts(nlohmann::json({{"format", name}, {"rows", o.rows}, {"cols", o.cols}, {"gbps", s.gbps},
+                              {"fraction_of_bandwidth", fraction}, {"triad_gbps", m.triad_gbps},
+                              {"bits_per_weight", s.bits_per_weight}, {"matrices", s.matrices},
+                              {"working_set_bytes", s.bytes_per_pass}, {"threads", pool.size()}})
+                  .dump(2)
+                  .c_str());
+    return;
+  }
+  PrintTable({"format", "bits/weight", "matrices", "weight GB/s", "triad GB/s", "of triad"},
+             {{name, fmt::format("{:.3f}", s.bits_per_weight), std::to_string(s.matrices),
+               fmt::format("{:.1f}", s.gbps), fmt::format("{:.1f}", m.triad_gbps),
+               fmt::format("{:.0f}%", 100 * fraction)}});
+  std::printf("\nBatch-1 GEMV, %llu x %llu, %.0f MiB of distinct weights, %zu threads.\n",
+              static_cast<unsigned long long>(o.rows), static_cast<unsigned long long>(o.cols),
+              static_cast<double>(s.bytes_per_pass) / kMiB, pool.size());
+}
+
+Model LoadForBench(const RuntimeOptions& o) {
+  Model model = LoadModel(o.model);
+  if (!o.quantize.empty()) QuantizeLinears(model.weights, ParseScheme(o.quantize), "rtn", /*include_lm_head=*/true);
+  return model;
+}
+
+void PrintSpeeds(const RuntimeOptions& o, const Model& model, const std::vector<BatchSpeed>& speeds, bool decode) {
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const BatchSpeed& s : speeds)
+      out.push_back({{"batch", s.batch}, {"tokens_per_second", s.tokens_per_second}, {"ms_per_token", s.ms_per_token},
+                     {"weight_gbps", s.weight_gbps}});
+    std::puts(out.dump(2).c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const BatchSpeed& s : speeds)
+    rows.push_back({std::to_string(s.batch), fmt::format("{:.1f}", s.tokens_per_second),
+                    fmt::format("{:.2f}", s.ms_per_token), fmt::format("{:.1f}", s.weight_gbps)});
+  PrintTable({"batch", "tokens/s", decode ? "ms/step" : "ms/token", "weight GB/s"}, rows);
+  // Memory-bound while a step costs about the same at every batch; the crossover is the first
+  // batch whose step takes 1.5x the batch-1 step.
+  if (decode && speeds.size() > 1) {
+    std::string crossover = "beyond the largest batch measured";
+    for (const BatchSpeed& s : speeds)
+      if (s.ms_per_token > 1.5 * speeds.front().ms_per_token) {
+        crossover = fmt::format("at batch {}", s.batch);
+        break;
+      }
+    std::printf("\nMemory-bound to compute-bound crossover: %s.\n", crossover.c_str());
+  }
+  std::printf("%s: %s, %llu MiB of linear weights, ctx %zu, KV cache %s.\n", decode ? "Decode" : "Prefill",
+              model.source.c_str(), static_cast<unsigned long long>(LinearWeightBytes(model.weights) / kMiB), o.ctx,
+              o.kv_dtype.c_str());
+}
+
+KvCacheOptions KvOptions(const RuntimeOptions& o) {
+  KvCacheOptions kv;
+  kv.dtype = ParseKvDtype(o.kv_dtype);
+  return kv;
+}
+
+void RunDecode(const RuntimeOptions& o) {
+  const Model model = LoadForBench(o);
+  PrintSpeeds(o, model, MeasureDecode(model, o.batches, o.ctx, o.steps, o.threads, KvOptions(o)), true);
+}
+
+void RunPrefill(const RuntimeOptions& o) {
+  const Model model = LoadForBench(o);
+  PrintSpeeds(o, model, MeasurePrefill(model, o.batches, o.ctx, o.threads, KvOptions(o)), false);
+}
+
+// One decode step's attention at position ctx - 1 over a random cache of the given shape:
+// blocked online softmax against the two-pass reference.
+void RunAttention(const RuntimeOptions& o) {
+  ModelConfig c;
+  c.n_layers = 1;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.head_dim = 128;
+  c.dim = 4096;
+  KvCache cache(c, o.ctx, KvOptions(o));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(c.kv_dim()), v(c.kv_dim()), q(c.n_heads * c.head_dim), out(q.size());
+  for (size_t p = 0; p < o.ctx; ++p) {
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    cache.Write(0, p, k.data(), v.data());
+  }
+  cache.Advance(o.ctx);
+  for (float& x : q) x = normal(rng);
+  ThreadPool pool(o.threads);
+  const size_t group = c.n_heads / c.n_kv_heads;
+  auto time = [&](auto attend) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    size_t calls = 0;
+    do {
+      pool.ParallelFor(c.n_kv_heads, [&](size_t begin, size_t end) {
+        AttentionScratch scratch;
+        for (size_t h = begin; h < end; ++h) {
+          const AttentionQuery query{0, h, o.ctx - 1, &q[h * group * c.head_dim], group, 0.088f};
+          attend(cache, query, scratch, &out[h * group * c.head_dim]);
+        }
+      });
+      ++calls;
+    } while (std::chrono::duration<double>(Clock::now() - start).count() < o.seconds);
+    return std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(calls) * 1e6;
+  };
+  const double blocked = time(AttendBlocked), two_pass = time(AttendTwoPass);
+  if (o.json) {
+    std::puts(nlohmann::json({{"ctx", o.ctx}, {"kv_cache_dtype", o.kv_dtype}, {"blocked_us", blocked},
+                              {"two_pass_us", two_pass}, {"speedup", two_pass / blocked}})
+                  .dump(2)
+                  .c_str());
+    return;
+  }
+  PrintTable({"kernel", "us per decode step", "extra memory per head"},
+             {{"blocked online softmax", fmt::format("{:.1f}", blocked),
+               fmt::format("{} floats", cache.options().block_tokens * (1 + 2 * c.head_dim))},
+              {"two-pass", fmt::format("{:.1f}", two_pass), fmt::format("{} floats", o.ctx + c.head_dim)}});
+  std::printf("\nOne layer, 32 query heads over 8 KV heads of 128, ctx %zu, KV cache %s, %zu threads.\n", o.ctx,
+              o.kv_dtype.c_str(), pool.size());
+}
+
+}  // namespace
+
+void AddBenchRuntimeCommands(CLI::App& bench) {
+  auto o = std::make_shared<RuntimeOptions>();
+  auto common = [o](CLI::App* cmd) {
+    cmd->add_option("--threads", o->threads, "Threads (default: all cores)");
+    cmd->add_flag("--json", o->json, "Print JSON");
+  };
+  auto* memory = bench.add_subcommand("memory", "Memory bandwidth (STREAM-like copy and triad)");
+  memory->add_option("--size-mib", o->memory_mib, "Total size of the arrays")->default_val(1536);
+  common(memory);
+  memory->callback([o] { RunMemory(*o); });
+
+  auto* gemv = bench.add_subcommand("gemv", "Batch-1 matrix-vector speed per weight format, vs memory bandwidth");
+  gemv->add_option("--format", o->format, "Weight format (a scheme, or fp32)")->default_val("int4:g128");
+  gemv->add_option("--group", o->group, "Group size (overrides the format's)");
+  gemv->add_option("--rows", o->rows, "Rows (outputs)")->default_val(4096);
+  gemv->add_option("--cols", o->cols, "Columns (inputs)")->default_val(4096);
+  gemv->add_option("--working-set-mib", o->working_set_mib, "Distinct weight bytes cycled through")->default_val(512);
+  gemv->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
+  gemv->add_option("--size-mib", o->memory_mib, "Bandwidth test size")->default_val(1536);
+  common(gemv);
+  gemv->callback([o] { RunGemv(*o); });
+
+  for (const bool decode : {true, false}) {
+    auto* cmd = bench.add_subcommand(decode ? "decode" : "prefill",
+                                     decode ? "Decode tokens/s per batch size" : "Prefill tokens/s per batch size");
+    cmd->add_option("--model", o->model, "Model (folder, .gguf, .bin)")->required();
+    cmd->add_option("--quantize", o->quantize, "RTN-quantize every linear (lm_head too) in memory first");
+    cmd->add_option("--batch", o->batches, "Batch sizes, e.g. 1,4,16,64")->delimiter(',');
+    cmd->add_option("--ctx", o->ctx, decode ? "Cached positions before the timed steps" : "Prompt length")
+        ->default_val(decode ? 512 : 256);
+    if (decode) cmd->add_option("--steps", o->steps, "Timed decode steps")->default_val(8);
+    cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
+    common(cmd);
+    cmd->callback([o, decode] { decode ? RunDecode(*o) : RunPrefill(*o); });
+  }
+
+  auto* attention = bench.add_subcommand("attention", "Blocked online-softmax attention vs the two-pass version");
+  attention->add_option("--ctx", o->ctx, "Cached positions")->default_val(4096);
+  attention->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
+  attention->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
+  common(attention);
+  attention->callback([o] { RunAttention(*o); });
+}
+
+}  // namespace lowbit::cli

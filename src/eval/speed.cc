@@ -1,0 +1,111 @@
+#include "eval/speed.h"
+
+#include <chrono>
+#include <random>
+
+#include "kernels/matmul.h"
+#include "model/forward.h"
+#include "quant/rtn.h"
+
+namespace lowbit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+}  // namespace
+
+uint64_t LinearWeightBytes(const ModelWeights& w) {
+  uint64_t total = w.lm_head.storage_bytes();
+  for (const LayerWeights& l : w.layers)
+    for (const Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      total += linear->storage_bytes();
+  return total;
+}
+
+GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, uint64_t cols,
+                      uint64_t working_set_bytes, double min_seconds, ThreadPool& pool) {
+  const std::vector<float> w = RandomVector(rows * cols, 1, 0.02f);
+  Linear prototype;
+  if (scheme) prototype.weight = QuantizeRtn(w, rows, cols, *scheme, "bench");
+  else prototype.weight = DenseMatrix{rows, cols, w};
+  GemvSpeed s;
+  s.bits_per_weight = 8.0 * static_cast<double>(prototype.storage_bytes()) / static_cast<double>(rows * cols);
+  // Distinct copies, so no pass finds its weights in a cache.
+  s.matrices = std::max<uint64_t>(1, (working_set_bytes + prototype.storage_bytes() - 1) / prototype.storage_bytes());
+  const std::vector<Linear> matrices(s.matrices, prototype);
+  s.bytes_per_pass = s.matrices * prototype.storage_bytes();
+  const std::vector<float> x = RandomVector(cols, 2, 1.0f);
+  std::vector<float> y(rows);
+  auto pass = [&] {
+    for (const Linear& m : matrices) MatMul(m, x.data(), 1, y.data(), pool);
+  };
+  pass();  // warm-up: page faults, thread wake-ups
+  const auto start = Clock::now();
+  size_t passes = 0;
+  do {
+    pass();
+    ++passes;
+  } while (Seconds(start) < min_seconds || passes < 2);
+  s.gbps = static_cast<double>(s.bytes_per_pass * passes) / Seconds(start) / 1e9;
+  return s;
+}
+
+std::vector<BatchSpeed> MeasureDecode(const Model& model, const std::vector<size_t>& batches, size_t ctx,
+                                      size_t steps, size_t threads, const KvCacheOptions& kv) {
+  Engine engine(model, threads, kv);
+  const uint32_t vocab = model.config.vocab_size;
+  // One prefilled context, copied into every sequence: the values do not matter for speed.
+  KvCache prefilled = engine.NewCache(ctx + steps);
+  std::vector<int32_t> prompt(ctx);
+  for (size_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 1) % vocab);
+  if (ctx > 0) engine.Forward(prefilled, prompt, false);
+  const double bytes = static_cast<double>(LinearWeightBytes(model.weights));
+  std::vector<BatchSpeed> out;
+  for (const size_t batch : batches) {
+    std::vector<KvCache> caches(batch, prefilled);
+    std::vector<std::vector<float>> logits(batch);
+    std::vector<int32_t> tokens(batch, 1);
+    std::vector<BatchItem> items;
+    for (size_t b = 0; b < batch; ++b)
+      items.push_back({&caches[b], std::span<const int32_t>(&tokens[b], 1), false, &logits[b]});
+    const auto start = Clock::now();
+    for (size_t step = 0; step < steps; ++step) engine.Forward(items);
+    const double seconds = Seconds(start);
+    out.push_back({batch, static_cast<double>(batch * steps) / seconds, seconds / static_cast<double>(steps) * 1e3,
+                   bytes * static_cast<double>(steps) / seconds / 1e9});
+  }
+  return out;
+}
+
+std::vector<BatchSpeed> MeasurePrefill(const Model& model, const std::vector<size_t>& batches, size_t ctx,
+                                       size_t threads, const KvCacheOptions& kv) {
+  Engine engine(model, threads, kv);
+  const uint32_t vocab = model.config.vocab_size;
+  std::vector<int32_t> prompt(ctx);
+  for (size_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 1) % vocab);
+  const double bytes = static_cast<double>(LinearWeightBytes(model.weights));
+  std::vector<BatchSpeed> out;
+  for (const size_t batch : batches) {
+    std::vector<KvCache> caches(batch, engine.NewCache(ctx));
+    std::vector<std::vector<float>> logits(batch);
+    std::vector<BatchItem> items;
+    for (size_t b = 0; b < batch; ++b) items.push_back({&caches[b], prompt, false, &logits[b]});
+    const auto start = Clock::now();
+    engine.Forward(items);
+    const double seconds = Seconds(start), tokens = static_cast<double>(batch * ctx);
+    out.push_back({batch, tokens / seconds, seconds / tokens * 1e3, bytes / seconds / 1e9});
+  }
+  return out;
+}
+
+}  // namespace lowbit

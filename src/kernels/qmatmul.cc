@@ -1,0 +1,331 @@
+// Fused quantized matmul kernels (Highway, dispatched at run time). One row kernel, specialised
+// at compile time on how a vector of codes becomes a vector of floats:
+//   affine integers (int2/4/8 sym and asym, offset folded into the group bias): shift, mask, convert;
+//   16-entry tables (NF4, FP4 E2M1 / MXFP4 / NVFP4, ternary): in-register table lookup;
+//   FP8 E4M3 / E5M2: bit-moved into fp16 and widened in hardware (E4M3 carries a 2^8 factor,
+//   folded into the group scale); other 8-bit codes: gather from the 256-entry table;
+//   fp16 / bf16 / fp32 storage: widened directly.
+// Packed codes of b < 8 bits hold 8/b "planes" per byte (element k*P + j sits in plane j of byte
+// k); the activations are permuted once per call so plane j meets a contiguous run of x.
+#ifndef LOWBIT_QMATMUL_PLAN
+#define LOWBIT_QMATMUL_PLAN
+#include <algorithm>
+#include <cstring>
+
+#include "formats/codec.h"
+#include "kernels/qmatmul.h"
+
+namespace lowbit::qmatmul {
+
+enum class CodeKind : uint8_t { kNone, kAffine, kLut16, kE4M3, kE5M2, kTable8, kFp16, kBf16, kF32 };
+
+struct Plan {
+  CodeKind kind = CodeKind::kNone;
+  int bits = 0;
+  size_t planes = 1;      // codes per byte for b < 8
+  size_t group = 0;       // elements per scale group (cols when there is one group)
+  size_t groups = 1;      // scale groups per row (1 for unscaled fp16 / bf16 / fp32 storage)
+  float offset = 0;       // affine codes: table[c] = c + offset
+  float code_scale = 1;   // what the vector decode leaves out of the value (E4M3: 2^8)
+};
+
+inline bool IsAffine(std::span<const float> table, int bits) {
+  for (uint32_t c = 0; c < (1u << bits); ++c)
+    if (table[c] != table[0] + static_cast<float>(c)) return false;
+  return true;
+}
+
+inline Plan PlanFor(const QuantizedTensor& w) {
+  const ElementFormat& e = *w.scheme().element;
+  Plan p;
+  p.bits = e.bits;
+  p.groups = std::max<uint64_t>(w.grid().grid_cols, 1);
+  p.group = p.groups == 1 ? w.cols() : w.grid().cell_cols;
+  if (e.bits == 32) p.kind = CodeKind::kF32;
+  if (e.bits == 16) p.kind = e.minifloat == &kFp16 ? CodeKind::kFp16 : CodeKind::kBf16;
+  if (e.bits > 8) return p;
+  const bool packs = e.bits == 2 || e.bits == 4 || e.bits == 8;
+  p.planes = packs ? 8 / e.bits : 1;
+  if (packs && IsAffine(w.decode_table(), e.bits)) {
+    p.kind = CodeKind::kAffine;
+    p.offset = w.decode_table()[0];
+  } else if (e.bits == 2 || e.bits == 4) {
+    p.kind = CodeKind::kLut16;
+  } else if (e.bits == 8) {
+    p.kind = e.minifloat == &kE4M3 ? CodeKind::kE4M3 : e.minifloat == &kE5M2 ? CodeKind::kE5M2 : CodeKind::kTable8;
+    if (p.kind == CodeKind::kE4M3) p.code_scale = 256.0f;
+  }
+  return p;
+}
+
+// Weight i of a row, decoded the scalar way (tails of rows the vectors do not cover).
+inline float ScalarWeight(const QuantizedTensor& w, const uint8_t* row, size_t i, float scale) {
+  const int bits = w.scheme().element->bits;
+  if (bits == 32) {
+    float v;
+    std::memcpy(&v, row + 4 * i, 4);
+    return v;
+  }
+  if (bits == 16) {
+    const uint16_t h = static_cast<uint16_t>(row[2 * i] | row[2 * i + 1] << 8);
+    return w.scheme().element->minifloat == &kFp16 ? Fp16ToFp32(h) : Bf16ToFp32(h);
+  }
+  return w.decode_table()[ReadCode(row, i, bits)] * scale;
+}
+
+}  // namespace lowbit::qmatmul
+#endif  // LOWBIT_QMATMUL_PLAN
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/qmatmul.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace lowbit {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using qmatmul::CodeKind;
+using qmatmul::Plan;
+
+// The widest vector whose chunk (planes x lanes codes) tiles every full scale group.
+size_t ChooseLanes(const Plan& p) {
+  if (p.kind == CodeKind::kNone) return 0;
+  const size_t full = hn::Lanes(hn::ScalableTag<float>());
+  for (const size_t lanes : {full, std::min<size_t>(full, 8), std::min<size_t>(full, 4)})
+    if (p.groups == 1 || p.group % (p.planes * lanes) == 0) return lanes;
+  return 0;
+}
+
+template <class D>
+struct Lut {  // a 16-entry table split into vectors of the tag's width
+  hn::Vec<D> part[4];
+};
+
+template <class D>
+HWY_INLINE hn::Vec<D> LookUp(D d, const Lut<D>& lut, hn::Vec<hn::RebindToSigned<D>> idx) {
+  const hn::RebindToSigned<D> di;
+  const size_t lanes = hn::Lanes(d);
+  if (lanes >= 16) return hn::TableLookupLanes(lut.part[0], hn::IndicesFromVec(d, idx));
+  const auto local = hn::IndicesFromVec(d, hn::And(idx, hn::Set(di, static_cast<int32_t>(lanes - 1))));
+  auto v = hn::TableLookupLanes(lut.part[0], local);
+  for (size_t k = 1; k * lanes < 16; ++k) {
+    const auto in_part = hn::Gt(idx, hn::Set(di, static_cast<int32_t>(k * lanes) - 1));
+    v = hn::IfThenElse(hn::RebindMask(d, in_part), hn::TableLookupLanes(lut.part[k], local), v);
+  }
+  return v;
+}
+
+template <CodeKind K, int kBits>
+constexpr size_t kPlanes = (kBits == 2 || kBits == 4) ? 8 / kBits : 1;
+
+// Decodes one chunk of codes at p into kPlanes vectors (values before the group scale).
+template <CodeKind K, int kBits, class D>
+HWY_INLINE void DecodeChunk(D d, const uint8_t* HWY_RESTRICT p, const Lut<D>& lut, const float* table,
+                            hn::Vec<D>* out) {
+  const hn::RebindToSigned<D> di;
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint8_t, D> d8;
+  const hn::Rebind<uint16_t, D> d16;
+  if constexpr (K == CodeKind::kF32) {
+    out[0] = hn::LoadU(d, reinterpret_cast<const float*>(p));
+  } else if constexpr (K == CodeKind::kFp16) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    out[0] = hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  } else if constexpr (K == CodeKind::kBf16) {
+    const auto wide = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)));
+    out[0] = hn::BitCast(d, hn::ShiftLeft<16>(wide));
+  } else if constexpr (K == CodeKind::kE4M3 || K == CodeKind::kE5M2) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    const auto code = hn::PromoteTo(d16, hn::LoadU(d8, p));
+    const auto half = K == CodeKind::kE5M2
+                          ? hn::ShiftLeft<8>(code)
+                          : hn::Or(hn::ShiftLeft<8>(hn::And(code, hn::Set(d16, 0x80))),
+                                   hn::ShiftLeft<7>(hn::And(code, hn::Set(d16, 0x7F))));
+    out[0] = hn::PromoteTo(d, hn::BitCast(dh, half));
+  } else {
+    const auto bytes = hn::PromoteTo(du, hn::LoadU(d8, p));
+    constexpr size_t P = kPlanes<K, kBits>;
+    for (size_t j = 0; j < P; ++j) {
+      auto code = hn::BitCast(di, P == 1 ? bytes : hn::And(hn::ShiftRightSame(bytes, static_cast<int>(j * kBits)),
+                                                           hn::Set(du, (1u << kBits) - 1)));
+      if constexpr (K == CodeKind::kAffine) out[j] = hn::ConvertTo(d, code);
+      else if constexpr (K == CodeKind::kLut16) out[j] = LookUp(d, lut, code);
+      else out[j] = hn::GatherIndex(d, table, code);
+    }
+  }
+}
+
+struct RowArgs {
+  const QuantizedTensor* w;
+  const QuantInput* in;
+  const Plan* plan;
+  const float* scales;  // per group, times the plan's code_scale applied below; nullptr = 1
+  const float* biases;  // per group, multiplies the group sum of x; nullptr = none
+};
+
+// Row r against tokens [t0, t0 + kTokens).
+template <CodeKind K, int kBits, size_t kTokens, class D>
+HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, size_t t0, float* HWY_RESTRICT y,
+                          size_t y_stride) {
+  constexpr size_t P = kPlanes<K, kBits>;
+  const size_t lanes = hn::Lanes(d), chunk = P * lanes;
+  const size_t chunk_bytes = kBits >= 8 ? lanes * kBits / 8 : lanes;
+  const QuantizedTensor& w = *a.w;
+  const size_t cols = w.cols(), group = a.plan->group, groups = a.plan->groups;
+  const uint8_t* row = w.codes().data() + r * w.row_bytes();
+  const float* table = w.decode_table().data();
+  const float* x[kTokens];
+  for (size_t t = 0; t < kTokens; ++t) x[t] = a.in->values.data() + (t0 + t) * cols;
+  hn::Vec<D> total[kTokens];
+  float extra[kTokens] = {};
+  for (size_t t = 0; t < kTokens; ++t) total[t] = hn::Zero(d);
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t start = g * group, end = std::min(cols, start + group);
+    const size_t vector_end = start + (end - start) / chunk * chunk;
+    const uint8_t* p = row + start * kBits / 8;
+    hn::Vec<D> acc[kTokens];
+    for (size_t t = 0; t < kTokens; ++t) acc[t] = hn::Zero(d);
+    for (size_t i = start; i < vector_end; i += chunk, p += chunk_bytes) {
+      hn::Vec<D> wv[P];
+      DecodeChunk<K, kBits>(d, p, lut, table, wv);
+      for (size_t j = 0; j < P; ++j)
+        for (size_t t = 0; t < kTokens; ++t) acc[t] = hn::MulAdd(wv[j], hn::LoadU(d, x[t] + i + j * lanes), acc[t]);
+    }
+    const float scale = a.scales ? a.scales[g] : 1.0f;
+    const auto vscale = hn::Set(d, scale * a.plan->code_scale);
+    for (size_t t = 0; t < kTokens; ++t) total[t] = hn::MulAdd(vscale, acc[t], total[t]);
+    for (size_t i = vector_end; i < end; ++i) {
+      const float v = qmatmul::ScalarWeight(w, row, i, scale) - a.plan->offset * scale;
+      for (size_t t = 0; t < kTokens; ++t) extra[t] += v * x[t][i];
+    }
+    if (a.biases)
+      for (size_t t = 0; t < kTokens; ++t) extra[t] += a.biases[g] * a.in->group_sums[(t0 + t) * groups + g];
+  }
+  for (size_t t = 0; t < kTokens; ++t)
+    y[(t0 + t) * y_stride + r] = hn::GetLane(hn::SumOfLanes(d, total[t])) + extra[t];
+}
+
+template <CodeKind K, int kBits, class D>
+void RunRows(D d, const QuantizedTensor& w, const QuantInput& in, const Plan& plan, size_t row_begin, size_t row_end,
+             float* y, size_t y_stride) {
+  Lut<D> lut;
+  const size_t lanes = hn::Lanes(d);
+  for (size_t k = 0; k * lanes < 16; ++k)
+    lut.part[k] = K == CodeKind::kLut16 ? hn::LoadU(d, w.decode_table().data() + k * lanes) : hn::Zero(d);
+  const bool scaled = kBits <= 8, asym = w.scheme().asymmetric();
+  std::vector<float> scales(w.grid().grid_cols), biases(w.grid().grid_cols);
+  const bool has_bias = scaled && (asym || plan.offset != 0);
+  const RowArgs args{&w, &in, &plan, scaled ? scales.data() : nullptr, has_bias ? biases.data() : nullptr};
+  for (size_t r = row_begin; r < row_end; ++r) {
+    if (scaled) {
+      w.RowScales(r, scales.data(), asym ? biases.data() : nullptr);
+      if (plan.offset != 0)
+        for (size_t g = 0; g < scales.size(); ++g) biases[g] = (asym ? biases[g] : 0.0f) + plan.offset * scales[g];
+    }
+    size_t t = 0;
+    for (; t + 4 <= in.n_tokens; t += 4) RowTokens<K, kBits, 4>(d, args, lut, r, t, y, y_stride);
+    for (; t < in.n_tokens; ++t) RowTokens<K, kBits, 1>(d, args, lut, r, t, y, y_stride);
+  }
+}
+
+template <class D>
+void DispatchKind(D d, const QuantizedTensor& w, const QuantInput& in, const Plan& p, size_t r0, size_t r1, float* y,
+                  size_t ys) {
+  switch (p.kind) {
+    case CodeKind::kAffine:
+      if (p.bits == 2) return RunRows<CodeKind::kAffine, 2>(d, w, in, p, r0, r1, y, ys);
+      if (p.bits == 4) return RunRows<CodeKind::kAffine, 4>(d, w, in, p, r0, r1, y, ys);
+      return RunRows<CodeKind::kAffine, 8>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kLut16:
+      if (p.bits == 2) return RunRows<CodeKind::kLut16, 2>(d, w, in, p, r0, r1, y, ys);
+      return RunRows<CodeKind::kLut16, 4>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kE4M3: return RunRows<CodeKind::kE4M3, 8>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kE5M2: return RunRows<CodeKind::kE5M2, 8>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kTable8: return RunRows<CodeKind::kTable8, 8>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kFp16: return RunRows<CodeKind::kFp16, 16>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kBf16: return RunRows<CodeKind::kBf16, 16>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kF32: return RunRows<CodeKind::kF32, 32>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kNone: return;
+  }
+}
+
+void QuantDotRowsImpl(const QuantizedTensor& w, const QuantInput& in, size_t row_begin, size_t row_end, float* y,
+                      size_t y_stride) {
+  const Plan plan = qmatmul::PlanFor(w);
+  const hn::ScalableTag<float> full;
+  if (in.lanes == hn::Lanes(full)) return DispatchKind(full, w, in, plan, row_begin, row_end, y, y_stride);
+  if (in.lanes == 8) return DispatchKind(hn::CappedTag<float, 8>(), w, in, plan, row_begin, row_end, y, y_stride);
+  DispatchKind(hn::CappedTag<float, 4>(), w, in, plan, row_begin, row_end, y, y_stride);
+}
+
+size_t FusedLanesImpl(const QuantizedTensor& w) { return ChooseLanes(qmatmul::PlanFor(w)); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lowbit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lowbit {
+HWY_EXPORT(QuantDotRowsImpl);
+HWY_EXPORT(FusedLanesImpl);
+
+bool HasFusedKernel(const QuantizedTensor& w) { return HWY_DYNAMIC_DISPATCH(FusedLanesImpl)(w) != 0; }
+
+QuantInput PrepareQuantInput(const QuantizedTensor& w, const float* x, size_t n_tokens) {
+  const qmatmul::Plan plan = qmatmul::PlanFor(w);
+  const size_t cols = w.cols(), groups = plan.groups;
+  QuantInput in;
+  in.n_tokens = n_tokens;
+  in.cols = cols;
+  in.lanes = HWY_DYNAMIC_DISPATCH(FusedLanesImpl)(w);
+  if (in.lanes == 0) return in;
+  in.values.resize(n_tokens * cols);
+  in.group_sums.assign(n_tokens * groups, 0.0f);
+  const size_t planes = plan.planes, chunk = planes * in.lanes;
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float* src = x + t * cols;
+    float* dst = in.values.data() + t * cols;
+    for (size_t g = 0; g < groups; ++g) {
+      const size_t start = g * plan.group, end = std::min(cols, start + plan.group);
+      const size_t vector_end = start + (end - start) / chunk * chunk;
+      for (size_t c = start; c < vector_end; c += chunk)
+        for (size_t j = 0; j < planes; ++j)
+          for (size_t l = 0; l < in.lanes; ++l) dst[c + j * in.lanes + l] = src[c + l * planes + j];
+      float sum = 0;
+      for (size_t i = start; i < end; ++i) sum += src[i];
+      std::copy(src + vector_end, src + end, dst + vector_end);
+      in.group_sums[t * groups + g] = sum;
+    }
+  }
+  return in;
+}
+
+void QuantDotRows(const QuantizedTensor& w, const QuantInput& in, size_t row_begin, size_t row_end, float* y,
+                  size_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(QuantDotRowsImpl)(w, in, row_begin, row_end, y, y_stride);
+}
+
+void QuantDotRowsRef(const QuantizedTensor& w, const float* x, size_t n_tokens, size_t row_begin, size_t row_end,
+                     float* y, size_t y_stride) {
+  const size_t cols = w.cols();
+  const ScaleGrid grid = w.grid();
+  const bool scaled = w.scheme().element->bits <= 8;
+  std::vector<float> row(cols);
+  for (size_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* codes = w.codes().data() + r * w.row_bytes();
+    for (size_t i = 0; i < cols; ++i) {
+      const uint64_t cell = r / grid.cell_rows * grid.grid_cols + i / grid.cell_cols;
+      const float scale = scaled ? w.Scale(cell) * w.tensor_scale() : 1.0f;
+      row[i] = qmatmul::ScalarWeight(w, codes, i, scale) - (scaled ? w.Zero(cell) * scale : 0.0f);
+    }
+    for (size_t t = 0; t < n_tokens; ++t) {
+      double sum = 0;
+      for (size_t i = 0; i < cols; ++i) sum += static_cast<double>(row[i]) * x[t * cols + i];
+      y[t * y_stride + r] = static_cast<float>(sum);
+    }
+  }
+}
+
+}  // namespace lowbit
+#endif

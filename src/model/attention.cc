@@ -1,0 +1,81 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/dot.h"
+
+namespace lowbit {
+namespace {
+
+void Axpy(float a, const float* x, size_t n, float* y) {
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+void AttendBlocked(const KvCache& cache, const AttentionQuery& qr, AttentionScratch& s, float* out) {
+  const size_t block = cache.options().block_tokens;
+  const size_t head_dim = cache.head_dim();
+  s.k_tile.resize(block * head_dim);
+  s.v_tile.resize(block * head_dim);
+  s.scores.resize(qr.heads * block);
+  s.acc.assign(qr.heads * head_dim, 0.0f);
+  s.max.assign(qr.heads, -INFINITY);
+  s.sum.assign(qr.heads, 0.0f);
+  for (size_t begin = 0; begin <= qr.position; begin += block) {
+    const size_t end = std::min(begin + block, qr.position + 1), n = end - begin;
+    const KvCache::Tile k = cache.ReadK(qr.layer, qr.kv_head, begin, end, qr.position, s.k_tile.data());
+    const KvCache::Tile v = cache.ReadV(qr.layer, qr.kv_head, begin, end, qr.position, s.v_tile.data());
+    for (size_t h = 0; h < qr.heads; ++h) {
+      float* scores = &s.scores[h * block];
+      float block_max = -INFINITY;
+      for (size_t i = 0; i < n; ++i) {
+        scores[i] = Dot(qr.q + h * head_dim, k.data + i * k.stride, head_dim) * qr.scale;
+        block_max = std::max(block_max, scores[i]);
+      }
+      float* acc = &s.acc[h * head_dim];
+      if (block_max > s.max[h]) {  // rescale what was accumulated under the old maximum
+        const float correction = std::exp(s.max[h] - block_max);
+        s.sum[h] *= correction;
+        for (size_t i = 0; i < head_dim; ++i) acc[i] *= correction;
+        s.max[h] = block_max;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const float p = std::exp(scores[i] - s.max[h]);
+        s.sum[h] += p;
+        Axpy(p, v.data + i * v.stride, head_dim, acc);
+      }
+    }
+  }
+  for (size_t h = 0; h < qr.heads; ++h)
+    for (size_t i = 0; i < head_dim; ++i) out[h * head_dim + i] = s.acc[h * head_dim + i] / s.sum[h];
+}
+
+void AttendTwoPass(const KvCache& cache, const AttentionQuery& qr, AttentionScratch& s, float* out) {
+  const size_t block = cache.options().block_tokens, head_dim = cache.head_dim(), n = qr.position + 1;
+  s.k_tile.resize(block * head_dim);
+  s.scores.resize(n);
+  for (size_t h = 0; h < qr.heads; ++h) {
+    float max_score = -INFINITY;
+    for (size_t begin = 0; begin < n; begin += block) {
+      const size_t end = std::min(begin + block, n);
+      const KvCache::Tile k = cache.ReadK(qr.layer, qr.kv_head, begin, end, qr.position, s.k_tile.data());
+      for (size_t p = begin; p < end; ++p) {
+        s.scores[p] = Dot(qr.q + h * head_dim, k.data + (p - begin) * k.stride, head_dim) * qr.scale;
+        max_score = std::max(max_score, s.scores[p]);
+      }
+    }
+    float sum = 0;
+    for (size_t p = 0; p < n; ++p) sum += s.scores[p] = std::exp(s.scores[p] - max_score);
+    float* o = out + h * head_dim;
+    std::fill(o, o + head_dim, 0.0f);
+    for (size_t begin = 0; begin < n; begin += block) {
+      const size_t end = std::min(begin + block, n);
+      const KvCache::Tile v = cache.ReadV(qr.layer, qr.kv_head, begin, end, qr.position, s.k_tile.data());
+      for (size_t p = begin; p < end; ++p) Axpy(s.scores[p] / sum, v.data + (p - begin) * v.stride, head_dim, o);
+    }
+  }
+}
+
+}  // namespace lowbit

@@ -1,0 +1,32 @@
+// Synthetic checkpoints: a preset architecture's real shapes filled with deterministic random
+// weights, written as a Hugging Face folder (config.json + model.safetensors), so speed and
+// memory can be measured on realistic matrix sizes without downloading a model.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "io/dtype.h"
+#include "plan/arch.h"
+
+namespace lowbit {
+
+struct SynthOptions {
+  std::string preset;       // a dense Llama-family preset (plan/presets.h)
+  uint32_t layers = 0;      // 0 = the preset's
+  DType dtype = DType::kBF16;
+  uint64_t seed = 0;
+  size_t threads = 0;
+};
+
+struct SynthResult {
+  ModelArch arch;
+  uint64_t parameters = 0, bytes = 0;
+};
+
+// Writes OUT/config.json and OUT/model.safetensors (atomically each). Throws Error for a
+// mixture-of-experts or MLA preset (the engine runs dense Llama-family models only).
+SynthResult WriteSynthModel(const SynthOptions& options, const std::filesystem::path& out);
+
+}  // namespace lowbit

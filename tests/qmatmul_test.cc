@@ -1,0 +1,95 @@
+// The fused quantized matmul kernels against the scalar reference, for every weight format the
+// quantizers produce, on every SIMD target this CPU runs, with ragged groups and token tails.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/qmatmul.h"
+#include "quant/rtn.h"
+#include "test_util.h"
+
+namespace lowbit {
+namespace {
+
+using testing_util::ForEachTarget;
+
+std::vector<float> Gaussian(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// |a - b| relative to sum |w| |x| of the row: float accumulation order is all that may differ.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tolerance,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tolerance) << what << " at " << i;
+}
+
+constexpr const char* kFusedSchemes[] = {
+    "int8", "int8:g128", "int8:g32:asym", "int4", "int4:g32", "int4:g64:asym", "int4:channel", "int4:g128:asym:zero=f16",
+    "int2", "int2:g32:asym", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3:block32x64", "mxfp8_e4m3", "mxfp4", "nvfp4", "nf4",
+    "fp4_e2m1", "ternary", "mxint8", "fp16", "bf16", "fp32"};
+
+TEST(QuantDotRows, MatchesReferenceForEveryFormatOnEveryTarget) {
+  const size_t rows = 37, n_tokens = 6;
+  for (const size_t cols : {size_t{256}, size_t{320}}) {  // 320: a ragged last group of 64 at g128
+    const std::vector<float> w = Gaussian(rows * cols, 1), x = Gaussian(n_tokens * cols, 2);
+    for (const char* spec : kFusedSchemes) {
+      const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
+      std::vector<float> want(n_tokens * rows);
+      QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, want.data(), rows);
+      double magnitude = 0;
+      for (float v : want) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
+      ForEachTarget([&](const std::string& target) {
+        const std::string what = fmt::format("{} cols {} on {}", spec, cols, target);
+        ASSERT_TRUE(HasFusedKernel(q)) << what;
+        std::vector<float> got(n_tokens * rows, NAN);
+        const QuantInput in = PrepareQuantInput(q, x.data(), n_tokens);
+        QuantDotRows(q, in, 0, rows, got.data(), rows);
+        ExpectClose(got, want, 2e-5 * (magnitude + 1), what);
+      });
+    }
+  }
+}
+
+TEST(QuantDotRows, ReferenceEqualsDequantizedDenseProduct) {
+  // The reference itself against an independent route: dequantize the whole tensor, plain loops.
+  const size_t rows = 5, cols = 96;
+  const std::vector<float> w = Gaussian(rows * cols, 3), x = Gaussian(2 * cols, 4);
+  const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("int4:g32:asym"), "w");
+  const std::vector<float> dense = q.Dequantize();
+  std::vector<float> got(2 * rows);
+  QuantDotRowsRef(q, x.data(), 2, 0, rows, got.data(), rows);
+  for (size_t t = 0; t < 2; ++t)
+    for (size_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (size_t i = 0; i < cols; ++i) sum += static_cast<double>(dense[r * cols + i]) * x[t * cols + i];
+      EXPECT_NEAR(got[t * rows + r], sum, 1e-4);
+    }
+}
+
+TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
+  const size_t rows = 70, cols = 384;
+  const std::vector<float> w = Gaussian(rows * cols, 5);
+  ThreadPool pool(2);
+  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3"}) {  // int3 / fp6: row-decode fallback
+    Linear linear{QuantizeRtn(w, rows, cols, ParseScheme(spec), "w"), {}, std::nullopt};
+    for (const size_t n_tokens : {size_t{1}, size_t{7}, size_t{33}}) {
+      const std::vector<float> x = Gaussian(n_tokens * cols, 6);
+      std::vector<float> got(n_tokens * rows), want(n_tokens * rows);
+      MatMul(linear, x.data(), n_tokens, got.data(), pool);
+      QuantDotRowsRef(std::get<QuantizedTensor>(linear.weight), x.data(), n_tokens, 0, rows, want.data(), rows);
+      ExpectClose(got, want, 1e-3, fmt::format("{} tokens {}", spec, n_tokens));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lowbit
