@@ -98,6 +98,11 @@ TEST_F(RecipeTest, BadRegexesAndKeysNameTheRecipeAndThePattern) {
   r = RunLowbit("quantize models/kjv-llama-7m -o " + out + " --recipe " + bad_key);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("unknown key 'bits'"), std::string::npos) << r.out;
+  const std::string bad_method =
+      Write("bad4.json", {{"format", "int4"}, {"overrides", {{{"match", "x"}, {"format", "int8"}, {"method", "nope"}}}}});
+  r = RunLowbit("quantize models/kjv-llama-7m -o " + out + " --recipe " + bad_method);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find(bad_method + ": overrides[0]: unknown quantization method 'nope'"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out));
 }
 

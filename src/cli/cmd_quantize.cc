@@ -17,6 +17,7 @@
 #include "io/quantized_checkpoint.h"
 #include "model/calibration.h"
 #include "model/ptq.h"
+#include "quant/registry.h"
 
 namespace lowbit::cli {
 namespace {
@@ -101,6 +102,12 @@ void ReadOverrides(const std::string& path, const nlohmann::json& j, Recipe& r) 
       if (e.contains("config")) {
         if (!e["config"].is_object()) Fail("{}: {}.config must be an object", path, where);
         o.config = e["config"];
+      }
+      try {  // the method exists, takes this config and produces this format
+        (void)BuiltinMethods().Create(o.method.empty() ? j.value("method", "rtn") : o.method,
+                                      o.config.is_null() ? nlohmann::json::object() : o.config, ParseScheme(o.format));
+      } catch (const std::exception& err) {  // lowbit::Error, or a non-string recipe "method"
+        Fail("{}: {}: {}", path, where, err.what());
       }
       r.overrides.push_back(std::move(o));
     }
