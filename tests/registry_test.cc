@@ -55,7 +55,7 @@ TEST(Registry, ValidatesConfigKeysFormatsAndGranularities) {
 
 TEST(Registry, BuiltinRtnQuantizesEveryPreset) {
   const MethodRegistry& r = BuiltinMethods();
-  EXPECT_EQ(r.Names(), (std::vector<std::string>{"awq", "gptq", "rtn", "smoothquant"}));
+  EXPECT_EQ(r.Names(), (std::vector<std::string>{"awq", "gptq", "llm_int8", "rtn", "smoothquant"}));
   EXPECT_THROW(r.Create("rtn", {{"damp", 0.01}}, ParseScheme("int4")), Error);
   const std::vector<float> w(64, 0.25f);
   for (const SchemePreset& p : SchemePresets()) {

@@ -2,9 +2,11 @@
 // calibration, an optional evaluation against the base, and a recipe card in the output folder.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "cli/commands.h"
 #include "cli/output.h"
@@ -15,31 +17,111 @@
 #include "io/quantized_checkpoint.h"
 #include "model/calibration.h"
 #include "model/ptq.h"
+#include "quant/registry.h"
 
 namespace lowbit::cli {
 namespace {
 
 struct QuantizeOptions {
   std::string model, out, recipe, method = "rtn", format, calib, eval, act_format;
-  double alpha = -1;
+  double alpha = -1, threshold = -1;
   int group = 0;
-  bool asym = false, act_order = false, json = false;
+  bool asym = false, act_order = false, json = false, rotate = false;
   size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0;
-  uint64_t seed = 0;
+  uint64_t seed = 0, rotate_seed = 0;
 };
 
 // The recipe: what to run. From --recipe JSON (unknown keys are errors) or from the flags.
+struct RecipeOverride {
+  std::string match, format, method;  // method empty = the recipe's
+  nlohmann::json config;              // null = not given
+};
+
 struct Recipe {
   std::string method, format, act_format;
   nlohmann::json config = nlohmann::json::object();
   std::string calib_file;
   size_t calib_samples = 128, calib_len = 256;
   uint64_t seed = 0;
+  bool rotate = false;
+  uint64_t rotate_seed = 0;
+  std::vector<RecipeOverride> overrides;
+  std::vector<std::string> ignore;
   nlohmann::json ToJson() const {
-    return {{"method", method}, {"format", format}, {"act_format", act_format}, {"config", config},
-            {"calibration", {{"file", calib_file}, {"samples", calib_samples}, {"length", calib_len}, {"seed", seed}}}};
+    nlohmann::json j = {{"method", method}, {"format", format}, {"act_format", act_format}, {"config", config},
+                        {"calibration", {{"file", calib_file}, {"samples", calib_samples}, {"length", calib_len},
+                                         {"seed", seed}}}};
+    if (rotate) j["rotate"] = {{"seed", rotate_seed}};
+    if (!overrides.empty()) {
+      j["overrides"] = nlohmann::json::array();
+      for (const RecipeOverride& o : overrides) {
+        nlohmann::json e = {{"match", o.match}, {"format", o.format}};
+        if (!o.method.empty()) e["method"] = o.method;
+        if (!o.config.is_null()) e["config"] = o.config;
+        j["overrides"].push_back(e);
+      }
+    }
+    if (!ignore.empty()) j["ignore"] = ignore;
+    return j;
   }
 };
+
+// A recipe regex must compile (ECMAScript); the error names the recipe file and the pattern.
+void CheckPattern(const std::string& recipe, const std::string& where, const std::string& pattern) {
+  try {
+    (void)std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    Fail("{}: {} '{}' is not a valid ECMAScript regex: {}", recipe, where, pattern, e.what());
+  }
+}
+
+void ReadOverrides(const std::string& path, const nlohmann::json& j, Recipe& r) {
+  if (j.contains("overrides")) {
+    const nlohmann::json& list = j["overrides"];
+    if (!list.is_array()) Fail("{}: overrides must be a list of {{\"match\", \"format\", ...}} objects", path);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const nlohmann::json& e = list[i];
+      const std::string where = fmt::format("overrides[{}]", i);
+      if (!e.is_object()) Fail("{}: {} must be an object", path, where);
+      for (const auto& [key, value] : e.items())
+        if (key != "match" && key != "format" && key != "method" && key != "config")
+          Fail("{}: {}: unknown key '{}' (known: match, format, method, config)", path, where, key);
+      if (!e.contains("match") || !e["match"].is_string()) Fail("{}: {}.match must be a regex string", path, where);
+      if (!e.contains("format") || !e["format"].is_string()) Fail("{}: {}.format must be a format string", path, where);
+      RecipeOverride o{e["match"].get<std::string>(), e["format"].get<std::string>(), "", nullptr};
+      CheckPattern(path, where + ".match", o.match);
+      try {
+        (void)ParseScheme(o.format);
+      } catch (const Error& err) {
+        Fail("{}: {}.format: {}", path, where, err.what());
+      }
+      if (e.contains("method")) {
+        if (!e["method"].is_string()) Fail("{}: {}.method must be a string", path, where);
+        o.method = e["method"].get<std::string>();
+      }
+      if (e.contains("config")) {
+        if (!e["config"].is_object()) Fail("{}: {}.config must be an object", path, where);
+        o.config = e["config"];
+      }
+      try {  // the method exists, takes this config and produces this format
+        (void)BuiltinMethods().Create(o.method.empty() ? j.value("method", "rtn") : o.method,
+                                      o.config.is_null() ? nlohmann::json::object() : o.config, ParseScheme(o.format));
+      } catch (const std::exception& err) {  // lowbit::Error, or a non-string recipe "method"
+        Fail("{}: {}: {}", path, where, err.what());
+      }
+      r.overrides.push_back(std::move(o));
+    }
+  }
+  if (j.contains("ignore")) {
+    const nlohmann::json& list = j["ignore"];
+    if (!list.is_array()) Fail("{}: ignore must be a list of regex strings", path);
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_string()) Fail("{}: ignore[{}] must be a regex string", path, i);
+      CheckPattern(path, fmt::format("ignore[{}]", i), list[i].get<std::string>());
+      r.ignore.push_back(list[i].get<std::string>());
+    }
+  }
+}
 
 Recipe RecipeFrom(const QuantizeOptions& o) {
   Recipe r;
@@ -51,9 +133,28 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
       Fail("{}: not valid JSON: {}", o.recipe, e.what());
     }
     if (!j.is_object()) Fail("{}: a recipe is a JSON object", o.recipe);
+    static const char* const kKeys[] = {"method", "format", "act_format", "config", "calibration",
+                                        "rotate", "overrides", "ignore"};
     for (const auto& [key, value] : j.items())
-      if (key != "method" && key != "format" && key != "act_format" && key != "config" && key != "calibration")
-        Fail("{}: unknown recipe key '{}' (known: method, format, act_format, config, calibration)", o.recipe, key);
+      if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+        Fail("{}: unknown recipe key '{}' (known: method, format, act_format, config, calibration, rotate, "
+             "overrides, ignore)", o.recipe, key);
+    ReadOverrides(o.recipe, j, r);
+    if (j.contains("rotate")) {  // true / false, or {"seed": N}
+      const nlohmann::json& rot = j["rotate"];
+      if (rot.is_boolean()) {
+        r.rotate = rot.get<bool>();
+      } else if (rot.is_object() && rot.size() == 1 && rot.contains("seed") && rot["seed"].is_number_unsigned()) {
+        r.rotate = true;
+        r.rotate_seed = rot["seed"].get<uint64_t>();
+      } else {
+        Fail("{}: rotate must be true, false or {{\"seed\": N}}", o.recipe);
+      }
+    }
+    if (o.rotate) {
+      r.rotate = true;
+      r.rotate_seed = o.rotate_seed;
+    }
     try {
       r.method = j.value("method", "rtn");
       r.format = j.at("format").get<std::string>();
@@ -82,7 +183,10 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   if (o.asym) r.format += ":asym";
   if (o.act_order) r.config["act_order"] = true;
   if (o.alpha >= 0) r.config["alpha"] = o.alpha;
+  if (o.threshold >= 0) r.config["threshold"] = o.threshold;
   r.act_format = o.act_format;
+  r.rotate = o.rotate;
+  r.rotate_seed = o.rotate_seed;
   r.calib_file = o.calib;
   r.calib_samples = o.calib_samples;
   r.calib_len = o.calib_len;
@@ -109,6 +213,12 @@ void Run(const QuantizeOptions& o) {
   req.scheme = ParseScheme(recipe.format);
   if (!recipe.act_format.empty()) req.act_scheme = ParseScheme(recipe.act_format);
   req.threads = o.threads;
+  req.rotate = recipe.rotate;
+  req.rotate_seed = recipe.rotate_seed;
+  for (const RecipeOverride& ov : recipe.overrides)
+    req.overrides.push_back({ov.match, ParseScheme(ov.format),
+                             ov.method.empty() ? std::nullopt : std::optional<std::string>(ov.method), ov.config});
+  req.ignore = recipe.ignore;
   nlohmann::json calib_card = nullptr;
   if (!recipe.calib_file.empty()) {
     const std::string text = ReadTextFile(recipe.calib_file);
@@ -136,6 +246,8 @@ void Run(const QuantizeOptions& o) {
       bits += 8.0 * static_cast<double>(l->storage_bytes());
     }
   card["tensors"] = tensors;
+  if (report.rotated) card["rotation"] = {{"seed", recipe.rotate_seed}, {"down_proj_hadamard_block", report.rotation_down_block}};
+  if (report.outlier_columns > 0) card["outlier_columns"] = report.outlier_columns;
   if (!report.awq_alphas.empty()) {
     nlohmann::json alphas = nlohmann::json::object();
     for (const auto& [input, alpha] : report.awq_alphas) alphas[input] = alpha;
@@ -161,7 +273,7 @@ void Run(const QuantizeOptions& o) {
   }
   std::vector<std::vector<std::string>> rows = {
       {"output", o.out},
-      {"method", recipe.method},
+      {"method", recipe.method + (recipe.rotate ? " + rotation" : "")},
       {"scheme", req.scheme.ToString()},
       {"bits/weight (linears)", fmt::format("{:.4f}", bits / weights)},
       {"quantize seconds", fmt::format("{:.2f} (calibration {:.2f})", report.total_seconds, report.calibration_seconds)}};
@@ -178,17 +290,21 @@ void Run(const QuantizeOptions& o) {
 
 void AddQuantizeCommand(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
-  auto* cmd = app.add_subcommand("quantize", "Quantize a whole model (rtn, gptq, awq, smoothquant) into a checkpoint folder");
+  auto* cmd = app.add_subcommand("quantize",
+                                 "Quantize a whole model (rtn, gptq, awq, smoothquant, llm_int8) into a checkpoint folder");
   cmd->add_option("model", o->model, "Model folder or file")->required();
   cmd->add_option("-o,--out", o->out, "Output folder (must not exist)")->required();
   cmd->add_option("--recipe", o->recipe, "Recipe JSON (method, format, config, calibration)");
-  cmd->add_option("--method", o->method, "Method: rtn, gptq, awq, smoothquant")->default_val("rtn");
+  cmd->add_option("--method", o->method, "Method: rtn, gptq, awq, smoothquant, llm_int8")->default_val("rtn");
   cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)");
   cmd->add_option("--group", o->group, "Group size (-1 = per channel)");
   cmd->add_flag("--asym", o->asym, "Asymmetric integers (zero-points)");
   cmd->add_flag("--act-order", o->act_order, "GPTQ: columns by descending Hessian diagonal");
   cmd->add_option("--act-format", o->act_format,
                   "Quantize activations too (simulated): int8:token is dynamic, int8:tensor static (calibrated)");
+  cmd->add_flag("--rotate", o->rotate, "Rotate the model first (QuaRot Hadamard; with rtn or gptq)");
+  cmd->add_option("--rotate-seed", o->rotate_seed, "Seed of the rotation's random signs")->default_val(0);
+  cmd->add_option("--threshold", o->threshold, "llm_int8: calibration max |x| above which a column stays fp (default 6)");
   cmd->add_option("--alpha", o->alpha, "SmoothQuant migration strength (default 0.5)");
   cmd->add_option("--calib", o->calib, "Calibration text file");
   cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128);

@@ -40,6 +40,8 @@ class HfTensors {
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     l.input_quant = quantized_.InputQuantOf(name);
+    l.input_hadamard = quantized_.InputHadamardOf(name);
+    l.outliers = quantized_.LoadOutliers(model_, name, rows, cols);
     return l;
   }
 

@@ -243,6 +243,15 @@ OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears) {
       inputs[nl.prefix] = {{"scheme", nl.linear->input_quant->scheme.ToString()},
                            {"static_scale", nl.linear->input_quant->static_scale}};
   if (!inputs.empty()) qc["lowbit"]["input_quant"] = std::move(inputs);
+  // Input transforms ahead of the matmul: the online Hadamard's block size (rotated models) and
+  // the number of LLM.int8() full-precision columns (tensors P.outlier_columns, P.outlier_weight).
+  OrderedJson hadamard = OrderedJson::object(), outliers = OrderedJson::object();
+  for (const NamedLinear& nl : linears) {
+    if (nl.linear->input_hadamard != 0) hadamard[nl.prefix] = nl.linear->input_hadamard;
+    if (nl.linear->outliers) outliers[nl.prefix] = nl.linear->outliers->columns.size();
+  }
+  if (!hadamard.empty()) qc["lowbit"]["input_hadamard"] = std::move(hadamard);
+  if (!outliers.empty()) qc["lowbit"]["outlier_columns"] = std::move(outliers);
   return qc;
 }
 
@@ -253,7 +262,9 @@ void CheckSameArchitecture(const ModelConfig& src, const ModelConfig& m, const s
       {"vocab_size", {src.vocab_size, m.vocab_size}},     {"hidden_size", {src.dim, m.dim}},
       {"num_hidden_layers", {src.n_layers, m.n_layers}}, {"num_attention_heads", {src.n_heads, m.n_heads}},
       {"num_key_value_heads", {src.n_kv_heads, m.n_kv_heads}}, {"head_dim", {src.head_dim, m.head_dim}},
-      {"intermediate_size", {src.ffn_dim, m.ffn_dim}},   {"tie_word_embeddings", {src.tie_embeddings, m.tie_embeddings}},
+      {"intermediate_size", {src.ffn_dim, m.ffn_dim}},
+      // A rotated model unties lm_head (it absorbed the final norm); config.json then says so.
+      {"tie_word_embeddings", {src.tie_embeddings, src.tie_embeddings && m.tie_embeddings}},
       {"attention bias", {src.qkv_bias, m.qkv_bias}}};
   for (const auto& [name, v] : fields)
     if (v.first != v.second)
@@ -336,6 +347,12 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
       list.Add(nl.prefix + ".weight", DType::kF32, {d.rows(), d.cols()}, std::span(d.values));
     }
     if (!l.bias.empty()) list.Add(nl.prefix + ".bias", DType::kF32, {l.bias.size()}, std::span(l.bias));
+    if (l.outliers) {
+      const OutlierColumns& o = *l.outliers;
+      std::vector<int32_t> columns(o.columns.begin(), o.columns.end());
+      list.AddOwned(nl.prefix + ".outlier_columns", DType::kI32, {columns.size()}, columns);
+      list.Add(nl.prefix + ".outlier_weight", DType::kF32, {o.weight.rows(), o.weight.cols()}, std::span(o.weight.values));
+    }
   }
   const std::vector<TensorToWrite> tensors = std::move(list).Sorted();
 
@@ -343,6 +360,7 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
   try {
     OrderedJson config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
     config["quantization_config"] = QuantizationConfig(linears);
+    if (!model.config.tie_embeddings && config.contains("tie_word_embeddings")) config["tie_word_embeddings"] = false;
     config_text = config.dump(2) + "\n";
     recipe_text = recipe_card.dump(2) + "\n";
   } catch (const nlohmann::json::exception& e) {
@@ -456,6 +474,23 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
       }
     }
   }
+  if (lb.contains("input_hadamard")) {
+    if (!lb["input_hadamard"].is_object()) Fail("{}.input_hadamard: expected an object", where);
+    for (const auto& [prefix, block] : lb["input_hadamard"].items()) {
+      if (!block.is_number_unsigned() || block.get<uint64_t>() == 0 || block.get<uint64_t>() > (1u << 30) ||
+          (block.get<uint64_t>() & (block.get<uint64_t>() - 1)) != 0)
+        Fail("{}.input_hadamard: '{}' must map to a power-of-two block size, got {}", where, prefix, block.dump());
+      q.input_hadamard_.emplace(prefix, block.get<uint32_t>());
+    }
+  }
+  if (lb.contains("outlier_columns")) {
+    if (!lb["outlier_columns"].is_object()) Fail("{}.outlier_columns: expected an object", where);
+    for (const auto& [prefix, count] : lb["outlier_columns"].items()) {
+      if (!count.is_number_unsigned() || count.get<uint64_t>() > (1u << 30))
+        Fail("{}.outlier_columns: '{}' must map to a column count, got {}", where, prefix, count.dump());
+      q.outlier_counts_.emplace(prefix, count.get<uint64_t>());
+    }
+  }
   return q;
 }
 
@@ -557,6 +592,36 @@ QuantizedTensor QuantizedLinears::Load(const SafetensorsModel& st, const std::st
     }
   }
   return q;
+}
+
+std::optional<OutlierColumns> QuantizedLinears::LoadOutliers(const SafetensorsModel& st, const std::string& prefix,
+                                                             uint64_t rows, uint64_t cols) const {
+  const auto it = outlier_counts_.find(prefix);
+  const std::string idx = prefix + ".outlier_columns", wname = prefix + ".outlier_weight";
+  if (it == outlier_counts_.end()) {
+    for (const std::string& name : {idx, wname})
+      if (st.Find(name))
+        Fail("{}: tensor '{}' is not listed in {} (quantization_config.lowbit.outlier_columns)", FileOf(st, name), name,
+             config_path_);
+    return std::nullopt;
+  }
+  const uint64_t k = it->second;
+  const std::string scheme = "outlier columns";
+  const Expect e{st, scheme, rows, cols};
+  OutlierColumns o;
+  const std::span<const std::byte> ib = e.Get(idx, DType::kI32, {k});
+  for (uint64_t i = 0; i < k; ++i) {
+    int32_t v;
+    std::memcpy(&v, ib.data() + 4 * i, 4);
+    if (v < 0 || static_cast<uint64_t>(v) >= cols || (i > 0 && static_cast<uint32_t>(v) <= o.columns.back()))
+      Fail("{}: tensor '{}': column indices must be ascending and below {}, got {} at {}", FileOf(st, idx), idx, cols, v,
+           i);
+    o.columns.push_back(static_cast<uint32_t>(v));
+  }
+  o.weight = DenseMatrix{rows, k, std::vector<float>(rows * k)};
+  e.Copy(wname, DType::kF32, {rows, k},
+         std::span(reinterpret_cast<uint8_t*>(o.weight.values.data()), o.weight.values.size() * 4));
+  return o;
 }
 
 }  // namespace lowbit

@@ -14,6 +14,8 @@
 //                             NVFP4 weight_global_scale divides. Same name, opposite meaning.
 //       P.weight_g_idx        I32 [cols] = column / group size, grouped schemes only
 //       P.bias                F32 [rows], when the linear has a bias
+//       P.outlier_columns     I32 [k], P.outlier_weight F32 [rows, k]: LLM.int8() columns kept in
+//                             full precision (the packed weight is zero there); any linear
 //     __metadata__: "format": "pt", "lowbit.format_version": "1",
 //                   "lowbit.scheme.<P>": scheme string (ParseScheme round trip)
 //   OUT/config.json         the source config.json plus "quantization_config" (see below)
@@ -83,6 +85,16 @@ class QuantizedLinears {
     return it == input_quant_.end() ? std::nullopt : std::optional<InputQuant>(it->second);
   }
 
+  // The online Hadamard block recorded for linear `prefix` (0 = none).
+  uint32_t InputHadamardOf(std::string_view prefix) const {
+    const auto it = input_hadamard_.find(prefix);
+    return it == input_hadamard_.end() ? 0 : it->second;
+  }
+  // LLM.int8() full-precision columns of linear `prefix` ([rows x cols]) from P.outlier_columns
+  // (I32 [k], ascending) and P.outlier_weight (F32 [rows, k]), when the config lists it.
+  std::optional<OutlierColumns> LoadOutliers(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
+                                             uint64_t cols) const;
+
   // Checks that the safetensors agree with the config: every P listed has P.weight_packed and no
   // dense P.weight, every P.weight_packed is listed, and the per-file metadata (format version,
   // scheme strings) matches. Throws Error naming the file and tensor.
@@ -97,6 +109,8 @@ class QuantizedLinears {
   std::string config_path_;  // for messages
   std::map<std::string, std::string, std::less<>> schemes_;  // prefix -> scheme string
   std::map<std::string, InputQuant, std::less<>> input_quant_;
+  std::map<std::string, uint32_t, std::less<>> input_hadamard_;
+  std::map<std::string, uint64_t, std::less<>> outlier_counts_;
 };
 
 }  // namespace lowbit

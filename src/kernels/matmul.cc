@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/dot.h"
+#include "kernels/input_transform.h"
 #include "kernels/qmatmul.h"
 #include "quant/rtn.h"
 
@@ -28,6 +29,8 @@ std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_
 
 void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool) {
   const size_t rows = w.rows(), cols = w.cols();
+  std::vector<float> transformed_input, outlier_input;  // online Hadamard / LLM.int8() (input_transform.h)
+  x = PrepareLinearInput(w, x, n_tokens, transformed_input, outlier_input);
   std::vector<float> quantized_input;
   if (w.input_quant) {
     quantized_input = FakeQuantizeInput(*w.input_quant, x, n_tokens, cols);
@@ -54,6 +57,7 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
       });
     }
   }
+  if (w.outliers) AddOutlierProducts(*w.outliers, outlier_input, n_tokens, y);
   if (!w.bias.empty())
     for (size_t t = 0; t < n_tokens; ++t)
       for (size_t r = 0; r < rows; ++r) y[t * rows + r] += w.bias[r];

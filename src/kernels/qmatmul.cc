@@ -164,46 +164,64 @@ struct RowArgs {
   const float* biases;  // per group, multiplies the group sum of x; nullptr = none
 };
 
-// Row r against tokens [t0, t0 + kTokens).
+// Row r against tokens [t0, t0 + kTokens). Four independent accumulators per token hide the FMA
+// latency (U chunks of P planes per step); tails and group biases are scalar work after the loop.
 template <CodeKind K, int kBits, size_t kTokens, class D>
 HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, size_t t0, float* HWY_RESTRICT y,
                           size_t y_stride) {
-  constexpr size_t P = kPlanes<K, kBits>;
+  constexpr size_t P = kPlanes<K, kBits>, U = 4 / P;
   const size_t lanes = hn::Lanes(d), chunk = P * lanes;
-  const size_t chunk_bytes = kBits >= 8 ? lanes * kBits / 8 : lanes;
   const QuantizedTensor& w = *a.w;
   const size_t cols = w.cols(), group = a.plan->group, groups = a.plan->groups;
   const uint8_t* row = w.codes().data() + r * w.row_bytes();
   const float* table = w.decode_table().data();
   const float* x[kTokens];
   for (size_t t = 0; t < kTokens; ++t) x[t] = a.in->values.data() + (t0 + t) * cols;
-  hn::Vec<D> total[kTokens];
-  float extra[kTokens] = {};
-  for (size_t t = 0; t < kTokens; ++t) total[t] = hn::Zero(d);
+  // Decoded weights are scaled before the FMA, so the accumulators live across groups (no
+  // per-group reduction on the critical path).
+  hn::Vec<D> acc[kTokens][4];
+  for (size_t t = 0; t < kTokens; ++t)
+    for (size_t k = 0; k < 4; ++k) acc[t][k] = hn::Zero(d);
+  size_t vector_end = 0;
   for (size_t g = 0; g < groups; ++g) {
     const size_t start = g * group, end = std::min(cols, start + group);
-    const size_t vector_end = start + (end - start) / chunk * chunk;
-    const uint8_t* p = row + start * kBits / 8;
-    hn::Vec<D> acc[kTokens];
-    for (size_t t = 0; t < kTokens; ++t) acc[t] = hn::Zero(d);
-    for (size_t i = start; i < vector_end; i += chunk, p += chunk_bytes) {
+    vector_end = start + (end - start) / chunk * chunk;
+    const auto scale = hn::Set(d, (a.scales ? a.scales[g] : 1.0f) * a.plan->code_scale);
+    size_t i = start;
+    for (; i + U * chunk <= vector_end; i += U * chunk)
+      for (size_t u = 0; u < U; ++u) {
+        hn::Vec<D> wv[P];
+        DecodeChunk<K, kBits>(d, row + (i + u * chunk) * kBits / 8, lut, table, wv);
+        for (size_t j = 0; j < P; ++j) {
+          const auto scaled = kBits > 8 ? wv[j] : hn::Mul(wv[j], scale);
+          for (size_t t = 0; t < kTokens; ++t)
+            acc[t][u * P + j] = hn::MulAdd(scaled, hn::LoadU(d, x[t] + i + u * chunk + j * lanes), acc[t][u * P + j]);
+        }
+      }
+    for (; i < vector_end; i += chunk) {
       hn::Vec<D> wv[P];
-      DecodeChunk<K, kBits>(d, p, lut, table, wv);
-      for (size_t j = 0; j < P; ++j)
-        for (size_t t = 0; t < kTokens; ++t) acc[t] = hn::MulAdd(wv[j], hn::LoadU(d, x[t] + i + j * lanes), acc[t]);
+      DecodeChunk<K, kBits>(d, row + i * kBits / 8, lut, table, wv);
+      for (size_t j = 0; j < P; ++j) {
+        const auto scaled = kBits > 8 ? wv[j] : hn::Mul(wv[j], scale);
+        for (size_t t = 0; t < kTokens; ++t) acc[t][j] = hn::MulAdd(scaled, hn::LoadU(d, x[t] + i + j * lanes), acc[t][j]);
+      }
     }
-    const float scale = a.scales ? a.scales[g] : 1.0f;
-    const auto vscale = hn::Set(d, scale * a.plan->code_scale);
-    for (size_t t = 0; t < kTokens; ++t) total[t] = hn::MulAdd(vscale, acc[t], total[t]);
-    for (size_t i = vector_end; i < end; ++i) {
-      const float v = qmatmul::ScalarWeight(w, row, i, scale) - a.plan->offset * scale;
-      for (size_t t = 0; t < kTokens; ++t) extra[t] += v * x[t][i];
-    }
-    if (a.biases)
-      for (size_t t = 0; t < kTokens; ++t) extra[t] += a.biases[g] * a.in->group_sums[(t0 + t) * groups + g];
   }
-  for (size_t t = 0; t < kTokens; ++t)
-    y[(t0 + t) * y_stride + r] = hn::GetLane(hn::SumOfLanes(d, total[t])) + extra[t];
+  float extra[kTokens] = {};
+  const float last_scale = a.scales ? a.scales[groups - 1] : 1.0f;
+  for (size_t i = vector_end; i < cols; ++i) {  // only the last group can have a tail
+    const float v = qmatmul::ScalarWeight(w, row, i, last_scale) - a.plan->offset * last_scale;
+    for (size_t t = 0; t < kTokens; ++t) extra[t] += v * x[t][i];
+  }
+  if (a.biases)
+    for (size_t t = 0; t < kTokens; ++t) {
+      const float* sums = a.in->group_sums.data() + (t0 + t) * groups;
+      for (size_t g = 0; g < groups; ++g) extra[t] += a.biases[g] * sums[g];
+    }
+  for (size_t t = 0; t < kTokens; ++t) {
+    const auto total = hn::Add(hn::Add(acc[t][0], acc[t][1]), hn::Add(acc[t][2], acc[t][3]));
+    y[(t0 + t) * y_stride + r] = hn::GetLane(hn::SumOfLanes(d, total)) + extra[t];
+  }
 }
 
 template <CodeKind K, int kBits, class D>

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <regex>
 
 #include "core/error.h"
 #include "kernels/dot.h"
@@ -11,6 +12,8 @@
 #include "model/awq_scales.h"
 #include "model/calibration.h"
 #include "model/forward.h"
+#include "model/rotation.h"
+#include "quant/hadamard.h"
 #include "quant/registry.h"
 
 namespace lowbit {
@@ -177,32 +180,114 @@ void ApplySmoothing(size_t l, LinearInput input, Model& model, std::vector<Calib
   ++report.smoothed_inputs;
 }
 
-// Attaches the activation quantization to the group's (now quantized) linears; a per-tensor
-// scheme gets its static scale from the calibration inputs' absolute maximum.
-void AttachInputQuant(const QuantScheme& act, const std::vector<CalibrationBatch>& batches, size_t cols,
-                      const std::vector<LinearSlot>& linears) {
+// The activation quantization of one linear; a per-tensor scheme gets its static scale from the
+// calibration inputs' absolute maximum (`amax`, max |x| per column).
+InputQuant MakeInputQuant(const QuantScheme& act, const std::vector<float>& amax) {
   InputQuant iq{act, 0.0f};
   if (act.granularity.kind == GranularityKind::kTensor) {
-    float amax = 0;
-    for (const float v : InputAbsMax(batches, cols)) amax = std::max(amax, v);
-    iq.static_scale = RoundScale(act.scale_type, amax / static_cast<float>(ScaleDivisor(*act.element)));
+    float m = 0;
+    for (const float v : amax) m = std::max(m, v);
+    iq.static_scale = RoundScale(act.scale_type, m / static_cast<float>(ScaleDivisor(*act.element)));
   }
-  for (const LinearSlot& slot : linears) slot.linear->input_quant = iq;
+  return iq;
+}
+
+// x <- x H on every calibration input of a group whose linears apply an online Hadamard, so the
+// statistics see what the weights see. H H = I, so a second call restores the inputs.
+void HadamardInputs(std::vector<CalibrationBatch>& batches, size_t cols, size_t block) {
+  for (CalibrationBatch& b : batches) HadamardRows(b.input, b.input.size() / cols, cols, block);
+}
+
+// What one linear gets: its method and scheme (the request's, or the first matching override's).
+struct Plan {
+  const QuantMethod* method = nullptr;  // null = ignored (left full precision)
+  QuantScheme scheme;
+};
+
+struct CompiledRule {
+  std::regex re;
+  const QuantMethod* method;
+  QuantScheme scheme;
+};
+
+std::regex CompilePattern(const std::string& pattern, const std::string& where) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    Fail("{} '{}' is not a valid ECMAScript regex: {}", where, pattern, e.what());
+  }
 }
 
 }  // namespace
 
+std::optional<OutlierColumns> SplitOutlierColumns(std::vector<float>& values, size_t rows, size_t cols,
+                                                  std::span<const float> amax, double threshold) {
+  LOWBIT_CHECK(values.size() == rows * cols && amax.size() == cols);
+  OutlierColumns o;
+  for (size_t c = 0; c < cols; ++c)
+    if (amax[c] > threshold) o.columns.push_back(static_cast<uint32_t>(c));
+  if (o.columns.empty()) return std::nullopt;
+  const size_t k = o.columns.size();
+  o.weight = DenseMatrix{rows, k, std::vector<float>(rows * k)};
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t i = 0; i < k; ++i) {
+      o.weight.values[r * k + i] = values[r * cols + o.columns[i]];
+      values[r * cols + o.columns[i]] = 0;
+    }
+  return o;
+}
+
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   const auto start = Clock::now();
   const auto method = BuiltinMethods().Create(req.method, req.method_config, req.scheme);
+  std::vector<std::unique_ptr<QuantMethod>> rule_methods;
+  std::vector<CompiledRule> rules;
+  for (size_t i = 0; i < req.overrides.size(); ++i) {
+    const TensorRule& r = req.overrides[i];
+    const std::string where = fmt::format("overrides[{}].match", i);
+    const std::string name = r.method.value_or(req.method);
+    const QuantScheme scheme = r.scheme.value_or(req.scheme);
+    const nlohmann::json config = !r.method_config.is_null() ? r.method_config
+                                  : name == req.method      ? req.method_config
+                                                            : nlohmann::json::object();
+    rule_methods.push_back(BuiltinMethods().Create(name, config, scheme));
+    rules.push_back({CompilePattern(r.pattern, where), rule_methods.back().get(), scheme});
+  }
+  std::vector<std::regex> ignore;
+  for (size_t i = 0; i < req.ignore.size(); ++i)
+    ignore.push_back(CompilePattern(req.ignore[i], fmt::format("ignore[{}]", i)));
+  const auto plan_of = [&](const std::string& name) -> Plan {
+    for (const std::regex& re : ignore)
+      if (std::regex_search(name, re)) return {};
+    for (const CompiledRule& r : rules)
+      if (std::regex_search(name, r.re)) return {r.method, r.scheme};
+    return {method.get(), req.scheme};
+  };
+
+  bool needs_hessian = method->needs_hessian(), needs_outliers = method->outlier_threshold() >= 0;
+  for (const auto& m : rule_methods) {
+    needs_hessian |= m->needs_hessian();
+    needs_outliers |= m->outlier_threshold() >= 0;
+    if (m->activation_scale_grid() > 0 || m->smoothing_alpha() >= 0)
+      Fail("overrides: methods that rescale a whole input group (awq, smoothquant) can only be the recipe's "
+           "main method");
+  }
   const bool static_acts = req.act_scheme && req.act_scheme->granularity.kind == GranularityKind::kTensor;
-  const bool calibrate = method->needs_hessian() || method->activation_scale_grid() > 0 ||
+  const bool calibrate = needs_hessian || needs_outliers || method->activation_scale_grid() > 0 ||
                          method->smoothing_alpha() >= 0 || static_acts;
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");
-  Engine engine(model, req.threads);
   QuantizeReport report;
+  if (req.rotate) {
+    if (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0)
+      Fail("rotate: method '{}' rescales input channels in the unrotated basis; combine rotation with rtn or gptq",
+           req.method);
+    const RotationInfo info = RotateModel(model, req.rotate_seed);
+    report.rotated = true;
+    report.rotation_down_block = info.down_block;
+  }
+  Engine engine(model, req.threads);
 
   std::vector<CalibrationBatch> batches;
   if (calibrate) {
@@ -228,28 +313,45 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       if (method->smoothing_alpha() >= 0)
         ApplySmoothing(l, group.input, model, batches, method->smoothing_alpha(), engine.pool(), report);
       const size_t cols = group.linears[0].linear->cols();
-      HessianAccumulator hessian(cols);
-      std::vector<float> sample;
+      const size_t hadamard = group.linears[0].linear->input_hadamard;
+      if (calibrate && hadamard != 0) HadamardInputs(batches, cols, hadamard);
+      HessianAccumulator hessian(needs_hessian ? cols : 0);
+      std::vector<float> sample, amax;
       if (calibrate) {
         const auto t = Clock::now();
         for (const CalibrationBatch& b : batches) {
           const size_t n = b.input.size() / cols;
-          hessian.Add(b.input.data(), n, engine.pool());
+          if (needs_hessian) hessian.Add(b.input.data(), n, engine.pool());
           const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, sample.size() / cols));
           sample.insert(sample.end(), b.input.begin(), b.input.begin() + static_cast<ptrdiff_t>(keep * cols));
         }
+        amax = InputAbsMax(batches, cols);
         report.calibration_seconds += Since(t);
       }
       for (const LinearSlot& slot : group.linears) {
         const std::string name = fmt::format("model.layers.{}.{}", l, slot.name);
+        const Plan plan = plan_of(name);
+        if (!plan.method) continue;  // ignored: stays full precision, no activation quantization
         if (req.progress) req.progress(l, name);
         const auto* dense = std::get_if<DenseMatrix>(&slot.linear->weight);
         if (!dense) Fail("{}: already quantized", name);
         const auto t = Clock::now();
-        QuantizedTensor q = method->Quantize(
-            {name, dense->values, dense->rows(), dense->cols(), calibrate ? &hessian.sum() : nullptr}, req.scheme);
+        // LLM.int8(): columns with calibration outliers are split off and kept in full precision.
+        const double threshold = plan.method->outlier_threshold();
+        std::vector<float> values = dense->values;
+        std::optional<OutlierColumns> outliers;
+        if (threshold >= 0) {
+          outliers = SplitOutlierColumns(values, dense->rows(), cols, amax, threshold);
+          if (outliers) report.outlier_columns += outliers->columns.size();
+        }
+        QuantizedTensor q = plan.method->Quantize(
+            {name, values, dense->rows(), dense->cols(), needs_hessian ? &hessian.sum() : nullptr}, plan.scheme);
         TensorReport tr{name, q.scheme().ToString(), Since(t)};
-        const std::vector<float> deq = q.Dequantize();
+        std::vector<float> deq = q.Dequantize();
+        if (outliers)  // the effective weight: split-off columns are exact
+          for (size_t r = 0; r < dense->rows(); ++r)
+            for (size_t i = 0; i < outliers->columns.size(); ++i)
+              deq[r * cols + outliers->columns[i]] = outliers->weight.values[r * outliers->columns.size() + i];
         for (size_t i = 0; i < deq.size(); ++i) {
           const double d = static_cast<double>(dense->values[i]) - deq[i];
           tr.weight_mse += d * d;
@@ -258,8 +360,17 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
         tr.output_mse = OutputMse(dense->values, deq, dense->rows(), dense->cols(), sample);
         report.tensors.push_back(tr);
         slot.linear->weight = std::move(q);
+        slot.linear->outliers = std::move(outliers);
+        // LLM.int8() is W8A8 by construction: dynamic per-token int8 activations unless told otherwise.
+        std::optional<QuantScheme> act = req.act_scheme;
+        if (!act && threshold >= 0) act = ParseScheme("int8:token");
+        if (act) {
+          if (act->granularity.kind == GranularityKind::kTensor && amax.empty())
+            Fail("{}: static activation scales need calibration data", name);
+          slot.linear->input_quant = MakeInputQuant(*act, amax);
+        }
       }
-      if (req.act_scheme) AttachInputQuant(*req.act_scheme, batches, cols, group.linears);
+      if (calibrate && hadamard != 0) HadamardInputs(batches, cols, hadamard);  // back to the engine's inputs
       if (calibrate) {  // run the now-quantized group on to the next group's input
         const auto t = Clock::now();
         for (CalibrationBatch& b : batches) engine.AdvanceLayer(l, group.input, b.items, b.x, b.input);

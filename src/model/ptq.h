@@ -8,6 +8,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,14 @@
 #include "quant/scheme.h"
 
 namespace lowbit {
+
+// A per-tensor exception to the request's method and scheme (recipe "overrides").
+struct TensorRule {
+  std::string pattern;  // ECMAScript regex, searched in the tensor name (model.layers.3.mlp.down_proj)
+  std::optional<QuantScheme> scheme;   // none = the request's scheme
+  std::optional<std::string> method;   // none = the request's method
+  nlohmann::json method_config;        // null = the request's config when the method is the request's, else {}
+};
 
 struct QuantizeRequest {
   std::string method = "rtn";
@@ -25,6 +34,13 @@ struct QuantizeRequest {
   std::optional<QuantScheme> act_scheme;
   std::vector<std::vector<int32_t>> calibration;  // token windows; needed by Hessian methods
   size_t threads = 0;
+  // Rotate the full-precision model first (QuaRot: model/rotation.h), with this sign seed.
+  bool rotate = false;
+  uint64_t rotate_seed = 0;
+  // The first rule whose pattern is found in a linear's name decides its method and scheme;
+  // linears matching an `ignore` pattern (ECMAScript regexes, searched) stay full precision.
+  std::vector<TensorRule> overrides;
+  std::vector<std::string> ignore;
   size_t calibration_batch = 16;  // windows per forward call
   std::function<void(size_t layer, const std::string& tensor)> progress;
 };
@@ -40,10 +56,19 @@ struct QuantizeReport {
   std::vector<TensorReport> tensors;
   std::vector<std::pair<std::string, double>> awq_alphas;  // chosen alpha per scaled input (AWQ)
   size_t smoothed_inputs = 0;                                // inputs SmoothQuant rescaled
+  size_t outlier_columns = 0;                                // LLM.int8(): fp columns over all linears
+  bool rotated = false;
+  size_t rotation_down_block = 0;                            // online Hadamard block of down_proj
   std::vector<double> layer_seconds;
   double calibration_seconds = 0, total_seconds = 0;
 };
 
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& request);
+
+// LLM.int8()'s split of one weight [rows x cols]: the columns whose input max |x| (`amax`) exceeds
+// `threshold` are moved out of `values` (left zero there) into the returned side matrix; nullopt
+// when there are none.
+std::optional<OutlierColumns> SplitOutlierColumns(std::vector<float>& values, size_t rows, size_t cols,
+                                                  std::span<const float> amax, double threshold);
 
 }  // namespace lowbit

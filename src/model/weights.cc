@@ -11,8 +11,10 @@ uint64_t Linear::cols() const {
   return std::visit([](const auto& w) -> uint64_t { return w.cols(); }, weight);
 }
 uint64_t Linear::storage_bytes() const {
-  if (const auto* q = std::get_if<QuantizedTensor>(&weight)) return q->storage_bytes() + bias.size() * 4;
-  return std::get<DenseMatrix>(weight).values.size() * 4 + bias.size() * 4;
+  // Outlier columns: their fp32 weights plus one 4-byte index each.
+  const uint64_t side = outliers ? outliers->weight.values.size() * 4 + outliers->columns.size() * 4 : 0;
+  if (const auto* q = std::get_if<QuantizedTensor>(&weight)) return q->storage_bytes() + bias.size() * 4 + side;
+  return std::get<DenseMatrix>(weight).values.size() * 4 + bias.size() * 4 + side;
 }
 
 namespace {
@@ -27,6 +29,18 @@ void CheckLinear(const Linear& l, uint64_t rows, uint64_t cols, bool bias, const
     Fail("{}: tensor '{}' has shape [{} x {}], expected [{} x {}]", source, name, l.rows(), l.cols(), rows, cols);
   if (bias) CheckVector(l.bias, rows, name + " bias", source);
   if (!bias && !l.bias.empty()) Fail("{}: tensor '{}' has an unexpected bias", source, name);
+  if (l.input_hadamard != 0 && ((l.input_hadamard & (l.input_hadamard - 1)) != 0 || cols % l.input_hadamard != 0))
+    Fail("{}: tensor '{}' has an online Hadamard of block {}, which must be a power of two dividing {}", source, name,
+         l.input_hadamard, cols);
+  if (l.outliers) {
+    const OutlierColumns& o = *l.outliers;
+    if (o.weight.rows() != rows || o.weight.cols() != o.columns.size() || o.weight.values.size() != rows * o.columns.size())
+      Fail("{}: tensor '{}' has outlier weights of shape [{} x {}], expected [{} x {}]", source, name, o.weight.rows(),
+           o.weight.cols(), rows, o.columns.size());
+    for (size_t i = 0; i < o.columns.size(); ++i)
+      if (o.columns[i] >= cols || (i > 0 && o.columns[i] <= o.columns[i - 1]))
+        Fail("{}: tensor '{}': outlier columns must be ascending and below {}", source, name, cols);
+  }
 }
 
 }  // namespace

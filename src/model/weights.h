@@ -30,10 +30,23 @@ struct InputQuant {
   float static_scale = 0;  // per-tensor schemes: the calibrated scale
 };
 
+// LLM.int8()'s mixed decomposition: input columns with outlier activations bypass quantization.
+// The linear's weight has zeros in these columns, their full-precision weights live here, and
+// y = Q(x with the columns zeroed) W^T + x[:, columns] weight^T.
+struct OutlierColumns {
+  std::vector<uint32_t> columns;  // ascending input column indices
+  DenseMatrix weight;             // [rows x columns.size()]
+};
+
 struct Linear {
   std::variant<DenseMatrix, QuantizedTensor> weight;
   std::vector<float> bias;  // empty = none
   std::optional<InputQuant> input_quant;
+  // Online rotation of the input (QuaRot's down_proj Hadamard): x <- x H before the outlier split
+  // and input quantization, H block-diagonal normalized Walsh–Hadamard of this block size; the
+  // weight already holds W H, so in full precision the output is unchanged. 0 = none.
+  uint32_t input_hadamard = 0;
+  std::optional<OutlierColumns> outliers;
 
   uint64_t rows() const;
   uint64_t cols() const;

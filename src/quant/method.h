@@ -36,6 +36,10 @@ class QuantMethod {
   // SmoothQuant's migration strength: the pipeline folds s_j = max|x_j|^a / max|w_j|^(1-a) into
   // each group's input before quantizing. Negative = no smoothing.
   virtual double smoothing_alpha() const { return -1; }
+  // LLM.int8()'s mixed decomposition: input columns whose calibration max |x| exceeds this stay
+  // in full precision (the pipeline splits them off before Quantize sees the weight, whose
+  // columns there are then zero). Negative = no split.
+  virtual double outlier_threshold() const { return -1; }
 };
 
 struct MethodInfo {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "core/error.h"
 #include "quant/awq.h"
@@ -154,6 +155,33 @@ std::unique_ptr<QuantMethod> MakeSmoothQuant(const nlohmann::json& config) {
   return std::make_unique<SmoothQuantMethod>(alpha);
 }
 
+// LLM.int8() (Dettmers et al., 2022): the pipeline keeps the input columns whose calibration
+// max |x| exceeds `threshold` in full precision (outlier_threshold); the rest of the weight is
+// rounded to nearest (int8 per channel in the paper) and its input quantized per token.
+class LlmInt8Method final : public QuantMethod {
+ public:
+  explicit LlmInt8Method(double threshold) : threshold_(threshold) {}
+  double outlier_threshold() const override { return threshold_; }
+  QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
+    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name);
+  }
+
+ private:
+  double threshold_;
+};
+
+std::unique_ptr<QuantMethod> MakeLlmInt8(const nlohmann::json& config) {
+  double threshold = 6.0;
+  try {
+    threshold = config.value("threshold", threshold);
+  } catch (const nlohmann::json::exception& e) {
+    Fail("method 'llm_int8': bad config value: {}", e.what());
+  }
+  if (!(threshold >= 0) || !std::isfinite(threshold))
+    Fail("method 'llm_int8': threshold must be a finite number >= 0, got {}", threshold);
+  return std::make_unique<LlmInt8Method>(threshold);
+}
+
 const std::vector<ElementKind> kAllElements = {ElementKind::kFloat, ElementKind::kInt, ElementKind::kNF4,
                                                ElementKind::kTernary, ElementKind::kMxInt8};
 const std::vector<GranularityKind> kAllGranularities = {GranularityKind::kTensor, GranularityKind::kChannel,
@@ -176,6 +204,11 @@ const MethodRegistry& BuiltinMethods() {
     r.Register({"smoothquant", "SmoothQuant: migrate activation outliers into the weights (Xiao et al. 2022)",
                 kAllElements, kAllGranularities, {"alpha"}},
                MakeSmoothQuant);
+    r.Register({"llm_int8",
+                "LLM.int8(): outlier input columns (calibration max |x| > threshold) in fp, the rest W8A8 "
+                "(Dettmers et al. 2022)",
+                {ElementKind::kInt}, {GranularityKind::kChannel, GranularityKind::kGroup}, {"threshold"}},
+               MakeLlmInt8);
     return r;
   }();
   return registry;

@@ -1,0 +1,76 @@
+#include "model/rotation.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "quant/hadamard.h"
+
+namespace lowbit {
+namespace {
+
+DenseMatrix& Dense(Linear& l, const char* name) {
+  auto* d = std::get_if<DenseMatrix>(&l.weight);
+  if (!d) Fail("rotate: {} is already quantized; rotation runs on the full-precision model", name);
+  if (l.input_hadamard != 0 || l.outliers || l.input_quant)
+    Fail("rotate: {} already carries an input transform; rotate a model only once, before quantizing", name);
+  return *d;
+}
+
+// W <- W diag(g): a norm's weight folded into the linear that reads it.
+void ScaleColumns(DenseMatrix& m, const std::vector<float>& g) {
+  for (size_t r = 0; r < m.rows(); ++r)
+    for (size_t c = 0; c < m.cols(); ++c) m.values[r * m.cols() + c] *= g[c];
+}
+
+void RotateRows(std::span<float> m, size_t rows, size_t cols, const RandomHadamard& q) {
+  for (size_t r = 0; r < rows; ++r) q.ApplyRow(m.subspan(r * cols, cols));
+}
+
+// W <- Q^T W for a linear writing the residual: (Q^T W)^T = W^T Q, so rotate the rows of W^T.
+void RotateOutput(Linear& l, const RandomHadamard& q, const char* name) {
+  DenseMatrix& m = Dense(l, name);
+  const size_t rows = m.rows(), cols = m.cols();
+  std::vector<float> t(rows * cols);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) t[c * rows + r] = m.values[r * cols + c];
+  RotateRows(t, cols, rows, q);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) m.values[r * cols + c] = t[c * rows + r];
+  if (!l.bias.empty()) q.ApplyRow(l.bias);
+}
+
+// Norm folded in, then W <- W Q, for a linear reading the (normalized) residual.
+void RotateInput(Linear& l, const std::vector<float>& norm, const RandomHadamard& q, const char* name) {
+  DenseMatrix& m = Dense(l, name);
+  ScaleColumns(m, norm);
+  RotateRows(m.values, m.rows(), m.cols(), q);
+}
+
+}  // namespace
+
+RotationInfo RotateModel(Model& model, uint64_t seed) {
+  const ModelConfig& c = model.config;
+  ModelWeights& w = model.weights;
+  const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
+  const size_t block = LargestPowerOfTwoDivisor(c.ffn_dim);
+  RotateRows(w.embed, c.vocab_size, c.dim, q);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    LayerWeights& lw = w.layers[i];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    for (Linear* l : {&lw.wq, &lw.wk, &lw.wv}) RotateInput(*l, lw.attn_norm, q, (p + "self_attn q/k/v").c_str());
+    RotateOutput(lw.wo, q, (p + "self_attn.o_proj").c_str());
+    for (Linear* l : {&lw.w_gate, &lw.w_up}) RotateInput(*l, lw.ffn_norm, q, (p + "mlp gate/up").c_str());
+    RotateOutput(lw.w_down, q, (p + "mlp.down_proj").c_str());
+    DenseMatrix& down = std::get<DenseMatrix>(lw.w_down.weight);
+    HadamardRows(down.values, down.rows(), down.cols(), block);  // Q^T W_down H (H symmetric)
+    lw.w_down.input_hadamard = static_cast<uint32_t>(block);
+    std::fill(lw.attn_norm.begin(), lw.attn_norm.end(), 1.0f);
+    std::fill(lw.ffn_norm.begin(), lw.ffn_norm.end(), 1.0f);
+  }
+  RotateInput(w.lm_head, w.final_norm, q, "lm_head");
+  std::fill(w.final_norm.begin(), w.final_norm.end(), 1.0f);
+  model.config.tie_embeddings = false;  // lm_head now holds diag(final_norm) and differs from embed
+  return {c.dim, block};
+}
+
+}  // namespace lowbit

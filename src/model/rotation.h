@@ -1,0 +1,30 @@
+// QuaRot-style rotation (Ashkboos et al., 2024) of a Llama model, exact in full precision:
+//   1. each RMSNorm's weight is folded into the linears that read it (q/k/v, gate/up, lm_head)
+//      and set to 1, since RMSNorm commutes with an orthogonal Q only without its scale;
+//   2. the residual stream is rotated by a randomized Hadamard Q = diag(+-1) H (hidden size a
+//      power of two): embed <- embed Q; readers of the residual (q/k/v, gate/up, lm_head)
+//      W <- W Q; writers (o, down) W <- Q^T W and b <- b Q;
+//   3. down_proj's input gets an online Hadamard: W_down <- W_down H (block-diagonal over the
+//      largest power of two dividing the FFN size) and Linear::input_hadamard makes MatMul apply
+//      x <- x H at run time.
+// Outliers of the residual stream and of the down_proj input are spread over all channels, which
+// makes weights and activations far easier to quantize. A tied lm_head absorbs the final norm
+// and so no longer equals the embeddings: the model is untied (config.tie_embeddings = false).
+#pragma once
+
+#include <cstdint>
+
+#include "model/weights.h"
+
+namespace lowbit {
+
+struct RotationInfo {
+  size_t residual_size = 0;  // Q is residual_size x residual_size
+  size_t down_block = 0;     // online Hadamard block of down_proj's input
+};
+
+// Rotates a full-precision model in place. Fails if any linear is quantized or already carries
+// an input transform, or if the hidden size is not a power of two.
+RotationInfo RotateModel(Model& model, uint64_t seed);
+
+}  // namespace lowbit

@@ -1,0 +1,110 @@
+// `lowbit quantize --recipe`: per-tensor overrides (first match wins) and the ignore list, as
+// they land in the saved checkpoint and its recipe card; bad regexes and keys are errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/file_util.h"
+#include "io/hf_model.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result RunLowbit(const std::string& args) {
+  const std::string cmd = std::string("cd " LOWBIT_SOURCE_DIR " && " LOWBIT_BINARY " ") + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  return {WEXITSTATUS(pclose(pipe)), out};
+}
+
+class RecipeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lowbit_recipe_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Write(const std::string& name, const nlohmann::json& j) {
+    const fs::path p = dir_ / name;
+    WriteFileAtomic(p, j.dump());
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+std::string SchemeOf(const Linear& l) {
+  const auto* q = std::get_if<QuantizedTensor>(&l.weight);
+  return q ? q->scheme().ToString() : "dense";
+}
+
+TEST_F(RecipeTest, OverridesAndIgnoreLandInTheCheckpoint) {
+  const nlohmann::json recipe = {
+      {"method", "rtn"},
+      {"format", "int4:g128"},
+      {"overrides",
+       {{{"match", R"(^model\.layers\.0\.mlp\.down_proj$)"}, {"format", "int8:channel"}},
+        {{"match", R"(down_proj)"}, {"format", "int6:g64"}}}},  // layer 0 matched the rule above first
+      {"ignore", {R"(layers\.1\.self_attn\.q_proj)"}}};
+  const std::string out = (dir_ / "out").string();
+  const Result r = RunLowbit("quantize models/kjv-llama-7m -o " + out + " --recipe " + Write("r.json", recipe));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const Model m = LoadHfModel(out);
+  const std::string int4 = ParseScheme("int4:g128").ToString(), int8 = ParseScheme("int8:channel").ToString(),
+                    int6 = ParseScheme("int6:g64").ToString();
+  EXPECT_EQ(SchemeOf(m.weights.layers[0].w_down), int8);
+  EXPECT_EQ(SchemeOf(m.weights.layers[1].wq), "dense");
+  EXPECT_EQ(SchemeOf(m.weights.layers[1].wk), int4);
+  EXPECT_EQ(SchemeOf(m.weights.layers[0].wq), int4);
+  for (size_t l = 1; l < m.weights.layers.size(); ++l) EXPECT_EQ(SchemeOf(m.weights.layers[l].w_down), int6) << l;
+  EXPECT_EQ(SchemeOf(m.weights.lm_head), "dense");
+  // The ignored q_proj is stored dense with its original values.
+  const Model base = LoadHfModel(LOWBIT_SOURCE_DIR "/models/kjv-llama-7m");
+  EXPECT_EQ(std::get<DenseMatrix>(m.weights.layers[1].wq.weight).values,
+            std::get<DenseMatrix>(base.weights.layers[1].wq.weight).values);
+  const nlohmann::json card = nlohmann::json::parse(ReadTextFile(fs::path(out) / "recipe.json"));
+  EXPECT_EQ(card["recipe"]["overrides"], recipe["overrides"]);
+  EXPECT_EQ(card["recipe"]["ignore"], recipe["ignore"]);
+}
+
+TEST_F(RecipeTest, BadRegexesAndKeysNameTheRecipeAndThePattern) {
+  const std::string out = (dir_ / "out").string();
+  const std::string bad_regex = Write("bad.json", {{"format", "int4"}, {"ignore", {"layers.(1"}}});
+  Result r = RunLowbit("quantize models/kjv-llama-7m -o " + out + " --recipe " + bad_regex);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find(bad_regex), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers.(1"), std::string::npos) << r.out;
+  const std::string bad_override =
+      Write("bad2.json", {{"format", "int4"}, {"overrides", {{{"match", "x[a-"}, {"format", "int8"}}}}});
+  r = RunLowbit("quantize models/kjv-llama-7m -o " + out + " --recipe " + bad_override);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("x[a-"), std::string::npos) << r.out;
+  const std::string bad_key =
+      Write("bad3.json", {{"format", "int4"}, {"overrides", {{{"match", "x"}, {"format", "int8"}, {"bits", 8}}}}});
+  r = RunLowbit("quantize models/kjv-llama-7m -o " + out + " --recipe " + bad_key);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("unknown key 'bits'"), std::string::npos) << r.out;
+  const std::string bad_method =
+      Write("bad4.json", {{"format", "int4"}, {"overrides", {{{"match", "x"}, {"format", "int8"}, {"method", "nope"}}}}});
+  r = RunLowbit("quantize models/kjv-llama-7m -o " + out + " --recipe " + bad_method);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find(bad_method + ": overrides[0]: unknown quantization method 'nope'"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace lowbit
