@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/qmatmul.h"
+#include "kernels/qmatmul_int8.h"
 #include "quant/rtn.h"
 #include "test_util.h"
 
@@ -80,15 +81,52 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
   const std::vector<float> w = Gaussian(rows * cols, 5);
   ThreadPool pool(2);
   for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3"}) {  // int3 / fp6: row-decode fallback
-    Linear linear{QuantizeRtn(w, rows, cols, ParseScheme(spec), "w"), {}, std::nullopt};
+    Linear linear;
+    linear.weight = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     for (const size_t n_tokens : {size_t{1}, size_t{7}, size_t{33}}) {
       const std::vector<float> x = Gaussian(n_tokens * cols, 6);
       std::vector<float> got(n_tokens * rows), want(n_tokens * rows);
       MatMul(linear, x.data(), n_tokens, got.data(), pool);
-      QuantDotRowsRef(std::get<QuantizedTensor>(linear.weight), x.data(), n_tokens, 0, rows, want.data(), rows);
-      ExpectClose(got, want, 1e-3, fmt::format("{} tokens {}", spec, n_tokens));
+      const QuantizedTensor& q = std::get<QuantizedTensor>(linear.weight);
+      QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, want.data(), rows);
+      // Decode-size batches of int4 / int8 weights run on int8 activations where the CPU has VNNI.
+      // Their error is that of 8-bit inputs: about 2% of the largest output here, vs float rounding.
+      double magnitude = 0;
+      for (float v : want) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
+      const double tolerance = n_tokens <= 8 && HasInt8DotKernel(q) ? 2e-2 * magnitude : 1e-3;
+      ExpectClose(got, want, tolerance, fmt::format("{} tokens {}", spec, n_tokens));
     }
   }
+}
+
+}  // namespace
+}  // namespace lowbit
+
+namespace lowbit {
+namespace {
+
+TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
+  const size_t rows = 19, cols = 512, n_tokens = 5;
+  const std::vector<float> w = Gaussian(rows * cols, 7), x = Gaussian(n_tokens * cols, 8);
+  for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int8", "int8:g64:asym"}) {
+    const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
+    ASSERT_TRUE(Int8DotKernelFits(q)) << spec;
+    const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
+    std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
+    Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
+    QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);
+    double magnitude = 0;
+    for (float v : exact) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
+    // int8 activations in blocks: about 0.4% error per input, far less on the sum.
+    ExpectClose(reference, exact, 1e-2 * magnitude, std::string(spec) + " int8 activations vs exact");
+    if (!HasInt8DotKernel(q)) continue;  // no VNNI on this CPU: the reference is all there is
+    std::vector<float> got(n_tokens * rows, NAN);
+    Int8DotRows(q, a, 0, rows, got.data(), rows);
+    ExpectClose(got, reference, 1e-5 * magnitude, std::string(spec) + " VNNI vs reference");
+  }
+  // Groups smaller than an activation block, and odd widths, are not for this kernel.
+  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g64"), "w")));
+  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int3:g128"), "w")));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "kernels/dot.h"
 #include "kernels/input_transform.h"
 #include "kernels/qmatmul.h"
+#include "kernels/qmatmul_int8.h"
 #include "quant/rtn.h"
 
 namespace lowbit {
@@ -42,7 +43,10 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     });
   } else {
     const QuantizedTensor& q = std::get<QuantizedTensor>(w.weight);
-    if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {
+    if (n_tokens <= kFusedMaxTokens && HasInt8DotKernel(q)) {
+      const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
+      pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8DotRows(q, a, begin, end, y, rows); });
+    } else if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {
       const QuantInput in = PrepareQuantInput(q, x, n_tokens);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { QuantDotRows(q, in, begin, end, y, rows); });
     } else {
