@@ -15,6 +15,8 @@ namespace {
 // Up to this many tokens the fused kernel (codes decoded in registers per token tile) wins; past
 // it, decoding a tile of rows once and running the dense 4 x 4 tiles over all tokens does.
 constexpr size_t kFusedMaxTokens = 8;
+// The integer-dot kernel decodes codes once per 4 tokens and stays ahead of row decoding longer.
+constexpr size_t kInt8DotMaxTokens = 64;
 constexpr size_t kDecodeTileRows = 4;
 }  // namespace
 
@@ -43,7 +45,7 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     });
   } else {
     const QuantizedTensor& q = std::get<QuantizedTensor>(w.weight);
-    if (n_tokens <= kFusedMaxTokens && HasInt8DotKernel(q)) {
+    if (n_tokens <= kInt8DotMaxTokens && HasInt8DotKernel(q)) {
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8DotRows(q, a, begin, end, y, rows); });
     } else if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {

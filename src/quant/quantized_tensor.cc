@@ -1,5 +1,6 @@
 #include "quant/quantized_tensor.h"
 
+#include <array>
 #include <cstring>
 
 #include "core/checked_math.h"
@@ -73,20 +74,45 @@ double QuantizedTensor::bits_per_weight() const {
          scheme_.element->bits;
 }
 
+namespace {
+// Value of every 8-bit scale code (E8M0, UE4M3), decoded once: row scales are a table lookup.
+const std::array<float, 256>& ScaleTable(ScaleType t) {
+  static const auto build = [](ScaleType type) {
+    std::array<float, 256> table{};
+    for (int c = 0; c < 256; ++c) {
+      const uint8_t code = static_cast<uint8_t>(c);
+      table[c] = DecodeScale(type, &code);
+    }
+    return table;
+  };
+  static const std::array<float, 256> e8m0 = build(ScaleType::kE8M0), ue4m3 = build(ScaleType::kUE4M3);
+  return t == ScaleType::kE8M0 ? e8m0 : ue4m3;
+}
+}  // namespace
+
 void QuantizedTensor::RowScales(uint64_t r, float* scales, float* biases) const {
-  const uint64_t n = grid_.grid_cols, first = r / grid_.cell_rows * n;
+  const uint64_t n = grid_.grid_cols, grid_row = r / grid_.cell_rows, first = grid_row * n;
   const uint8_t* stored = &scales_[first * ScaleBits(scheme_.scale_type) / 8];
-  switch (scheme_.scale_type) {  // bulk paths for the wide types; 8-bit types decode per cell
+  switch (scheme_.scale_type) {  // bulk paths: this runs once per row in every kernel
     case ScaleType::kF32: std::memcpy(scales, stored, n * 4); break;
     case ScaleType::kF16: Fp16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, scales); break;
     case ScaleType::kBF16: Bf16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, scales); break;
-    default:
-      for (uint64_t g = 0; g < n; ++g) scales[g] = Scale(first + g);
+    default: {
+      const std::array<float, 256>& table = ScaleTable(scheme_.scale_type);
+      for (uint64_t g = 0; g < n; ++g) scales[g] = table[stored[g]];
+    }
   }
   if (tensor_scale_ != 1.0f)
     for (uint64_t g = 0; g < n; ++g) scales[g] *= tensor_scale_;
-  if (biases && scheme_.asymmetric())
+  if (!biases || !scheme_.asymmetric()) return;
+  if (scheme_.zero_type == ZeroType::kInt) {
+    const int bits = scheme_.element->bits;
+    std::vector<uint8_t> zeros(n);
+    UnpackCodes(&zeros_[grid_row * PackedBytes(n, bits)], n, bits, zeros.data());
+    for (uint64_t g = 0; g < n; ++g) biases[g] = -static_cast<float>(zeros[g]) * scales[g];
+  } else {
     for (uint64_t g = 0; g < n; ++g) biases[g] = -Zero(first + g) * scales[g];
+  }
 }
 
 void QuantizedTensor::DequantizeRow(uint64_t r, float* out) const { DequantizeRange(r, 0, cols_, out); }

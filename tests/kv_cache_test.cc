@@ -1,0 +1,142 @@
+// The paged KV cache in every dtype against the values written, the KIVI recent window, and the
+// blocked online-softmax attention against the two-pass reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "model/attention.h"
+#include "model/kv_cache.h"
+
+namespace lowbit {
+namespace {
+
+ModelConfig SmallConfig() {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 32;
+  c.dim = 128;
+  return c;
+}
+
+struct Filled {
+  KvCache cache;
+  std::vector<float> k, v;  // [layer][pos][kv_dim] as written
+};
+
+Filled Fill(KvDtype dtype, size_t positions, uint32_t seed) {
+  const ModelConfig c = SmallConfig();
+  KvCacheOptions o;
+  o.dtype = dtype;
+  o.block_tokens = 16;
+  o.recent_tokens = 16;
+  Filled f{KvCache(c, positions, o), {}, {}};
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  f.k.resize(c.n_layers * positions * c.kv_dim());
+  f.v.resize(f.k.size());
+  for (float& x : f.k) x = normal(rng);
+  for (float& x : f.v) x = normal(rng);
+  for (size_t p = 0; p < positions; ++p)  // one position per step, as decoding writes them
+    for (size_t l = 0; l < c.n_layers; ++l) {
+      const size_t at = (l * positions + p) * c.kv_dim();
+      f.cache.Write(l, p, &f.k[at], &f.v[at]);
+      if (l + 1 == c.n_layers) f.cache.Advance(1);
+    }
+  return f;
+}
+
+// Largest |read - written| over every position of every head, as the last token reads them.
+std::pair<double, double> MaxReadError(const Filled& f, size_t positions, size_t first, size_t last) {
+  const ModelConfig c = SmallConfig();
+  std::vector<float> scratch(16 * c.head_dim);
+  double k_err = 0, v_err = 0;
+  for (size_t l = 0; l < c.n_layers; ++l)
+    for (size_t h = 0; h < c.n_kv_heads; ++h)
+      for (size_t p = first; p < last; ++p) {
+        const KvCache::Tile k = f.cache.ReadK(l, h, p, p + 1, positions - 1, scratch.data());
+        for (size_t i = 0; i < c.head_dim; ++i)
+          k_err = std::max<double>(k_err, std::fabs(k.data[i] - f.k[(l * positions + p) * c.kv_dim() + h * c.head_dim + i]));
+        const KvCache::Tile v = f.cache.ReadV(l, h, p, p + 1, positions - 1, scratch.data());
+        for (size_t i = 0; i < c.head_dim; ++i)
+          v_err = std::max<double>(v_err, std::fabs(v.data[i] - f.v[(l * positions + p) * c.kv_dim() + h * c.head_dim + i]));
+      }
+  return {k_err, v_err};
+}
+
+TEST(KvCache, EveryDtypeReadsBackWithinItsPrecision) {
+  // Gaussian values (|x| < ~4.5): bounds are half a step of each format at that range.
+  const std::pair<KvDtype, double> cases[] = {
+      {KvDtype::kF32, 0.0},     {KvDtype::kF16, 4.5 * 0x1p-11}, {KvDtype::kBF16, 4.5 * 0x1p-8},
+      {KvDtype::kFp8E4M3, 0.25}, {KvDtype::kFp8E5M2, 0.5},      {KvDtype::kInt8, 4.5 / 127},
+      {KvDtype::kInt4, 9.0 / 15}, {KvDtype::kInt2, 9.0 / 3}};
+  const size_t positions = 70;  // four full blocks and a partial one
+  for (const auto& [dtype, bound] : cases) {
+    const Filled f = Fill(dtype, positions, 1);
+    const auto [k_err, v_err] = MaxReadError(f, positions, 0, positions);
+    EXPECT_LE(k_err, bound) << KvDtypeName(dtype);
+    EXPECT_LE(v_err, bound) << KvDtypeName(dtype);
+    if (dtype != KvDtype::kF32) {
+      EXPECT_GT(k_err + v_err, 0.0) << KvDtypeName(dtype) << " lost nothing?";
+    }
+  }
+}
+
+TEST(KvCache, KiviKeepsTheRecentWindowExactToFp16AndHistoryCompact) {
+  const size_t positions = 70;
+  const Filled f = Fill(KvDtype::kInt4, positions, 2);
+  // Reader at 69 with recent 16, block 16: positions >= 48 are read from the fp16 window.
+  const auto [k_recent, v_recent] = MaxReadError(f, positions, 48, positions);
+  EXPECT_LE(k_recent, 4.5 * 0x1p-11);
+  EXPECT_LE(v_recent, 4.5 * 0x1p-11);
+  const auto [k_old, v_old] = MaxReadError(f, positions, 0, 48);
+  EXPECT_GT(k_old, 0.01);  // quantized
+  // Held bytes: int4 blocks for the history, fp16 rows only for the window.
+  const Filled fp16 = Fill(KvDtype::kF16, positions, 2);
+  EXPECT_LT(f.cache.bytes(), fp16.cache.bytes() * 3 / 4);
+  EXPECT_LT(f.cache.BytesPerToken(), fp16.cache.BytesPerToken() / 3);
+}
+
+TEST(KvCache, DtypeNamesRoundTripAndUnknownNamesFail) {
+  for (const KvDtype d : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kFp8E5M2,
+                          KvDtype::kInt8, KvDtype::kInt4, KvDtype::kInt2})
+    EXPECT_EQ(ParseKvDtype(KvDtypeName(d)), d);
+  EXPECT_THROW(ParseKvDtype("int3"), Error);
+}
+
+TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
+  const ModelConfig c = SmallConfig();
+  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kInt8, KvDtype::kInt4}) {
+    const size_t positions = 70;
+    const Filled f = Fill(dtype, positions, 3);
+    std::mt19937 rng(4);
+    std::normal_distribution<float> normal(0.0f, 2.0f);  // peaked softmax: exercises rescaling
+    std::vector<float> q(2 * c.head_dim);
+    for (float& x : q) x = normal(rng);
+    AttentionScratch scratch;
+    // Readers behind the newest position only exist for caches without a recent window (KIVI's
+    // window has moved on), so int4 is read at the last position.
+    const bool kivi = dtype == KvDtype::kInt4;
+    for (const size_t position : kivi ? std::vector<size_t>{69} : std::vector<size_t>{0, 15, 16, 69}) {
+      const AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f)};
+      std::vector<float> blocked(q.size()), two_pass(q.size());
+      AttendBlocked(f.cache, query, scratch, blocked.data());
+      AttendTwoPass(f.cache, query, scratch, two_pass.data());
+      for (size_t i = 0; i < q.size(); ++i)
+        ASSERT_NEAR(blocked[i], two_pass[i], 1e-5) << KvDtypeName(dtype) << " position " << position;
+    }
+    if (kivi) continue;
+    // Position 0 sees only itself: the output is V[0] of that head, as the cache reads it.
+    const AttentionQuery first{1, 1, 0, q.data(), 1, 0.2f};
+    std::vector<float> out(c.head_dim), scratch_v(16 * c.head_dim);
+    AttendBlocked(f.cache, first, scratch, out.data());
+    const KvCache::Tile v = f.cache.ReadV(1, 1, 0, 1, 0, scratch_v.data());
+    for (size_t i = 0; i < c.head_dim; ++i) EXPECT_NEAR(out[i], v.data[i], 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace lowbit
