@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/qmatmul.h"
+#include "kernels/qmatmul_bf16.h"
 #include "kernels/qmatmul_int8.h"
 #include "quant/rtn.h"
 #include "test_util.h"
@@ -127,6 +128,30 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
   // Groups smaller than an activation block, and odd widths, are not for this kernel.
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g64"), "w")));
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int3:g128"), "w")));
+}
+
+}  // namespace
+}  // namespace lowbit
+
+namespace lowbit {
+namespace {
+
+TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
+  const size_t rows = 23, cols = 256;
+  const std::vector<float> w = Gaussian(rows * cols, 9);
+  const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("bf16"), "w");
+  for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}}) {
+    const std::vector<float> x = Gaussian(n_tokens * cols, 10);
+    const std::vector<uint16_t> xb = ToBf16Activations(x.data(), n_tokens, cols);
+    std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
+    Bf16DotRowsRef(q, xb.data(), n_tokens, 0, rows, reference.data(), rows);
+    QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);
+    ExpectClose(reference, exact, 0.5, "bf16 activations vs fp32 activations");  // |y| ~ 16: bf16 is 2^-9
+    if (!HasBf16DotKernel(q)) continue;  // no AVX512_BF16 here
+    std::vector<float> got(n_tokens * rows, NAN);
+    Bf16DotRows(q, xb.data(), n_tokens, 0, rows, got.data(), rows);
+    ExpectClose(got, reference, 1e-4, "vdpbf16ps vs reference, tokens " + std::to_string(n_tokens));
+  }
 }
 
 }  // namespace

@@ -1,6 +1,14 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LOWBIT_PAUSE() _mm_pause()
+#else
+#define LOWBIT_PAUSE() std::this_thread::yield()
+#endif
 
 namespace lowbit {
 
@@ -19,6 +27,17 @@ ThreadPool::~ThreadPool() {
 }
 
 namespace {
+// Spins until `ready()` or about 50 microseconds have passed; returns whether it became ready.
+template <class Ready>
+bool SpinUntil(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  for (int i = 1;; ++i) {
+    if (ready()) return true;
+    LOWBIT_PAUSE();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
 std::pair<size_t, size_t> Chunk(size_t n, size_t parts, size_t index) {
   const size_t base = n / parts, extra = n % parts;
   const size_t begin = index * base + std::min(index, extra);
@@ -42,9 +61,10 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>
   wake_.notify_all();
   const auto [begin, end] = Chunk(n, size(), 0);
   if (begin < end) fn(begin, end);
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
+  if (!SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
 }
 
 void ThreadPool::WorkerLoop(size_t index) {
@@ -52,19 +72,20 @@ void ThreadPool::WorkerLoop(size_t index) {
   while (true) {
     const std::function<void(size_t, size_t)>* job;
     size_t n;
+    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load();
       job = job_;
       n = job_n_;
     }
     const auto [begin, end] = Chunk(n, size(), index);
     if (begin < end) (*job)(begin, end);
-    {
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mutex_);  // the caller may be asleep on done_
+      done_.notify_one();
     }
   }
 }

@@ -6,6 +6,7 @@
 #include "kernels/dot.h"
 #include "kernels/input_transform.h"
 #include "kernels/qmatmul.h"
+#include "kernels/qmatmul_bf16.h"
 #include "kernels/qmatmul_int8.h"
 #include "quant/rtn.h"
 
@@ -45,7 +46,10 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     });
   } else {
     const QuantizedTensor& q = std::get<QuantizedTensor>(w.weight);
-    if (n_tokens <= kInt8DotMaxTokens && HasInt8DotKernel(q)) {
+    if (HasBf16DotKernel(q)) {
+      const std::vector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
+      pool.ParallelFor(rows, [&](size_t begin, size_t end) { Bf16DotRows(q, xb.data(), n_tokens, begin, end, y, rows); });
+    } else if (n_tokens <= kInt8DotMaxTokens && HasInt8DotKernel(q)) {
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8DotRows(q, a, begin, end, y, rows); });
     } else if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {

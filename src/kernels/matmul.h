@@ -1,7 +1,8 @@
 // y = x W^T + b for a Linear layer, whatever its storage: dense fp32 rows go straight to the dot
 // kernel; quantized weights go through the fused kernels for a few tokens (decode: int4 / int8
 // weights by integer dots against int8 activations where the CPU has VNNI, qmatmul_int8.h; every
-// other format by the fp32 kernels of qmatmul.h)
+// other format by the fp32 kernels of qmatmul.h); bf16 weights by BF16 dot products at every
+// batch size where the CPU has them (qmatmul_bf16.h)
 // or are decoded a tile of rows at a time into a small buffer for many (prefill) -- never the
 // whole matrix. x is [n_tokens x cols], y is [n_tokens x rows], row-major. With
 // input quantization, x is fake-quantized first.
