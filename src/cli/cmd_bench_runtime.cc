@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/session.h"
 #include "core/error.h"
 #include "eval/speed.h"
 #include "io/model_loader.h"
@@ -118,20 +119,18 @@ void PrintSpeeds(const RuntimeOptions& o, const Model& model, const std::vector<
               o.kv_dtype.c_str());
 }
 
-KvCacheOptions KvOptions(const RuntimeOptions& o) {
-  KvCacheOptions kv;
-  kv.dtype = ParseKvDtype(o.kv_dtype);
-  return kv;
+KvCacheOptions KvOptions(const RuntimeOptions& o, uint32_t n_layers) {
+  return KvCacheOptionsFor(o.kv_dtype, o.model, "", n_layers);
 }
 
 void RunDecode(const RuntimeOptions& o) {
   const Model model = LoadForBench(o);
-  PrintSpeeds(o, model, MeasureDecode(model, o.batches, o.ctx, o.steps, o.threads, KvOptions(o)), true);
+  PrintSpeeds(o, model, MeasureDecode(model, o.batches, o.ctx, o.steps, o.threads, KvOptions(o, model.config.n_layers)), true);
 }
 
 void RunPrefill(const RuntimeOptions& o) {
   const Model model = LoadForBench(o);
-  PrintSpeeds(o, model, MeasurePrefill(model, o.batches, o.ctx, o.threads, KvOptions(o)), false);
+  PrintSpeeds(o, model, MeasurePrefill(model, o.batches, o.ctx, o.threads, KvOptions(o, model.config.n_layers)), false);
 }
 
 // One decode step's attention at position ctx - 1 over a random cache of the given shape:
@@ -143,7 +142,7 @@ void RunAttention(const RuntimeOptions& o) {
   c.n_kv_heads = 8;
   c.head_dim = 128;
   c.dim = 4096;
-  KvCache cache(c, o.ctx, KvOptions(o));
+  KvCache cache(c, o.ctx, KvOptions(o, c.n_layers));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> k(c.kv_dim()), v(c.kv_dim()), q(c.n_heads * c.head_dim), out(q.size());

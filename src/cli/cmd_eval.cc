@@ -15,20 +15,10 @@ namespace lowbit::cli {
 namespace {
 
 struct EvalOptions {
-  std::string model, base, text, tokenizer, save_base, kl_base, quantize, kv_dtype = "fp32";
+  std::string model, base, text, tokenizer, save_base, kl_base, quantize, kv_dtype = "fp32", kv_scales;
   size_t ctx = 256, threads = 0, top_k = 32;
   bool json = false;
 };
-
-// The KV cache of the model under test. FP8 without calibrated scales uses 1.0, as vLLM does,
-// and says so.
-KvCacheOptions KvOptions(const EvalOptions& o) {
-  KvCacheOptions kv;
-  kv.dtype = ParseKvDtype(o.kv_dtype);
-  if (kv.dtype == KvDtype::kFp8E4M3 || kv.dtype == KvDtype::kFp8E5M2)
-    std::fprintf(stderr, "lowbit: warning: FP8 KV cache without calibrated scales: using scale 1.0\n");
-  return kv;
-}
 
 double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -58,7 +48,7 @@ void RunPpl(const EvalOptions& o) {
   const LoadedModel m = LoadModelWithTokenizer(o.model, o.tokenizer, o.quantize);
   const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, o.text);
   const ChunkPlan plan = PlanChunks(tokens.size(), o.ctx);
-  Engine engine(m.model, o.threads, KvOptions(o));
+  Engine engine(m.model, o.threads, KvCacheOptionsFor(o.kv_dtype, o.model, o.kv_scales, m.model.config.n_layers));
   Engine* engines[] = {&engine};
   const BaseFileHeader header{m.model.config.vocab_size, static_cast<uint32_t>(o.ctx),
                               static_cast<uint32_t>(o.top_k), plan.scored_total(), HashTokens(tokens)};
@@ -114,7 +104,8 @@ void RunCompare(const EvalOptions& o) {
          model.model.config.vocab_size);
   const std::vector<int32_t> tokens = TokenizeFile(*base.tokenizer, o.text);
   const ChunkPlan plan = PlanChunks(tokens.size(), o.ctx);
-  Engine base_engine(base.model, o.threads), model_engine(model.model, o.threads, KvOptions(o));
+  Engine base_engine(base.model, o.threads),
+      model_engine(model.model, o.threads, KvCacheOptionsFor(o.kv_dtype, o.model, o.kv_scales, model.model.config.n_layers));
   ProgressBar bar("compare", plan.chunks);
   const CompareResult r = CompareModels(base_engine, model_engine, tokens, plan, base.model.config.bos_id,
                                         [&](size_t done, size_t) { bar.Update(done); });
@@ -134,6 +125,7 @@ void AddCommon(CLI::App* cmd, EvalOptions& o) {
   cmd->add_option("--tokenizer", o.tokenizer, "Tokenizer (default: the model's own)");
   cmd->add_option("--quantize", o.quantize, "RTN-quantize --model's decoder linears in memory first, e.g. int4:g128");
   cmd->add_option("--kv-cache-dtype", o.kv_dtype, "KV cache of --model: " + KnownKvDtypes())->default_val("fp32");
+  cmd->add_option("--kv-scales", o.kv_scales, "FP8 KV scales (default: MODEL/kv_cache_scales.json if present)");
   cmd->add_flag("--json", o.json, "Print JSON");
 }
 

@@ -12,6 +12,7 @@ void AddDemoCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);  // codecs, then the runtime benchmarks below
 void AddBenchRuntimeCommands(CLI::App& bench);  // memory, gemv, decode, prefill, attention
 void AddSynthCommand(CLI::App& app);
+void AddCalibrateKvCommand(CLI::App& app);
 void AddEvalCommands(CLI::App& app);  // ppl, compare
 void AddGenerateCommand(CLI::App& app);
 void AddTokenizeCommand(CLI::App& app);

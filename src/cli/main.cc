@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   lowbit::cli::AddDemoCommand(app);
   lowbit::cli::AddBenchCommand(app);
   lowbit::cli::AddSynthCommand(app);
+  lowbit::cli::AddCalibrateKvCommand(app);
   lowbit::cli::AddEvalCommands(app);
   lowbit::cli::AddGenerateCommand(app);
   lowbit::cli::AddTokenizeCommand(app);

@@ -1,12 +1,37 @@
 #include "cli/session.h"
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "io/model_loader.h"
+#include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
 
 namespace lowbit::cli {
+
+KvCacheOptions KvCacheOptionsFor(const std::string& dtype, const std::string& model_path,
+                                 const std::string& scales_file, uint32_t n_layers) {
+  KvCacheOptions kv;
+  kv.dtype = ParseKvDtype(dtype);
+  if (kv.dtype != KvDtype::kFp8E4M3 && kv.dtype != KvDtype::kFp8E5M2) {
+    if (!scales_file.empty()) Fail("--kv-scales is for fp8 KV caches, not {}", dtype);
+    return kv;
+  }
+  std::filesystem::path path = scales_file;
+  if (path.empty() && std::filesystem::exists(KvScalesPathFor(model_path))) path = KvScalesPathFor(model_path);
+  if (path.empty()) {
+    std::fprintf(stderr, "lowbit: warning: FP8 KV cache without calibrated scales (lowbit calibrate-kv): using 1.0\n");
+    return kv;
+  }
+  const KvScales scales = ReadKvScales(path, n_layers);
+  if (scales.dtype != kv.dtype)
+    Fail("{}: scales were calibrated for a {} cache, not {}", path.string(), KvDtypeName(scales.dtype), dtype);
+  kv.k_scales = scales.k;
+  kv.v_scales = scales.v;
+  return kv;
+}
 
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,
                                    const std::string& quantize) {

@@ -5,11 +5,18 @@
 #include <memory>
 #include <string>
 
+#include "model/kv_cache.h"
 #include "model/sampler.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::cli {
+
+// --kv-cache-dtype (and --kv-scales) of the model at `model_path`. FP8 uses static scales from
+// `scales_file`, else from the model's kv_cache_scales.json (lowbit calibrate-kv), else 1.0 with
+// a warning on stderr, as vLLM does.
+KvCacheOptions KvCacheOptionsFor(const std::string& dtype, const std::string& model_path,
+                                 const std::string& scales_file, uint32_t n_layers);
 
 struct LoadedModel {
   Model model;

@@ -17,6 +17,11 @@ void WriteFileAtomic(const std::filesystem::path& path, std::span<const std::byt
 void WriteFileAtomic(const std::filesystem::path& path, std::string_view text);
 
 // A read-only memory mapping of a whole file; empty files map to an empty span.
+// Drops the whole pages of a read-only file mapping inside `bytes` from this process's resident
+// set once their contents have been copied out (loaders call it per tensor, so peak memory is the
+// loaded model, not the model plus the mapped file). Later reads fault the pages back in.
+void ReleasePages(std::span<const std::byte> bytes);
+
 class MappedFile {
  public:
   explicit MappedFile(const std::filesystem::path& path);

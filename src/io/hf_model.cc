@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 
@@ -24,7 +25,9 @@ class HfTensors {
   std::vector<float> Vector(const std::string& name, uint64_t n) const {
     const TensorView& t = model_.Get(name);
     if (t.numel() != n) Fail("{}: tensor '{}' has {} values, expected {}", model_.path().string(), name, t.numel(), n);
-    return ToFloat32(t);
+    std::vector<float> values = ToFloat32(t);
+    ReleasePages(t.data);
+    return values;
   }
 
   Linear Matrix(const std::string& name, uint64_t rows, uint64_t cols, bool with_bias) const {
@@ -37,6 +40,7 @@ class HfTensors {
         Fail("{}: tensor '{}.weight' has shape {}, expected [{}, {}]", model_.path().string(), name,
              fmt::format("[{}]", fmt::join(t.shape, ", ")), rows, cols);
       l.weight = DenseMatrix{rows, cols, ToFloat32(t)};
+      ReleasePages(t.data);
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     l.input_quant = quantized_.InputQuantOf(name);

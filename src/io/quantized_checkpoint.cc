@@ -542,6 +542,7 @@ struct Expect {
     const std::span<const std::byte> src = Get(name, dtype, shape);
     LOWBIT_CHECK(src.size() == dst.size());  // shape x dtype checked above, and the tensor matches the scheme
     if (!dst.empty()) std::memcpy(dst.data(), src.data(), dst.size());
+    ReleasePages(src);
   }
   void Absent(const std::string& name) const {
     if (st.Find(name)) Fail("{}: tensor '{}' does not belong to scheme '{}'", FileOf(st, name), name, scheme);
