@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/session.h"
+#include "io/model_loader.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "eval/compare.h"
@@ -204,7 +205,9 @@ void Run(const QuantizeOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   const Recipe recipe = RecipeFrom(o);
   if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
-  LoadedModel m = LoadModelWithTokenizer(o.model, "");
+  // A tokenizer is needed only to read calibration or evaluation text (synthetic models have none).
+  const bool needs_text = !recipe.calib_file.empty() || !o.eval.empty();
+  LoadedModel m = needs_text ? LoadModelWithTokenizer(o.model, "") : LoadedModel{LoadModel(o.model), nullptr};
   const LoadedModel base = o.eval.empty() ? LoadedModel{} : LoadModelWithTokenizer(o.model, "");
 
   QuantizeRequest req;

@@ -20,14 +20,29 @@ class HfTensors {
   }
 
   bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
+
+  // ToFloat32 in slices, dropping each slice's mapped pages once converted: the peak is the
+  // loaded model plus one slice, not plus the largest tensor (a 7B embedding is 0.5 GB).
+  static std::vector<float> ToFloat32Releasing(const TensorView& t) {
+    constexpr uint64_t kSlice = uint64_t{1} << 22;  // elements
+    const uint64_t n = t.numel(), width = DTypeSize(t.dtype);
+    if (t.data.size() != n * width) return ToFloat32(t);  // let ToFloat32 report the mismatch
+    std::vector<float> out(n);
+    for (uint64_t begin = 0; begin < n; begin += kSlice) {
+      const uint64_t count = std::min(kSlice, n - begin);
+      const TensorView slice{t.name, t.dtype, {count}, t.data.subspan(begin * width, count * width)};
+      const std::vector<float> part = ToFloat32(slice);
+      std::copy(part.begin(), part.end(), out.begin() + static_cast<std::ptrdiff_t>(begin));
+      ReleasePages(slice.data);
+    }
+    return out;
+  }
   bool HasLinear(const std::string& name) const { return Has(name + ".weight") || quantized_.Has(name); }
 
   std::vector<float> Vector(const std::string& name, uint64_t n) const {
     const TensorView& t = model_.Get(name);
     if (t.numel() != n) Fail("{}: tensor '{}' has {} values, expected {}", model_.path().string(), name, t.numel(), n);
-    std::vector<float> values = ToFloat32(t);
-    ReleasePages(t.data);
-    return values;
+    return ToFloat32Releasing(t);
   }
 
   Linear Matrix(const std::string& name, uint64_t rows, uint64_t cols, bool with_bias) const {
@@ -39,8 +54,7 @@ class HfTensors {
       if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
         Fail("{}: tensor '{}.weight' has shape {}, expected [{}, {}]", model_.path().string(), name,
              fmt::format("[{}]", fmt::join(t.shape, ", ")), rows, cols);
-      l.weight = DenseMatrix{rows, cols, ToFloat32(t)};
-      ReleasePages(t.data);
+      l.weight = DenseMatrix{rows, cols, ToFloat32Releasing(t)};
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     l.input_quant = quantized_.InputQuantOf(name);
