@@ -25,17 +25,29 @@ std::vector<std::vector<int32_t>> SampleWindows(const std::vector<int32_t>& toke
 void HessianAccumulator::Add(const float* x, size_t n_tokens, ThreadPool& pool) {
   // Transpose a chunk of tokens so each input feature is a contiguous vector; then every entry
   // is one SIMD dot product of two such vectors (DotRows blocks four of them per weight load).
-  constexpr size_t kChunk = 512;
+  // H is symmetric: each row block computes only the columns from its own first row on, and the
+  // lower triangle is mirrored at the end.
+  constexpr size_t kChunk = 512, kTile = 16, kRowBlock = 16;
   std::vector<float> xt(cols_ * kChunk), partial(cols_ * cols_);
   for (size_t t0 = 0; t0 < n_tokens; t0 += kChunk) {
     const size_t n = std::min(kChunk, n_tokens - t0);
-    for (size_t t = 0; t < n; ++t)
-      for (size_t c = 0; c < cols_; ++c) xt[c * n + t] = x[(t0 + t) * cols_ + c];
-    pool.ParallelFor(cols_, [&](size_t begin, size_t end) {
-      DotRows(xt.data(), n, begin, end, xt.data(), cols_, partial.data(), cols_);
+    for (size_t tb = 0; tb < n; tb += kTile)  // tiled transpose: both sides stay in cache
+      for (size_t cb = 0; cb < cols_; cb += kTile)
+        for (size_t t = tb; t < std::min(n, tb + kTile); ++t)
+          for (size_t c = cb; c < std::min(cols_, cb + kTile); ++c) xt[c * n + t] = x[(t0 + t) * cols_ + c];
+    const size_t blocks = (cols_ + kRowBlock - 1) / kRowBlock;
+    pool.ParallelFor(blocks, [&](size_t begin, size_t end) {
+      for (size_t b = begin; b < end; ++b) {
+        const size_t r0 = b * kRowBlock, r1 = std::min(cols_, r0 + kRowBlock);
+        // rows [r0, r1) against features [r0, cols): y[(c - r0) * cols + r] = H[r][c]
+        DotRows(xt.data(), n, r0, r1, xt.data() + r0 * n, cols_ - r0, partial.data() + r0 * cols_, cols_);
+      }
     });
-    for (size_t i = 0; i < h_.size(); ++i) h_[i] += partial[i];
+    for (size_t r = 0; r < cols_; ++r)
+      for (size_t c = r; c < cols_; ++c) h_[r * cols_ + c] += partial[c * cols_ + r];
   }
+  for (size_t r = 0; r < cols_; ++r)
+    for (size_t c = 0; c < r; ++c) h_[r * cols_ + c] = h_[c * cols_ + r];
   tokens_ += n_tokens;
 }
 
