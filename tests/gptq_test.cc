@@ -65,6 +65,28 @@ Problem MakeProblem(uint64_t seed) {
   return p;
 }
 
+TEST(HessianAccumulator, EqualsSumOfOuterProductsAcrossChunksAndCalls) {
+  // 37 features (not a multiple of the row block), 700 + 90 tokens (past the 512-token chunk).
+  const size_t cols = 37;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> a(700 * cols), b(90 * cols);
+  for (float& v : a) v = normal(rng);
+  for (float& v : b) v = normal(rng);
+  ThreadPool pool(2);
+  HessianAccumulator h(cols);
+  h.Add(a.data(), 700, pool);
+  h.Add(b.data(), 90, pool);
+  EXPECT_EQ(h.tokens(), 790u);
+  for (size_t r = 0; r < cols; ++r)
+    for (size_t c = 0; c < cols; ++c) {
+      double want = 0;
+      for (size_t t = 0; t < 700; ++t) want += static_cast<double>(a[t * cols + r]) * a[t * cols + c];
+      for (size_t t = 0; t < 90; ++t) want += static_cast<double>(b[t * cols + r]) * b[t * cols + c];
+      ASSERT_NEAR(h.sum()[r * cols + c], want, 1e-3 * (std::fabs(want) + 10)) << r << "," << c;
+    }
+}
+
 TEST(Gptq, BeatsRtnOnCorrelatedInputsForEveryFamily) {
   const Problem p = MakeProblem(1);
   for (const char* spec : {"int4:g32", "int3:g128", "int4:channel", "int4:g32:asym", "fp4_e2m1:g32", "mxfp4", "nvfp4",
