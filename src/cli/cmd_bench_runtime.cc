@@ -34,7 +34,7 @@ struct RuntimeOptions {
   // decode / prefill / attention
   std::string model, quantize, kv_dtype = "fp32";
   std::vector<size_t> batches{1};
-  size_t ctx = 512, steps = 8;
+  size_t ctx = 512, steps = 8, tokens = 1;
 };
 
 MemoryBandwidth Bandwidth(const RuntimeOptions& o, ThreadPool& pool) {
@@ -62,11 +62,11 @@ void RunGemv(const RuntimeOptions& o) {
   std::optional<QuantScheme> scheme;
   if (o.format != "fp32") scheme = ParseScheme(o.group ? fmt::format("{}:g{}", o.format, o.group) : o.format);
   const MemoryBandwidth m = Bandwidth(o, pool);
-  const GemvSpeed s = MeasureGemv(scheme, o.rows, o.cols, o.working_set_mib * kMiB, o.seconds, pool);
+  const GemvSpeed s = MeasureGemv(scheme, o.rows, o.cols, o.working_set_mib * kMiB, o.seconds, pool, o.tokens);
   const double fraction = s.gbps / m.triad_gbps;
   const std::string name = scheme ? scheme->ToString() : "fp32";
   if (o.json) {
-    std::puts(nlohmann::json({{"format", name}, {"rows", o.rows}, {"cols", o.cols}, {"gbps", s.gbps},
+    std::puts(nlohmann::json({{"format", name}, {"rows", o.rows}, {"cols", o.cols}, {"tokens", o.tokens}, {"gbps", s.gbps},
                               {"fraction_of_bandwidth", fraction}, {"triad_gbps", m.triad_gbps},
                               {"bits_per_weight", s.bits_per_weight}, {"matrices", s.matrices},
                               {"working_set_bytes", s.bytes_per_pass}, {"threads", pool.size()}})
@@ -78,7 +78,7 @@ void RunGemv(const RuntimeOptions& o) {
              {{name, fmt::format("{:.3f}", s.bits_per_weight), std::to_string(s.matrices),
                fmt::format("{:.1f}", s.gbps), fmt::format("{:.1f}", m.triad_gbps),
                fmt::format("{:.0f}%", 100 * fraction)}});
-  std::printf("\nBatch-1 GEMV, %llu x %llu, %.0f MiB of distinct weights, %zu threads.\n",
+  std::printf("\n%zu token(s), %llu x %llu, %.0f MiB of distinct weights, %zu threads.\n", o.tokens,
               static_cast<unsigned long long>(o.rows), static_cast<unsigned long long>(o.cols),
               static_cast<double>(s.bytes_per_pass) / kMiB, pool.size());
 }
@@ -206,6 +206,7 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
   gemv->add_option("--cols", o->cols, "Columns (inputs)")->default_val(4096);
   gemv->add_option("--working-set-mib", o->working_set_mib, "Distinct weight bytes cycled through")->default_val(512);
   gemv->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
+  gemv->add_option("--tokens", o->tokens, "Activation rows (1 = matrix-vector)")->default_val(1);
   gemv->add_option("--size-mib", o->memory_mib, "Bandwidth test size")->default_val(1536);
   common(gemv);
   gemv->callback([o] { RunGemv(*o); });

@@ -33,7 +33,7 @@ uint64_t LinearWeightBytes(const ModelWeights& w) {
 }
 
 GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, uint64_t cols,
-                      uint64_t working_set_bytes, double min_seconds, ThreadPool& pool) {
+                      uint64_t working_set_bytes, double min_seconds, ThreadPool& pool, size_t tokens) {
   const std::vector<float> w = RandomVector(rows * cols, 1, 0.02f);
   Linear prototype;
   if (scheme) prototype.weight = QuantizeRtn(w, rows, cols, *scheme, "bench");
@@ -44,10 +44,10 @@ GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, u
   s.matrices = std::max<uint64_t>(1, (working_set_bytes + prototype.storage_bytes() - 1) / prototype.storage_bytes());
   const std::vector<Linear> matrices(s.matrices, prototype);
   s.bytes_per_pass = s.matrices * prototype.storage_bytes();
-  const std::vector<float> x = RandomVector(cols, 2, 1.0f);
-  std::vector<float> y(rows);
+  const std::vector<float> x = RandomVector(tokens * cols, 2, 1.0f);
+  std::vector<float> y(tokens * rows);
   auto pass = [&] {
-    for (const Linear& m : matrices) MatMul(m, x.data(), 1, y.data(), pool);
+    for (const Linear& m : matrices) MatMul(m, x.data(), tokens, y.data(), pool);
   };
   pass();  // warm-up: page faults, thread wake-ups
   const auto start = Clock::now();

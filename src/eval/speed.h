@@ -21,10 +21,10 @@ struct GemvSpeed {
   double gbps = 0;              // weight bytes read per second
 };
 
-// y = W x at batch 1 over enough distinct [rows x cols] matrices to fill `working_set_bytes`;
+// y = W x at batch `tokens` (1 = GEMV) over enough distinct [rows x cols] matrices to fill `working_set_bytes`;
 // `scheme` nullopt = dense fp32. Runs passes until `min_seconds` have elapsed.
 GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, uint64_t cols,
-                      uint64_t working_set_bytes, double min_seconds, ThreadPool& pool);
+                      uint64_t working_set_bytes, double min_seconds, ThreadPool& pool, size_t tokens = 1);
 
 struct BatchSpeed {
   size_t batch = 0;

@@ -50,7 +50,7 @@ bool CpuHasVnni() {
 
 #define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-template <size_t kTokens>
+template <int kBits, size_t kTokens>
 LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
   const size_t cols = w.cols(), blocks = cols / l.block, per_group = l.group / l.block;
@@ -61,21 +61,23 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
     const uint8_t* row = w.codes().data() + r * w.row_bytes();
     __m512 acc[kTokens];
     for (size_t t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
-    for (size_t b = 0; b < blocks; ++b) {
-      const __m512i codes = _mm512_loadu_si512(row + b * 64);
-      const float ws = scales[b / per_group];
-      for (size_t t = 0; t < kTokens; ++t) {
-        const int8_t* xq = a.values.data() + (t0 + t) * cols + b * l.block;
-        __m512i dot = _mm512_setzero_si512();
-        if (l.bits == 4) {
-          dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(codes, low_nibbles), _mm512_loadu_si512(xq));
-          dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(codes, 4), low_nibbles),
-                                    _mm512_loadu_si512(xq + 64));
-        } else {
-          dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
+    for (size_t g = 0, b = 0; g < l.groups; ++g) {  // groups outside blocks: no division per block
+      const float ws = scales[g];
+      for (const size_t group_end = b + per_group; b < group_end; ++b) {
+        const __m512i codes = _mm512_loadu_si512(row + b * 64);
+        for (size_t t = 0; t < kTokens; ++t) {
+          const int8_t* xq = a.values.data() + (t0 + t) * cols + b * l.block;
+          __m512i dot = _mm512_setzero_si512();
+          if constexpr (kBits == 4) {
+            dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(codes, low_nibbles), _mm512_loadu_si512(xq));
+            dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(codes, 4), low_nibbles),
+                                      _mm512_loadu_si512(xq + 64));
+          } else {
+            dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
+          }
+          const float s = ws * a.scales[(t0 + t) * blocks + b];
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(s), acc[t]);
         }
-        const float s = ws * a.scales[(t0 + t) * blocks + b];
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(s), acc[t]);
       }
     }
     for (size_t t = 0; t < kTokens; ++t) {
@@ -129,9 +131,13 @@ void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_
                  size_t y_stride) {
   const std::optional<Layout> l = LayoutOf(w);
   LOWBIT_CHECK(l.has_value() && CpuHasVnni());
-  size_t t = 0;
-  for (; t + 4 <= a.n_tokens; t += 4) RowsVnni<4>(w, *l, a, t, row_begin, row_end, y, y_stride);
-  for (; t < a.n_tokens; ++t) RowsVnni<1>(w, *l, a, t, row_begin, row_end, y, y_stride);
+  auto run = [&]<int kBits>() {
+    size_t t = 0;
+    for (; t + 4 <= a.n_tokens; t += 4) RowsVnni<kBits, 4>(w, *l, a, t, row_begin, row_end, y, y_stride);
+    for (; t < a.n_tokens; ++t) RowsVnni<kBits, 1>(w, *l, a, t, row_begin, row_end, y, y_stride);
+  };
+  if (l->bits == 4) run.template operator()<4>();
+  else run.template operator()<8>();
 }
 
 void Int8DotRowsRef(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
