@@ -27,7 +27,7 @@ GenerationResult Generate(const LoadedModel& m, const std::string& prompt, size_
                           size_t threads, std::FILE* stream) {
   using Clock = std::chrono::steady_clock;
   const std::vector<int32_t> ids = m.tokenizer->Encode(prompt, /*add_bos=*/true);
-  Engine engine(m.model, threads);
+  Engine engine(m.model, threads, {}, Activations::kFast);
   const size_t capacity = std::min<size_t>(m.model.config.max_position, ids.size() + n);
   if (ids.size() >= capacity)
     Fail("the prompt has {} tokens; the model's context is {}", ids.size(), m.model.config.max_position);

@@ -47,7 +47,7 @@ GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, u
   const std::vector<float> x = RandomVector(tokens * cols, 2, 1.0f);
   std::vector<float> y(tokens * rows);
   auto pass = [&] {
-    for (const Linear& m : matrices) MatMul(m, x.data(), tokens, y.data(), pool);
+    for (const Linear& m : matrices) MatMul(m, x.data(), tokens, y.data(), pool, Activations::kFast);
   };
   pass();  // warm-up: page faults, thread wake-ups
   const auto start = Clock::now();
@@ -62,7 +62,7 @@ GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, u
 
 std::vector<BatchSpeed> MeasureDecode(const Model& model, const std::vector<size_t>& batches, size_t ctx,
                                       size_t steps, size_t threads, const KvCacheOptions& kv) {
-  Engine engine(model, threads, kv);
+  Engine engine(model, threads, kv, Activations::kFast);
   const uint32_t vocab = model.config.vocab_size;
   // One prefilled context, copied into every sequence: the values do not matter for speed.
   KvCache prefilled = engine.NewCache(ctx + steps);
@@ -89,7 +89,7 @@ std::vector<BatchSpeed> MeasureDecode(const Model& model, const std::vector<size
 
 std::vector<BatchSpeed> MeasurePrefill(const Model& model, const std::vector<size_t>& batches, size_t ctx,
                                        size_t threads, const KvCacheOptions& kv) {
-  Engine engine(model, threads, kv);
+  Engine engine(model, threads, kv, Activations::kFast);
   const uint32_t vocab = model.config.vocab_size;
   std::vector<int32_t> prompt(ctx);
   for (size_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 1) % vocab);

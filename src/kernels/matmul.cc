@@ -16,8 +16,6 @@ namespace {
 // Up to this many tokens the fused kernel (codes decoded in registers per token tile) wins; past
 // it, decoding a tile of rows once and running the dense 4 x 4 tiles over all tokens does.
 constexpr size_t kFusedMaxTokens = 8;
-// The integer-dot kernel decodes codes once per 4 tokens and stays ahead of row decoding longer.
-constexpr size_t kInt8DotMaxTokens = 64;
 constexpr size_t kDecodeTileRows = 4;
 }  // namespace
 
@@ -31,7 +29,7 @@ std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_
   return q.Dequantize();
 }
 
-void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool) {
+void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool, Activations activations) {
   const size_t rows = w.rows(), cols = w.cols();
   std::vector<float> transformed_input, outlier_input;  // online Hadamard / LLM.int8() (input_transform.h)
   x = PrepareLinearInput(w, x, n_tokens, transformed_input, outlier_input);
@@ -46,10 +44,11 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     });
   } else {
     const QuantizedTensor& q = std::get<QuantizedTensor>(w.weight);
-    if (HasBf16DotKernel(q)) {
+    const bool fast = activations == Activations::kFast;
+    if (fast && HasBf16DotKernel(q)) {
       const std::vector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Bf16DotRows(q, xb.data(), n_tokens, begin, end, y, rows); });
-    } else if (n_tokens <= kInt8DotMaxTokens && HasInt8DotKernel(q)) {
+    } else if (fast && HasInt8DotKernel(q)) {
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8DotRows(q, a, begin, end, y, rows); });
     } else if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -16,7 +17,14 @@
 
 namespace lowbit {
 
-void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool);
+// How activations meet quantized and bf16 weights. kExact keeps them fp32 (what evaluation and
+// calibration use, so quality figures measure the weights alone). kFast lets int4 / int8 weights
+// run integer dots on int8 block-quantized activations (VNNI) and bf16 weights BF16 dots on bf16
+// activations, as llama.cpp does, where the CPU has those instructions (generation, benchmarks).
+enum class Activations : uint8_t { kExact, kFast };
+
+void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool,
+            Activations activations = Activations::kExact);
 
 // x [n_tokens x cols] after quantize-dequantize under the layer's input quantization.
 std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_t n_tokens, size_t cols);

@@ -38,8 +38,9 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
   return inv;
 }
 
-Engine::Engine(const Model& model, size_t threads, KvCacheOptions kv)
-    : model_(model), pool_(threads), kv_options_(std::move(kv)), inv_freq_(RopeInverseFrequencies(model.config)) {}
+Engine::Engine(const Model& model, size_t threads, KvCacheOptions kv, Activations activations)
+    : model_(model), pool_(threads), kv_options_(std::move(kv)), activations_(activations),
+      inv_freq_(RopeInverseFrequencies(model.config)) {}
 
 void Engine::ApplyRope(float* vec, size_t n_heads, size_t pos) const {
   const size_t hd = model_.config.head_dim, half = hd / 2;
@@ -109,9 +110,9 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
   switch (group) {
     case LinearInput::kQkv: {  // q/k/v, RoPE, cache, attention -> the o input
       std::vector<float> q(total * c.q_dim()), k(total * c.kv_dim()), v(total * c.kv_dim());
-      MatMul(lw.wq, input.data(), total, q.data(), pool_);
-      MatMul(lw.wk, input.data(), total, k.data(), pool_);
-      MatMul(lw.wv, input.data(), total, v.data(), pool_);
+      MatMul(lw.wq, input.data(), total, q.data(), pool_, activations_);
+      MatMul(lw.wk, input.data(), total, k.data(), pool_, activations_);
+      MatMul(lw.wv, input.data(), total, v.data(), pool_, activations_);
       size_t row = 0;
       for (BatchItem& item : batch)
         for (size_t t = 0; t < item.tokens.size(); ++t, ++row) {
@@ -126,7 +127,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
     }
     case LinearInput::kO: {  // o, residual, norm -> the gate/up input
       std::vector<float> proj(total * dim);
-      MatMul(lw.wo, input.data(), total, proj.data(), pool_);
+      MatMul(lw.wo, input.data(), total, proj.data(), pool_, activations_);
       for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
       input.resize(total * dim);
       for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
@@ -134,8 +135,8 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
     }
     case LinearInput::kGateUp: {  // gate, up, SiLU(gate) * up -> the down input
       std::vector<float> gate(total * c.ffn_dim), up(total * c.ffn_dim);
-      MatMul(lw.w_gate, input.data(), total, gate.data(), pool_);
-      MatMul(lw.w_up, input.data(), total, up.data(), pool_);
+      MatMul(lw.w_gate, input.data(), total, gate.data(), pool_, activations_);
+      MatMul(lw.w_up, input.data(), total, up.data(), pool_, activations_);
       for (size_t i = 0; i < gate.size(); ++i) {
         const float g = gate[i];
         gate[i] = g / (1.0f + std::exp(-g)) * up[i];
@@ -145,7 +146,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
     }
     case LinearInput::kDown: {  // down, residual: the layer's output is in x
       std::vector<float> proj(total * dim);
-      MatMul(lw.w_down, input.data(), total, proj.data(), pool_);
+      MatMul(lw.w_down, input.data(), total, proj.data(), pool_, activations_);
       for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
       return;
     }
@@ -187,7 +188,7 @@ void Engine::Forward(std::span<BatchItem> batch) {
   }
   const size_t rows_out = normed.size() / dim;
   std::vector<float> logits(rows_out * vocab);
-  MatMul(w.lm_head, normed.data(), rows_out, logits.data(), pool_);
+  MatMul(w.lm_head, normed.data(), rows_out, logits.data(), pool_, activations_);
   size_t out_row = 0;
   for (BatchItem& item : batch) {
     const size_t count = item.all_logits ? item.tokens.size() : 1;

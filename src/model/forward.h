@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/matmul.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 
@@ -30,8 +31,9 @@ enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown };
 
 class Engine {
  public:
-  // New caches use `kv` (dtype, block size, FP8 scales).
-  Engine(const Model& model, size_t threads, KvCacheOptions kv = {});
+  // New caches use `kv` (dtype, block size, FP8 scales); `activations` picks the matmul kernels
+  // (kernels/matmul.h: exact fp32 for evaluation, fast low-precision dots for generation).
+  Engine(const Model& model, size_t threads, KvCacheOptions kv = {}, Activations activations = Activations::kExact);
 
   const Model& model() const { return model_; }
   ThreadPool& pool() { return pool_; }
@@ -59,6 +61,7 @@ class Engine {
   const Model& model_;
   ThreadPool pool_;
   KvCacheOptions kv_options_;
+  Activations activations_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
 };
 
