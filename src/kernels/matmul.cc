@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "formats/codec.h"
 #include "kernels/dot.h"
 #include "kernels/input_transform.h"
 #include "kernels/qmatmul.h"
@@ -16,7 +17,11 @@ namespace {
 // Up to this many tokens the fused kernel (codes decoded in registers per token tile) wins; past
 // it, decoding a tile of rows once and running the dense 4 x 4 tiles over all tokens does.
 constexpr size_t kFusedMaxTokens = 8;
+// Fast mode: integer dots up to this many tokens (codes decoded once per 4 tokens); past it,
+// decoding a tile of rows to bf16 once and running BF16 dots over every token wins.
+constexpr size_t kInt8DotMaxTokens = 32;
 constexpr size_t kDecodeTileRows = 4;
+constexpr size_t kBf16TileRows = 64;  // 64 bf16 rows of 4096: 512 KiB, decoded once per call
 }  // namespace
 
 std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_t n_tokens, size_t cols) {
@@ -48,12 +53,27 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     if (fast && HasBf16DotKernel(q)) {
       const std::vector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Bf16DotRows(q, xb.data(), n_tokens, begin, end, y, rows); });
-    } else if (fast && HasInt8DotKernel(q)) {
+    } else if (fast && n_tokens <= kInt8DotMaxTokens && HasInt8DotKernel(q)) {
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8DotRows(q, a, begin, end, y, rows); });
     } else if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {
       const QuantInput in = PrepareQuantInput(q, x, n_tokens);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { QuantDotRows(q, in, begin, end, y, rows); });
+    } else if (fast && n_tokens > kFusedMaxTokens && cols % 32 == 0 && CpuHasBf16Dot()) {
+      // Prefill, fast: decode a tile of rows to bf16 once, then BF16 dots for every token.
+      const std::vector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
+      pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+        std::vector<float> row(cols);
+        std::vector<uint16_t> tile(kBf16TileRows * cols);
+        for (size_t r = begin; r < end; r += kBf16TileRows) {
+          const size_t n = std::min(kBf16TileRows, end - r);
+          for (size_t i = 0; i < n; ++i) {
+            q.DequantizeRow(r + i, row.data());
+            Fp32ToBf16Row(row.data(), cols, &tile[i * cols]);
+          }
+          Bf16DotRows(tile.data(), cols, xb.data(), n_tokens, 0, n, y + r, rows);
+        }
+      });
     } else {
       // Many tokens: decode a tile of rows once into a small buffer and reuse it for every token.
       pool.ParallelFor(rows, [&](size_t begin, size_t end) {

@@ -1,11 +1,13 @@
-// y = x W^T + b for a Linear layer, whatever its storage: dense fp32 rows go straight to the dot
-// kernel; quantized weights go through the fused kernels for a few tokens (decode: int4 / int8
-// weights by integer dots against int8 activations where the CPU has VNNI, qmatmul_int8.h; every
-// other format by the fp32 kernels of qmatmul.h); bf16 weights by BF16 dot products at every
-// batch size where the CPU has them (qmatmul_bf16.h)
-// or are decoded a tile of rows at a time into a small buffer for many (prefill) -- never the
-// whole matrix. x is [n_tokens x cols], y is [n_tokens x rows], row-major. With
-// input quantization, x is fake-quantized first.
+// y = x W^T + b for a Linear layer, whatever its storage; x is [n_tokens x cols], y is
+// [n_tokens x rows], row-major. No full-precision copy of a quantized matrix is ever made.
+//   dense fp32                 SIMD dot tiles (4 rows x 4 tokens).
+//   quantized / bf16, exact    up to 8 tokens: fused kernels, codes decoded in registers
+//                              (qmatmul.h); more: 4 rows at a time decoded to fp32, then dot tiles.
+//   quantized / bf16, fast     where the CPU has the instructions: bf16 weights -> BF16 dots
+//                              (qmatmul_bf16.h); int4 / int8 up to 32 tokens -> VNNI integer dots on
+//                              int8 activations (qmatmul_int8.h); other formats past 8 tokens ->
+//                              64-row tiles decoded to bf16, then BF16 dots; otherwise as exact.
+// With input quantization (W8A8 simulation), x is fake-quantized first.
 #pragma once
 
 #include <cstddef>

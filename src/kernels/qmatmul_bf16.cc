@@ -16,7 +16,7 @@
 namespace lowbit {
 namespace {
 
-bool CpuHasBf16() {
+bool CpuHasBf16Flags() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
   return has;
 }
@@ -53,8 +53,10 @@ const uint16_t* Bf16Codes(const QuantizedTensor& w) { return reinterpret_cast<co
 
 }  // namespace
 
+bool CpuHasBf16Dot() { return CpuHasBf16Flags(); }
+
 bool HasBf16DotKernel(const QuantizedTensor& w) {
-  return CpuHasBf16() && w.scheme().element->minifloat == &kBf16 && w.cols() % 32 == 0;
+  return CpuHasBf16Flags() && w.scheme().element->minifloat == &kBf16 && w.cols() % 32 == 0;
 }
 
 std::vector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols) {
@@ -63,18 +65,22 @@ std::vector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t 
   return out;
 }
 
-void Bf16DotRows(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
+void Bf16DotRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
                  float* y, size_t y_stride) {
-  LOWBIT_CHECK(HasBf16DotKernel(w));
-  const size_t cols = w.cols();
-  const uint16_t* codes = Bf16Codes(w);
+  LOWBIT_CHECK(CpuHasBf16Flags() && cols % 32 == 0);
   constexpr size_t kTokenChunk = 64;  // activations of a chunk stay in L2 while the rows pass
   for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
     const size_t t1 = std::min(n_tokens, t0 + kTokenChunk);
     size_t r = row_begin;
-    for (; r + 4 <= row_end; r += 4) RowBlock<4>(codes, cols, x, t0, t1, y, y_stride, r);
-    for (; r < row_end; ++r) RowBlock<1>(codes, cols, x, t0, t1, y, y_stride, r);
+    for (; r + 4 <= row_end; r += 4) RowBlock<4>(w, cols, x, t0, t1, y, y_stride, r);
+    for (; r < row_end; ++r) RowBlock<1>(w, cols, x, t0, t1, y, y_stride, r);
   }
+}
+
+void Bf16DotRows(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
+                 float* y, size_t y_stride) {
+  LOWBIT_CHECK(HasBf16DotKernel(w));
+  Bf16DotRows(Bf16Codes(w), w.cols(), x, n_tokens, row_begin, row_end, y, y_stride);
 }
 
 void Bf16DotRowsRef(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,

@@ -14,11 +14,16 @@
 namespace lowbit {
 
 bool HasBf16DotKernel(const QuantizedTensor& w);  // bf16 storage, cols % 32 == 0, CPU support
+bool CpuHasBf16Dot();
 
 std::vector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols);
 
 // y[t * y_stride + r] = dot(row r, x_t) for r in [row_begin, row_end); x is bf16 [n_tokens x cols].
 void Bf16DotRows(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
+                 float* y, size_t y_stride);
+// The same on a plain row-major bf16 matrix w [rows x cols] (cols % 32 == 0): quantized weights
+// decoded a tile of rows at a time for prefill.
+void Bf16DotRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
                  float* y, size_t y_stride);
 // Scalar reference: bf16 values widened exactly, summed in double.
 void Bf16DotRowsRef(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
