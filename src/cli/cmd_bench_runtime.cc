@@ -32,7 +32,8 @@ struct RuntimeOptions {
   uint64_t rows = 4096, cols = 4096, working_set_mib = 512;
   double seconds = 1.0;
   // decode / prefill / attention
-  std::string model, quantize, kv_dtype = "fp32";
+  std::string model, kv_dtype = "fp32";
+  std::vector<std::string> formats{"fp32"};
   std::vector<size_t> batches{1};
   size_t ctx = 512, steps = 8, tokens = 1;
 };
@@ -83,54 +84,68 @@ void RunGemv(const RuntimeOptions& o) {
               static_cast<double>(s.bytes_per_pass) / kMiB, pool.size());
 }
 
-Model LoadForBench(const RuntimeOptions& o) {
-  Model model = LoadModel(o.model);
-  if (!o.quantize.empty()) QuantizeLinears(model.weights, ParseScheme(o.quantize), "rtn", /*include_lm_head=*/true);
-  return model;
-}
-
-void PrintSpeeds(const RuntimeOptions& o, const Model& model, const std::vector<BatchSpeed>& speeds, bool decode) {
-  if (o.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const BatchSpeed& s : speeds)
-      out.push_back({{"batch", s.batch}, {"tokens_per_second", s.tokens_per_second}, {"ms_per_token", s.ms_per_token},
-                     {"weight_gbps", s.weight_gbps}});
-    std::puts(out.dump(2).c_str());
-    return;
-  }
-  std::vector<std::vector<std::string>> rows;
-  for (const BatchSpeed& s : speeds)
-    rows.push_back({std::to_string(s.batch), fmt::format("{:.1f}", s.tokens_per_second),
-                    fmt::format("{:.2f}", s.ms_per_token), fmt::format("{:.1f}", s.weight_gbps)});
-  PrintTable({"batch", "tokens/s", decode ? "ms/step" : "ms/token", "weight GB/s"}, rows);
-  // Memory-bound while a step costs about the same at every batch; the crossover is the first
-  // batch whose step takes 1.5x the batch-1 step.
-  if (decode && speeds.size() > 1) {
-    std::string crossover = "beyond the largest batch measured";
-    for (const BatchSpeed& s : speeds)
-      if (s.ms_per_token > 1.5 * speeds.front().ms_per_token) {
-        crossover = fmt::format("at batch {}", s.batch);
-        break;
-      }
-    std::printf("\nMemory-bound to compute-bound crossover: %s.\n", crossover.c_str());
-  }
-  std::printf("%s: %s, %llu MiB of linear weights, ctx %zu, KV cache %s.\n", decode ? "Decode" : "Prefill",
-              model.source.c_str(), static_cast<unsigned long long>(LinearWeightBytes(model.weights) / kMiB), o.ctx,
-              o.kv_dtype.c_str());
-}
-
 KvCacheOptions KvOptions(const RuntimeOptions& o, uint32_t n_layers) {
   return KvCacheOptionsFor(o.kv_dtype, o.model, "", n_layers);
 }
 
-void RunDecode(const RuntimeOptions& o) {
-  const Model model = LoadForBench(o);
-  PrintSpeeds(o, model, MeasureDecode(model, o.batches, o.ctx, o.steps, o.threads, KvOptions(o, model.config.n_layers)), true);
+// The model as loaded, or a copy RTN-quantized in `format` (every linear, lm_head included).
+Model ModelIn(const Model& loaded, const std::string& format) {
+  Model model = loaded;
+  if (format != "fp32") QuantizeLinears(model.weights, ParseScheme(format), "rtn", /*include_lm_head=*/true);
+  return model;
 }
 
-void RunPrefill(const RuntimeOptions& o) {
-  const Model model = LoadForBench(o);
-  PrintSpeeds(o, model, MeasurePrefill(model, o.batches, o.ctx, o.threads, KvOptions(o, model.config.n_layers)), false);
+// Each format in turn on one loaded model, so the ratios come from one run.
+void RunSpeeds(const RuntimeOptions& o, bool decode) {
+  const Model loaded = LoadModel(o.model);
+  struct Result {
+    std::string format;
+    uint64_t weight_bytes;
+    std::vector<BatchSpeed> speeds;
+  };
+  std::vector<Result> results;
+  for (const std::string& format : o.formats) {
+    const Model model = ModelIn(loaded, format);
+    const KvCacheOptions kv = KvOptions(o, model.config.n_layers);
+    results.push_back({format, LinearWeightBytes(model.weights),
+                       decode ? MeasureDecode(model, o.batches, o.ctx, o.steps, o.threads, kv)
+                              : MeasurePrefill(model, o.batches, o.ctx, o.threads, kv)});
+  }
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Result& r : results)
+      for (const BatchSpeed& s : r.speeds)
+        out.push_back({{"format", r.format}, {"batch", s.batch}, {"tokens_per_second", s.tokens_per_second},
+                       {"ms_per_token", s.ms_per_token}, {"weight_gbps", s.weight_gbps}});
+    std::puts(out.dump(2).c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const Result& r : results)
+    for (size_t i = 0; i < r.speeds.size(); ++i) {
+      const BatchSpeed& s = r.speeds[i];
+      rows.push_back({r.format, fmt::format("{}", r.weight_bytes / kMiB), std::to_string(s.batch),
+                      fmt::format("{:.1f}", s.tokens_per_second), fmt::format("{:.2f}", s.ms_per_token),
+                      fmt::format("{:.1f}", s.weight_gbps),
+                      fmt::format("{:.2f}x", s.tokens_per_second / results.front().speeds[i].tokens_per_second)});
+    }
+  PrintTable({"format", "MiB", "batch", "tokens/s", decode ? "ms/step" : "ms/token", "weight GB/s",
+              "vs " + results.front().format},
+             rows);
+  // Memory-bound while a step costs about the same at every batch; the crossover is the first
+  // batch whose step takes 1.5x the batch-1 step.
+  if (decode && o.batches.size() > 1)
+    for (const Result& r : results) {
+      std::string crossover = "beyond the largest batch measured";
+      for (const BatchSpeed& s : r.speeds)
+        if (s.ms_per_token > 1.5 * r.speeds.front().ms_per_token) {
+          crossover = fmt::format("at batch {}", s.batch);
+          break;
+        }
+      std::printf("\n%s: memory-bound to compute-bound crossover %s.", r.format.c_str(), crossover.c_str());
+    }
+  std::printf("\n%s: %s, ctx %zu, KV cache %s, fast kernels (kernels/matmul.h).\n", decode ? "Decode" : "Prefill",
+              o.model.c_str(), o.ctx, o.kv_dtype.c_str());
 }
 
 // One decode step's attention at position ctx - 1 over a random cache of the given shape:
@@ -215,14 +230,16 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
     auto* cmd = bench.add_subcommand(decode ? "decode" : "prefill",
                                      decode ? "Decode tokens/s per batch size" : "Prefill tokens/s per batch size");
     cmd->add_option("--model", o->model, "Model (folder, .gguf, .bin)")->required();
-    cmd->add_option("--quantize", o->quantize, "RTN-quantize every linear (lm_head too) in memory first");
+    cmd->add_option("--quantize", o->formats,
+                    "Formats to run, e.g. fp32,bf16,int8,int4:g128 (RTN of every linear, lm_head too, in memory)")
+        ->delimiter(',');
     cmd->add_option("--batch", o->batches, "Batch sizes, e.g. 1,4,16,64")->delimiter(',');
     cmd->add_option("--ctx", o->ctx, decode ? "Cached positions before the timed steps" : "Prompt length")
         ->default_val(decode ? 512 : 256);
     if (decode) cmd->add_option("--steps", o->steps, "Timed decode steps")->default_val(8);
     cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
     common(cmd);
-    cmd->callback([o, decode] { decode ? RunDecode(*o) : RunPrefill(*o); });
+    cmd->callback([o, decode] { RunSpeeds(*o, decode); });
   }
 
   auto* attention = bench.add_subcommand("attention", "Blocked online-softmax attention vs the two-pass version");
