@@ -1,30 +1,19 @@
 // The lowbit binary end to end: JSON shapes other tools rely on, and errors with exit codes.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
-#include <nlohmann/json.hpp>
-#include <string>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_util.h"
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout + stderr
-};
-
-Result RunLowbit(const std::string& args) {
-  const std::string cmd = std::string("cd " LOWBIT_SOURCE_DIR " && " LOWBIT_BINARY " ") + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), out};
-}
+using lowbit::testing_util::RunLowbit;
+using Result = lowbit::testing_util::RunResult;
 
 TEST(Cli, FormatsJsonListsEveryFormatWithItsFacts) {
   const Result r = RunLowbit("formats --json");

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "gguf_writer_for_tests.h"
 #include "inspect_fixtures_for_tests.h"
+#include "test_util.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 #include "model/quantize_weights.h"
@@ -567,12 +568,8 @@ TEST(EngineFlags, ParsesTheFlagsThatMatter) {
 
 #ifdef LOWBIT_BINARY
 std::pair<int, std::string> RunLowbit(const std::string& args) {
-  const std::string cmd = std::string("cd " LOWBIT_SOURCE_DIR " && " LOWBIT_BINARY " ") + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  return {WEXITSTATUS(pclose(pipe)), out};
+  const testing_util::RunResult r = testing_util::RunLowbit(args);
+  return {r.status, r.out};
 }
 
 TEST(InspectCli, JsonTablesAndTraps) {

@@ -11,25 +11,15 @@
 
 #include "core/file_util.h"
 #include "io/hf_model.h"
+#include "test_util.h"
 
 namespace lowbit {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result RunLowbit(const std::string& args) {
-  const std::string cmd = std::string("cd " LOWBIT_SOURCE_DIR " && " LOWBIT_BINARY " ") + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  return {WEXITSTATUS(pclose(pipe)), out};
-}
+using testing_util::RunLowbit;
+using Result = testing_util::RunResult;
 
 class RecipeTest : public ::testing::Test {
  protected:

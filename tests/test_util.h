@@ -2,7 +2,10 @@
 #pragma once
 
 #include <hwy/targets.h>
+#include <sys/wait.h>
 
+#include <array>
+#include <cstdio>
 #include <string>
 
 namespace lowbit::testing_util {
@@ -17,5 +20,22 @@ void ForEachTarget(Fn&& fn) {
   }
   hwy::SetSupportedTargetsForTest(0);
 }
+
+#ifdef LOWBIT_BINARY
+struct RunResult {
+  int status;
+  std::string out;  // stdout + stderr
+};
+
+// Runs the lowbit binary with `args` from the source folder (so models/ and data/ resolve).
+inline RunResult RunLowbit(const std::string& args) {
+  const std::string cmd = std::string("cd " LOWBIT_SOURCE_DIR " && " LOWBIT_BINARY " ") + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  return {WEXITSTATUS(pclose(pipe)), out};
+}
+#endif
 
 }  // namespace lowbit::testing_util

@@ -33,7 +33,7 @@ struct RuntimeOptions {
   double seconds = 1.0;
   // decode / prefill / attention
   std::string model, kv_dtype = "fp32";
-  std::vector<std::string> formats{"fp32"};
+  std::vector<std::string> formats{"loaded"};
   std::vector<size_t> batches{1};
   size_t ctx = 512, steps = 8, tokens = 1;
 };
@@ -88,24 +88,28 @@ KvCacheOptions KvOptions(const RuntimeOptions& o, uint32_t n_layers) {
   return KvCacheOptionsFor(o.kv_dtype, o.model, "", n_layers);
 }
 
-// The model as loaded, or a copy RTN-quantized in `format` (every linear, lm_head included).
-Model ModelIn(const Model& loaded, const std::string& format) {
-  Model model = loaded;
-  if (format != "fp32") QuantizeLinears(model.weights, ParseScheme(format), "rtn", /*include_lm_head=*/true);
+// The model as loaded ("loaded", or "fp32": dense checkpoints load as fp32), or RTN-quantized in
+// `format` (every linear, lm_head included). The last format takes the loaded model itself, so a
+// single-format run holds one copy (its peak memory is the model's).
+Model ModelIn(Model& loaded, const std::string& format, bool last) {
+  Model model = last ? std::move(loaded) : loaded;
+  if (format != "fp32" && format != "loaded")
+    QuantizeLinears(model.weights, ParseScheme(format), "rtn", /*include_lm_head=*/true);
   return model;
 }
 
 // Each format in turn on one loaded model, so the ratios come from one run.
 void RunSpeeds(const RuntimeOptions& o, bool decode) {
-  const Model loaded = LoadModel(o.model);
+  Model loaded = LoadModel(o.model);
   struct Result {
     std::string format;
     uint64_t weight_bytes;
     std::vector<BatchSpeed> speeds;
   };
   std::vector<Result> results;
-  for (const std::string& format : o.formats) {
-    const Model model = ModelIn(loaded, format);
+  for (size_t i = 0; i < o.formats.size(); ++i) {
+    const std::string& format = o.formats[i];
+    const Model model = ModelIn(loaded, format, i + 1 == o.formats.size());
     const KvCacheOptions kv = KvOptions(o, model.config.n_layers);
     results.push_back({format, LinearWeightBytes(model.weights),
                        decode ? MeasureDecode(model, o.batches, o.ctx, o.steps, o.threads, kv)
@@ -231,7 +235,8 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
                                      decode ? "Decode tokens/s per batch size" : "Prefill tokens/s per batch size");
     cmd->add_option("--model", o->model, "Model (folder, .gguf, .bin)")->required();
     cmd->add_option("--quantize", o->formats,
-                    "Formats to run, e.g. fp32,bf16,int8,int4:g128 (RTN of every linear, lm_head too, in memory)")
+                    "Formats to run, e.g. fp32,bf16,int8,int4:g128 (RTN of every linear, lm_head too, in memory; "
+                    "'loaded' = as loaded)")
         ->delimiter(',');
     cmd->add_option("--batch", o->batches, "Batch sizes, e.g. 1,4,16,64")->delimiter(',');
     cmd->add_option("--ctx", o->ctx, decode ? "Cached positions before the timed steps" : "Prompt length")

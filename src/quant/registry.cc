@@ -67,11 +67,22 @@ std::unique_ptr<QuantMethod> MethodRegistry::Create(std::string_view name, const
 
 namespace {
 
+// Round-to-nearest, optionally after a pipeline step: SmoothQuant migrates activation outliers
+// into the weights (smoothing_alpha >= 0); LLM.int8() (Dettmers et al., 2022) keeps the input
+// columns whose calibration max |x| exceeds a threshold in full precision (outlier_threshold >= 0)
+// and quantizes the rest, its input per token.
 class RtnMethod final : public QuantMethod {
  public:
+  explicit RtnMethod(double smoothing_alpha = -1, double outlier_threshold = -1)
+      : smoothing_alpha_(smoothing_alpha), outlier_threshold_(outlier_threshold) {}
+  double smoothing_alpha() const override { return smoothing_alpha_; }
+  double outlier_threshold() const override { return outlier_threshold_; }
   QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
     return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name);
   }
+
+ private:
+  double smoothing_alpha_, outlier_threshold_;
 };
 
 class GptqMethod final : public QuantMethod {
@@ -130,20 +141,6 @@ std::unique_ptr<QuantMethod> MakeAwq(const nlohmann::json& config) {
   return std::make_unique<AwqMethod>(o);
 }
 
-// SmoothQuant: the pipeline migrates activation outliers into the weights (smoothing_alpha);
-// the smoothed weights are then rounded to nearest.
-class SmoothQuantMethod final : public QuantMethod {
- public:
-  explicit SmoothQuantMethod(double alpha) : alpha_(alpha) {}
-  double smoothing_alpha() const override { return alpha_; }
-  QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
-    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name);
-  }
-
- private:
-  double alpha_;
-};
-
 std::unique_ptr<QuantMethod> MakeSmoothQuant(const nlohmann::json& config) {
   double alpha = 0.5;
   try {
@@ -152,23 +149,8 @@ std::unique_ptr<QuantMethod> MakeSmoothQuant(const nlohmann::json& config) {
     Fail("method 'smoothquant': bad config value: {}", e.what());
   }
   if (!(alpha >= 0 && alpha <= 1)) Fail("method 'smoothquant': alpha must be in [0, 1], got {}", alpha);
-  return std::make_unique<SmoothQuantMethod>(alpha);
+  return std::make_unique<RtnMethod>(alpha, -1);
 }
-
-// LLM.int8() (Dettmers et al., 2022): the pipeline keeps the input columns whose calibration
-// max |x| exceeds `threshold` in full precision (outlier_threshold); the rest of the weight is
-// rounded to nearest (int8 per channel in the paper) and its input quantized per token.
-class LlmInt8Method final : public QuantMethod {
- public:
-  explicit LlmInt8Method(double threshold) : threshold_(threshold) {}
-  double outlier_threshold() const override { return threshold_; }
-  QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
-    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name);
-  }
-
- private:
-  double threshold_;
-};
 
 std::unique_ptr<QuantMethod> MakeLlmInt8(const nlohmann::json& config) {
   double threshold = 6.0;
@@ -179,7 +161,7 @@ std::unique_ptr<QuantMethod> MakeLlmInt8(const nlohmann::json& config) {
   }
   if (!(threshold >= 0) || !std::isfinite(threshold))
     Fail("method 'llm_int8': threshold must be a finite number >= 0, got {}", threshold);
-  return std::make_unique<LlmInt8Method>(threshold);
+  return std::make_unique<RtnMethod>(-1, threshold);
 }
 
 const std::vector<ElementKind> kAllElements = {ElementKind::kFloat, ElementKind::kInt, ElementKind::kNF4,
