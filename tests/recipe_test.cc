@@ -3,8 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -94,6 +93,47 @@ TEST_F(RecipeTest, BadRegexesAndKeysNameTheRecipeAndThePattern) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find(bad_method + ": overrides[0]: unknown quantization method 'nope'"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// An interrupted run (--stop-after) continues with --resume to the very checkpoint an uninterrupted
+// run writes; without --resume, or with another calibration, it refuses.
+TEST_F(RecipeTest, StoppedRunResumesToTheSameCheckpoint) {
+  const std::string args =
+      "quantize models/kjv-llama-7m --method gptq --format int4:g128 --calib data/kjv-train.txt --calib-len 64 --threads 2 ";
+  const std::string full = (dir_ / "full").string(), resumed = (dir_ / "resumed").string();
+  Result r = RunLowbit(args + "--calib-samples 4 -o " + full);
+  ASSERT_EQ(r.status, 0) << r.out;
+
+  r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --stop-after 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--resume"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(resumed));
+  EXPECT_TRUE(fs::exists(resumed + ".partial/progress.json"));
+
+  r = RunLowbit(args + "--calib-samples 4 -o " + resumed);  // forgot --resume
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--resume"), std::string::npos) << r.out;
+  r = RunLowbit(args + "--calib-samples 5 -o " + resumed + " --resume");  // another calibration
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("another recipe"), std::string::npos) << r.out;
+
+  r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --resume");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(resumed + ".partial"));
+  const nlohmann::json card = nlohmann::json::parse(ReadTextFile(fs::path(resumed) / "recipe.json"));
+  EXPECT_EQ(card["resumed_at_block"], 2);
+  EXPECT_EQ(card["tensors"].size(), 42u);  // the report of the first run's blocks is carried over
+
+  const Model a = LoadHfModel(full), b = LoadHfModel(resumed);
+  for (size_t l = 0; l < a.weights.layers.size(); ++l) {
+    const LayerWeights &la = a.weights.layers[l], &lb = b.weights.layers[l];
+    for (const auto& [x, y] : {std::pair{&la.wq, &lb.wq}, {&la.wo, &lb.wo}, {&la.w_down, &lb.w_down}}) {
+      const auto& qa = std::get<QuantizedTensor>(x->weight);
+      const auto& qb = std::get<QuantizedTensor>(y->weight);
+      EXPECT_TRUE(std::ranges::equal(qa.codes(), qb.codes())) << "layer " << l;
+      EXPECT_TRUE(std::ranges::equal(qa.scale_bytes(), qb.scale_bytes())) << "layer " << l;
+    }
+  }
 }
 
 }  // namespace

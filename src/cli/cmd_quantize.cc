@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 
 #include "cli/commands.h"
@@ -16,6 +17,7 @@
 #include "core/file_util.h"
 #include "eval/compare.h"
 #include "io/quantized_checkpoint.h"
+#include "io/run_checkpoint.h"
 #include "model/calibration.h"
 #include "model/ptq.h"
 #include "quant/registry.h"
@@ -27,8 +29,8 @@ struct QuantizeOptions {
   std::string model, out, recipe, method = "rtn", format, calib, eval, act_format;
   double alpha = -1, threshold = -1;
   int group = 0;
-  bool asym = false, act_order = false, json = false, rotate = false;
-  size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0;
+  bool asym = false, act_order = false, json = false, rotate = false, resume = false;
+  size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0, stop_after = 0;
   uint64_t seed = 0, rotate_seed = 0;
 };
 
@@ -201,10 +203,18 @@ uint64_t Fnv1a(const std::string& bytes) {
   return h;
 }
 
+// Thrown by the block hook for --stop-after: the run's state is saved, the command ends cleanly.
+struct StopRequested {
+  size_t blocks;
+};
+
 void Run(const QuantizeOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   const Recipe recipe = RecipeFrom(o);
   if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
+  const std::filesystem::path partial = o.out + ".partial";  // the state of an unfinished run
+  if (std::filesystem::exists(partial) && !o.resume)
+    Fail("{}: an interrupted run left its state here; add --resume to continue it, or delete it", partial.string());
   // A tokenizer is needed only to read calibration or evaluation text (synthetic models have none).
   const bool needs_text = !recipe.calib_file.empty() || !o.eval.empty();
   LoadedModel m = needs_text ? LoadModelWithTokenizer(o.model, "") : LoadedModel{LoadModel(o.model), nullptr};
@@ -230,9 +240,28 @@ void Run(const QuantizeOptions& o) {
     calib_card = {{"file", recipe.calib_file}, {"bytes", text.size()}, {"fnv1a64", fmt::format("{:016x}", Fnv1a(text))},
                   {"samples", recipe.calib_samples}, {"length", recipe.calib_len}, {"seed", recipe.seed}};
   }
+  const std::filesystem::path source_dir = std::filesystem::is_directory(o.model) ? o.model : "";
+  const nlohmann::json run = {{"recipe", recipe.ToJson()}, {"calibration", calib_card}, {"source", o.model}};
+  std::optional<RunCheckpoint> resumed;
+  if (o.resume) {
+    resumed = LoadRunCheckpoint(partial, run);
+    m.model = std::move(resumed->model);
+    req.resume = &resumed->state;
+  }
+  req.on_block_done = [&](const Model& model, const BlockCheckpoint& state) {
+    SaveRunCheckpoint(partial, model, state, run, source_dir);
+    if (o.stop_after > 0 && state.next_layer >= o.stop_after) throw StopRequested{state.next_layer};
+  };
   ProgressBar bar("quantize", m.model.config.n_layers);
   req.progress = [&](size_t layer, const std::string&) { bar.Update(layer); };
-  const QuantizeReport report = QuantizeModel(m.model, req);
+  QuantizeReport report;
+  try {
+    report = QuantizeModel(m.model, req);
+  } catch (const StopRequested& stop) {
+    std::printf("stopped after block %zu of %u; the state is in %s: continue with --resume\n", stop.blocks,
+                m.model.config.n_layers, partial.string().c_str());
+    return;
+  }
   bar.Update(m.model.config.n_layers);
 
   nlohmann::json card = {{"lowbit_version", LOWBIT_VERSION}, {"recipe", recipe.ToJson()}, {"calibration", calib_card},
@@ -269,7 +298,9 @@ void Run(const QuantizeOptions& o) {
                     {"top1_agreement", r.top1_agreement}, {"tokens", r.tokens}};
   }
   card["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  SaveQuantizedModel(m.model, o.out, std::filesystem::is_directory(o.model) ? o.model : "", card);
+  if (resumed) card["resumed_at_block"] = resumed->state.next_layer;
+  SaveQuantizedModel(m.model, o.out, source_dir, card);
+  std::filesystem::remove_all(partial);
   if (o.json) {
     std::puts(card.dump(2).c_str());
     return;
@@ -316,6 +347,8 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--eval", o->eval, "Text to evaluate PPL/KL/top-1 against the base (goes into recipe.json)");
   cmd->add_option("--eval-ctx", o->eval_ctx, "Context for --eval")->default_val(256);
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
+  cmd->add_flag("--resume", o->resume, "Continue an interrupted run from its last finished block (OUT.partial)");
+  cmd->add_option("--stop-after", o->stop_after, "Stop after this many blocks, leaving OUT.partial for --resume");
   cmd->add_flag("--json", o->json, "Print the recipe card as JSON");
   cmd->callback([o] { Run(*o); });
 }

@@ -278,8 +278,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");
-  QuantizeReport report;
-  if (req.rotate) {
+  QuantizeReport report = req.resume ? req.resume->report : QuantizeReport{};
+  const double prior_seconds = report.total_seconds;
+  if (req.rotate && !req.resume) {  // a resumed model was saved already rotated
     if (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0)
       Fail("rotate: method '{}' rescales input channels in the unrotated basis; combine rotation with rtn or gptq",
            req.method);
@@ -303,7 +304,20 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
 
   // One staged pass per layer: each linear group is calibrated on inputs that already went
   // through the quantized groups before it, and every linear runs once per calibration token.
-  for (size_t l = 0; l < model.config.n_layers; ++l) {
+  size_t first_layer = 0;
+  if (req.resume) {
+    first_layer = req.resume->next_layer;
+    if (first_layer > model.config.n_layers) Fail("resume: block {} is past the model's {}", first_layer, model.config.n_layers);
+    if (req.resume->hidden.size() != batches.size())
+      Fail("resume: {} saved hidden-state batches, the calibration makes {}", req.resume->hidden.size(), batches.size());
+    for (size_t i = 0; i < batches.size(); ++i) {
+      if (req.resume->hidden[i].size() != batches[i].x.size())
+        Fail("resume: saved hidden states of batch {} have {} values, expected {}", i, req.resume->hidden[i].size(),
+             batches[i].x.size());
+      batches[i].x = req.resume->hidden[i];
+    }
+  }
+  for (size_t l = first_layer; l < model.config.n_layers; ++l) {
     const auto layer_start = Clock::now();
     for (CalibrationBatch& b : batches) engine.BeginLayer(l, b.x, b.input);
     for (InputGroup& group : Groups(model.weights.layers[l])) {
@@ -378,9 +392,48 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       }
     }
     report.layer_seconds.push_back(Since(layer_start));
+    if (req.on_block_done) {
+      BlockCheckpoint state{l + 1, {}, report};
+      state.report.total_seconds = prior_seconds + Since(start);
+      for (const CalibrationBatch& b : batches) state.hidden.push_back(b.x);
+      req.on_block_done(model, state);
+    }
   }
-  report.total_seconds = Since(start);
+  report.total_seconds = prior_seconds + Since(start);
   return report;
+}
+
+nlohmann::json ReportToJson(const QuantizeReport& r) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorReport& t : r.tensors)
+    tensors.push_back({{"name", t.name}, {"scheme", t.scheme}, {"seconds", t.seconds}, {"weight_mse", t.weight_mse},
+                       {"output_mse", t.output_mse}});
+  nlohmann::json alphas = nlohmann::json::array();
+  for (const auto& [input, alpha] : r.awq_alphas) alphas.push_back({input, alpha});
+  return {{"tensors", tensors}, {"awq_alphas", alphas}, {"smoothed_inputs", r.smoothed_inputs},
+          {"outlier_columns", r.outlier_columns}, {"rotated", r.rotated}, {"rotation_down_block", r.rotation_down_block},
+          {"layer_seconds", r.layer_seconds}, {"calibration_seconds", r.calibration_seconds},
+          {"total_seconds", r.total_seconds}};
+}
+
+QuantizeReport ReportFromJson(const nlohmann::json& j) {
+  QuantizeReport r;
+  try {
+    for (const auto& t : j.at("tensors"))
+      r.tensors.push_back({t.at("name").get<std::string>(), t.at("scheme").get<std::string>(), t.at("seconds").get<double>(),
+                           t.at("weight_mse").get<double>(), t.at("output_mse").get<double>()});
+    for (const auto& a : j.at("awq_alphas")) r.awq_alphas.emplace_back(a.at(0).get<std::string>(), a.at(1).get<double>());
+    r.smoothed_inputs = j.at("smoothed_inputs").get<size_t>();
+    r.outlier_columns = j.at("outlier_columns").get<size_t>();
+    r.rotated = j.at("rotated").get<bool>();
+    r.rotation_down_block = j.at("rotation_down_block").get<size_t>();
+    r.layer_seconds = j.at("layer_seconds").get<std::vector<double>>();
+    r.calibration_seconds = j.at("calibration_seconds").get<double>();
+    r.total_seconds = j.at("total_seconds").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    Fail("quantize report: {}", e.what());
+  }
+  return r;
 }
 
 }  // namespace lowbit

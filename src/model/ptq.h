@@ -25,6 +25,31 @@ struct TensorRule {
   nlohmann::json method_config;        // null = the request's config when the method is the request's, else {}
 };
 
+struct TensorReport {
+  std::string name, scheme;
+  double seconds = 0;
+  double weight_mse = 0;
+  double output_mse = 0;  // mean over calibration tokens of |(W - Q) x|^2 / rows (0 without calibration)
+};
+
+struct QuantizeReport {
+  std::vector<TensorReport> tensors;
+  std::vector<std::pair<std::string, double>> awq_alphas;  // chosen alpha per scaled input (AWQ)
+  size_t smoothed_inputs = 0;                                // inputs SmoothQuant rescaled
+  size_t outlier_columns = 0;                                // LLM.int8(): fp columns over all linears
+  bool rotated = false;
+  size_t rotation_down_block = 0;                            // online Hadamard block of down_proj
+  std::vector<double> layer_seconds;
+  double calibration_seconds = 0, total_seconds = 0;
+};
+
+// The state a run leaves after each finished block, from which QuantizeModel can continue.
+struct BlockCheckpoint {
+  size_t next_layer = 0;                    // blocks before it are quantized (and rotated, if asked)
+  std::vector<std::vector<float>> hidden;   // hidden states entering next_layer, one per calibration batch
+  QuantizeReport report;                    // so far
+};
+
 struct QuantizeRequest {
   std::string method = "rtn";
   nlohmann::json method_config = nlohmann::json::object();
@@ -43,25 +68,16 @@ struct QuantizeRequest {
   std::vector<std::string> ignore;
   size_t calibration_batch = 16;  // windows per forward call
   std::function<void(size_t layer, const std::string& tensor)> progress;
+  // Resumable runs: called after every finished block with the model as it stands and the state
+  // to continue from. `resume` continues a run from such a checkpoint: the model must be the one
+  // saved with it (its first blocks quantized), the request the same.
+  std::function<void(const Model& model, const BlockCheckpoint& state)> on_block_done;
+  const BlockCheckpoint* resume = nullptr;
 };
 
-struct TensorReport {
-  std::string name, scheme;
-  double seconds = 0;
-  double weight_mse = 0;
-  double output_mse = 0;  // mean over calibration tokens of |(W - Q) x|^2 / rows (0 without calibration)
-};
-
-struct QuantizeReport {
-  std::vector<TensorReport> tensors;
-  std::vector<std::pair<std::string, double>> awq_alphas;  // chosen alpha per scaled input (AWQ)
-  size_t smoothed_inputs = 0;                                // inputs SmoothQuant rescaled
-  size_t outlier_columns = 0;                                // LLM.int8(): fp columns over all linears
-  bool rotated = false;
-  size_t rotation_down_block = 0;                            // online Hadamard block of down_proj
-  std::vector<double> layer_seconds;
-  double calibration_seconds = 0, total_seconds = 0;
-};
+// Report <-> JSON, for checkpoints of interrupted runs.
+nlohmann::json ReportToJson(const QuantizeReport& report);
+QuantizeReport ReportFromJson(const nlohmann::json& j);
 
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& request);
 
