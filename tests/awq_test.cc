@@ -20,6 +20,7 @@
 namespace lowbit {
 namespace {
 
+using testing_util::KjvCalibration;
 using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
@@ -87,11 +88,9 @@ TEST(Awq, WholeModelBeatsAsymmetricRtnOnHeldOutText) {
   const Model base = LoadHfModel(kModelDir);
   Model rtn_model = LoadHfModel(kModelDir), awq_model = LoadHfModel(kModelDir);
   const auto tok = LoadTokenizer(kModelDir);
-  const std::vector<int32_t> tokens =
-      tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 80000), true);
   QuantizeRequest req;
   req.scheme = ParseScheme("int3:g128:asym");
-  req.calibration = SampleWindows(tokens, 16, 128, 0);
+  req.calibration = KjvCalibration(*tok, 16, 128);
   req.threads = 2;
   QuantizeModel(rtn_model, req);
   req.method = "awq";

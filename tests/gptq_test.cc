@@ -20,6 +20,7 @@
 namespace lowbit {
 namespace {
 
+using testing_util::KjvCalibration;
 using testing_util::MeanKl;
 
 // Output error of a quantized weight on inputs with second moment H: trace(dW H dW^T).
@@ -147,11 +148,9 @@ TEST(Pipeline, GptqOnTheBundledModelBeatsRtn) {
   const Model base = LoadHfModel(dir);
   Model rtn_model = LoadHfModel(dir), gptq_model = LoadHfModel(dir);
   const auto tok = LoadTokenizer(dir);
-  const std::string text = ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 60000);
-  const std::vector<int32_t> tokens = tok->Encode(text, true);
   QuantizeRequest req;
   req.scheme = ParseScheme("int3:g64");
-  req.calibration = SampleWindows(tokens, 16, 128, 0);
+  req.calibration = KjvCalibration(*tok, 16, 128);
   req.threads = 2;
   QuantizeRequest uncalibrated = req;
   uncalibrated.method = "gptq";

@@ -22,6 +22,7 @@
 namespace lowbit {
 namespace {
 
+using testing_util::KjvCalibration;
 using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
@@ -80,11 +81,10 @@ TEST(LlmInt8, BundledModelBeatsNaiveW8A8AndSurvivesSaveAndLoad) {
   const Model base = LoadHfModel(kModelDir);
   Model naive = LoadHfModel(kModelDir), mixed = LoadHfModel(kModelDir);
   const auto tok = LoadTokenizer(kModelDir);
-  const auto tokens = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 60000), true);
   QuantizeRequest req;
   req.scheme = ParseScheme("int8:channel");
   req.act_scheme = ParseScheme("int8:token");
-  req.calibration = SampleWindows(tokens, 8, 128, 0);
+  req.calibration = KjvCalibration(*tok, 8, 128);
   req.threads = 2;
   QuantizeModel(naive, req);
   req.method = "llm_int8";

@@ -5,8 +5,11 @@
 #include <span>
 #include <vector>
 
+#include "core/file_util.h"
 #include "eval/scoring.h"
+#include "model/calibration.h"
 #include "model/forward.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit::testing_util {
 
@@ -24,6 +27,13 @@ inline double MeanKl(const Model& base, const Model& model, const std::vector<in
     for (size_t i = 0; i < vocab; ++i) kl += std::exp(pb[i]) * (pb[i] - pm[i]);
   }
   return kl / static_cast<double>(ids.size());
+}
+
+// Calibration windows from the KJV training text, as `lowbit quantize --calib` draws them.
+inline std::vector<std::vector<int32_t>> KjvCalibration(const Tokenizer& tok, size_t samples, size_t length) {
+  const std::string text = ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt");
+  return SampleTextWindows(
+      text, [&](std::string_view line) { return tok.Encode(line, false); }, samples, length, 0);
 }
 
 }  // namespace lowbit::testing_util

@@ -24,6 +24,7 @@
 namespace lowbit {
 namespace {
 
+using testing_util::KjvCalibration;
 using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
@@ -37,8 +38,7 @@ std::vector<int32_t> HeldOut(size_t n) {
 
 std::vector<std::vector<int32_t>> Calibration(size_t samples, size_t length) {
   const auto tok = LoadTokenizer(kModelDir);
-  const auto tokens = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 80000), true);
-  return SampleWindows(tokens, samples, length, 0);
+  return KjvCalibration(*tok, samples, length);
 }
 
 TEST(Hadamard, MatchesSylvesterConstructionAndIsItsOwnInverse) {

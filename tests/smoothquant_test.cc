@@ -18,6 +18,7 @@
 namespace lowbit {
 namespace {
 
+using testing_util::KjvCalibration;
 using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
@@ -41,11 +42,10 @@ TEST(SmoothQuant, W8A8StaticBeatsNaiveAndSurvivesSaveAndLoad) {
   const Model base = LoadHfModel(kModelDir);
   Model naive = LoadHfModel(kModelDir), smooth = LoadHfModel(kModelDir);
   const auto tok = LoadTokenizer(kModelDir);
-  const auto tokens = tok->Encode(ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 60000), true);
   QuantizeRequest req;
   req.scheme = ParseScheme("int8:channel");
   req.act_scheme = ParseScheme("int8:tensor:scale=f32");
-  req.calibration = SampleWindows(tokens, 8, 128, 0);
+  req.calibration = KjvCalibration(*tok, 8, 128);
   req.threads = 2;
   QuantizeModel(naive, req);
   req.method = "smoothquant";

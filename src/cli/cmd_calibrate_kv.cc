@@ -34,7 +34,7 @@ void AddCalibrateKvCommand(CLI::App& app) {
   cmd->callback([o] {
     const LoadedModel m = LoadModelWithTokenizer(o->model, "");
     const auto windows =
-        SampleWindows(TokenizeLines(*m.tokenizer, ReadTextFile(o->calib), o->threads), o->samples, o->length, o->seed);
+        CalibrationWindows(*m.tokenizer, ReadTextFile(o->calib), o->calib, o->samples, o->length, o->seed);
     const KvScales s = CalibrateKvScales(m.model, windows, ParseKvDtype(o->dtype), o->threads);
     const std::filesystem::path out = o->out.empty() ? KvScalesPathFor(o->model) : std::filesystem::path(o->out);
     WriteKvScales(s, out);

@@ -31,6 +31,7 @@ struct QuantizeOptions {
   int group = 0;
   bool asym = false, act_order = false, json = false, rotate = false, resume = false;
   size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0, stop_after = 0;
+  double checkpoint_every = 60;  // seconds between saves of OUT.partial (0: after every block)
   uint64_t seed = 0, rotate_seed = 0;
 };
 
@@ -235,8 +236,8 @@ void Run(const QuantizeOptions& o) {
   nlohmann::json calib_card = nullptr;
   if (!recipe.calib_file.empty()) {
     const std::string text = ReadTextFile(recipe.calib_file);
-    req.calibration =
-        SampleWindows(TokenizeLines(*m.tokenizer, text, o.threads), recipe.calib_samples, recipe.calib_len, recipe.seed);
+    req.calibration = CalibrationWindows(*m.tokenizer, text, recipe.calib_file, recipe.calib_samples, recipe.calib_len,
+                                         recipe.seed);
     calib_card = {{"file", recipe.calib_file}, {"bytes", text.size()}, {"fnv1a64", fmt::format("{:016x}", Fnv1a(text))},
                   {"samples", recipe.calib_samples}, {"length", recipe.calib_len}, {"seed", recipe.seed}};
   }
@@ -248,9 +249,19 @@ void Run(const QuantizeOptions& o) {
     m.model = std::move(resumed->model);
     req.resume = &resumed->state;
   }
+  // A checkpoint writes the whole model so far: worth it once a crash would lose more work than
+  // the write costs, and never after the last block (the output follows at once).
+  auto last_save = std::chrono::steady_clock::now();
   req.on_block_done = [&](const Model& model, const BlockCheckpoint& state) {
-    SaveRunCheckpoint(partial, model, state, run, source_dir);
-    if (o.stop_after > 0 && state.next_layer >= o.stop_after) throw StopRequested{state.next_layer};
+    const bool stop = o.stop_after > 0 && state.next_layer >= o.stop_after;
+    const auto now = std::chrono::steady_clock::now();
+    const bool due = std::chrono::duration<double>(now - last_save).count() >= o.checkpoint_every &&
+                     state.next_layer < model.config.n_layers;
+    if (stop || due) {
+      SaveRunCheckpoint(partial, model, state, run, source_dir);
+      last_save = now;
+    }
+    if (stop) throw StopRequested{state.next_layer};
   };
   ProgressBar bar("quantize", m.model.config.n_layers);
   req.progress = [&](size_t layer, const std::string&) { bar.Update(layer); };
@@ -349,6 +360,10 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_flag("--resume", o->resume, "Continue an interrupted run from its last finished block (OUT.partial)");
   cmd->add_option("--stop-after", o->stop_after, "Stop after this many blocks, leaving OUT.partial for --resume");
+  cmd->add_option("--checkpoint-every", o->checkpoint_every,
+                  "Save OUT.partial after a block once this many seconds passed since the last save (0: every block)")
+      ->default_val(60)
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", o->json, "Print the recipe card as JSON");
   cmd->callback([o] { Run(*o); });
 }

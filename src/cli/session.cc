@@ -4,8 +4,8 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
-#include "core/thread_pool.h"
 #include "io/model_loader.h"
+#include "model/calibration.h"
 #include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
 
@@ -47,22 +47,15 @@ std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string&
   return tokenizer.Encode(ReadTextFile(path), /*add_bos=*/true);
 }
 
-std::vector<int32_t> TokenizeLines(const Tokenizer& tokenizer, const std::string& text, size_t threads) {
-  std::vector<std::string_view> lines;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    if (end > start) lines.emplace_back(text.data() + start, end - start);
-    start = end + 1;
+std::vector<std::vector<int32_t>> CalibrationWindows(const Tokenizer& tokenizer, std::string_view text,
+                                                     const std::string& file, size_t samples, size_t length,
+                                                     uint64_t seed) {
+  try {
+    return SampleTextWindows(
+        text, [&](std::string_view line) { return tokenizer.Encode(line, /*add_bos=*/false); }, samples, length, seed);
+  } catch (const Error& e) {
+    Fail("{}: {}", file, e.what());
   }
-  std::vector<std::vector<int32_t>> parts(lines.size());
-  ThreadPool pool(threads);
-  pool.ParallelFor(lines.size(), [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) parts[i] = tokenizer.Encode(lines[i], false);
-  });
-  std::vector<int32_t> tokens = {tokenizer.bos_id()};
-  for (const auto& p : parts) tokens.insert(tokens.end(), p.begin(), p.end());
-  return tokens;
 }
 
 }  // namespace lowbit::cli

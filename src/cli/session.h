@@ -33,7 +33,10 @@ std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string&
 
 // Tokenizes a large text line by line on all threads (BOS first, lines concatenated): for
 // calibration, where whole-text tokenization of megabytes would dominate the run time.
-std::vector<int32_t> TokenizeLines(const Tokenizer& tokenizer, const std::string& text, size_t threads);
+// Calibration windows from `text` (read from `file`, named in errors): model/calibration.h.
+std::vector<std::vector<int32_t>> CalibrationWindows(const Tokenizer& tokenizer, std::string_view text,
+                                                     const std::string& file, size_t samples, size_t length,
+                                                     uint64_t seed);
 
 struct GenerationResult {
   std::string text;

@@ -6,6 +6,7 @@
 #include <hwy/highway.h>
 
 #include "kernels/dot.h"
+#include "kernels/reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace lowbit {
@@ -27,6 +28,7 @@ float DotImpl(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t n
   return sum;
 }
 
+
 // One token block (up to 4 tokens) against a block of up to 4 weight rows: a 4 x 4 tile of
 // accumulators, so each loaded vector feeds four FMAs.
 template <size_t kRows, size_t kTokens>
@@ -46,6 +48,16 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT w, size_t cols, size_t r0, const 
       for (size_t t = 0; t < kTokens; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
     }
   }
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kRows == 4) {
+    if (i == cols) {  // four rows of a token are adjacent in y: one reduction, one store
+      for (size_t t = 0; t < kTokens; ++t)
+        hn::StoreU(SumOfFour(d, acc[0][t], acc[1][t], acc[2][t], acc[3][t]), hn::Full128<float>(),
+                   y + (t0 + t) * y_stride + r0);
+      return;
+    }
+  }
+#endif
   for (size_t r = 0; r < kRows; ++r)
     for (size_t t = 0; t < kTokens; ++t) {
       float s = hn::GetLane(hn::SumOfLanes(d, acc[r][t]));

@@ -20,7 +20,9 @@ constexpr size_t kFusedMaxTokens = 8;
 // Fast mode: integer dots up to this many tokens (codes decoded once per 4 tokens); past it,
 // decoding a tile of rows to bf16 once and running BF16 dots over every token wins.
 constexpr size_t kInt8DotMaxTokens = 32;
-constexpr size_t kDecodeTileRows = 4;
+// Exact prefill decodes up to this many bytes of fp32 rows at a time: each token chunk is then
+// reused over many rows (with 4 rows a tile, every 4 rows re-streamed all tokens from L3).
+constexpr size_t kDecodeTileBytes = 256 << 10;
 constexpr size_t kBf16TileRows = 64;  // 64 bf16 rows of 4096: 512 KiB, decoded once per call
 }  // namespace
 
@@ -76,10 +78,11 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
       });
     } else {
       // Many tokens: decode a tile of rows once into a small buffer and reuse it for every token.
+      const size_t tile_rows = std::clamp<size_t>(kDecodeTileBytes / (cols * sizeof(float)) / 4 * 4, 4, 64);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) {
-        std::vector<float> tile(kDecodeTileRows * cols);
-        for (size_t r = begin; r < end; r += kDecodeTileRows) {
-          const size_t n = std::min(kDecodeTileRows, end - r);
+        std::vector<float> tile(tile_rows * cols);
+        for (size_t r = begin; r < end; r += tile_rows) {
+          const size_t n = std::min(tile_rows, end - r);
           for (size_t i = 0; i < n; ++i) q.DequantizeRow(r + i, &tile[i * cols]);
           DotRows(tile.data(), cols, 0, n, x, n_tokens, y + r, rows);
         }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/attention_tile.h"
 #include "kernels/dot.h"
 
 namespace lowbit {
@@ -19,34 +20,17 @@ void AttendBlocked(const KvCache& cache, const AttentionQuery& qr, AttentionScra
   const size_t head_dim = cache.head_dim();
   s.k_tile.resize(block * head_dim);
   s.v_tile.resize(block * head_dim);
-  s.scores.resize(qr.heads * block);
+  s.scores.resize(block);
   s.acc.assign(qr.heads * head_dim, 0.0f);
   s.max.assign(qr.heads, -INFINITY);
   s.sum.assign(qr.heads, 0.0f);
+  const OnlineSoftmax state{s.max.data(), s.sum.data(), s.acc.data()};
   for (size_t begin = 0; begin <= qr.position; begin += block) {
-    const size_t end = std::min(begin + block, qr.position + 1), n = end - begin;
+    const size_t end = std::min(begin + block, qr.position + 1);
     const KvCache::Tile k = cache.ReadK(qr.layer, qr.kv_head, begin, end, qr.position, s.k_tile.data());
     const KvCache::Tile v = cache.ReadV(qr.layer, qr.kv_head, begin, end, qr.position, s.v_tile.data());
-    for (size_t h = 0; h < qr.heads; ++h) {
-      float* scores = &s.scores[h * block];
-      float block_max = -INFINITY;
-      for (size_t i = 0; i < n; ++i) {
-        scores[i] = Dot(qr.q + h * head_dim, k.data + i * k.stride, head_dim) * qr.scale;
-        block_max = std::max(block_max, scores[i]);
-      }
-      float* acc = &s.acc[h * head_dim];
-      if (block_max > s.max[h]) {  // rescale what was accumulated under the old maximum
-        const float correction = std::exp(s.max[h] - block_max);
-        s.sum[h] *= correction;
-        for (size_t i = 0; i < head_dim; ++i) acc[i] *= correction;
-        s.max[h] = block_max;
-      }
-      for (size_t i = 0; i < n; ++i) {
-        const float p = std::exp(scores[i] - s.max[h]);
-        s.sum[h] += p;
-        Axpy(p, v.data + i * v.stride, head_dim, acc);
-      }
-    }
+    AttendTile(qr.q, qr.heads, head_dim, qr.scale, {k.data, k.stride, v.data, v.stride, end - begin}, state,
+               s.scores.data());
   }
   for (size_t h = 0; h < qr.heads; ++h)
     for (size_t i = 0; i < head_dim; ++i) out[h * head_dim + i] = s.acc[h * head_dim + i] / s.sum[h];

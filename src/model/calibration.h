@@ -3,16 +3,25 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <vector>
 
 #include "core/thread_pool.h"
 
 namespace lowbit {
 
-// `samples` windows of `length` tokens at random offsets of `tokens` (seeded, reproducible).
-// Throws Error when the text is shorter than one window.
-std::vector<std::vector<int32_t>> SampleWindows(const std::vector<int32_t>& tokens, size_t samples, size_t length,
-                                                uint64_t seed);
+// Tokenizes one segment of text (no BOS).
+using LineEncoder = std::function<std::vector<int32_t>(std::string_view line)>;
+
+// `samples` windows of `length` tokens from `text`, seeded and reproducible. The text is read as
+// the tokens of its segments one after another, a segment being a line, or ~2 KB of whole words
+// of a longer line. A window starts in the segment holding a uniformly drawn byte, at a
+// uniformly drawn token of it, and runs on through the following segments (one that would run
+// past the end is drawn again). Only the segments the windows touch are tokenized: O(samples x
+// length) work whatever the size of the file. Throws Error when the text holds no full window.
+std::vector<std::vector<int32_t>> SampleTextWindows(std::string_view text, const LineEncoder& encode, size_t samples,
+                                                    size_t length, uint64_t seed);
 
 class HessianAccumulator {
  public:

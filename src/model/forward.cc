@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "kernels/activation.h"
 #include "kernels/matmul.h"
 #include "model/attention.h"
 
@@ -42,20 +43,32 @@ Engine::Engine(const Model& model, size_t threads, KvCacheOptions kv, Activation
     : model_(model), pool_(threads), kv_options_(std::move(kv)), activations_(activations),
       inv_freq_(RopeInverseFrequencies(model.config)) {}
 
-void Engine::ApplyRope(float* vec, size_t n_heads, size_t pos) const {
-  const size_t hd = model_.config.head_dim, half = hd / 2;
-  const bool adjacent = model_.config.rope_style == RopeStyle::kAdjacent;
+// One token's q (n_heads) and k (n_kv_heads) heads at `pos`; each angle's sin/cos serves both.
+void Engine::ApplyRope(float* q, float* k, size_t pos) const {
+  const ModelConfig& c = model_.config;
+  const size_t hd = c.head_dim, half = hd / 2;
+  const bool adjacent = c.rope_style == RopeStyle::kAdjacent;
   for (size_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * inv_freq_[i];
-    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
-    for (size_t h = 0; h < n_heads; ++h) {
-      float* v = vec + h * hd;
-      const size_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+    const float cs = static_cast<float>(std::cos(static_cast<double>(angle)));
+    const float sn = static_cast<float>(std::sin(static_cast<double>(angle)));
+    const size_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+    const auto rotate = [&](float* v) {
       const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * c - x1 * s;
-      v[b] = x1 * c + x0 * s;
-    }
+      v[a] = x0 * cs - x1 * sn;
+      v[b] = x1 * cs + x0 * sn;
+    };
+    for (size_t h = 0; h < c.n_heads; ++h) rotate(q + h * hd);
+    for (size_t h = 0; h < c.n_kv_heads; ++h) rotate(k + h * hd);
+  }
+}
+
+void Engine::ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)>& fn) {
+  constexpr size_t kMinParallel = 16;  // below this a pool wake-up costs more than the rows
+  if (n_tokens < kMinParallel) {
+    fn(0, n_tokens);
+  } else {
+    pool_.ParallelFor(n_tokens, fn);
   }
 }
 
@@ -94,12 +107,13 @@ std::vector<float> Engine::Embed(std::span<const BatchItem> batch) const {
   return x;
 }
 
-void Engine::BeginLayer(size_t l, const std::vector<float>& x, std::vector<float>& input) const {
+void Engine::BeginLayer(size_t l, const std::vector<float>& x, std::vector<float>& input) {
   const ModelConfig& c = model_.config;
-  const size_t total = x.size() / c.dim;
   input.resize(x.size());
-  for (size_t t = 0; t < total; ++t)
-    RmsNorm(&x[t * c.dim], model_.weights.layers[l].attn_norm.data(), c.dim, c.norm_eps, &input[t * c.dim]);
+  ForTokens(x.size() / c.dim, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t)
+      RmsNorm(&x[t * c.dim], model_.weights.layers[l].attn_norm.data(), c.dim, c.norm_eps, &input[t * c.dim]);
+  });
 }
 
 void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batch, std::vector<float>& x,
@@ -113,14 +127,16 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       MatMul(lw.wq, input.data(), total, q.data(), pool_, activations_);
       MatMul(lw.wk, input.data(), total, k.data(), pool_, activations_);
       MatMul(lw.wv, input.data(), total, v.data(), pool_, activations_);
-      size_t row = 0;
+      std::vector<size_t> position;  // of each stacked row in its sequence
+      for (const BatchItem& item : batch)
+        for (size_t t = 0; t < item.tokens.size(); ++t) position.push_back(item.cache->size() + t);
+      ForTokens(total, [&](size_t begin, size_t end) {
+        for (size_t row = begin; row < end; ++row) ApplyRope(&q[row * c.q_dim()], &k[row * c.kv_dim()], position[row]);
+      });
+      size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
       for (BatchItem& item : batch)
-        for (size_t t = 0; t < item.tokens.size(); ++t, ++row) {
-          const size_t pos = item.cache->size() + t;
-          ApplyRope(&q[row * c.q_dim()], c.n_heads, pos);
-          ApplyRope(&k[row * c.kv_dim()], c.n_kv_heads, pos);
-          item.cache->Write(l, pos, &k[row * c.kv_dim()], &v[row * c.kv_dim()]);
-        }
+        for (size_t t = 0; t < item.tokens.size(); ++t, ++row)
+          item.cache->Write(l, position[row], &k[row * c.kv_dim()], &v[row * c.kv_dim()]);
       input.resize(total * c.q_dim());
       Attention(l, batch, q.data(), input.data());
       return;
@@ -128,26 +144,32 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
     case LinearInput::kO: {  // o, residual, norm -> the gate/up input
       std::vector<float> proj(total * dim);
       MatMul(lw.wo, input.data(), total, proj.data(), pool_, activations_);
-      for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
       input.resize(total * dim);
-      for (size_t t = 0; t < total; ++t) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
+      ForTokens(total, [&](size_t begin, size_t end) {
+        for (size_t t = begin; t < end; ++t) {
+          for (size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += proj[i];
+          RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
+        }
+      });
       return;
     }
     case LinearInput::kGateUp: {  // gate, up, SiLU(gate) * up -> the down input
       std::vector<float> gate(total * c.ffn_dim), up(total * c.ffn_dim);
       MatMul(lw.w_gate, input.data(), total, gate.data(), pool_, activations_);
       MatMul(lw.w_up, input.data(), total, up.data(), pool_, activations_);
-      for (size_t i = 0; i < gate.size(); ++i) {
-        const float g = gate[i];
-        gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-      }
+      const size_t ffn = c.ffn_dim;
+      ForTokens(total, [&](size_t begin, size_t end) {
+        SiluMul(&gate[begin * ffn], &up[begin * ffn], (end - begin) * ffn);
+      });
       input = std::move(gate);
       return;
     }
     case LinearInput::kDown: {  // down, residual: the layer's output is in x
       std::vector<float> proj(total * dim);
       MatMul(lw.w_down, input.data(), total, proj.data(), pool_, activations_);
-      for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+      ForTokens(total, [&](size_t begin, size_t end) {
+        for (size_t i = begin * dim; i < end * dim; ++i) x[i] += proj[i];
+      });
       return;
     }
   }

@@ -49,14 +49,16 @@ class Engine {
   // `input` and runs on to the next group's input (after kDown, x holds the layer's output).
   // K/V are written at positions cache->size() + t; caches are not advanced.
   std::vector<float> Embed(std::span<const BatchItem> batch) const;
-  void BeginLayer(size_t layer, const std::vector<float>& x, std::vector<float>& input) const;
+  void BeginLayer(size_t layer, const std::vector<float>& x, std::vector<float>& input);
   void AdvanceLayer(size_t layer, LinearInput group, std::span<BatchItem> batch, std::vector<float>& x,
                     std::vector<float>& input);
   void ForwardLayer(size_t layer, std::span<BatchItem> batch, std::vector<float>& x);
 
  private:
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);
-  void ApplyRope(float* vec, size_t n_heads, size_t pos) const;
+  void ApplyRope(float* q, float* k, size_t pos) const;
+  // fn(begin, end) over token rows: on the pool for prefill-sized batches, inline for decode.
+  void ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)>& fn);
 
   const Model& model_;
   ThreadPool pool_;

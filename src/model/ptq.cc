@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "kernels/activation.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
 #include "model/awq_scales.h"
@@ -114,11 +115,10 @@ void ApplyActivationScales(size_t l, LinearInput input, Model& model, std::vecto
   std::vector<float> gate(n * ffn), up(n * ffn);
   MatMul(lw.w_gate, scaled_sample.data(), n, gate.data(), pool);
   MatMul(lw.w_up, scaled_sample.data(), n, up.data(), pool);
-  std::vector<float> down_in(n * ffn), down_abs(ffn, 0.0f);
-  for (size_t i = 0; i < down_in.size(); ++i) {
-    down_in[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    down_abs[i % ffn] += std::fabs(down_in[i]) / static_cast<float>(n);
-  }
+  SiluMul(gate.data(), up.data(), gate.size());
+  const std::vector<float>& down_in = gate;
+  std::vector<float> down_abs(ffn, 0.0f);
+  for (size_t i = 0; i < down_in.size(); ++i) down_abs[i % ffn] += std::fabs(down_in[i]) / static_cast<float>(n);
   const DenseMatrix* down[] = {&std::get<DenseMatrix>(lw.w_down.weight)};
   const InputScales down_scales = SearchInputScales(down, down_in, down_abs, scheme, grid, pool);
   FoldInputScales(model.config, lw, LinearInput::kDown, down_scales.scales);
@@ -129,7 +129,8 @@ void ApplyActivationScales(size_t l, LinearInput input, Model& model, std::vecto
 std::vector<float> InputAbsMax(const std::vector<CalibrationBatch>& batches, size_t cols) {
   std::vector<float> amax(cols, 0.0f);
   for (const CalibrationBatch& b : batches)
-    for (size_t i = 0; i < b.input.size(); ++i) amax[i % cols] = std::max(amax[i % cols], std::fabs(b.input[i]));
+    for (size_t t = 0; t < b.input.size(); t += cols)
+      for (size_t c = 0; c < cols; ++c) amax[c] = std::max(amax[c], std::fabs(b.input[t + c]));
   return amax;
 }
 
@@ -173,8 +174,8 @@ void ApplySmoothing(size_t l, LinearInput input, Model& model, std::vector<Calib
     std::vector<float> gate(n * ffn), up(n * ffn);
     MatMul(lw.w_gate, b.input.data(), n, gate.data(), pool);
     MatMul(lw.w_up, b.input.data(), n, up.data(), pool);
-    for (size_t i = 0; i < gate.size(); ++i)
-      d_amax[i % ffn] = std::max(d_amax[i % ffn], std::fabs(gate[i] / (1.0f + std::exp(-gate[i])) * up[i]));
+    SiluMul(gate.data(), up.data(), gate.size());
+    for (size_t i = 0; i < gate.size(); ++i) d_amax[i % ffn] = std::max(d_amax[i % ffn], std::fabs(gate[i]));
   }
   FoldInputScales(model.config, lw, LinearInput::kDown, SmoothingFactors(d_amax, {&lw.w_down}, alpha));
   ++report.smoothed_inputs;
@@ -339,7 +340,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
           const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, sample.size() / cols));
           sample.insert(sample.end(), b.input.begin(), b.input.begin() + static_cast<ptrdiff_t>(keep * cols));
         }
-        amax = InputAbsMax(batches, cols);
+        if (needs_outliers || static_acts) amax = InputAbsMax(batches, cols);
         report.calibration_seconds += Since(t);
       }
       for (const LinearSlot& slot : group.linears) {

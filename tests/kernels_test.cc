@@ -1,0 +1,126 @@
+// fp32 dot-product and activation kernels against their scalar references, on every SIMD target
+// this CPU runs, with row and token tails and lengths that are not a multiple of the vector.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/activation.h"
+#include "kernels/attention_tile.h"
+#include "kernels/dot.h"
+#include "test_util.h"
+
+namespace lowbit {
+namespace {
+
+using testing_util::ForEachTarget;
+
+std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(DotRows, MatchesReferenceOnEveryTarget) {
+  for (const size_t cols : {size_t{7}, size_t{32}, size_t{256}, size_t{300}})
+    for (const size_t rows : {size_t{1}, size_t{4}, size_t{9}})
+      for (const size_t tokens : {size_t{1}, size_t{4}, size_t{6}, size_t{37}}) {
+        const std::vector<float> w = Gaussian(rows * cols, 1), x = Gaussian(tokens * cols, 2);
+        const size_t stride = rows + 3;  // y rows wider than the block: the kernel must not touch the gap
+        std::vector<float> want(tokens * stride, -7.0f);
+        DotRowsRef(w.data(), cols, 0, rows, x.data(), tokens, want.data(), stride);
+        ForEachTarget([&](const std::string& target) {
+          std::vector<float> got(tokens * stride, -7.0f);
+          DotRows(w.data(), cols, 0, rows, x.data(), tokens, got.data(), stride);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(cols)))
+                << fmt::format("rows {} cols {} tokens {} on {} at {}", rows, cols, tokens, target, i);
+        });
+      }
+}
+
+TEST(DotRows, RowRangeWritesOnlyItsRows) {
+  const size_t rows = 12, cols = 64, tokens = 5;
+  const std::vector<float> w = Gaussian(rows * cols, 3), x = Gaussian(tokens * cols, 4);
+  std::vector<float> y(tokens * rows, -7.0f), want(tokens * rows, -7.0f);
+  DotRows(w.data(), cols, 3, 10, x.data(), tokens, y.data(), rows);
+  DotRowsRef(w.data(), cols, 3, 10, x.data(), tokens, want.data(), rows);
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t r = 0; r < rows; ++r) {
+      if (r < 3 || r >= 10) {
+        EXPECT_EQ(y[t * rows + r], -7.0f);
+      } else {
+        EXPECT_NEAR(y[t * rows + r], want[t * rows + r], 1e-4);
+      }
+    }
+}
+
+TEST(SiluMul, MatchesReferenceOnEveryTarget) {
+  std::vector<float> gate = Gaussian(203, 5, 6.0f), up = Gaussian(203, 6);
+  // Extremes: silu(-100) underflows to -0 * up, silu(100) = 100; exp must not overflow either way.
+  gate[0] = -100.0f, gate[1] = 100.0f, gate[2] = 0.0f, gate[3] = -88.5f, gate[4] = 30.0f;
+  std::vector<float> want = gate;
+  SiluMulRef(want.data(), up.data(), want.size());
+  EXPECT_FLOAT_EQ(want[1], 100.0f * up[1]);  // the reference itself: silu(g) -> g for large g
+  EXPECT_EQ(want[2], 0.0f);
+  ForEachTarget([&](const std::string& target) {
+    std::vector<float> got = gate;
+    SiluMul(got.data(), up.data(), got.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-6 * std::fabs(want[i]) + 1e-30) << target << " at " << i << " g=" << gate[i];
+  });
+}
+
+// Three tiles in a row through the online softmax (the second with larger scores, so the running
+// maximum grows and earlier output is rescaled), against the reference and against the exact
+// softmax-weighted sum computed directly.
+TEST(AttendTile, OnlineSoftmaxMatchesReferenceAndDirectSoftmax) {
+  for (const size_t head_dim : {size_t{20}, size_t{32}, size_t{128}})
+    for (const size_t heads : {size_t{1}, size_t{4}}) {
+      const size_t stride = head_dim + 8, tiles = 3, per_tile = 13;  // K/V rows wider than a head
+      std::vector<float> k = Gaussian(tiles * per_tile * stride, 7), v = Gaussian(tiles * per_tile * stride, 8);
+      for (size_t i = per_tile; i < 2 * per_tile; ++i)
+        for (size_t j = 0; j < head_dim; ++j) k[i * stride + j] *= 4.0f;
+      const std::vector<float> q = Gaussian(heads * head_dim, 9);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const auto run = [&](bool reference) {
+        std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
+        for (size_t t = 0; t < tiles; ++t) {
+          const AttentionTile tile{&k[t * per_tile * stride], stride, &v[t * per_tile * stride], stride, per_tile};
+          (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, tile,
+                                                   {max.data(), sum.data(), acc.data()}, scores.data());
+        }
+        for (size_t h = 0; h < heads; ++h)
+          for (size_t j = 0; j < head_dim; ++j) acc[h * head_dim + j] /= sum[h];
+        return acc;
+      };
+      const std::vector<float> want = run(true);
+      for (size_t h = 0; h < heads; ++h) {  // the reference against softmax computed in double
+        const size_t n = tiles * per_tile;
+        std::vector<double> logits(n);
+        double max = -INFINITY, total = 0;
+        for (size_t i = 0; i < n; ++i) {
+          for (size_t j = 0; j < head_dim; ++j) logits[i] += static_cast<double>(q[h * head_dim + j]) * k[i * stride + j];
+          logits[i] *= scale;
+          max = std::max(max, logits[i]);
+        }
+        for (double& l : logits) total += l = std::exp(l - max);
+        for (size_t j = 0; j < head_dim; ++j) {
+          double o = 0;
+          for (size_t i = 0; i < n; ++i) o += logits[i] / total * v[i * stride + j];
+          ASSERT_NEAR(want[h * head_dim + j], o, 1e-5) << "head_dim " << head_dim << " head " << h;
+        }
+      }
+      ForEachTarget([&](const std::string& target) {
+        const std::vector<float> got = run(false);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-5) << "head_dim " << head_dim << " heads " << heads << " on " << target;
+      });
+    }
+}
+
+}  // namespace
+}  // namespace lowbit
