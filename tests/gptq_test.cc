@@ -2,11 +2,13 @@
 // encoder, and the whole-model pipeline on the bundled model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/thread_pool.h"
 #include "eval/scoring.h"
 #include "model_test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -115,6 +117,20 @@ TEST(Gptq, WithAnIdentityHessianItIsRoundToNearest) {
     EXPECT_EQ(g.Dequantize(), r.Dequantize()) << spec;
     EXPECT_TRUE(std::equal(g.scale_bytes().begin(), g.scale_bytes().end(), r.scale_bytes().begin())) << spec;
   }
+}
+
+TEST(Gptq, ThreadPoolGivesTheSameTensorBitForBit) {
+  const Problem p = MakeProblem(11);
+  ThreadPool pool(2);
+  for (const char* spec : {"int4:g64", "int3:g128:asym", "int4:block16x64", "nvfp4"})
+    for (const bool act_order : {false, true}) {
+      const QuantizedTensor serial = QuantizeGptq(p.w, p.rows, p.cols, ParseScheme(spec), p.h, {0.01, 32, act_order});
+      const QuantizedTensor pooled =
+          QuantizeGptq(p.w, p.rows, p.cols, ParseScheme(spec), p.h, {0.01, 32, act_order}, "w", &pool);
+      EXPECT_TRUE(std::ranges::equal(serial.codes(), pooled.codes())) << spec << " act_order " << act_order;
+      EXPECT_TRUE(std::ranges::equal(serial.scale_bytes(), pooled.scale_bytes())) << spec;
+      EXPECT_TRUE(std::ranges::equal(serial.zero_bytes(), pooled.zero_bytes())) << spec;
+    }
 }
 
 TEST(Gptq, RejectsBadInput) {

@@ -27,10 +27,22 @@ struct Filled {
   std::vector<float> k, v;  // [layer][pos][kv_dim] as written
 };
 
-Filled Fill(KvDtype dtype, size_t positions, uint32_t seed) {
+// One position per step, as decoding writes them; k and v are [layer][pos][kv_dim].
+void WriteAll(KvCache& cache, const std::vector<float>& k, const std::vector<float>& v, size_t positions) {
+  const ModelConfig c = SmallConfig();
+  for (size_t p = 0; p < positions; ++p)
+    for (size_t l = 0; l < c.n_layers; ++l) {
+      const size_t at = (l * positions + p) * c.kv_dim();
+      cache.Write(l, p, &k[at], &v[at]);
+      if (l + 1 == c.n_layers) cache.Advance(1);
+    }
+}
+
+Filled Fill(KvDtype dtype, size_t positions, uint32_t seed, std::vector<float> k_scales = {}) {
   const ModelConfig c = SmallConfig();
   KvCacheOptions o;
   o.dtype = dtype;
+  o.k_scales = k_scales;
   o.block_tokens = 16;
   o.recent_tokens = 16;
   Filled f{KvCache(c, positions, o), {}, {}};
@@ -40,12 +52,7 @@ Filled Fill(KvDtype dtype, size_t positions, uint32_t seed) {
   f.v.resize(f.k.size());
   for (float& x : f.k) x = normal(rng);
   for (float& x : f.v) x = normal(rng);
-  for (size_t p = 0; p < positions; ++p)  // one position per step, as decoding writes them
-    for (size_t l = 0; l < c.n_layers; ++l) {
-      const size_t at = (l * positions + p) * c.kv_dim();
-      f.cache.Write(l, p, &f.k[at], &f.v[at]);
-      if (l + 1 == c.n_layers) f.cache.Advance(1);
-    }
+  WriteAll(f.cache, f.k, f.v, positions);
   return f;
 }
 
@@ -98,6 +105,33 @@ TEST(KvCache, KiviKeepsTheRecentWindowExactToFp16AndHistoryCompact) {
   const Filled fp16 = Fill(KvDtype::kF16, positions, 2);
   EXPECT_LT(f.cache.bytes(), fp16.cache.bytes() * 3 / 4);
   EXPECT_LT(f.cache.BytesPerToken(), fp16.cache.BytesPerToken() / 3);
+}
+
+// Clear keeps the blocks for reuse; a cleared and refilled cache must read exactly like a fresh
+// one (per-layer FP8 scales reset, KIVI blocks requantized) and hold no more memory.
+TEST(KvCache, ClearedCacheReusesItsBlocksAndReadsLikeAFreshOne) {
+  const size_t positions = 40;
+  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kFp8E4M3, KvDtype::kInt8, KvDtype::kInt4}) {
+    Filled reused = Fill(dtype, positions, 3, {0.5f, 4.0f});
+    const size_t held = reused.cache.bytes();
+    const Filled fresh = Fill(dtype, positions, 4, {0.5f, 4.0f});
+    reused.cache.Clear();
+    EXPECT_EQ(reused.cache.size(), 0u);
+    WriteAll(reused.cache, fresh.k, fresh.v, positions);
+    EXPECT_EQ(reused.cache.bytes(), held) << KvDtypeName(dtype);
+    std::vector<float> a(16 * 32), b(16 * 32);
+    for (size_t l = 0; l < 2; ++l)
+      for (size_t h = 0; h < 2; ++h)
+        for (size_t p = 0; p < positions; ++p)
+          for (const bool key : {true, false}) {
+            const KvCache::Tile x = key ? reused.cache.ReadK(l, h, p, p + 1, positions - 1, a.data())
+                                        : reused.cache.ReadV(l, h, p, p + 1, positions - 1, a.data());
+            const KvCache::Tile y = key ? fresh.cache.ReadK(l, h, p, p + 1, positions - 1, b.data())
+                                        : fresh.cache.ReadV(l, h, p, p + 1, positions - 1, b.data());
+            for (size_t i = 0; i < 32; ++i)
+              ASSERT_EQ(x.data[i], y.data[i]) << KvDtypeName(dtype) << " layer " << l << " pos " << p << " key " << key;
+          }
+  }
 }
 
 TEST(KvCache, DtypeNamesRoundTripAndUnknownNamesFail) {

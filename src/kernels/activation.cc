@@ -15,7 +15,7 @@ namespace lowbit {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void SiluMulImpl(float* HWY_RESTRICT gate, const float* HWY_RESTRICT up, size_t n) {
+void SiluMulImpl(const float* gate, const float* up, size_t n, float* out) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const auto one = hn::Set(d, 1.0f), exp_limit = hn::Set(d, 88.0f);
@@ -24,9 +24,9 @@ void SiluMulImpl(float* HWY_RESTRICT gate, const float* HWY_RESTRICT up, size_t 
     const auto g = hn::LoadU(d, gate + i);
     // Exp is valid up to 104; past 88 std::exp overflows and silu is 0 to float precision anyway.
     const auto silu = hn::Div(g, hn::Add(one, hn::Exp(d, hn::Min(hn::Neg(g), exp_limit))));
-    hn::StoreU(hn::Mul(silu, hn::LoadU(d, up + i)), d, gate + i);
+    hn::StoreU(hn::Mul(silu, hn::LoadU(d, up + i)), d, out + i);
   }
-  for (; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 }  // namespace HWY_NAMESPACE
@@ -37,10 +37,12 @@ HWY_AFTER_NAMESPACE();
 namespace lowbit {
 HWY_EXPORT(SiluMulImpl);
 
-void SiluMul(float* gate, const float* up, size_t n) { HWY_DYNAMIC_DISPATCH(SiluMulImpl)(gate, up, n); }
+void SiluMul(const float* gate, const float* up, size_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(SiluMulImpl)(gate, up, n, out);
+}
 
-void SiluMulRef(float* gate, const float* up, size_t n) {
-  for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+void SiluMulRef(const float* gate, const float* up, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 }  // namespace lowbit
 #endif

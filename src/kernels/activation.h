@@ -6,8 +6,8 @@
 
 namespace lowbit {
 
-// gate[i] = silu(gate[i]) * up[i], the SwiGLU product; silu(g) = g / (1 + exp(-g)).
-void SiluMul(float* gate, const float* up, size_t n);
-void SiluMulRef(float* gate, const float* up, size_t n);
+// out[i] = silu(gate[i]) * up[i], the SwiGLU product; silu(g) = g / (1 + exp(-g)). out may be gate.
+void SiluMul(const float* gate, const float* up, size_t n, float* out);
+void SiluMulRef(const float* gate, const float* up, size_t n, float* out);
 
 }  // namespace lowbit

@@ -55,37 +55,35 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET != HWY_SCALAR
-void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
-                    OnlineSoftmax state, float* HWY_RESTRICT scores) {
+// kVectors = head_dim / lanes, fixed at compile time so a head's output stays in registers.
+template <size_t kVectors>
+void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, const AttentionTile& t, OnlineSoftmax state,
+                 float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
   const hn::Full128<float> d4;
-  const size_t N = hn::Lanes(d);
-  constexpr size_t kMaxVectors = 16;  // head_dim up to 16 vectors (256 on AVX-512) in registers
-  if (head_dim % N != 0 || head_dim / N > kMaxVectors) {
-    for (size_t h = 0; h < heads; ++h)
-      AttendHeadScalar(q + h * head_dim, head_dim, scale, t, state.max[h], state.sum[h], state.acc + h * head_dim,
-                       scores);
-    return;
-  }
-  const size_t vectors = head_dim / N;
+  const size_t N = hn::Lanes(d), head_dim = kVectors * N;
+  // Independent partial outputs for consecutive positions, so short heads still keep several
+  // FMA chains in flight (one chain per vector would wait on the FMA latency every position).
+  constexpr size_t kSets = kVectors <= 2 ? 4 : kVectors == 4 ? 2 : 1;
   for (size_t h = 0; h < heads; ++h) {
     const float* qh = q + h * head_dim;
+    hn::Vec<decltype(d)> qv[kVectors];
+    for (size_t j = 0; j < kVectors; ++j) qv[j] = hn::LoadU(d, qh + j * N);
     size_t i = 0;
     for (; i + 4 <= t.n; i += 4) {  // four positions, one reduction
+      const float* k = t.k + i * t.k_stride;
       auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
-      for (size_t j = 0; j < head_dim; j += N) {
-        const auto qv = hn::LoadU(d, qh + j);
-        s0 = hn::MulAdd(qv, hn::LoadU(d, t.k + i * t.k_stride + j), s0);
-        s1 = hn::MulAdd(qv, hn::LoadU(d, t.k + (i + 1) * t.k_stride + j), s1);
-        s2 = hn::MulAdd(qv, hn::LoadU(d, t.k + (i + 2) * t.k_stride + j), s2);
-        s3 = hn::MulAdd(qv, hn::LoadU(d, t.k + (i + 3) * t.k_stride + j), s3);
+      for (size_t j = 0; j < kVectors; ++j) {
+        s0 = hn::MulAdd(qv[j], hn::LoadU(d, k + j * N), s0);
+        s1 = hn::MulAdd(qv[j], hn::LoadU(d, k + t.k_stride + j * N), s1);
+        s2 = hn::MulAdd(qv[j], hn::LoadU(d, k + 2 * t.k_stride + j * N), s2);
+        s3 = hn::MulAdd(qv[j], hn::LoadU(d, k + 3 * t.k_stride + j * N), s3);
       }
       hn::StoreU(hn::Mul(SumOfFour(d, s0, s1, s2, s3), hn::Set(d4, scale)), d4, scores + i);
     }
     for (; i < t.n; ++i) {
       auto s = hn::Zero(d);
-      for (size_t j = 0; j < head_dim; j += N)
-        s = hn::MulAdd(hn::LoadU(d, qh + j), hn::LoadU(d, t.k + i * t.k_stride + j), s);
+      for (size_t j = 0; j < kVectors; ++j) s = hn::MulAdd(qv[j], hn::LoadU(d, t.k + i * t.k_stride + j * N), s);
       scores[i] = hn::GetLane(hn::SumOfLanes(d, s)) * scale;
     }
     float tile_max = -INFINITY;
@@ -104,13 +102,41 @@ void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, 
     for (; i < t.n; ++i) tail += scores[i] = std::exp(scores[i] - state.max[h]);
     state.sum[h] += hn::GetLane(hn::SumOfLanes(d, sum)) + tail;
 
-    hn::Vec<decltype(d)> out[kMaxVectors];
-    for (size_t j = 0; j < vectors; ++j) out[j] = hn::LoadU(d, acc + j * N);
-    for (i = 0; i < t.n; ++i) {
-      const auto p = hn::Set(d, scores[i]);
-      for (size_t j = 0; j < vectors; ++j) out[j] = hn::MulAdd(p, hn::LoadU(d, t.v + i * t.v_stride + j * N), out[j]);
+    hn::Vec<decltype(d)> out[kSets][kVectors];
+    for (size_t j = 0; j < kVectors; ++j) {
+      out[0][j] = hn::LoadU(d, acc + j * N);
+      for (size_t set = 1; set < kSets; ++set) out[set][j] = hn::Zero(d);
     }
-    for (size_t j = 0; j < vectors; ++j) hn::StoreU(out[j], d, acc + j * N);
+    for (i = 0; i + kSets <= t.n; i += kSets)
+      for (size_t set = 0; set < kSets; ++set) {
+        const auto p = hn::Set(d, scores[i + set]);
+        const float* v = t.v + (i + set) * t.v_stride;
+        for (size_t j = 0; j < kVectors; ++j) out[set][j] = hn::MulAdd(p, hn::LoadU(d, v + j * N), out[set][j]);
+      }
+    for (; i < t.n; ++i) {
+      const auto p = hn::Set(d, scores[i]);
+      for (size_t j = 0; j < kVectors; ++j) out[0][j] = hn::MulAdd(p, hn::LoadU(d, t.v + i * t.v_stride + j * N), out[0][j]);
+    }
+    for (size_t j = 0; j < kVectors; ++j) {
+      for (size_t set = 1; set < kSets; ++set) out[0][j] = hn::Add(out[0][j], out[set][j]);
+      hn::StoreU(out[0][j], d, acc + j * N);
+    }
+  }
+}
+
+void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
+                    OnlineSoftmax state, float* HWY_RESTRICT scores) {
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  switch (head_dim % N == 0 ? head_dim / N : 0) {
+    case 1: return AttendHeads<1>(q, heads, scale, t, state, scores);
+    case 2: return AttendHeads<2>(q, heads, scale, t, state, scores);
+    case 4: return AttendHeads<4>(q, heads, scale, t, state, scores);
+    case 8: return AttendHeads<8>(q, heads, scale, t, state, scores);
+    case 16: return AttendHeads<16>(q, heads, scale, t, state, scores);
+    default:  // other head sizes (80, 96, ...): the scalar steps
+      for (size_t h = 0; h < heads; ++h)
+        AttendHeadScalar(q + h * head_dim, head_dim, scale, t, state.max[h], state.sum[h], state.acc + h * head_dim,
+                         scores);
   }
 }
 #else

@@ -75,7 +75,10 @@ void HessianAccumulator::Add(const float* x, size_t n_tokens, ThreadPool& pool) 
   // The lower triangle is accumulated (contiguous runs, in the same parallel block) and mirrored
   // into the upper one at the end.
   constexpr size_t kChunk = 512, kTile = 16, kRowBlock = 16;
-  std::vector<float> xt(cols_ * kChunk), partial(cols_ * cols_);
+  transposed_.resize(cols_ * kChunk);
+  partial_.resize(cols_ * cols_);
+  float* xt = transposed_.data();
+  float* partial = partial_.data();
   const size_t blocks = (cols_ + kRowBlock - 1) / kRowBlock;
   for (size_t t0 = 0; t0 < n_tokens; t0 += kChunk) {
     const size_t n = std::min(kChunk, n_tokens - t0);
@@ -88,7 +91,7 @@ void HessianAccumulator::Add(const float* x, size_t n_tokens, ThreadPool& pool) 
     pool.ParallelFor(blocks, [&](size_t begin, size_t end) {
       for (size_t b = begin; b < end; ++b) {
         const size_t r0 = b * kRowBlock, r1 = std::min(cols_, r0 + kRowBlock);
-        DotRows(xt.data(), n, r0, r1, xt.data() + r0 * n, cols_ - r0, partial.data() + r0 * cols_, cols_);
+        DotRows(xt, n, r0, r1, xt + r0 * n, cols_ - r0, partial + r0 * cols_, cols_);
         for (size_t c = r0; c < cols_; ++c)
           for (size_t r = r0; r < std::min(r1, c + 1); ++r) h_[c * cols_ + r] += partial[c * cols_ + r];
       }

@@ -34,6 +34,7 @@ class HessianAccumulator {
  private:
   size_t cols_, tokens_ = 0;
   std::vector<double> h_;
+  std::vector<float> transposed_, partial_;  // per-chunk buffers, kept across calls
 };
 
 }  // namespace lowbit

@@ -123,52 +123,55 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
   const size_t dim = c.dim, total = x.size() / dim;
   switch (group) {
     case LinearInput::kQkv: {  // q/k/v, RoPE, cache, attention -> the o input
-      std::vector<float> q(total * c.q_dim()), k(total * c.kv_dim()), v(total * c.kv_dim());
-      MatMul(lw.wq, input.data(), total, q.data(), pool_, activations_);
-      MatMul(lw.wk, input.data(), total, k.data(), pool_, activations_);
-      MatMul(lw.wv, input.data(), total, v.data(), pool_, activations_);
+      q_.resize(total * c.q_dim());
+      k_.resize(total * c.kv_dim());
+      v_.resize(total * c.kv_dim());
+      MatMul(lw.wq, input.data(), total, q_.data(), pool_, activations_);
+      MatMul(lw.wk, input.data(), total, k_.data(), pool_, activations_);
+      MatMul(lw.wv, input.data(), total, v_.data(), pool_, activations_);
       std::vector<size_t> position;  // of each stacked row in its sequence
       for (const BatchItem& item : batch)
         for (size_t t = 0; t < item.tokens.size(); ++t) position.push_back(item.cache->size() + t);
       ForTokens(total, [&](size_t begin, size_t end) {
-        for (size_t row = begin; row < end; ++row) ApplyRope(&q[row * c.q_dim()], &k[row * c.kv_dim()], position[row]);
+        for (size_t row = begin; row < end; ++row) ApplyRope(&q_[row * c.q_dim()], &k_[row * c.kv_dim()], position[row]);
       });
       size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
       for (BatchItem& item : batch)
         for (size_t t = 0; t < item.tokens.size(); ++t, ++row)
-          item.cache->Write(l, position[row], &k[row * c.kv_dim()], &v[row * c.kv_dim()]);
+          item.cache->Write(l, position[row], &k_[row * c.kv_dim()], &v_[row * c.kv_dim()]);
       input.resize(total * c.q_dim());
-      Attention(l, batch, q.data(), input.data());
+      Attention(l, batch, q_.data(), input.data());
       return;
     }
     case LinearInput::kO: {  // o, residual, norm -> the gate/up input
-      std::vector<float> proj(total * dim);
-      MatMul(lw.wo, input.data(), total, proj.data(), pool_, activations_);
+      proj_.resize(total * dim);
+      MatMul(lw.wo, input.data(), total, proj_.data(), pool_, activations_);
       input.resize(total * dim);
       ForTokens(total, [&](size_t begin, size_t end) {
         for (size_t t = begin; t < end; ++t) {
-          for (size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += proj[i];
+          for (size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += proj_[i];
           RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
         }
       });
       return;
     }
     case LinearInput::kGateUp: {  // gate, up, SiLU(gate) * up -> the down input
-      std::vector<float> gate(total * c.ffn_dim), up(total * c.ffn_dim);
-      MatMul(lw.w_gate, input.data(), total, gate.data(), pool_, activations_);
-      MatMul(lw.w_up, input.data(), total, up.data(), pool_, activations_);
+      gate_.resize(total * c.ffn_dim);
+      up_.resize(total * c.ffn_dim);
+      MatMul(lw.w_gate, input.data(), total, gate_.data(), pool_, activations_);
+      MatMul(lw.w_up, input.data(), total, up_.data(), pool_, activations_);
       const size_t ffn = c.ffn_dim;
+      input.resize(total * ffn);
       ForTokens(total, [&](size_t begin, size_t end) {
-        SiluMul(&gate[begin * ffn], &up[begin * ffn], (end - begin) * ffn);
+        SiluMul(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn, &input[begin * ffn]);
       });
-      input = std::move(gate);
       return;
     }
     case LinearInput::kDown: {  // down, residual: the layer's output is in x
-      std::vector<float> proj(total * dim);
-      MatMul(lw.w_down, input.data(), total, proj.data(), pool_, activations_);
+      proj_.resize(total * dim);
+      MatMul(lw.w_down, input.data(), total, proj_.data(), pool_, activations_);
       ForTokens(total, [&](size_t begin, size_t end) {
-        for (size_t i = begin * dim; i < end * dim; ++i) x[i] += proj[i];
+        for (size_t i = begin * dim; i < end * dim; ++i) x[i] += proj_[i];
       });
       return;
     }

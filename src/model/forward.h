@@ -65,6 +65,9 @@ class Engine {
   KvCacheOptions kv_options_;
   Activations activations_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  // Activation buffers of AdvanceLayer, kept across calls: prefill-sized batches would otherwise
+  // allocate (and fault in) tens of MB per layer.
+  std::vector<float> q_, k_, v_, proj_, gate_, up_;
 };
 
 // Token-level helpers used by the forward pass (exposed for tests).

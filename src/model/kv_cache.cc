@@ -40,6 +40,39 @@ KvDtype ParseKvDtype(std::string_view name) {
   Fail("unknown KV cache dtype '{}' (known: {})", name, KnownKvDtypes());
 }
 
+namespace {
+
+// The schemes of a block's K and V tensors for a cache dtype.
+struct BlockSpecs {
+  std::string k, v;
+  bool k_transposed = false;  // KIVI: K is [kv_dim x block], quantized per channel
+};
+
+BlockSpecs BlockSpecsFor(KvDtype dtype, size_t head_dim) {
+  switch (dtype) {
+    case KvDtype::kF32: return {"fp32", "fp32"};
+    case KvDtype::kF16: return {"fp16", "fp16"};
+    case KvDtype::kBF16: return {"bf16", "bf16"};
+    case KvDtype::kFp8E4M3:
+    case KvDtype::kFp8E5M2: {
+      const std::string spec = fmt::format("{}:tensor:scale=f32", KvDtypeName(dtype));
+      return {spec, spec};
+    }
+    case KvDtype::kInt8: {
+      const std::string spec = fmt::format("int8:g{}:scale=f32", head_dim);
+      return {spec, spec};
+    }
+    case KvDtype::kInt2:
+    case KvDtype::kInt4: {
+      const std::string_view e = KvDtypeName(dtype);
+      return {fmt::format("{}:channel:asym", e), fmt::format("{}:g{}:asym", e, head_dim), true};
+    }
+  }
+  return {"fp32", "fp32"};
+}
+
+}  // namespace
+
 KvCache::KvCache(const ModelConfig& config, size_t capacity, KvCacheOptions options)
     : config_(config), options_(std::move(options)), capacity_(capacity), block_table_(config.n_layers) {
   if (options_.block_tokens == 0) Fail("KV cache: block size must be positive");
@@ -50,54 +83,49 @@ KvCache::KvCache(const ModelConfig& config, size_t capacity, KvCacheOptions opti
     recent_k_.resize(config.n_layers);
     recent_v_.resize(config.n_layers);
   }
+  const BlockSpecs specs = BlockSpecsFor(options_.dtype, config.head_dim);
+  k_scheme_ = ParseScheme(specs.k);
+  v_scheme_ = ParseScheme(specs.v);
+  k_transposed_ = specs.k_transposed;
 }
 
 void KvCache::Clear() {
   size_ = 0;
   recent_begin_ = 0;
-  for (auto& table : block_table_) table.clear();
-  blocks_.clear();
+  for (auto& table : block_table_) {
+    free_blocks_.insert(free_blocks_.end(), table.begin(), table.end());
+    table.clear();
+  }
   for (auto* recent : {&recent_k_, &recent_v_})
     for (auto& rows : *recent) rows.clear();
 }
 
 KvCache::Block KvCache::NewBlock(size_t layer) const {
-  const size_t b = options_.block_tokens, kv = config_.kv_dim(), hd = config_.head_dim;
-  auto block = [&](const std::string& k_spec, const std::string& v_spec, bool k_transposed) {
-    return Block{k_transposed ? QuantizedTensor(ParseScheme(k_spec), kv, b) : QuantizedTensor(ParseScheme(k_spec), b, kv),
-                 QuantizedTensor(ParseScheme(v_spec), b, kv)};
-  };
-  switch (options_.dtype) {
-    case KvDtype::kF32: return block("fp32", "fp32", false);
-    case KvDtype::kF16: return block("fp16", "fp16", false);
-    case KvDtype::kBF16: return block("bf16", "bf16", false);
-    case KvDtype::kFp8E4M3:
-    case KvDtype::kFp8E5M2: {
-      const std::string spec = fmt::format("{}:tensor:scale=f32", KvDtypeName(options_.dtype));
-      Block out = block(spec, spec, false);
-      out.k.SetScale(0, options_.k_scales.empty() ? 1.0f : options_.k_scales[layer]);
-      out.v.SetScale(0, options_.v_scales.empty() ? 1.0f : options_.v_scales[layer]);
-      return out;
-    }
-    case KvDtype::kInt8: {
-      const std::string spec = fmt::format("int8:g{}:scale=f32", hd);
-      return block(spec, spec, false);
-    }
-    case KvDtype::kInt4:
-    case KvDtype::kInt2: {
-      const std::string_view e = KvDtypeName(options_.dtype);
-      return block(fmt::format("{}:channel:asym", e), fmt::format("{}:g{}:asym", e, hd), true);
-    }
-  }
-  return block("fp32", "fp32", false);
+  const size_t b = options_.block_tokens, kv = config_.kv_dim();
+  Block block{k_transposed_ ? QuantizedTensor(k_scheme_, kv, b) : QuantizedTensor(k_scheme_, b, kv),
+              QuantizedTensor(v_scheme_, b, kv)};
+  SetLayerScales(block, layer);
+  return block;
+}
+
+void KvCache::SetLayerScales(Block& block, size_t layer) const {
+  if (options_.dtype != KvDtype::kFp8E4M3 && options_.dtype != KvDtype::kFp8E5M2) return;
+  block.k.SetScale(0, options_.k_scales.empty() ? 1.0f : options_.k_scales[layer]);
+  block.v.SetScale(0, options_.v_scales.empty() ? 1.0f : options_.v_scales[layer]);
 }
 
 KvCache::Block& KvCache::BlockAt(size_t layer, size_t pos) {
   std::vector<uint32_t>& table = block_table_[layer];
   const size_t index = pos / options_.block_tokens;
   while (table.size() <= index) {
-    table.push_back(static_cast<uint32_t>(blocks_.size()));
-    blocks_.push_back(NewBlock(layer));
+    if (free_blocks_.empty()) {
+      table.push_back(static_cast<uint32_t>(blocks_.size()));
+      blocks_.push_back(NewBlock(layer));
+    } else {  // every position is written before it is read, so only per-layer state needs resetting
+      table.push_back(free_blocks_.back());
+      free_blocks_.pop_back();
+      SetLayerScales(blocks_[table.back()], layer);
+    }
   }
   return blocks_[table[index]];
 }

@@ -44,6 +44,7 @@ class KvCache {
   size_t capacity() const { return capacity_; }
   const KvCacheOptions& options() const { return options_; }
   size_t head_dim() const { return config_.head_dim; }
+  // Empties the cache; its blocks stay allocated and are reused by later writes.
   void Clear();
   void Advance(size_t n);  // after a forward pass wrote n more positions
 
@@ -60,7 +61,7 @@ class KvCache {
   Tile ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
   Tile ReadV(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
 
-  size_t bytes() const;          // held now, metadata and the fp16 window included
+  size_t bytes() const;          // held now (reusable blocks too), metadata and the fp16 window included
   double BytesPerToken() const;  // one more cached position in a full block, all layers, K + V
 
  private:
@@ -69,6 +70,7 @@ class KvCache {
   };
   bool kivi() const { return options_.dtype == KvDtype::kInt4 || options_.dtype == KvDtype::kInt2; }
   Block NewBlock(size_t layer) const;
+  void SetLayerScales(Block& block, size_t layer) const;  // FP8: the layer's static scales
   Block& BlockAt(size_t layer, size_t pos);
   // int4 / int2: positions before this limit are read quantized by a token at `reader`.
   size_t QuantizedBefore(size_t reader) const;
@@ -80,6 +82,10 @@ class KvCache {
   size_t capacity_, size_ = 0;
   std::vector<std::vector<uint32_t>> block_table_;  // [layer][block] -> index into blocks_
   std::vector<Block> blocks_;
+  std::vector<uint32_t> free_blocks_;  // indices into blocks_ released by Clear
+  // Block schemes, parsed once (K is [kv_dim x block] for KIVI, else [block x kv_dim] like V).
+  QuantScheme k_scheme_, v_scheme_;
+  bool k_transposed_ = false;
   // int4 / int2: fp16 K and V rows of positions [recent_begin_, written) per layer.
   size_t recent_begin_ = 0;
   std::vector<std::vector<uint16_t>> recent_k_, recent_v_;

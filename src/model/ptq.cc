@@ -42,9 +42,10 @@ std::vector<InputGroup> Groups(LayerWeights& lw) {
           {LinearInput::kDown, {{&lw.w_down, "mlp.down_proj"}}}};
 }
 
-// Calibration windows split into batches that each own their KV caches and hidden states.
+// Calibration windows split into batches with their hidden states. The batches share one set
+// of KV caches: a layer's K/V are written and read within one AdvanceLayer call, so the caches
+// are cleared after it, and hold one batch of one layer instead of the whole run.
 struct CalibrationBatch {
-  std::vector<KvCache> caches;
   std::vector<BatchItem> items;
   std::vector<float> x;      // hidden states entering the current layer
   std::vector<float> input;  // input of the linear group being calibrated
@@ -115,7 +116,7 @@ void ApplyActivationScales(size_t l, LinearInput input, Model& model, std::vecto
   std::vector<float> gate(n * ffn), up(n * ffn);
   MatMul(lw.w_gate, scaled_sample.data(), n, gate.data(), pool);
   MatMul(lw.w_up, scaled_sample.data(), n, up.data(), pool);
-  SiluMul(gate.data(), up.data(), gate.size());
+  SiluMul(gate.data(), up.data(), gate.size(), gate.data());
   const std::vector<float>& down_in = gate;
   std::vector<float> down_abs(ffn, 0.0f);
   for (size_t i = 0; i < down_in.size(); ++i) down_abs[i % ffn] += std::fabs(down_in[i]) / static_cast<float>(n);
@@ -174,7 +175,7 @@ void ApplySmoothing(size_t l, LinearInput input, Model& model, std::vector<Calib
     std::vector<float> gate(n * ffn), up(n * ffn);
     MatMul(lw.w_gate, b.input.data(), n, gate.data(), pool);
     MatMul(lw.w_up, b.input.data(), n, up.data(), pool);
-    SiluMul(gate.data(), up.data(), gate.size());
+    SiluMul(gate.data(), up.data(), gate.size(), gate.data());
     for (size_t i = 0; i < gate.size(); ++i) d_amax[i % ffn] = std::max(d_amax[i % ffn], std::fabs(gate[i]));
   }
   FoldInputScales(model.config, lw, LinearInput::kDown, SmoothingFactors(d_amax, {&lw.w_down}, alpha));
@@ -292,13 +293,16 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   Engine engine(model, req.threads);
 
   std::vector<CalibrationBatch> batches;
+  std::vector<KvCache> caches;
   if (calibrate) {
     const size_t per = std::max<size_t>(1, req.calibration_batch);
+    size_t longest = 0;
+    for (const auto& window : req.calibration) longest = std::max(longest, window.size());
+    for (size_t j = 0; j < std::min(per, req.calibration.size()); ++j) caches.push_back(engine.NewCache(longest));
     for (size_t i = 0; i < req.calibration.size(); i += per) {
       CalibrationBatch& b = batches.emplace_back();
       const size_t end = std::min(req.calibration.size(), i + per);
-      for (size_t j = i; j < end; ++j) b.caches.push_back(engine.NewCache(req.calibration[j].size()));
-      for (size_t j = i; j < end; ++j) b.items.push_back({&b.caches[j - i], req.calibration[j], false, nullptr});
+      for (size_t j = i; j < end; ++j) b.items.push_back({&caches[j - i], req.calibration[j], false, nullptr});
       b.x = engine.Embed(b.items);
     }
   }
@@ -360,7 +364,8 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
           if (outliers) report.outlier_columns += outliers->columns.size();
         }
         QuantizedTensor q = plan.method->Quantize(
-            {name, values, dense->rows(), dense->cols(), needs_hessian ? &hessian.sum() : nullptr}, plan.scheme);
+            {name, values, dense->rows(), dense->cols(), needs_hessian ? &hessian.sum() : nullptr, &engine.pool()},
+            plan.scheme);
         TensorReport tr{name, q.scheme().ToString(), Since(t)};
         std::vector<float> deq = q.Dequantize();
         if (outliers)  // the effective weight: split-off columns are exact
@@ -388,7 +393,10 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       if (calibrate && hadamard != 0) HadamardInputs(batches, cols, hadamard);  // back to the engine's inputs
       if (calibrate) {  // run the now-quantized group on to the next group's input
         const auto t = Clock::now();
-        for (CalibrationBatch& b : batches) engine.AdvanceLayer(l, group.input, b.items, b.x, b.input);
+        for (CalibrationBatch& b : batches) {
+          engine.AdvanceLayer(l, group.input, b.items, b.x, b.input);
+          for (KvCache& cache : caches) cache.Clear();
+        }
         report.calibration_seconds += Since(t);
       }
     }
@@ -396,8 +404,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     if (req.on_block_done) {
       BlockCheckpoint state{l + 1, {}, report};
       state.report.total_seconds = prior_seconds + Since(start);
-      for (const CalibrationBatch& b : batches) state.hidden.push_back(b.x);
+      for (CalibrationBatch& b : batches) state.hidden.push_back(std::move(b.x));  // lent, not copied
       req.on_block_done(model, state);
+      for (size_t i = 0; i < batches.size(); ++i) batches[i].x = std::move(state.hidden[i]);
     }
   }
   report.total_seconds = prior_seconds + Since(start);

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "quant/fake_quant.h"
 #include "quant/rtn.h"
 
@@ -41,48 +42,54 @@ bool CholeskyLower(std::vector<double>& a, size_t n) {
   return true;
 }
 
-// U (upper, row-major) with H^-1 = U^T U, from H. Returns false if H is not positive definite.
-bool InverseCholeskyUpper(std::vector<double> h, size_t n, std::vector<float>& u_out) {
-  if (!CholeskyLower(h, n)) return false;
-  // Rows of L^-T: solve L x = e_j column by column; store M = L^-1 transposed (upper).
-  std::vector<double> inv_t(n * n, 0.0);  // inv_t[j * n + i] = (L^-1)[i][j], nonzero for i >= j
-  std::vector<double> x(n);
-  for (size_t j = 0; j < n; ++j) {
-    std::fill(x.begin(), x.end(), 0.0);
-    x[j] = 1.0 / h[j * n + j];
-    for (size_t i = j + 1; i < n; ++i) x[i] = -DotD(&h[i * n + j], &x[j], i - j) / h[i * n + i];
-    std::copy(x.begin() + j, x.end(), &inv_t[j * n + j]);
-  }
-  // H^-1 = L^-T L^-1: entry (i, j) = sum_k (L^-1)[k][i] (L^-1)[k][j] = dot of rows i, j of inv_t.
-  std::vector<double> hinv(n * n);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = i; j < n; ++j) {
-      const size_t k0 = j;  // (L^-1)[k][i] is zero for k < i, and for k < j in the other factor
-      hinv[i * n + j] = hinv[j * n + i] = DotD(&inv_t[i * n + k0], &inv_t[j * n + k0], n - k0);
+// U (upper, row-major) with H^-1 = U^T U, given `l` = P H P, where P reverses the order: with
+// P H P = L L^T, H^-1 = (L^-1 P)^T (L^-1 P), so U = P L^-1 P. One Cholesky and one triangular
+// inverse, instead of inverting H and factoring the inverse again. Returns false if H is not
+// positive definite. The inverse's columns are independent: they go to the pool.
+bool InverseCholeskyUpper(std::vector<double>& l, size_t n, std::vector<float>& u_out, ThreadPool* pool) {
+  if (!CholeskyLower(l, n)) return false;
+  // Columns of L^-1 by forward substitution (L x = e_j), stored transposed so the solve reads
+  // contiguous memory: inv_t[j * n + i] = (L^-1)[i][j], nonzero for i >= j.
+  std::vector<double> inv_t(n * n, 0.0);
+  const auto solve = [&](size_t begin, size_t end) {
+    for (size_t j = begin; j < end; ++j) {
+      double* x = &inv_t[j * n];  // x[i] for i >= j
+      x[j] = 1.0 / l[j * n + j];
+      for (size_t i = j + 1; i < n; ++i) x[i] = -DotD(&l[i * n + j], &x[j], i - j) / l[i * n + i];
     }
-  if (!CholeskyLower(hinv, n)) return false;
-  u_out.resize(n * n);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < n; ++j) u_out[i * n + j] = static_cast<float>(hinv[j * n + i]);  // U = L^T
+  };
+  if (pool) {
+    pool->ParallelFor(n, solve);
+  } else {
+    solve(0, n);
+  }
+  u_out.assign(n * n, 0.0f);
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = a; b < n; ++b) u_out[a * n + b] = static_cast<float>(inv_t[(n - 1 - b) * n + (n - 1 - a)]);
   return true;
 }
 
 }  // namespace
 
 QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                             std::vector<double> h, const GptqOptions& options, std::string_view name) {
+                             const std::vector<double>& h, const GptqOptions& options, std::string_view name,
+                             ThreadPool* pool) {
   scheme.ValidateShape(rows, cols, name);
   if (w0.size() != rows * cols) Fail("tensor '{}': {} values for shape [{} x {}]", name, w0.size(), rows, cols);
   if (h.size() != cols * cols) Fail("tensor '{}': Hessian has {} entries, expected {}^2", name, h.size(), cols);
   if (scheme.granularity.kind == GranularityKind::kNone) return QuantizeRtn(w0, rows, cols, scheme, name);
   std::vector<float> w(w0.begin(), w0.end());
 
-  // Dead inputs (never active in calibration) carry no information: zero them.
-  for (uint64_t i = 0; i < cols; ++i)
-    if (h[i * cols + i] == 0) {
-      h[i * cols + i] = 1;
+  // Dead inputs (never active in calibration) carry no information: zero them (their H_ii is
+  // taken as 1 below).
+  std::vector<double> diag(cols);
+  for (uint64_t i = 0; i < cols; ++i) {
+    diag[i] = h[i * cols + i];
+    if (diag[i] == 0) {
+      diag[i] = 1;
       for (uint64_t r = 0; r < rows; ++r) w[r * cols + i] = 0;
     }
+  }
 
   QuantizedTensor q(scheme, rows, cols);
   const ScaleGrid grid = q.grid();
@@ -92,63 +99,75 @@ QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t 
   std::vector<uint64_t> perm(cols);
   std::iota(perm.begin(), perm.end(), 0);
   if (options.act_order)
-    std::stable_sort(perm.begin(), perm.end(), [&](uint64_t a, uint64_t b) { return h[a * cols + a] > h[b * cols + b]; });
+    std::stable_sort(perm.begin(), perm.end(), [&](uint64_t a, uint64_t b) { return diag[a] > diag[b]; });
 
-  // Permuted Hessian and weights (column i of the working copy is original column perm[i]).
-  std::vector<double> hp(cols * cols);
-  for (uint64_t i = 0; i < cols; ++i)
-    for (uint64_t j = 0; j < cols; ++j) hp[i * cols + j] = h[perm[i] * cols + perm[j]];
+  // The damped Hessian in working (permuted) column order, reversed for InverseCholeskyUpper.
   double mean_diag = 0;
-  for (uint64_t i = 0; i < cols; ++i) mean_diag += hp[i * cols + i];
+  for (const double v : diag) mean_diag += v;
   mean_diag /= static_cast<double>(cols);
-  for (uint64_t i = 0; i < cols; ++i) hp[i * cols + i] += options.damp * mean_diag;
+  std::vector<double> reversed(cols * cols);
+  for (uint64_t i = 0; i < cols; ++i) {
+    const uint64_t pi = perm[cols - 1 - i];
+    for (uint64_t j = 0; j < cols; ++j) reversed[i * cols + j] = h[pi * cols + perm[cols - 1 - j]];
+    reversed[i * cols + i] = diag[pi] + options.damp * mean_diag;
+  }
   std::vector<float> u;
-  if (!InverseCholeskyUpper(std::move(hp), cols, u))
+  if (!InverseCholeskyUpper(reversed, cols, u, pool))
     Fail("tensor '{}': the damped Hessian is not positive definite (raise the damping)", name);
 
   std::vector<float> wp(rows * cols);
   for (uint64_t r = 0; r < rows; ++r)
     for (uint64_t i = 0; i < cols; ++i) wp[r * cols + i] = w[r * cols + perm[i]];
 
+  // Rows are independent given U: each chunk of rows (whole cells of rows) runs every column.
   std::vector<float> quantized(rows * cols);  // dequantized values, original column order
   const size_t block = std::max<size_t>(1, options.block_size);
-  std::vector<float> err(rows * block);
-  std::vector<float> group_values;
-  for (uint64_t i1 = 0; i1 < cols; i1 += block) {
-    const uint64_t i2 = std::min<uint64_t>(i1 + block, cols), nb = i2 - i1;
-    for (uint64_t i = i1; i < i2; ++i) {
-      const uint64_t c = perm[i];
-      const uint64_t gc = c / grid.cell_cols;
-      if (groups_as_reached && c % grid.cell_cols == 0) {
-        const uint64_t c1 = std::min<uint64_t>(c + grid.cell_cols, cols);
-        for (uint64_t r = 0; r < rows; ++r) {  // no act-order: working column index == original
-          group_values.assign(&wp[r * cols + c], &wp[r * cols + c1]);
-          ChooseCellScale(q, (r / grid.cell_rows) * grid.grid_cols + gc, group_values);
+  const auto run_rows = [&](uint64_t r_begin, uint64_t r_end) {
+    std::vector<float> err((r_end - r_begin) * block), group_values;
+    for (uint64_t i1 = 0; i1 < cols; i1 += block) {
+      const uint64_t i2 = std::min<uint64_t>(i1 + block, cols), nb = i2 - i1;
+      for (uint64_t i = i1; i < i2; ++i) {
+        const uint64_t c = perm[i];
+        const uint64_t gc = c / grid.cell_cols;
+        if (groups_as_reached && c % grid.cell_cols == 0) {
+          const uint64_t c1 = std::min<uint64_t>(c + grid.cell_cols, cols);
+          for (uint64_t r = r_begin; r < r_end; ++r) {  // no act-order: working column index == original
+            group_values.assign(&wp[r * cols + c], &wp[r * cols + c1]);
+            ChooseCellScale(q, (r / grid.cell_rows) * grid.grid_cols + gc, group_values);
+          }
+        }
+        const float d = u[i * cols + i];
+        const float* ui = &u[i * cols];
+        for (uint64_t r = r_begin; r < r_end; ++r) {
+          const CellFakeQuant fq(q, (r / grid.cell_rows) * grid.grid_cols + gc);
+          float* row = &wp[r * cols];
+          const float qv = fq(row[i]);
+          quantized[r * cols + c] = qv;
+          const float e = (row[i] - qv) / d;
+          err[(r - r_begin) * block + (i - i1)] = e;
+          for (uint64_t j = i + 1; j < i2; ++j) row[j] -= e * ui[j];
         }
       }
-      const float d = u[i * cols + i];
-      for (uint64_t r = 0; r < rows; ++r) {
-        const CellFakeQuant fq(q, (r / grid.cell_rows) * grid.grid_cols + gc);
+      // Lazy batch update of the columns after this block.
+      for (uint64_t r = r_begin; r < r_end; ++r) {
         float* row = &wp[r * cols];
-        const float qv = fq(row[i]);
-        quantized[r * cols + c] = qv;
-        const float e = (row[i] - qv) / d;
-        err[r * block + (i - i1)] = e;
-        const float* ui = &u[i * cols];
-        for (uint64_t j = i + 1; j < i2; ++j) row[j] -= e * ui[j];
+        for (uint64_t k = 0; k < nb; ++k) {
+          const float e = err[(r - r_begin) * block + k];
+          const float* uk = &u[(i1 + k) * cols];
+          for (uint64_t j = i2; j < cols; ++j) row[j] -= e * uk[j];
+        }
       }
     }
-    // Lazy batch update of the columns after this block.
-    for (uint64_t r = 0; r < rows; ++r) {
-      float* row = &wp[r * cols];
-      for (uint64_t k = 0; k < nb; ++k) {
-        const float e = err[r * block + k];
-        const float* uk = &u[(i1 + k) * cols];
-        for (uint64_t j = i2; j < cols; ++j) row[j] -= e * uk[j];
-      }
-    }
+    for (uint64_t r = r_begin; r < r_end; ++r) EncodeRow(q, r, &quantized[r * cols]);
+  };
+  const uint64_t cell_rows = grid.cell_rows, row_cells = (rows + cell_rows - 1) / cell_rows;
+  if (pool) {
+    pool->ParallelFor(row_cells, [&](size_t begin, size_t end) {
+      run_rows(begin * cell_rows, std::min<uint64_t>(rows, end * cell_rows));
+    });
+  } else {
+    run_rows(0, rows);
   }
-  for (uint64_t r = 0; r < rows; ++r) EncodeRow(q, r, &quantized[r * cols]);
   return q;
 }
 

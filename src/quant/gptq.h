@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
@@ -27,9 +28,10 @@ struct GptqOptions {
   bool act_order = false;
 };
 
-// `w` row-major [rows x cols]; `hessian` [cols x cols] row-major (any positive scale).
+// `w` row-major [rows x cols]; `hessian` [cols x cols] row-major (any positive scale). With a
+// pool, the inverse and the rows run on it (the result is the same bit for bit).
 QuantizedTensor QuantizeGptq(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                             std::vector<double> hessian, const GptqOptions& options,
-                             std::string_view tensor_name = "tensor");
+                             const std::vector<double>& hessian, const GptqOptions& options,
+                             std::string_view tensor_name = "tensor", ThreadPool* pool = nullptr);
 
 }  // namespace lowbit

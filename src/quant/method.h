@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
@@ -21,6 +22,7 @@ struct WeightToQuantize {
   std::span<const float> values;  // row-major [rows x cols]
   uint64_t rows = 0, cols = 0;
   const std::vector<double>* hessian = nullptr;  // [cols x cols] sum of x x^T over calibration inputs
+  ThreadPool* pool = nullptr;                    // for methods that can split their work
 };
 
 class QuantMethod {

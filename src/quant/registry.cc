@@ -91,7 +91,7 @@ class GptqMethod final : public QuantMethod {
   bool needs_hessian() const override { return true; }
   QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
     if (!w.hessian) Fail("gptq: tensor '{}' has no calibration Hessian (give calibration data)", w.name);
-    return QuantizeGptq(w.values, w.rows, w.cols, scheme, *w.hessian, options_, w.name);
+    return QuantizeGptq(w.values, w.rows, w.cols, scheme, *w.hessian, options_, w.name, w.pool);
   }
 
  private:
