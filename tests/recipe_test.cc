@@ -96,7 +96,9 @@ TEST_F(RecipeTest, BadRegexesAndKeysNameTheRecipeAndThePattern) {
 }
 
 // An interrupted run (--stop-after) continues with --resume to the very checkpoint an uninterrupted
-// run writes; without --resume, or with another calibration, it refuses.
+// run writes; without --resume, or with another calibration, it refuses. The interrupted run
+// keeps its calibration activations in a spill file (--max-ram far below their size): results
+// and checkpoints must not change.
 TEST_F(RecipeTest, StoppedRunResumesToTheSameCheckpoint) {
   const std::string args =
       "quantize models/kjv-llama-7m --method gptq --format int4:g128 --calib data/kjv-train.txt --calib-len 64 --threads 2 ";
@@ -104,7 +106,7 @@ TEST_F(RecipeTest, StoppedRunResumesToTheSameCheckpoint) {
   Result r = RunLowbit(args + "--calib-samples 4 -o " + full);
   ASSERT_EQ(r.status, 0) << r.out;
 
-  r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --stop-after 2");
+  r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --stop-after 2 --max-ram 16K");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("--resume"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(resumed));
@@ -117,12 +119,13 @@ TEST_F(RecipeTest, StoppedRunResumesToTheSameCheckpoint) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("another recipe"), std::string::npos) << r.out;
 
-  r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --resume");
+  r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --resume --max-ram 16K --checkpoint-every 0");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_FALSE(fs::exists(resumed + ".partial"));
   const nlohmann::json card = nlohmann::json::parse(ReadTextFile(fs::path(resumed) / "recipe.json"));
   EXPECT_EQ(card["resumed_at_block"], 2);
   EXPECT_EQ(card["tensors"].size(), 42u);  // the report of the first run's blocks is carried over
+  EXPECT_GT(card["activations"]["spilled_bytes"].get<uint64_t>(), 0u);
 
   const Model a = LoadHfModel(full), b = LoadHfModel(resumed);
   for (size_t l = 0; l < a.weights.layers.size(); ++l) {

@@ -32,6 +32,7 @@ struct QuantizeOptions {
   bool asym = false, act_order = false, json = false, rotate = false, resume = false;
   size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0, stop_after = 0;
   double checkpoint_every = 60;  // seconds between saves of OUT.partial (0: after every block)
+  std::string max_ram;           // calibration activation budget, e.g. 2G (empty: no limit)
   uint64_t seed = 0, rotate_seed = 0;
 };
 
@@ -227,6 +228,10 @@ void Run(const QuantizeOptions& o) {
   req.scheme = ParseScheme(recipe.format);
   if (!recipe.act_format.empty()) req.act_scheme = ParseScheme(recipe.act_format);
   req.threads = o.threads;
+  if (!o.max_ram.empty()) {
+    req.max_activation_bytes = ParseByteSize(o.max_ram, "--max-ram");
+    req.spill_dir = std::filesystem::absolute(o.out).parent_path();  // the output's disk, not a small /tmp
+  }
   req.rotate = recipe.rotate;
   req.rotate_seed = recipe.rotate_seed;
   for (const RecipeOverride& ov : recipe.overrides)
@@ -299,6 +304,7 @@ void Run(const QuantizeOptions& o) {
   card["bits_per_weight"] = bits / weights;
   card["seconds"] = {{"total", report.total_seconds}, {"calibration", report.calibration_seconds},
                      {"layers", report.layer_seconds}};
+  card["activations"] = {{"peak_bytes", report.activation_peak_bytes}, {"spilled_bytes", report.activation_spilled_bytes}};
   if (!o.eval.empty()) {
     const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, o.eval);
     const ChunkPlan plan = PlanChunks(tokens.size(), o.eval_ctx);
@@ -321,7 +327,10 @@ void Run(const QuantizeOptions& o) {
       {"method", recipe.method + (recipe.rotate ? " + rotation" : "")},
       {"scheme", req.scheme.ToString()},
       {"bits/weight (linears)", fmt::format("{:.4f}", bits / weights)},
-      {"quantize seconds", fmt::format("{:.2f} (calibration {:.2f})", report.total_seconds, report.calibration_seconds)}};
+      {"quantize seconds", fmt::format("{:.2f} (calibration {:.2f})", report.total_seconds, report.calibration_seconds)},
+      {"calibration activations", fmt::format("{:.1f} MB peak in memory, {:.1f} MB spilled",
+                                              static_cast<double>(report.activation_peak_bytes) / 1e6,
+                                              static_cast<double>(report.activation_spilled_bytes) / 1e6)}};
   if (card.contains("eval")) {
     const auto& e = card["eval"];
     rows.push_back({"PPL base -> quantized", fmt::format("{:.4f} -> {:.4f}", e["ppl_base"].get<double>(), e["ppl"].get<double>())});
@@ -360,6 +369,8 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_flag("--resume", o->resume, "Continue an interrupted run from its last finished block (OUT.partial)");
   cmd->add_option("--stop-after", o->stop_after, "Stop after this many blocks, leaving OUT.partial for --resume");
+  cmd->add_option("--max-ram", o->max_ram,
+                  "Memory for calibration activations (e.g. 512M, 2G); past it they go to a temp file beside OUT");
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
                   "Save OUT.partial after a block once this many seconds passed since the last save (0: every block)")
       ->default_val(60)

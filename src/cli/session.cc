@@ -1,5 +1,6 @@
 #include "cli/session.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
@@ -45,6 +46,31 @@ LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::str
 
 std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string& path) {
   return tokenizer.Encode(ReadTextFile(path), /*add_bos=*/true);
+}
+
+uint64_t ParseByteSize(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    Fail("{}: '{}' is not a size (write e.g. 512M or 2G)", flag, text);
+  }
+  const std::string unit = text.substr(used);
+  double scale = 1;
+  if (unit == "K" || unit == "k") {
+    scale = 1024.0;
+  } else if (unit == "M" || unit == "m") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "G" || unit == "g") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "T" || unit == "t") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else if (!unit.empty()) {
+    Fail("{}: unknown unit '{}' in '{}' (K, M, G or T)", flag, unit, text);
+  }
+  if (!(value > 0) || !std::isfinite(value)) Fail("{}: '{}' must be a positive size", flag, text);
+  return static_cast<uint64_t>(value * scale);
 }
 
 std::vector<std::vector<int32_t>> CalibrationWindows(const Tokenizer& tokenizer, std::string_view text,

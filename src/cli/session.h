@@ -33,6 +33,9 @@ std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string&
 
 // Tokenizes a large text line by line on all threads (BOS first, lines concatenated): for
 // calibration, where whole-text tokenization of megabytes would dominate the run time.
+// "512M", "2G", "1.5G", "64K" (powers of 1024) or plain bytes; errors name `flag`.
+uint64_t ParseByteSize(const std::string& text, const std::string& flag);
+
 // Calibration windows from `text` (read from `file`, named in errors): model/calibration.h.
 std::vector<std::vector<int32_t>> CalibrationWindows(const Tokenizer& tokenizer, std::string_view text,
                                                      const std::string& file, size_t samples, size_t length,

@@ -22,25 +22,38 @@ std::string ReadTextFile(const std::filesystem::path& path) {
   return ss.str();
 }
 
-void WriteFileAtomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  const std::filesystem::path tmp = path.string() + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) Fail("{}: cannot create: {}", tmp.string(), std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      Fail("{}: write failed", tmp.string());
-    }
-  }
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path path)
+    : path_(std::move(path)), tmp_(path_.string() + ".tmp-" + std::to_string(::getpid())),
+      out_(tmp_, std::ios::binary | std::ios::trunc) {
+  if (!out_) Fail("{}: cannot create: {}", tmp_.string(), std::strerror(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (committed_) return;
+  out_.close();
+  std::error_code ignored;
+  std::filesystem::remove(tmp_, ignored);
+}
+
+void AtomicFileWriter::Write(std::span<const std::byte> bytes) {
+  out_.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out_) Fail("{}: write failed", tmp_.string());
+}
+
+void AtomicFileWriter::Commit() {
+  out_.flush();
+  if (!out_) Fail("{}: write failed", tmp_.string());
+  out_.close();
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    Fail("{}: cannot rename into place: {}", path.string(), ec.message());
-  }
+  std::filesystem::rename(tmp_, path_, ec);
+  if (ec) Fail("{}: cannot rename into place: {}", path_.string(), ec.message());
+  committed_ = true;
+}
+
+void WriteFileAtomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  AtomicFileWriter out(path);
+  out.Write(bytes);
+  out.Commit();
 }
 
 void WriteFileAtomic(const std::filesystem::path& path, std::string_view text) {

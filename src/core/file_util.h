@@ -5,12 +5,30 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 
 namespace lowbit {
 
 std::string ReadTextFile(const std::filesystem::path& path);
+
+// Writes a file in pieces to a temp sibling; Commit renames it into place, and destruction
+// without Commit removes the temp file.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::filesystem::path path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void Write(std::span<const std::byte> bytes);
+  void Commit();
+
+ private:
+  std::filesystem::path path_, tmp_;
+  std::ofstream out_;
+  bool committed_ = false;
+};
 
 // Writes `bytes` to `path` atomically (temp file in the same directory + rename).
 void WriteFileAtomic(const std::filesystem::path& path, std::span<const std::byte> bytes);

@@ -12,21 +12,22 @@
 namespace lowbit {
 namespace {
 
-// hidden.N.bin: u64 batch count, then per batch a u64 value count and the fp32 values.
-std::vector<std::byte> EncodeHidden(const std::vector<std::vector<float>>& hidden) {
-  std::vector<std::byte> out;
-  auto put = [&](const void* p, size_t n) {
-    const auto* b = static_cast<const std::byte*>(p);
-    out.insert(out.end(), b, b + n);
-  };
-  const uint64_t batches = hidden.size();
+// hidden.N.bin: u64 batch count, then per batch a u64 value count and the fp32 values. Written
+// a batch at a time: the batches may be read back from the activation spill file one by one.
+void WriteHidden(const std::filesystem::path& path, const BlockCheckpoint& state) {
+  AtomicFileWriter out(path);
+  const auto put = [&](const void* p, size_t n) { out.Write({static_cast<const std::byte*>(p), n}); };
+  const uint64_t batches = state.hidden_batches;
   put(&batches, 8);
-  for (const auto& h : hidden) {
+  uint64_t written = 0;
+  state.for_each_hidden([&](std::span<const float> h) {
     const uint64_t n = h.size();
     put(&n, 8);
     put(h.data(), n * sizeof(float));
-  }
-  return out;
+    ++written;
+  });
+  LOWBIT_CHECK(written == batches);
+  out.Commit();
 }
 
 std::vector<std::vector<float>> DecodeHidden(const std::filesystem::path& path) {
@@ -66,7 +67,7 @@ void SaveRunCheckpoint(const std::filesystem::path& dir, const Model& model, con
   const size_t n = state.next_layer;
   std::filesystem::remove_all(ModelDir(dir, n));  // a leftover of a crash before progress.json named it
   SaveQuantizedModel(model, ModelDir(dir, n), source_dir, {{"partial", true}, {"next_layer", n}});
-  WriteFileAtomic(HiddenFile(dir, n), EncodeHidden(state.hidden));
+  WriteHidden(HiddenFile(dir, n), state);
   const nlohmann::json progress = {{"next_layer", n}, {"run", run}, {"report", ReportToJson(state.report)}};
   WriteFileAtomic(dir / "progress.json", progress.dump(1) + "\n");
   for (size_t old = 0; old < n; ++old) {  // superseded blocks
@@ -91,7 +92,11 @@ RunCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohmann
     Fail("{}: the interrupted run used another recipe, calibration or model; delete {} to start over",
          progress_path.string(), dir.string());
   const size_t n = progress["next_layer"].get<size_t>();
-  RunCheckpoint c{LoadModel(ModelDir(dir, n)), {n, DecodeHidden(HiddenFile(dir, n)), ReportFromJson(progress["report"])}};
+  RunCheckpoint c{LoadModel(ModelDir(dir, n)), {}};
+  c.state.next_layer = n;
+  c.state.hidden = DecodeHidden(HiddenFile(dir, n));
+  c.state.hidden_batches = c.state.hidden.size();
+  c.state.report = ReportFromJson(progress["report"]);
   return c;
 }
 

@@ -10,6 +10,7 @@
 #include "kernels/activation.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
+#include "model/activation_store.h"
 #include "model/awq_scales.h"
 #include "model/calibration.h"
 #include "model/forward.h"
@@ -42,15 +43,6 @@ std::vector<InputGroup> Groups(LayerWeights& lw) {
           {LinearInput::kDown, {{&lw.w_down, "mlp.down_proj"}}}};
 }
 
-// Calibration windows split into batches with their hidden states. The batches share one set
-// of KV caches: a layer's K/V are written and read within one AdvanceLayer call, so the caches
-// are cleared after it, and hold one batch of one layer instead of the whole run.
-struct CalibrationBatch {
-  std::vector<BatchItem> items;
-  std::vector<float> x;      // hidden states entering the current layer
-  std::vector<float> input;  // input of the linear group being calibrated
-};
-
 // mean over sample tokens of |(W - Q) x|^2 / rows
 double OutputMse(const std::vector<float>& w, const std::vector<float>& q, size_t rows, size_t cols,
                  const std::vector<float>& sample) {
@@ -64,22 +56,29 @@ double OutputMse(const std::vector<float>& w, const std::vector<float>& q, size_
   return s / static_cast<double>(n * rows);
 }
 
+// x[t][c] /= s[c] on every calibration input: the inputs the rescaled weights now see.
+void DivideInputColumns(ActivationStore& store, const std::vector<float>& s) {
+  const size_t cols = s.size();
+  store.ForEach(true, [&](size_t, BatchActivations& b) {
+    for (size_t i = 0; i < b.input.size(); ++i) b.input[i] /= s[i % cols];
+  });
+}
+
 constexpr size_t kScaleSearchTokens = 512;  // calibration tokens the AWQ scale search evaluates on
 
 // Mean |x| per column over every calibration token of the group, and the first tokens as a sample.
-void InputStatistics(const std::vector<CalibrationBatch>& batches, size_t cols, std::vector<float>& mean_abs,
-                     std::vector<float>& sample) {
+void InputStatistics(ActivationStore& store, size_t cols, std::vector<float>& mean_abs, std::vector<float>& sample) {
   std::vector<double> sum(cols, 0.0);
   size_t tokens = 0;
   sample.clear();
-  for (const CalibrationBatch& b : batches) {
+  store.ForEach(false, [&](size_t, BatchActivations& b) {
     const size_t n = b.input.size() / cols;
     for (size_t t = 0; t < n; ++t)
       for (size_t c = 0; c < cols; ++c) sum[c] += std::fabs(b.input[t * cols + c]);
     tokens += n;
     const size_t keep = std::min(n, kScaleSearchTokens - std::min(kScaleSearchTokens, sample.size() / cols));
     sample.insert(sample.end(), b.input.begin(), b.input.begin() + static_cast<ptrdiff_t>(keep * cols));
-  }
+  });
   mean_abs.resize(cols);
   for (size_t c = 0; c < cols; ++c) mean_abs[c] = static_cast<float>(sum[c] / static_cast<double>(tokens));
 }
@@ -90,21 +89,20 @@ void InputStatistics(const std::vector<CalibrationBatch>& batches, size_t cols, 
 // silu(gate x) * up x, and folded into up's rows before up is quantized. o_proj is not scaled:
 // its input comes from v through attention, and with grouped-query attention one v row feeds
 // several o columns (AutoAWQ skips it for the same reason).
-void ApplyActivationScales(size_t l, LinearInput input, Model& model, std::vector<CalibrationBatch>& batches,
+void ApplyActivationScales(size_t l, LinearInput input, Model& model, ActivationStore& store,
                            const QuantScheme& scheme, size_t grid, ThreadPool& pool, QuantizeReport& report) {
   if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
   LayerWeights& lw = model.weights.layers[l];
   const size_t cols = model.config.dim;
   std::vector<float> mean_abs, sample;
-  InputStatistics(batches, cols, mean_abs, sample);
+  InputStatistics(store, cols, mean_abs, sample);
   std::vector<Linear*> group = input == LinearInput::kQkv ? std::vector<Linear*>{&lw.wq, &lw.wk, &lw.wv}
                                                           : std::vector<Linear*>{&lw.w_gate, &lw.w_up};
   std::vector<const DenseMatrix*> dense;
   for (Linear* g : group) dense.push_back(&std::get<DenseMatrix>(g->weight));
   const InputScales found = SearchInputScales(dense, sample, mean_abs, scheme, grid, pool);
   FoldInputScales(model.config, lw, input, found.scales);
-  for (CalibrationBatch& b : batches)
-    for (size_t i = 0; i < b.input.size(); ++i) b.input[i] /= found.scales[i % cols];
+  DivideInputColumns(store, found.scales);
   report.awq_alphas.push_back({fmt::format("model.layers.{}.{}", l, input == LinearInput::kQkv ? "qkv" : "gate_up"),
                                found.alpha});
   if (input != LinearInput::kGateUp) return;
@@ -127,11 +125,12 @@ void ApplyActivationScales(size_t l, LinearInput input, Model& model, std::vecto
 }
 
 // max |x| per column over every calibration token of the group's input.
-std::vector<float> InputAbsMax(const std::vector<CalibrationBatch>& batches, size_t cols) {
+std::vector<float> InputAbsMax(ActivationStore& store, size_t cols) {
   std::vector<float> amax(cols, 0.0f);
-  for (const CalibrationBatch& b : batches)
+  store.ForEach(false, [&](size_t, BatchActivations& b) {
     for (size_t t = 0; t < b.input.size(); t += cols)
       for (size_t c = 0; c < cols; ++c) amax[c] = std::max(amax[c], std::fabs(b.input[t + c]));
+  });
   return amax;
 }
 
@@ -155,29 +154,28 @@ std::vector<float> SmoothingFactors(const std::vector<float>& x_amax, const std:
 // weights (folded into the RMSNorm weight); at the gate/up stage also for down_proj, whose
 // full-precision input silu(gate x) * up x is computed over every calibration token and whose
 // factors are folded into up's rows before up is quantized.
-void ApplySmoothing(size_t l, LinearInput input, Model& model, std::vector<CalibrationBatch>& batches, double alpha,
-                    ThreadPool& pool, QuantizeReport& report) {
+void ApplySmoothing(size_t l, LinearInput input, Model& model, ActivationStore& store, double alpha, ThreadPool& pool,
+                    QuantizeReport& report) {
   if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
   LayerWeights& lw = model.weights.layers[l];
   const size_t cols = model.config.dim, ffn = model.config.ffn_dim;
   const std::vector<const Linear*> group = input == LinearInput::kQkv
                                                ? std::vector<const Linear*>{&lw.wq, &lw.wk, &lw.wv}
                                                : std::vector<const Linear*>{&lw.w_gate, &lw.w_up};
-  const std::vector<float> s = SmoothingFactors(InputAbsMax(batches, cols), group, alpha);
+  const std::vector<float> s = SmoothingFactors(InputAbsMax(store, cols), group, alpha);
   FoldInputScales(model.config, lw, input, s);
-  for (CalibrationBatch& b : batches)
-    for (size_t i = 0; i < b.input.size(); ++i) b.input[i] /= s[i % cols];
+  DivideInputColumns(store, s);
   ++report.smoothed_inputs;
   if (input != LinearInput::kGateUp) return;
   std::vector<float> d_amax(ffn, 0.0f);
-  for (const CalibrationBatch& b : batches) {
+  store.ForEach(false, [&](size_t, BatchActivations& b) {
     const size_t n = b.input.size() / cols;
     std::vector<float> gate(n * ffn), up(n * ffn);
     MatMul(lw.w_gate, b.input.data(), n, gate.data(), pool);
     MatMul(lw.w_up, b.input.data(), n, up.data(), pool);
     SiluMul(gate.data(), up.data(), gate.size(), gate.data());
     for (size_t i = 0; i < gate.size(); ++i) d_amax[i % ffn] = std::max(d_amax[i % ffn], std::fabs(gate[i]));
-  }
+  });
   FoldInputScales(model.config, lw, LinearInput::kDown, SmoothingFactors(d_amax, {&lw.w_down}, alpha));
   ++report.smoothed_inputs;
 }
@@ -196,8 +194,8 @@ InputQuant MakeInputQuant(const QuantScheme& act, const std::vector<float>& amax
 
 // x <- x H on every calibration input of a group whose linears apply an online Hadamard, so the
 // statistics see what the weights see. H H = I, so a second call restores the inputs.
-void HadamardInputs(std::vector<CalibrationBatch>& batches, size_t cols, size_t block) {
-  for (CalibrationBatch& b : batches) HadamardRows(b.input, b.input.size() / cols, cols, block);
+void HadamardInputs(ActivationStore& store, size_t cols, size_t block) {
+  store.ForEach(true, [&](size_t, BatchActivations& b) { HadamardRows(b.input, b.input.size() / cols, cols, block); });
 }
 
 // What one linear gets: its method and scheme (the request's, or the first matching override's).
@@ -292,23 +290,23 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   }
   Engine engine(model, req.threads);
 
-  std::vector<CalibrationBatch> batches;
+  // Calibration windows in batches. The batches share one set of KV caches: a layer's K/V are
+  // written and read within one AdvanceLayer call, so the caches are cleared after it and hold
+  // one batch of one layer, not the whole run.
+  std::vector<std::vector<BatchItem>> batches;
   std::vector<KvCache> caches;
+  const size_t per = std::max<size_t>(1, req.calibration_batch);
   if (calibrate) {
-    const size_t per = std::max<size_t>(1, req.calibration_batch);
     size_t longest = 0;
     for (const auto& window : req.calibration) longest = std::max(longest, window.size());
     for (size_t j = 0; j < std::min(per, req.calibration.size()); ++j) caches.push_back(engine.NewCache(longest));
     for (size_t i = 0; i < req.calibration.size(); i += per) {
-      CalibrationBatch& b = batches.emplace_back();
-      const size_t end = std::min(req.calibration.size(), i + per);
-      for (size_t j = i; j < end; ++j) b.items.push_back({&caches[j - i], req.calibration[j], false, nullptr});
-      b.x = engine.Embed(b.items);
+      std::vector<BatchItem>& items = batches.emplace_back();
+      for (size_t j = i; j < std::min(req.calibration.size(), i + per); ++j)
+        items.push_back({&caches[j - i], req.calibration[j], false, nullptr});
     }
   }
-
-  // One staged pass per layer: each linear group is calibrated on inputs that already went
-  // through the quantized groups before it, and every linear runs once per calibration token.
+  ActivationStore store(batches.size(), req.max_activation_bytes, req.spill_dir);
   size_t first_layer = 0;
   if (req.resume) {
     first_layer = req.resume->next_layer;
@@ -316,35 +314,42 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     if (req.resume->hidden.size() != batches.size())
       Fail("resume: {} saved hidden-state batches, the calibration makes {}", req.resume->hidden.size(), batches.size());
     for (size_t i = 0; i < batches.size(); ++i) {
-      if (req.resume->hidden[i].size() != batches[i].x.size())
+      size_t tokens = 0;
+      for (const BatchItem& item : batches[i]) tokens += item.tokens.size();
+      if (req.resume->hidden[i].size() != tokens * model.config.dim)
         Fail("resume: saved hidden states of batch {} have {} values, expected {}", i, req.resume->hidden[i].size(),
-             batches[i].x.size());
-      batches[i].x = req.resume->hidden[i];
+             tokens * model.config.dim);
     }
   }
+  store.ForEach(true, [&](size_t i, BatchActivations& b) {
+    b.hidden = req.resume ? req.resume->hidden[i] : engine.Embed(batches[i]);
+  });
+
+  // One staged pass per layer: each linear group is calibrated on inputs that already went
+  // through the quantized groups before it, and every linear runs once per calibration token.
   for (size_t l = first_layer; l < model.config.n_layers; ++l) {
     const auto layer_start = Clock::now();
-    for (CalibrationBatch& b : batches) engine.BeginLayer(l, b.x, b.input);
+    store.ForEach(true, [&](size_t, BatchActivations& b) { engine.BeginLayer(l, b.hidden, b.input); });
     for (InputGroup& group : Groups(model.weights.layers[l])) {
       if (method->activation_scale_grid() > 0)
-        ApplyActivationScales(l, group.input, model, batches, req.scheme, method->activation_scale_grid(),
+        ApplyActivationScales(l, group.input, model, store, req.scheme, method->activation_scale_grid(),
                               engine.pool(), report);
       if (method->smoothing_alpha() >= 0)
-        ApplySmoothing(l, group.input, model, batches, method->smoothing_alpha(), engine.pool(), report);
+        ApplySmoothing(l, group.input, model, store, method->smoothing_alpha(), engine.pool(), report);
       const size_t cols = group.linears[0].linear->cols();
       const size_t hadamard = group.linears[0].linear->input_hadamard;
-      if (calibrate && hadamard != 0) HadamardInputs(batches, cols, hadamard);
+      if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);
       HessianAccumulator hessian(needs_hessian ? cols : 0);
       std::vector<float> sample, amax;
       if (calibrate) {
         const auto t = Clock::now();
-        for (const CalibrationBatch& b : batches) {
+        store.ForEach(false, [&](size_t, BatchActivations& b) {
           const size_t n = b.input.size() / cols;
           if (needs_hessian) hessian.Add(b.input.data(), n, engine.pool());
           const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, sample.size() / cols));
           sample.insert(sample.end(), b.input.begin(), b.input.begin() + static_cast<ptrdiff_t>(keep * cols));
-        }
-        if (needs_outliers || static_acts) amax = InputAbsMax(batches, cols);
+        });
+        if (needs_outliers || static_acts) amax = InputAbsMax(store, cols);
         report.calibration_seconds += Since(t);
       }
       for (const LinearSlot& slot : group.linears) {
@@ -390,25 +395,28 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
           slot.linear->input_quant = MakeInputQuant(*act, amax);
         }
       }
-      if (calibrate && hadamard != 0) HadamardInputs(batches, cols, hadamard);  // back to the engine's inputs
+      if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);  // back to the engine's inputs
       if (calibrate) {  // run the now-quantized group on to the next group's input
         const auto t = Clock::now();
-        for (CalibrationBatch& b : batches) {
-          engine.AdvanceLayer(l, group.input, b.items, b.x, b.input);
+        store.ForEach(true, [&](size_t i, BatchActivations& b) {
+          engine.AdvanceLayer(l, group.input, batches[i], b.hidden, b.input);
           for (KvCache& cache : caches) cache.Clear();
-        }
+        });
         report.calibration_seconds += Since(t);
       }
     }
     report.layer_seconds.push_back(Since(layer_start));
     if (req.on_block_done) {
-      BlockCheckpoint state{l + 1, {}, report};
+      BlockCheckpoint state{l + 1, {}, batches.size(), {}, report};
       state.report.total_seconds = prior_seconds + Since(start);
-      for (CalibrationBatch& b : batches) state.hidden.push_back(std::move(b.x));  // lent, not copied
+      state.for_each_hidden = [&](const std::function<void(std::span<const float>)>& visit) {
+        store.ForEach(false, [&](size_t, BatchActivations& b) { visit(b.hidden); });
+      };
       req.on_block_done(model, state);
-      for (size_t i = 0; i < batches.size(); ++i) batches[i].x = std::move(state.hidden[i]);
     }
   }
+  report.activation_peak_bytes = std::max(report.activation_peak_bytes, store.peak_resident_bytes());
+  report.activation_spilled_bytes += store.bytes_written();
   report.total_seconds = prior_seconds + Since(start);
   return report;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -41,13 +42,20 @@ struct QuantizeReport {
   size_t rotation_down_block = 0;                            // online Hadamard block of down_proj
   std::vector<double> layer_seconds;
   double calibration_seconds = 0, total_seconds = 0;
+  uint64_t activation_peak_bytes = 0;     // calibration activations held in memory at once
+  uint64_t activation_spilled_bytes = 0;  // written to the spill file (past max_activation_bytes)
 };
 
 // The state a run leaves after each finished block, from which QuantizeModel can continue.
 struct BlockCheckpoint {
-  size_t next_layer = 0;                    // blocks before it are quantized (and rotated, if asked)
-  std::vector<std::vector<float>> hidden;   // hidden states entering next_layer, one per calibration batch
-  QuantizeReport report;                    // so far
+  size_t next_layer = 0;  // blocks before it are quantized (and rotated, if asked)
+  // The hidden states entering next_layer, one vector per calibration batch. A resumed run reads
+  // them from `hidden`; on_block_done gets them through `for_each_hidden`, in batch order, since
+  // they may live in the activation spill file.
+  std::vector<std::vector<float>> hidden;
+  size_t hidden_batches = 0;
+  std::function<void(const std::function<void(std::span<const float>)>& visit)> for_each_hidden;
+  QuantizeReport report;  // so far
 };
 
 struct QuantizeRequest {
@@ -67,6 +75,10 @@ struct QuantizeRequest {
   std::vector<TensorRule> overrides;
   std::vector<std::string> ignore;
   size_t calibration_batch = 16;  // windows per forward call
+  // Memory for the calibration activations (0 = no limit); batches past it go to a temp file in
+  // spill_dir (the system temp folder when empty): model/activation_store.h.
+  uint64_t max_activation_bytes = 0;
+  std::filesystem::path spill_dir;
   std::function<void(size_t layer, const std::string& tensor)> progress;
   // Resumable runs: called after every finished block with the model as it stands and the state
   // to continue from. `resume` continues a run from such a checkpoint: the model must be the one
