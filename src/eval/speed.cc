@@ -100,6 +100,8 @@ std::vector<BatchSpeed> MeasurePrefill(const Model& model, const std::vector<siz
     std::vector<std::vector<float>> logits(batch);
     std::vector<BatchItem> items;
     for (size_t b = 0; b < batch; ++b) items.push_back({&caches[b], prompt, false, &logits[b]});
+    engine.Forward(items);  // warm-up: first-touch of the caches and activation buffers, thread wake-ups
+    for (KvCache& cache : caches) cache.Clear();
     const auto start = Clock::now();
     engine.Forward(items);
     const double seconds = Seconds(start), tokens = static_cast<double>(batch * ctx);
