@@ -139,21 +139,26 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
 namespace lowbit {
 namespace {
 
+// 1088 columns: a full 1024-column slice and a short one (partial dots added to y); 23 rows: a
+// row block, tiles of 4 and single rows; 261 tokens: a full 256-token chunk and a tail.
 TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
-  const size_t rows = 23, cols = 256;
-  const std::vector<float> w = Gaussian(rows * cols, 9);
-  const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("bf16"), "w");
-  for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}}) {
-    const std::vector<float> x = Gaussian(n_tokens * cols, 10);
-    const std::vector<uint16_t> xb = ToBf16Activations(x.data(), n_tokens, cols);
-    std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
-    Bf16DotRowsRef(q, xb.data(), n_tokens, 0, rows, reference.data(), rows);
-    QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);
-    ExpectClose(reference, exact, 0.5, "bf16 activations vs fp32 activations");  // |y| ~ 16: bf16 is 2^-9
-    if (!HasBf16DotKernel(q)) continue;  // no AVX512_BF16 here
-    std::vector<float> got(n_tokens * rows, NAN);
-    Bf16DotRows(q, xb.data(), n_tokens, 0, rows, got.data(), rows);
-    ExpectClose(got, reference, 1e-4, "vdpbf16ps vs reference, tokens " + std::to_string(n_tokens));
+  for (const size_t cols : {size_t{256}, size_t{1088}}) {
+    for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}, size_t{261}}) {
+      const size_t rows = 23;
+      const std::vector<float> w = Gaussian(rows * cols, 9);
+      const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("bf16"), "w");
+      const std::vector<float> x = Gaussian(n_tokens * cols, 10);
+      const std::vector<uint16_t> xb = ToBf16Activations(x.data(), n_tokens, cols);
+      std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
+      Bf16DotRowsRef(q, xb.data(), n_tokens, 0, rows, reference.data(), rows);
+      QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);
+      ExpectClose(reference, exact, 0.5 * std::sqrt(cols / 256.0), "bf16 activations vs fp32 activations");  // bf16: 2^-9
+      if (!HasBf16DotKernel(q)) continue;  // no AVX512_BF16 here
+      std::vector<float> got(n_tokens * rows, NAN);
+      Bf16DotRows(q, xb.data(), n_tokens, 0, rows, got.data(), rows);
+      ExpectClose(got, reference, 1e-4 * std::sqrt(cols / 256.0),
+                  "vdpbf16ps vs reference, cols " + std::to_string(cols) + " tokens " + std::to_string(n_tokens));
+    }
   }
 }
 
