@@ -88,11 +88,13 @@ void Bf16DotRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_tok
   // partial dots of later slices are added to y. A whole prefill chunk is one pass over the
   // weights. Measured here against whole-row tiles: 1.7-3.1x the fp32 kernel's FLOP rate instead
   // of 1.75x; long rows (down_proj's 11008) gain most.
-  constexpr size_t kTokenChunk = 256, kColSlice = 1024, kRowBlock = 16, kTileTokens = 4;
+  // Decode-sized batches are memory-bound: there each row is read whole, in one sequential pass.
+  constexpr size_t kTokenChunk = 256, kColSlice = 1024, kRowBlock = 16, kTileTokens = 4, kSlicedFromTokens = 16;
+  const size_t slice = n_tokens >= kSlicedFromTokens ? kColSlice : cols;
   for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
     const size_t t1 = std::min(n_tokens, t0 + kTokenChunk);
-    for (size_t k0 = 0; k0 < cols; k0 += kColSlice) {
-      const size_t k1 = std::min(cols, k0 + kColSlice);
+    for (size_t k0 = 0; k0 < cols; k0 += slice) {
+      const size_t k1 = std::min(cols, k0 + slice);
       const bool accumulate = k0 > 0;
       for (size_t rb = row_begin; rb < row_end; rb += kRowBlock) {
         const size_t re = std::min(row_end, rb + kRowBlock);
