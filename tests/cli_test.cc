@@ -91,6 +91,25 @@ TEST(Cli, BenchCodecsJsonShape) {
   }
 }
 
+// The JSON keys the runtime benchmarks promise, for several formats measured round-robin.
+TEST(Cli, BenchDecodeAndPrefillJsonShape) {
+  for (const char* kind : {"decode --steps 2", "prefill"}) {
+    const Result r = RunLowbit(std::string("bench ") + kind +
+                               " --model models/kjv-llama-7m --quantize fp32,int4:g128 --ctx 16 --batch 1,2 --rounds 2 "
+                               "--threads 2 --json");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto list = nlohmann::json::parse(r.out);
+    ASSERT_EQ(list.size(), 4u) << kind;
+    for (const auto& row : list) {
+      EXPECT_TRUE(row["format"] == "fp32" || row["format"] == "int4:g128") << row;
+      EXPECT_TRUE(row["batch"] == 1 || row["batch"] == 2) << row;
+      EXPECT_GT(row["tokens_per_second"].get<double>(), 0.0);
+      EXPECT_NEAR(row["ms_per_token"].get<double>() * row["tokens_per_second"].get<double>(),
+                  std::string(kind) == "prefill" ? 1e3 : 1e3 * row["batch"].get<double>(), 1e-6 * 1e3 * 4);
+    }
+  }
+}
+
 TEST(Cli, DemoRunsOnTheBundledModel) {
   const Result r = RunLowbit("demo");
   ASSERT_EQ(r.status, 0) << r.out;
