@@ -1,5 +1,6 @@
 #include "cli/session.h"
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -57,18 +58,11 @@ uint64_t ParseByteSize(const std::string& text, const std::string& flag) {
     Fail("{}: '{}' is not a size (write e.g. 512M or 2G)", flag, text);
   }
   const std::string unit = text.substr(used);
-  double scale = 1;
-  if (unit == "K" || unit == "k") {
-    scale = 1024.0;
-  } else if (unit == "M" || unit == "m") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "G" || unit == "g") {
-    scale = 1024.0 * 1024 * 1024;
-  } else if (unit == "T" || unit == "t") {
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  } else if (!unit.empty()) {
+  static const std::string kUnits = "KMGT";  // powers of 1024
+  const size_t power = unit.empty() ? std::string::npos : kUnits.find(static_cast<char>(std::toupper(unit[0])));
+  if (!unit.empty() && (unit.size() != 1 || power == std::string::npos))
     Fail("{}: unknown unit '{}' in '{}' (K, M, G or T)", flag, unit, text);
-  }
+  const double scale = unit.empty() ? 1.0 : std::ldexp(1.0, 10 * static_cast<int>(power + 1));
   if (!(value > 0) || !std::isfinite(value)) Fail("{}: '{}' must be a positive size", flag, text);
   return static_cast<uint64_t>(value * scale);
 }

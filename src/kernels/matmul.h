@@ -2,7 +2,8 @@
 // [n_tokens x rows], row-major. No full-precision copy of a quantized matrix is ever made.
 //   dense fp32                 SIMD dot tiles (4 rows x 4 tokens).
 //   quantized / bf16, exact    up to 8 tokens: fused kernels, codes decoded in registers
-//                              (qmatmul.h); more: 4 rows at a time decoded to fp32, then dot tiles.
+//                              (qmatmul.h); more: tiles of rows (up to 256 KiB) decoded to fp32,
+//                              then dot tiles over every token.
 //   quantized / bf16, fast     where the CPU has the instructions: bf16 weights -> BF16 dots
 //                              (qmatmul_bf16.h); int4 / int8 up to 32 tokens -> VNNI integer dots on
 //                              int8 activations (qmatmul_int8.h); other formats past 8 tokens ->
