@@ -219,8 +219,12 @@ void Run(const QuantizeOptions& o) {
     Fail("{}: an interrupted run left its state here; add --resume to continue it, or delete it", partial.string());
   // A tokenizer is needed only to read calibration or evaluation text (synthetic models have none).
   const bool needs_text = !recipe.calib_file.empty() || !o.eval.empty();
-  LoadedModel m = needs_text ? LoadModelWithTokenizer(o.model, "") : LoadedModel{LoadModel(o.model), nullptr};
-  const LoadedModel base = o.eval.empty() ? LoadedModel{} : LoadModelWithTokenizer(o.model, "");
+  // The source is read block by block as the run reaches each block (one block in fp32 at a time).
+  StreamedModel source = OpenModel(o.model);
+  Model& model = source.model;
+  const std::filesystem::path source_dir = std::filesystem::is_directory(o.model) ? o.model : "";
+  CheckQuantizedModelTarget(model.config, o.out, source_dir);  // before any work, not after it
+  const std::unique_ptr<Tokenizer> tokenizer = needs_text ? LoadTokenizerFor(model.config, o.model, "") : nullptr;
 
   QuantizeRequest req;
   req.method = recipe.method;
@@ -238,24 +242,23 @@ void Run(const QuantizeOptions& o) {
     req.overrides.push_back({ov.match, ParseScheme(ov.format),
                              ov.method.empty() ? std::nullopt : std::optional<std::string>(ov.method), ov.config});
   req.ignore = recipe.ignore;
+  req.read_layer = source.read_layer;
   nlohmann::json calib_card = nullptr;
   if (!recipe.calib_file.empty()) {
     const std::string text = ReadTextFile(recipe.calib_file);
-    req.calibration = CalibrationWindows(*m.tokenizer, text, recipe.calib_file, recipe.calib_samples, recipe.calib_len,
+    req.calibration = CalibrationWindows(*tokenizer, text, recipe.calib_file, recipe.calib_samples, recipe.calib_len,
                                          recipe.seed);
     calib_card = {{"file", recipe.calib_file}, {"bytes", text.size()}, {"fnv1a64", fmt::format("{:016x}", Fnv1a(text))},
                   {"samples", recipe.calib_samples}, {"length", recipe.calib_len}, {"seed", recipe.seed}};
   }
-  const std::filesystem::path source_dir = std::filesystem::is_directory(o.model) ? o.model : "";
   const nlohmann::json run = {{"recipe", recipe.ToJson()}, {"calibration", calib_card}, {"source", o.model}};
-  std::optional<RunCheckpoint> resumed;
+  std::optional<BlockCheckpoint> resumed;
   if (o.resume) {
-    resumed = LoadRunCheckpoint(partial, run);
-    m.model = std::move(resumed->model);
-    req.resume = &resumed->state;
+    resumed = LoadRunCheckpoint(partial, run, model);
+    req.resume = &*resumed;
   }
-  // A checkpoint writes the whole model so far: worth it once a crash would lose more work than
-  // the write costs, and never after the last block (the output follows at once).
+  // A checkpoint writes the finished blocks so far: worth it once a crash would lose more work
+  // than the write costs, and never after the last block (the output follows at once).
   auto last_save = std::chrono::steady_clock::now();
   req.on_block_done = [&](const Model& model, const BlockCheckpoint& state) {
     const bool stop = o.stop_after > 0 && state.next_layer >= o.stop_after;
@@ -268,17 +271,17 @@ void Run(const QuantizeOptions& o) {
     }
     if (stop) throw StopRequested{state.next_layer};
   };
-  ProgressBar bar("quantize", m.model.config.n_layers);
+  ProgressBar bar("quantize", model.config.n_layers);
   req.progress = [&](size_t layer, const std::string&) { bar.Update(layer); };
   QuantizeReport report;
   try {
-    report = QuantizeModel(m.model, req);
+    report = QuantizeModel(model, req);
   } catch (const StopRequested& stop) {
     std::printf("stopped after block %zu of %u; the state is in %s: continue with --resume\n", stop.blocks,
-                m.model.config.n_layers, partial.string().c_str());
+                model.config.n_layers, partial.string().c_str());
     return;
   }
-  bar.Update(m.model.config.n_layers);
+  bar.Update(model.config.n_layers);
 
   nlohmann::json card = {{"lowbit_version", LOWBIT_VERSION}, {"recipe", recipe.ToJson()}, {"calibration", calib_card},
                          {"source", o.model}, {"scheme", req.scheme.ToString()}};
@@ -288,7 +291,7 @@ void Run(const QuantizeOptions& o) {
     tensors.push_back({{"name", t.name}, {"scheme", t.scheme}, {"seconds", t.seconds}, {"weight_mse", t.weight_mse},
                        {"output_mse", t.output_mse}});
   }
-  for (const LayerWeights& lw : m.model.weights.layers)
+  for (const LayerWeights& lw : model.weights.layers)
     for (const Linear* l : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) {
       weights += static_cast<double>(l->rows() * l->cols());
       bits += 8.0 * static_cast<double>(l->storage_bytes());
@@ -306,17 +309,19 @@ void Run(const QuantizeOptions& o) {
                      {"layers", report.layer_seconds}};
   card["activations"] = {{"peak_bytes", report.activation_peak_bytes}, {"spilled_bytes", report.activation_spilled_bytes}};
   if (!o.eval.empty()) {
-    const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, o.eval);
+    // The base model is loaded whole, now that the quantization no longer needs the memory.
+    const Model base = LoadModel(o.model);
+    const std::vector<int32_t> tokens = TokenizeFile(*tokenizer, o.eval);
     const ChunkPlan plan = PlanChunks(tokens.size(), o.eval_ctx);
-    Engine eb(base.model, o.threads), eq(m.model, o.threads);
-    const CompareResult r = CompareModels(eb, eq, tokens, plan, m.model.config.bos_id);
+    Engine eb(base, o.threads), eq(model, o.threads);
+    const CompareResult r = CompareModels(eb, eq, tokens, plan, model.config.bos_id);
     card["eval"] = {{"file", o.eval}, {"ctx", o.eval_ctx}, {"ppl_base", r.ppl_base}, {"ppl", r.ppl},
                     {"kld_mean", r.kld_mean}, {"kld_median", r.kld_median}, {"kld_p99", r.kld_p99},
                     {"top1_agreement", r.top1_agreement}, {"tokens", r.tokens}};
   }
   card["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (resumed) card["resumed_at_block"] = resumed->state.next_layer;
-  SaveQuantizedModel(m.model, o.out, source_dir, card);
+  if (resumed) card["resumed_at_block"] = resumed->next_layer;
+  SaveQuantizedModel(model, o.out, source_dir, card);
   std::filesystem::remove_all(partial);
   if (o.json) {
     std::puts(card.dump(2).c_str());

@@ -35,13 +35,20 @@ KvCacheOptions KvCacheOptionsFor(const std::string& dtype, const std::string& mo
   return kv;
 }
 
+std::unique_ptr<Tokenizer> LoadTokenizerFor(const ModelConfig& config, const std::string& model_path,
+                                            const std::string& tokenizer_path) {
+  auto tokenizer = LoadTokenizer(tokenizer_path.empty() ? model_path : tokenizer_path);
+  if (tokenizer->vocab_size() > static_cast<int32_t>(config.vocab_size))
+    Fail("{}: the tokenizer has {} tokens but the model only {}", model_path, tokenizer->vocab_size(),
+         config.vocab_size);
+  return tokenizer;
+}
+
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,
                                    const std::string& quantize) {
-  LoadedModel m{LoadModel(model_path), LoadTokenizer(tokenizer_path.empty() ? model_path : tokenizer_path)};
+  LoadedModel m{LoadModel(model_path), nullptr};
+  m.tokenizer = LoadTokenizerFor(m.model.config, model_path, tokenizer_path);
   if (!quantize.empty()) QuantizeLinears(m.model.weights, ParseScheme(quantize));
-  if (m.tokenizer->vocab_size() > static_cast<int32_t>(m.model.config.vocab_size))
-    Fail("{}: the tokenizer has {} tokens but the model only {}", model_path, m.tokenizer->vocab_size(),
-         m.model.config.vocab_size);
   return m;
 }
 

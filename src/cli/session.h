@@ -23,6 +23,11 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
+// `tokenizer_path` empty = the model's own (its folder's tokenizer.model or the GGUF vocabulary);
+// Error when it has more tokens than the model.
+std::unique_ptr<Tokenizer> LoadTokenizerFor(const ModelConfig& config, const std::string& model_path,
+                                            const std::string& tokenizer_path);
+
 // `tokenizer_path` empty = the model's own (its folder's tokenizer.model or the GGUF vocabulary).
 // `quantize` non-empty = RTN-quantize the decoder linears in memory with that format first.
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,

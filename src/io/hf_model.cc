@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "core/error.h"
 #include "core/file_util.h"
 #include "io/quantized_checkpoint.h"
@@ -31,8 +33,7 @@ class HfTensors {
     for (uint64_t begin = 0; begin < n; begin += kSlice) {
       const uint64_t count = std::min(kSlice, n - begin);
       const TensorView slice{t.name, t.dtype, {count}, t.data.subspan(begin * width, count * width)};
-      const std::vector<float> part = ToFloat32(slice);
-      std::copy(part.begin(), part.end(), out.begin() + static_cast<std::ptrdiff_t>(begin));
+      ToFloat32(slice, std::span(out).subspan(begin, count));
       ReleasePages(slice.data);
     }
     return out;
@@ -70,37 +71,46 @@ class HfTensors {
 
 }  // namespace
 
-Model LoadHfModel(const std::filesystem::path& folder) {
+StreamedModel OpenHfModel(const std::filesystem::path& folder) {
   const std::filesystem::path config_path = folder / "config.json";
   if (!std::filesystem::exists(config_path)) Fail("{}: no config.json (expected a Hugging Face model folder)", folder.string());
-  Model m;
+  StreamedModel s;
+  Model& m = s.model;
   m.source = folder.string();
   m.config = ReadHfConfig(config_path);
-  const ModelConfig& c = m.config;
-  const HfTensors t(folder);
-  m.weights.embed = t.Vector("model.embed_tokens.weight", uint64_t{c.vocab_size} * c.dim);
-  for (uint32_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
-    LayerWeights l;
-    l.attn_norm = t.Vector(p + "input_layernorm.weight", c.dim);
-    l.wq = t.Matrix(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
-    l.wk = t.Matrix(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
-    l.wv = t.Matrix(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
-    l.wo = t.Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
-    l.ffn_norm = t.Vector(p + "post_attention_layernorm.weight", c.dim);
-    l.w_gate = t.Matrix(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
-    l.w_up = t.Matrix(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
-    l.w_down = t.Matrix(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
-    m.weights.layers.push_back(std::move(l));
-  }
-  m.weights.final_norm = t.Vector("model.norm.weight", c.dim);
-  if (!c.tie_embeddings && t.HasLinear("lm_head")) {
-    m.weights.lm_head = t.Matrix("lm_head", c.vocab_size, c.dim, false);
+  const ModelConfig c = m.config;
+  auto t = std::make_shared<const HfTensors>(folder);
+  m.weights.embed = t->Vector("model.embed_tokens.weight", uint64_t{c.vocab_size} * c.dim);
+  m.weights.layers.resize(c.n_layers);
+  m.weights.final_norm = t->Vector("model.norm.weight", c.dim);
+  if (!c.tie_embeddings && t->HasLinear("lm_head")) {
+    m.weights.lm_head = t->Matrix("lm_head", c.vocab_size, c.dim, false);
   } else {
     m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed};
   }
-  ValidateWeights(m.config, m.weights, m.source);
-  return m;
+  ValidateEnds(m.config, m.weights, m.source);
+  s.read_layer = [t, c, source = m.source](size_t i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerWeights l;
+    l.attn_norm = t->Vector(p + "input_layernorm.weight", c.dim);
+    l.wq = t->Matrix(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
+    l.wk = t->Matrix(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
+    l.wv = t->Matrix(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
+    l.wo = t->Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
+    l.ffn_norm = t->Vector(p + "post_attention_layernorm.weight", c.dim);
+    l.w_gate = t->Matrix(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
+    l.w_up = t->Matrix(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
+    l.w_down = t->Matrix(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
+    ValidateLayer(c, l, i, source);
+    return l;
+  };
+  return s;
+}
+
+Model LoadHfModel(const std::filesystem::path& folder) {
+  StreamedModel s = OpenHfModel(folder);
+  for (size_t i = 0; i < s.model.weights.layers.size(); ++i) s.model.weights.layers[i] = s.read_layer(i);
+  return std::move(s.model);
 }
 
 }  // namespace lowbit

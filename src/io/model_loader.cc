@@ -17,4 +17,11 @@ Model LoadModel(const std::filesystem::path& path) {
   Fail("{}: unknown model format (expected a Hugging Face folder, a .gguf file or a llama2.c .bin)", path.string());
 }
 
+StreamedModel OpenModel(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) return OpenHfModel(path);
+  if (path.filename() == "config.json") return OpenHfModel(path.parent_path());
+  return {LoadModel(path), nullptr};
+}
+
 }  // namespace lowbit

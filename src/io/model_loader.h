@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 
 #include "model/weights.h"
 
@@ -9,5 +10,17 @@ namespace lowbit {
 
 // A Hugging Face folder (config.json + safetensors), a .gguf file, or a llama2.c .bin checkpoint.
 Model LoadModel(const std::filesystem::path& path);
+
+// A model whose decoder blocks are read on demand, so that work done one block at a time
+// (`lowbit quantize`) holds one block in full precision instead of the whole model: a 7B model
+// is 27 GB in fp32. Everything outside the blocks (embeddings, final norm, lm_head) is loaded.
+struct StreamedModel {
+  Model model;  // weights.layers has n_layers empty slots while read_layer is set
+  // Reads, converts to fp32 and validates block i; null when the blocks are already in `model`.
+  std::function<LayerWeights(size_t)> read_layer;
+};
+
+// Hugging Face folders are read block by block; GGUF and llama2.c files are loaded whole.
+StreamedModel OpenModel(const std::filesystem::path& path);
 
 }  // namespace lowbit

@@ -66,9 +66,9 @@ struct NamedLinear {
   const Linear* linear;
 };
 
-std::vector<NamedLinear> ModelLinears(const Model& m) {
+std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks) {
   std::vector<NamedLinear> out;
-  for (size_t i = 0; i < m.weights.layers.size(); ++i) {
+  for (size_t i = 0; i < blocks; ++i) {
     const LayerWeights& l = m.weights.layers[i];
     const std::string p = fmt::format("model.layers.{}.", i);
     out.push_back({p + "self_attn.q_proj", &l.wq});
@@ -315,14 +315,16 @@ void CheckQuantizedModelTarget(const ModelConfig& config, const fs::path& out_di
 }
 
 void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::path& source_dir,
-                        const nlohmann::json& recipe_card) {
+                        const nlohmann::json& recipe_card, size_t block_count) {
   // Everything that can fail on bad input is checked or prepared in memory before anything
   // touches disk.
   const fs::path dest = Destination(out_dir);
   const std::string out = dest.string();
   CheckQuantizedModelTarget(model.config, dest, source_dir);
-  ValidateWeights(model.config, model.weights, "model to save");
-  const std::vector<NamedLinear> linears = ModelLinears(model);
+  const size_t blocks = std::min<size_t>(block_count, model.config.n_layers);
+  ValidateEnds(model.config, model.weights, "model to save");
+  for (size_t i = 0; i < blocks; ++i) ValidateLayer(model.config, model.weights.layers[i], i, "model to save");
+  const std::vector<NamedLinear> linears = ModelLinears(model, blocks);
   if (model.config.tie_embeddings && model.weights.lm_head.quantized())
     Fail("{}: lm_head is quantized but tie_word_embeddings is true, so it would not be stored", out);
 
@@ -331,7 +333,7 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
   list.Add("model.embed_tokens.weight", DType::kF32, {model.config.vocab_size, model.config.dim},
            std::span(model.weights.embed));
   list.Add("model.norm.weight", DType::kF32, {model.config.dim}, std::span(model.weights.final_norm));
-  for (size_t i = 0; i < model.weights.layers.size(); ++i) {
+  for (size_t i = 0; i < blocks; ++i) {
     const LayerWeights& l = model.weights.layers[i];
     const std::string p = fmt::format("model.layers.{}.", i);
     list.Add(p + "input_layernorm.weight", DType::kF32, {l.attn_norm.size()}, std::span(l.attn_norm));
@@ -361,6 +363,7 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
     OrderedJson config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
     config["quantization_config"] = QuantizationConfig(linears);
     if (!model.config.tie_embeddings && config.contains("tie_word_embeddings")) config["tie_word_embeddings"] = false;
+    if (blocks < model.config.n_layers) config["num_hidden_layers"] = blocks;
     config_text = config.dump(2) + "\n";
     recipe_text = recipe_card.dump(2) + "\n";
   } catch (const nlohmann::json::exception& e) {

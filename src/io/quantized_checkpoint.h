@@ -31,6 +31,7 @@
 // quantized linear with its exact scheme string, which is the only thing our loader reads.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -51,8 +52,11 @@ inline constexpr int kQuantizedCheckpointVersion = 1;
 // place, so `out_dir` either appears complete or not at all. An existing non-empty `out_dir` (or a
 // file of that name) is an Error naming it -- never overwritten; an existing empty directory is
 // replaced (rename(2) allows that atomically). Throws Error on any failure, leaving nothing behind.
+// `block_count` below n_layers writes only the first decoder blocks, as a model of that depth
+// (num_hidden_layers in config.json says so): the finished part of an interrupted run.
 void SaveQuantizedModel(const Model& model, const std::filesystem::path& out_dir,
-                        const std::filesystem::path& source_dir, const nlohmann::json& recipe_card);
+                        const std::filesystem::path& source_dir, const nlohmann::json& recipe_card,
+                        size_t block_count = SIZE_MAX);
 
 // The checks SaveQuantizedModel starts with, for callers to run before hours of quantization:
 // `out_dir` is free (absent or an empty folder), `source_dir` is a Hugging Face folder whose

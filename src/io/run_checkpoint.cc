@@ -66,7 +66,7 @@ void SaveRunCheckpoint(const std::filesystem::path& dir, const Model& model, con
   std::filesystem::create_directories(dir);
   const size_t n = state.next_layer;
   std::filesystem::remove_all(ModelDir(dir, n));  // a leftover of a crash before progress.json named it
-  SaveQuantizedModel(model, ModelDir(dir, n), source_dir, {{"partial", true}, {"next_layer", n}});
+  SaveQuantizedModel(model, ModelDir(dir, n), source_dir, {{"partial", true}, {"next_layer", n}}, n);
   WriteHidden(HiddenFile(dir, n), state);
   const nlohmann::json progress = {{"next_layer", n}, {"run", run}, {"report", ReportToJson(state.report)}};
   WriteFileAtomic(dir / "progress.json", progress.dump(1) + "\n");
@@ -76,7 +76,7 @@ void SaveRunCheckpoint(const std::filesystem::path& dir, const Model& model, con
   }
 }
 
-RunCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohmann::json& run) {
+BlockCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohmann::json& run, Model& model) {
   const std::filesystem::path progress_path = dir / "progress.json";
   if (!std::filesystem::exists(progress_path)) Fail("{}: nothing to resume (no progress.json)", dir.string());
   nlohmann::json progress;
@@ -92,12 +92,27 @@ RunCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohmann
     Fail("{}: the interrupted run used another recipe, calibration or model; delete {} to start over",
          progress_path.string(), dir.string());
   const size_t n = progress["next_layer"].get<size_t>();
-  RunCheckpoint c{LoadModel(ModelDir(dir, n)), {}};
-  c.state.next_layer = n;
-  c.state.hidden = DecodeHidden(HiddenFile(dir, n));
-  c.state.hidden_batches = c.state.hidden.size();
-  c.state.report = ReportFromJson(progress["report"]);
-  return c;
+  const std::filesystem::path saved_dir = ModelDir(dir, n);
+  Model saved = LoadModel(saved_dir);
+  if (saved.config.n_layers != n || n > model.config.n_layers)
+    Fail("{}: holds {} blocks, progress.json says {} of {}", saved_dir.string(), saved.config.n_layers, n,
+         model.config.n_layers);
+  ModelWeights& w = model.weights;
+  w.embed = std::move(saved.weights.embed);
+  w.final_norm = std::move(saved.weights.final_norm);
+  w.lm_head = std::move(saved.weights.lm_head);
+  model.config.tie_embeddings = saved.config.tie_embeddings;  // a rotated run unties them
+  ValidateEnds(model.config, w, saved_dir.string());
+  for (size_t i = 0; i < n; ++i) {
+    w.layers[i] = std::move(saved.weights.layers[i]);
+    ValidateLayer(model.config, w.layers[i], i, saved_dir.string());
+  }
+  BlockCheckpoint state;
+  state.next_layer = n;
+  state.hidden = DecodeHidden(HiddenFile(dir, n));
+  state.hidden_batches = state.hidden.size();
+  state.report = ReportFromJson(progress["report"]);
+  return state;
 }
 
 }  // namespace lowbit

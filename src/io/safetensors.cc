@@ -36,10 +36,8 @@ T LoadLE(const std::byte* p) {
 
 // Elements may be unaligned in the mapping, hence memcpy loads.
 template <class T, class F>
-std::vector<float> ConvertAll(const std::byte* src, uint64_t n, F to_float) {
-  std::vector<float> out(n);
-  for (uint64_t i = 0; i < n; ++i) out[i] = to_float(LoadLE<T>(src + i * sizeof(T)));
-  return out;
+void ConvertAll(const std::byte* src, std::span<float> out, F to_float) {
+  for (uint64_t i = 0; i < out.size(); ++i) out[i] = to_float(LoadLE<T>(src + i * sizeof(T)));
 }
 
 std::string ShapeString(std::span<const uint64_t> shape) {
@@ -240,50 +238,66 @@ const TensorView& SafetensorsFile::Get(std::string_view name) const {
   return *t;
 }
 
-std::vector<float> ToFloat32(const TensorView& t) {
+namespace {
+
+// The element count of a tensor ToFloat32 can convert: a numeric dtype and data of its size.
+uint64_t ConvertibleCount(const TensorView& t) {
   if (t.dtype == DType::kBool) Fail("tensor '{}': BOOL data cannot be converted to float", t.name);
   const uint64_t n = t.numel();
   const uint64_t size = DTypeSize(t.dtype);
   if (t.data.size() / size != n || t.data.size() % size != 0)
     Fail("tensor '{}': {} bytes of data do not match {} {}", t.name, t.data.size(),
          ShapeString(t.shape), DTypeName(t.dtype));
+  return n;
+}
+
+}  // namespace
+
+void ToFloat32(const TensorView& t, std::span<float> out) {
+  LOWBIT_CHECK(out.size() == ConvertibleCount(t));
   const std::byte* p = t.data.data();
   auto cast = [](auto v) { return static_cast<float>(v); };
   switch (t.dtype) {
     case DType::kBool:
       break;
     case DType::kU8:
-      return ConvertAll<uint8_t>(p, n, cast);
+      return ConvertAll<uint8_t>(p, out, cast);
     case DType::kI8:
-      return ConvertAll<int8_t>(p, n, cast);
+      return ConvertAll<int8_t>(p, out, cast);
     case DType::kF8E4M3:
-      return ConvertAll<uint8_t>(p, n, [](uint8_t c) { return DecodeMiniFloat(kE4M3, c); });
+      return ConvertAll<uint8_t>(p, out, [](uint8_t c) { return DecodeMiniFloat(kE4M3, c); });
     case DType::kF8E5M2:
-      return ConvertAll<uint8_t>(p, n, [](uint8_t c) { return DecodeMiniFloat(kE5M2, c); });
+      return ConvertAll<uint8_t>(p, out, [](uint8_t c) { return DecodeMiniFloat(kE5M2, c); });
     case DType::kF8E8M0:
-      return ConvertAll<uint8_t>(p, n, [](uint8_t c) { return DecodeMiniFloat(kE8M0, c); });
+      return ConvertAll<uint8_t>(p, out, [](uint8_t c) { return DecodeMiniFloat(kE8M0, c); });
     case DType::kI16:
-      return ConvertAll<int16_t>(p, n, cast);
+      return ConvertAll<int16_t>(p, out, cast);
     case DType::kU16:
-      return ConvertAll<uint16_t>(p, n, cast);
+      return ConvertAll<uint16_t>(p, out, cast);
     case DType::kF16:
-      return ConvertAll<uint16_t>(p, n, [](uint16_t h) { return Fp16ToFp32(h); });
+      return ConvertAll<uint16_t>(p, out, [](uint16_t h) { return Fp16ToFp32(h); });
     case DType::kBF16:
-      return ConvertAll<uint16_t>(p, n, [](uint16_t b) { return Bf16ToFp32(b); });
+      return ConvertAll<uint16_t>(p, out, [](uint16_t b) { return Bf16ToFp32(b); });
     case DType::kI32:
-      return ConvertAll<int32_t>(p, n, cast);
+      return ConvertAll<int32_t>(p, out, cast);
     case DType::kU32:
-      return ConvertAll<uint32_t>(p, n, cast);
+      return ConvertAll<uint32_t>(p, out, cast);
     case DType::kF32:
-      return ConvertAll<float>(p, n, cast);
+      return ConvertAll<float>(p, out, cast);
     case DType::kI64:
-      return ConvertAll<int64_t>(p, n, cast);
+      return ConvertAll<int64_t>(p, out, cast);
     case DType::kU64:
-      return ConvertAll<uint64_t>(p, n, cast);
+      return ConvertAll<uint64_t>(p, out, cast);
     case DType::kF64:
-      return ConvertAll<double>(p, n, cast);
+      return ConvertAll<double>(p, out, cast);
   }
   throw std::logic_error("ToFloat32: unhandled DType");  // BOOL, rejected above
+}
+
+std::vector<float> ToFloat32(const TensorView& t) {
+  std::vector<float> out(ConvertibleCount(t));
+  ToFloat32(t, out);
+  return out;
 }
 
 // ----------------------------------------------------------------------------- SafetensorsModel
@@ -426,16 +440,13 @@ void WriteSafetensors(const std::filesystem::path& path, std::span<const TensorT
     Fail("{}: header of {} bytes exceeds the {}-byte limit", file, text.size(),
          kMaxSafetensorsHeaderBytes);
 
-  std::vector<std::byte> out(8 + text.size() + offset);
+  // Streamed tensor by tensor: a whole-file buffer would double the peak memory of a save.
+  AtomicFileWriter out(path);
   const uint64_t header_len = text.size();
-  std::memcpy(out.data(), &header_len, 8);
-  std::memcpy(out.data() + 8, text.data(), text.size());
-  std::byte* dst = out.data() + 8 + text.size();
-  for (const TensorToWrite& t : tensors) {
-    if (!t.data.empty()) std::memcpy(dst, t.data.data(), t.data.size());
-    dst += t.data.size();
-  }
-  WriteFileAtomic(path, out);
+  out.Write(std::as_bytes(std::span(&header_len, 1)));
+  out.Write(std::as_bytes(std::span(text)));
+  for (const TensorToWrite& t : tensors) out.Write(t.data);
+  out.Commit();
 }
 
 }  // namespace lowbit

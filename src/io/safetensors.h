@@ -69,6 +69,8 @@ class SafetensorsFile {
 // Converts any numeric dtype to float (F64 and 64-bit integers round to nearest float).
 // Throws Error for BOOL, and if data.size() does not match shape x dtype.
 std::vector<float> ToFloat32(const TensorView& tensor);
+// The same into `out`, which must hold numel() values.
+void ToFloat32(const TensorView& tensor, std::span<float> out);
 
 // A Hugging Face checkpoint: a folder with model.safetensors.index.json (sharded) or
 // model.safetensors, or a path to a single .safetensors file or to an index .json file.

@@ -43,17 +43,48 @@ std::vector<InputGroup> Groups(LayerWeights& lw) {
           {LinearInput::kDown, {{&lw.w_down, "mlp.down_proj"}}}};
 }
 
-// mean over sample tokens of |(W - Q) x|^2 / rows
-double OutputMse(const std::vector<float>& w, const std::vector<float>& q, size_t rows, size_t cols,
-                 const std::vector<float>& sample) {
-  const size_t n = sample.size() / cols;
-  if (n == 0) return 0;
-  std::vector<float> diff(w.size()), y(n * rows);
-  for (size_t i = 0; i < w.size(); ++i) diff[i] = w[i] - q[i];
-  DotRows(diff.data(), cols, 0, rows, sample.data(), n, y.data(), rows);
-  double s = 0;
-  for (const float v : y) s += static_cast<double>(v) * v;
-  return s / static_cast<double>(n * rows);
+struct WeightError {
+  double weight_mse = 0;
+  double output_mse = 0;  // mean over sample tokens of |(W - Q) x|^2 / rows
+};
+
+// W - Q for one linear (split-off outlier columns exact), measured in blocks of rows on the pool,
+// each dequantized into a small buffer: no full-size copy of the matrix is made.
+WeightError MeasureError(const DenseMatrix& w, const QuantizedTensor& q, const std::optional<OutlierColumns>& outliers,
+                         const std::vector<float>& sample, ThreadPool& pool) {
+  constexpr size_t kRowBlock = 64;
+  const size_t rows = w.rows(), cols = w.cols(), n = sample.size() / cols;
+  const size_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  std::vector<double> weight_sq(blocks, 0.0), output_sq(blocks, 0.0);
+  pool.ParallelFor(blocks, [&](size_t begin, size_t end) {
+    std::vector<float> diff(kRowBlock * cols), y(n * kRowBlock);
+    for (size_t b = begin; b < end; ++b) {
+      const size_t r0 = b * kRowBlock, k = std::min(kRowBlock, rows - r0);
+      for (size_t i = 0; i < k; ++i) {
+        float* d = &diff[i * cols];
+        q.DequantizeRow(r0 + i, d);
+        if (outliers)
+          for (size_t j = 0; j < outliers->columns.size(); ++j)
+            d[outliers->columns[j]] = outliers->weight.values[(r0 + i) * outliers->columns.size() + j];
+        const float* wr = &w.values[(r0 + i) * cols];
+        for (size_t c = 0; c < cols; ++c) {
+          d[c] = wr[c] - d[c];
+          weight_sq[b] += static_cast<double>(d[c]) * d[c];
+        }
+      }
+      if (n == 0) continue;
+      DotRows(diff.data(), cols, 0, k, sample.data(), n, y.data(), k);
+      for (size_t i = 0; i < n * k; ++i) output_sq[b] += static_cast<double>(y[i]) * y[i];
+    }
+  });
+  WeightError e;
+  for (size_t b = 0; b < blocks; ++b) {
+    e.weight_mse += weight_sq[b];
+    e.output_mse += output_sq[b];
+  }
+  e.weight_mse /= static_cast<double>(rows * cols);
+  e.output_mse = n == 0 ? 0.0 : e.output_mse / static_cast<double>(n * rows);
+  return e;
 }
 
 // x[t][c] /= s[c] on every calibration input: the inputs the rescaled weights now see.
@@ -284,7 +315,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     if (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0)
       Fail("rotate: method '{}' rescales input channels in the unrotated basis; combine rotation with rtn or gptq",
            req.method);
-    const RotationInfo info = RotateModel(model, req.rotate_seed);
+    const RotationInfo info = RotateModelEnds(model, req.rotate_seed);  // the blocks as they are reached
     report.rotated = true;
     report.rotation_down_block = info.down_block;
   }
@@ -329,6 +360,8 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   // through the quantized groups before it, and every linear runs once per calibration token.
   for (size_t l = first_layer; l < model.config.n_layers; ++l) {
     const auto layer_start = Clock::now();
+    if (req.read_layer) model.weights.layers[l] = req.read_layer(l);
+    if (report.rotated) RotateBlock(model.config, model.weights.layers[l], l, req.rotate_seed);
     store.ForEach(true, [&](size_t, BatchActivations& b) { engine.BeginLayer(l, b.hidden, b.input); });
     for (InputGroup& group : Groups(model.weights.layers[l])) {
       if (method->activation_scale_grid() > 0)
@@ -362,27 +395,24 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
         const auto t = Clock::now();
         // LLM.int8(): columns with calibration outliers are split off and kept in full precision.
         const double threshold = plan.method->outlier_threshold();
-        std::vector<float> values = dense->values;
+        std::span<const float> values = dense->values;
+        std::vector<float> split;  // the weight without its outlier columns, when there are some
         std::optional<OutlierColumns> outliers;
         if (threshold >= 0) {
-          outliers = SplitOutlierColumns(values, dense->rows(), cols, amax, threshold);
-          if (outliers) report.outlier_columns += outliers->columns.size();
+          split = dense->values;
+          outliers = SplitOutlierColumns(split, dense->rows(), cols, amax, threshold);
+          if (outliers) {
+            report.outlier_columns += outliers->columns.size();
+            values = split;
+          }
         }
         QuantizedTensor q = plan.method->Quantize(
             {name, values, dense->rows(), dense->cols(), needs_hessian ? &hessian.sum() : nullptr, &engine.pool()},
             plan.scheme);
         TensorReport tr{name, q.scheme().ToString(), Since(t)};
-        std::vector<float> deq = q.Dequantize();
-        if (outliers)  // the effective weight: split-off columns are exact
-          for (size_t r = 0; r < dense->rows(); ++r)
-            for (size_t i = 0; i < outliers->columns.size(); ++i)
-              deq[r * cols + outliers->columns[i]] = outliers->weight.values[r * outliers->columns.size() + i];
-        for (size_t i = 0; i < deq.size(); ++i) {
-          const double d = static_cast<double>(dense->values[i]) - deq[i];
-          tr.weight_mse += d * d;
-        }
-        tr.weight_mse /= static_cast<double>(deq.size());
-        tr.output_mse = OutputMse(dense->values, deq, dense->rows(), dense->cols(), sample);
+        const WeightError error = MeasureError(*dense, q, outliers, sample, engine.pool());
+        tr.weight_mse = error.weight_mse;
+        tr.output_mse = error.output_mse;
         report.tensors.push_back(tr);
         slot.linear->weight = std::move(q);
         slot.linear->outliers = std::move(outliers);

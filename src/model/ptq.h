@@ -79,10 +79,16 @@ struct QuantizeRequest {
   // spill_dir (the system temp folder when empty): model/activation_store.h.
   uint64_t max_activation_bytes = 0;
   std::filesystem::path spill_dir;
+  // Blocks read on demand (io/model_loader.h StreamedModel): the model's block slots from the
+  // first block to quantize on are empty and this reads each as the run reaches it, so one block
+  // is held in full precision at a time. Null: the model holds every block.
+  std::function<LayerWeights(size_t)> read_layer;
   std::function<void(size_t layer, const std::string& tensor)> progress;
-  // Resumable runs: called after every finished block with the model as it stands and the state
-  // to continue from. `resume` continues a run from such a checkpoint: the model must be the one
-  // saved with it (its first blocks quantized), the request the same.
+  // Resumable runs: called after every finished block with the model as it stands (blocks from
+  // next_layer on may be unread) and the state to continue from. `resume` continues a run from
+  // such a checkpoint: the model's blocks before next_layer and everything outside the blocks must
+  // be the ones saved with it, the blocks after it the source's (io/run_checkpoint.h), the
+  // request the same. Rotation is applied to each block as the run reaches it.
   std::function<void(const Model& model, const BlockCheckpoint& state)> on_block_done;
   const BlockCheckpoint* resume = nullptr;
 };

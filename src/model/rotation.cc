@@ -48,29 +48,35 @@ void RotateInput(Linear& l, const std::vector<float>& norm, const RandomHadamard
 
 }  // namespace
 
-RotationInfo RotateModel(Model& model, uint64_t seed) {
+RotationInfo RotateModelEnds(Model& model, uint64_t seed) {
   const ModelConfig& c = model.config;
   ModelWeights& w = model.weights;
   const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
-  const size_t block = LargestPowerOfTwoDivisor(c.ffn_dim);
   RotateRows(w.embed, c.vocab_size, c.dim, q);
-  for (size_t i = 0; i < w.layers.size(); ++i) {
-    LayerWeights& lw = w.layers[i];
-    const std::string p = fmt::format("model.layers.{}.", i);
-    for (Linear* l : {&lw.wq, &lw.wk, &lw.wv}) RotateInput(*l, lw.attn_norm, q, (p + "self_attn q/k/v").c_str());
-    RotateOutput(lw.wo, q, (p + "self_attn.o_proj").c_str());
-    for (Linear* l : {&lw.w_gate, &lw.w_up}) RotateInput(*l, lw.ffn_norm, q, (p + "mlp gate/up").c_str());
-    RotateOutput(lw.w_down, q, (p + "mlp.down_proj").c_str());
-    DenseMatrix& down = std::get<DenseMatrix>(lw.w_down.weight);
-    HadamardRows(down.values, down.rows(), down.cols(), block);  // Q^T W_down H (H symmetric)
-    lw.w_down.input_hadamard = static_cast<uint32_t>(block);
-    std::fill(lw.attn_norm.begin(), lw.attn_norm.end(), 1.0f);
-    std::fill(lw.ffn_norm.begin(), lw.ffn_norm.end(), 1.0f);
-  }
   RotateInput(w.lm_head, w.final_norm, q, "lm_head");
   std::fill(w.final_norm.begin(), w.final_norm.end(), 1.0f);
   model.config.tie_embeddings = false;  // lm_head now holds diag(final_norm) and differs from embed
-  return {c.dim, block};
+  return {c.dim, LargestPowerOfTwoDivisor(c.ffn_dim)};
+}
+
+void RotateBlock(const ModelConfig& c, LayerWeights& lw, size_t index, uint64_t seed) {
+  const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
+  const size_t block = LargestPowerOfTwoDivisor(c.ffn_dim);
+  const std::string p = fmt::format("model.layers.{}.", index);
+  for (Linear* l : {&lw.wq, &lw.wk, &lw.wv}) RotateInput(*l, lw.attn_norm, q, (p + "self_attn q/k/v").c_str());
+  RotateOutput(lw.wo, q, (p + "self_attn.o_proj").c_str());
+  for (Linear* l : {&lw.w_gate, &lw.w_up}) RotateInput(*l, lw.ffn_norm, q, (p + "mlp gate/up").c_str());
+  RotateOutput(lw.w_down, q, (p + "mlp.down_proj").c_str());
+  DenseMatrix& down = std::get<DenseMatrix>(lw.w_down.weight);
+  HadamardRows(down.values, down.rows(), down.cols(), block);  // Q^T W_down H (H symmetric)
+  lw.w_down.input_hadamard = static_cast<uint32_t>(block);
+  std::fill(lw.attn_norm.begin(), lw.attn_norm.end(), 1.0f);
+  std::fill(lw.ffn_norm.begin(), lw.ffn_norm.end(), 1.0f);
+}
+
+RotationInfo RotateModel(Model& model, uint64_t seed) {
+  for (size_t i = 0; i < model.weights.layers.size(); ++i) RotateBlock(model.config, model.weights.layers[i], i, seed);
+  return RotateModelEnds(model, seed);
 }
 
 }  // namespace lowbit

@@ -27,4 +27,9 @@ struct RotationInfo {
 // an input transform, or if the hidden size is not a power of two.
 RotationInfo RotateModel(Model& model, uint64_t seed);
 
+// The two halves of RotateModel, for models read block by block: everything outside the decoder
+// blocks (embeddings, final norm, lm_head), and one block. The same seed gives the same Q.
+RotationInfo RotateModelEnds(Model& model, uint64_t seed);
+void RotateBlock(const ModelConfig& config, LayerWeights& layer, size_t index, uint64_t seed);
+
 }  // namespace lowbit

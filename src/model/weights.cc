@@ -45,24 +45,29 @@ void CheckLinear(const Linear& l, uint64_t rows, uint64_t cols, bool bias, const
 
 }  // namespace
 
-void ValidateWeights(const ModelConfig& c, const ModelWeights& w, const std::string& source) {
+void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, const std::string& source) {
+  const std::string p = "layer " + std::to_string(index) + " ";
+  CheckVector(l.attn_norm, c.dim, p + "attn_norm", source);
+  CheckVector(l.ffn_norm, c.dim, p + "ffn_norm", source);
+  CheckLinear(l.wq, c.q_dim(), c.dim, c.qkv_bias, p + "q_proj", source);
+  CheckLinear(l.wk, c.kv_dim(), c.dim, c.qkv_bias, p + "k_proj", source);
+  CheckLinear(l.wv, c.kv_dim(), c.dim, c.qkv_bias, p + "v_proj", source);
+  CheckLinear(l.wo, c.dim, c.q_dim(), false, p + "o_proj", source);
+  CheckLinear(l.w_gate, c.ffn_dim, c.dim, false, p + "gate_proj", source);
+  CheckLinear(l.w_up, c.ffn_dim, c.dim, false, p + "up_proj", source);
+  CheckLinear(l.w_down, c.dim, c.ffn_dim, false, p + "down_proj", source);
+}
+
+void ValidateEnds(const ModelConfig& c, const ModelWeights& w, const std::string& source) {
   CheckVector(w.embed, uint64_t{c.vocab_size} * c.dim, "embedding", source);
   if (w.layers.size() != c.n_layers) Fail("{}: {} layers loaded, config says {}", source, w.layers.size(), c.n_layers);
-  for (uint32_t i = 0; i < c.n_layers; ++i) {
-    const LayerWeights& l = w.layers[i];
-    const std::string p = "layer " + std::to_string(i) + " ";
-    CheckVector(l.attn_norm, c.dim, p + "attn_norm", source);
-    CheckVector(l.ffn_norm, c.dim, p + "ffn_norm", source);
-    CheckLinear(l.wq, c.q_dim(), c.dim, c.qkv_bias, p + "q_proj", source);
-    CheckLinear(l.wk, c.kv_dim(), c.dim, c.qkv_bias, p + "k_proj", source);
-    CheckLinear(l.wv, c.kv_dim(), c.dim, c.qkv_bias, p + "v_proj", source);
-    CheckLinear(l.wo, c.dim, c.q_dim(), false, p + "o_proj", source);
-    CheckLinear(l.w_gate, c.ffn_dim, c.dim, false, p + "gate_proj", source);
-    CheckLinear(l.w_up, c.ffn_dim, c.dim, false, p + "up_proj", source);
-    CheckLinear(l.w_down, c.dim, c.ffn_dim, false, p + "down_proj", source);
-  }
   CheckVector(w.final_norm, c.dim, "final norm", source);
   CheckLinear(w.lm_head, c.vocab_size, c.dim, false, "lm_head", source);
+}
+
+void ValidateWeights(const ModelConfig& c, const ModelWeights& w, const std::string& source) {
+  ValidateEnds(c, w, source);
+  for (uint32_t i = 0; i < c.n_layers; ++i) ValidateLayer(c, w.layers[i], i, source);
 }
 
 }  // namespace lowbit

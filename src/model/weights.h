@@ -76,5 +76,9 @@ struct Model {
 
 // Checks every shape against the config; throws Error naming the tensor.
 void ValidateWeights(const ModelConfig& c, const ModelWeights& w, const std::string& source);
+// The same checks for one decoder block, and for everything outside the blocks (embeddings,
+// final norm, lm_head, and the number of block slots), for models read block by block.
+void ValidateLayer(const ModelConfig& c, const LayerWeights& layer, size_t index, const std::string& source);
+void ValidateEnds(const ModelConfig& c, const ModelWeights& w, const std::string& source);
 
 }  // namespace lowbit

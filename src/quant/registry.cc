@@ -78,7 +78,7 @@ class RtnMethod final : public QuantMethod {
   double smoothing_alpha() const override { return smoothing_alpha_; }
   double outlier_threshold() const override { return outlier_threshold_; }
   QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
-    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name);
+    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name, w.pool);
   }
 
  private:

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "formats/codec.h"
 #include "quant/scale_rules.h"
 
@@ -59,7 +61,17 @@ void ChooseCellScale(QuantizedTensor& q, uint64_t cell, std::span<const float> v
   q.SetZero(cell, p.zero);
 }
 
-void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name) {
+namespace {
+
+// fn(begin, end) over [0, n), on the pool when there is one.
+void ForRange(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
+  if (pool) pool->ParallelFor(n, fn);
+  else fn(0, n);
+}
+
+}  // namespace
+
+void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name, ThreadPool* pool) {
   const uint64_t rows = q.rows(), cols = q.cols();
   auto fail_non_finite = [&] {
     for (size_t i = 0; i < w.size(); ++i)
@@ -71,14 +83,17 @@ void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view
     fail_non_finite();
     return;
   }
+  // Rows of cells are independent; each worker takes whole rows of cells.
   std::vector<CellStats> stats(g.cells());
-  for (uint64_t r = 0; r < rows; ++r) {
-    CellStats* row_stats = &stats[(r / g.cell_rows) * g.grid_cols];
-    for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
-      const uint64_t c0 = gc * g.cell_cols, c1 = std::min(c0 + g.cell_cols, cols);
-      row_stats[gc].AddSpan(&w[r * cols + c0], c1 - c0);
+  ForRange(pool, g.grid_rows, [&](size_t gr_begin, size_t gr_end) {
+    for (uint64_t r = gr_begin * g.cell_rows; r < std::min<uint64_t>(rows, gr_end * g.cell_rows); ++r) {
+      CellStats* row_stats = &stats[(r / g.cell_rows) * g.grid_cols];
+      for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
+        const uint64_t c0 = gc * g.cell_cols, c1 = std::min(c0 + g.cell_cols, cols);
+        row_stats[gc].AddSpan(&w[r * cols + c0], c1 - c0);
+      }
     }
-  }
+  });
   float tensor_amax = 0;
   for (const CellStats& st : stats) {
     if (!std::isfinite(st.abs_sum)) fail_non_finite();
@@ -93,13 +108,16 @@ void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view
 }
 
 QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                            std::string_view tensor_name) {
+                            std::string_view tensor_name, ThreadPool* pool) {
   scheme.ValidateShape(rows, cols, tensor_name);
   if (w.size() != rows * cols)
     Fail("tensor '{}': {} values given for shape [{} x {}]", tensor_name, w.size(), rows, cols);
   QuantizedTensor q(scheme, rows, cols);
-  ChooseScales(q, w, tensor_name);
-  for (uint64_t r = 0; r < rows; ++r) EncodeRow(q, r, &w[r * cols]);
+  ChooseScales(q, w, tensor_name, pool);
+  // Rows own whole bytes of the packed codes, so rows encode independently.
+  ForRange(pool, rows, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) EncodeRow(q, r, &w[r * cols]);
+  });
   return q;
 }
 

@@ -11,14 +11,17 @@
 
 namespace lowbit {
 
+class ThreadPool;
+
 // `w` is row-major [rows x cols]. Throws Error naming `tensor_name` on NaN/Inf input or a shape
-// the scheme cannot take.
+// the scheme cannot take. With a pool, rows are split over its threads (same result).
 QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                            std::string_view tensor_name = "tensor");
+                            std::string_view tensor_name = "tensor", ThreadPool* pool = nullptr);
 
 // Chooses every cell's scale (and zero) of `q` from `w` with the scheme's rule, and the tensor
 // scale where the scheme has one. Throws Error on NaN/Inf input, naming the tensor.
-void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name);
+void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name,
+                  ThreadPool* pool = nullptr);
 
 // Chooses the scale of one cell from the values it covers (e.g. one group of one row).
 void ChooseCellScale(QuantizedTensor& q, uint64_t cell, std::span<const float> values);
