@@ -95,6 +95,27 @@ TEST_F(RecipeTest, BadRegexesAndKeysNameTheRecipeAndThePattern) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// A rotated run resumes too: the finished blocks come from the checkpoint already rotated, the
+// later ones from the source, rotated as the run reaches them.
+TEST_F(RecipeTest, StoppedRotatedRunResumesToTheSameModel) {
+  const std::string args = "quantize models/kjv-llama-7m --method rtn --format int4:g32 --rotate --rotate-seed 3 ";
+  const std::string full = (dir_ / "full").string(), resumed = (dir_ / "resumed").string();
+  Result r = RunLowbit(args + "-o " + full);
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = RunLowbit(args + "-o " + resumed + " --stop-after 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = RunLowbit(args + "-o " + resumed + " --resume");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const Model a = LoadHfModel(full), b = LoadHfModel(resumed);
+  EXPECT_EQ(a.weights.embed, b.weights.embed);
+  for (size_t l = 0; l < a.weights.layers.size(); ++l) {
+    const auto& qa = std::get<QuantizedTensor>(a.weights.layers[l].w_down.weight);
+    const auto& qb = std::get<QuantizedTensor>(b.weights.layers[l].w_down.weight);
+    EXPECT_TRUE(std::ranges::equal(qa.codes(), qb.codes())) << "layer " << l;
+    EXPECT_EQ(b.weights.layers[l].w_down.input_hadamard, 256u);
+  }
+}
+
 // An interrupted run (--stop-after) continues with --resume to the very checkpoint an uninterrupted
 // run writes; without --resume, or with another calibration, it refuses. The interrupted run
 // keeps its calibration activations in a spill file (--max-ram far below their size): results
@@ -111,6 +132,8 @@ TEST_F(RecipeTest, StoppedRunResumesToTheSameCheckpoint) {
   EXPECT_NE(r.out.find("--resume"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(resumed));
   EXPECT_TRUE(fs::exists(resumed + ".partial/progress.json"));
+  // The checkpoint holds the finished blocks only: the rest is read from the source again.
+  EXPECT_EQ(LoadHfModel(resumed + ".partial/model.2").config.n_layers, 2u);
 
   r = RunLowbit(args + "--calib-samples 4 -o " + resumed);  // forgot --resume
   EXPECT_NE(r.status, 0);

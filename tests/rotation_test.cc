@@ -130,6 +130,50 @@ TEST(Rotation, RotateThenGptqBeatsGptqAtW4A8AndSurvivesSaveAndLoad) {
   EXPECT_EQ(er.Forward(cr, few, true), el.Forward(cl, few, true));  // the same bits, the same logits
 }
 
+// A streamed run (blocks read as the run reaches them, each rotated then) holds one block in full
+// precision at a time and ends with the bits of a run over the whole model, rotated up front.
+TEST(Rotation, StreamedRunHoldsOneBlockAndMatchesTheWholeModelRun) {
+  QuantizeRequest req;
+  req.method = "gptq";
+  req.scheme = ParseScheme("int4:g128");
+  req.calibration = Calibration(4, 64);
+  req.threads = 2;
+  Model whole = LoadHfModel(kModelDir);
+  RotateModel(whole, 5);
+  QuantizeModel(whole, req);
+
+  StreamedModel streamed = OpenHfModel(kModelDir);
+  Model& m = streamed.model;
+  for (const LayerWeights& l : m.weights.layers) EXPECT_EQ(l.wq.rows(), 0u);  // nothing read yet
+  size_t reads = 0;
+  req.read_layer = [&](size_t i) {
+    EXPECT_EQ(i, reads++);
+    for (size_t j = 0; j < m.weights.layers.size(); ++j) {  // earlier blocks quantized, later ones unread
+      const Linear& up = m.weights.layers[j].w_up;
+      EXPECT_TRUE(j < i ? up.quantized() : up.rows() == 0) << "block " << j << " when reading " << i;
+    }
+    return streamed.read_layer(i);
+  };
+  req.rotate = true;
+  req.rotate_seed = 5;
+  QuantizeModel(m, req);
+  EXPECT_EQ(reads, m.weights.layers.size());
+  EXPECT_EQ(m.weights.embed, whole.weights.embed);
+  EXPECT_EQ(std::get<DenseMatrix>(m.weights.lm_head.weight).values,
+            std::get<DenseMatrix>(whole.weights.lm_head.weight).values);
+  for (size_t l = 0; l < m.weights.layers.size(); ++l) {
+    const LayerWeights &a = m.weights.layers[l], &b = whole.weights.layers[l];
+    EXPECT_EQ(a.attn_norm, b.attn_norm);
+    EXPECT_EQ(a.w_down.input_hadamard, b.w_down.input_hadamard);
+    for (const auto& [x, y] : {std::pair{&a.wq, &b.wq}, {&a.wo, &b.wo}, {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}}) {
+      const auto& qa = std::get<QuantizedTensor>(x->weight);
+      const auto& qb = std::get<QuantizedTensor>(y->weight);
+      EXPECT_TRUE(std::ranges::equal(qa.codes(), qb.codes())) << "layer " << l;
+      EXPECT_TRUE(std::ranges::equal(qa.scale_bytes(), qb.scale_bytes())) << "layer " << l;
+    }
+  }
+}
+
 TEST(Rotation, OnlyWithMethodsThatDoNotRescaleInputs) {
   Model m = LoadHfModel(kModelDir);
   QuantizeRequest req;
