@@ -104,6 +104,13 @@ TEST_F(RecipeTest, StoppedRotatedRunResumesToTheSameModel) {
   ASSERT_EQ(r.status, 0) << r.out;
   r = RunLowbit(args + "-o " + resumed + " --stop-after 1");
   ASSERT_EQ(r.status, 0) << r.out;
+  const fs::path hidden = resumed + ".partial/hidden.1.bin";
+  const std::string saved = ReadTextFile(hidden);
+  WriteFileAtomic(hidden, saved.substr(0, 5));  // damaged: the run refuses, naming the file
+  r = RunLowbit(args + "-o " + resumed + " --resume");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("hidden.1.bin: truncated"), std::string::npos) << r.out;
+  WriteFileAtomic(hidden, saved);
   r = RunLowbit(args + "-o " + resumed + " --resume");
   ASSERT_EQ(r.status, 0) << r.out;
   const Model a = LoadHfModel(full), b = LoadHfModel(resumed);

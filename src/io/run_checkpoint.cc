@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -30,28 +31,30 @@ void WriteHidden(const std::filesystem::path& path, const BlockCheckpoint& state
   out.Commit();
 }
 
-std::vector<std::vector<float>> DecodeHidden(const std::filesystem::path& path) {
-  const MappedFile file(path);
+// Checks the layout of hidden.N.bin up front and returns where each batch's values start; the
+// values are then read a batch at a time.
+std::vector<std::span<const std::byte>> IndexHidden(const MappedFile& file) {
+  const std::string path = file.path().string();
   const std::span<const std::byte> bytes = file.bytes();
   size_t at = 0;
-  auto get = [&](void* p, size_t n) {
-    if (bytes.size() - at < n) Fail("{}: truncated at byte {}", path.string(), at);
-    std::memcpy(p, bytes.data() + at, n);
-    at += n;
+  auto get_u64 = [&] {
+    uint64_t v = 0;
+    if (bytes.size() - at < 8) Fail("{}: truncated at byte {}", path, at);
+    std::memcpy(&v, bytes.data() + at, 8);
+    at += 8;
+    return v;
   };
-  uint64_t batches = 0;
-  get(&batches, 8);
-  if (batches > bytes.size()) Fail("{}: bad batch count {}", path.string(), batches);
-  std::vector<std::vector<float>> hidden(batches);
-  for (auto& h : hidden) {
-    uint64_t n = 0;
-    get(&n, 8);
-    if (n > bytes.size() / sizeof(float)) Fail("{}: bad value count {}", path.string(), n);
-    h.resize(n);
-    get(h.data(), n * sizeof(float));
+  const uint64_t batches = get_u64();
+  if (batches > bytes.size()) Fail("{}: bad batch count {}", path, batches);
+  std::vector<std::span<const std::byte>> index;
+  for (uint64_t i = 0; i < batches; ++i) {
+    const uint64_t n = get_u64();
+    if (n > (bytes.size() - at) / sizeof(float)) Fail("{}: batch {}: {} values run past the end", path, i, n);
+    index.push_back(bytes.subspan(at, n * sizeof(float)));
+    at += n * sizeof(float);
   }
-  if (at != bytes.size()) Fail("{}: {} trailing bytes", path.string(), bytes.size() - at);
-  return hidden;
+  if (at != bytes.size()) Fail("{}: {} trailing bytes", path, bytes.size() - at);
+  return index;
 }
 
 std::filesystem::path ModelDir(const std::filesystem::path& dir, size_t n) { return dir / fmt::format("model.{}", n); }
@@ -109,8 +112,16 @@ BlockCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohma
   }
   BlockCheckpoint state;
   state.next_layer = n;
-  state.hidden = DecodeHidden(HiddenFile(dir, n));
-  state.hidden_batches = state.hidden.size();
+  auto hidden_file = std::make_shared<const MappedFile>(HiddenFile(dir, n));
+  auto index = std::make_shared<const std::vector<std::span<const std::byte>>>(IndexHidden(*hidden_file));
+  state.hidden_batches = index->size();
+  state.read_hidden = [hidden_file, index](size_t batch) {
+    const std::span<const std::byte> bytes = index->at(batch);
+    std::vector<float> values(bytes.size() / sizeof(float));
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    ReleasePages(bytes);
+    return values;
+  };
   state.report = ReportFromJson(progress["report"]);
   return state;
 }

@@ -342,18 +342,20 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   if (req.resume) {
     first_layer = req.resume->next_layer;
     if (first_layer > model.config.n_layers) Fail("resume: block {} is past the model's {}", first_layer, model.config.n_layers);
-    if (req.resume->hidden.size() != batches.size())
-      Fail("resume: {} saved hidden-state batches, the calibration makes {}", req.resume->hidden.size(), batches.size());
-    for (size_t i = 0; i < batches.size(); ++i) {
-      size_t tokens = 0;
-      for (const BatchItem& item : batches[i]) tokens += item.tokens.size();
-      if (req.resume->hidden[i].size() != tokens * model.config.dim)
-        Fail("resume: saved hidden states of batch {} have {} values, expected {}", i, req.resume->hidden[i].size(),
-             tokens * model.config.dim);
-    }
+    if (req.resume->hidden_batches != batches.size())
+      Fail("resume: {} saved hidden-state batches, the calibration makes {}", req.resume->hidden_batches, batches.size());
   }
   store.ForEach(true, [&](size_t i, BatchActivations& b) {
-    b.hidden = req.resume ? req.resume->hidden[i] : engine.Embed(batches[i]);
+    if (!req.resume) {
+      b.hidden = engine.Embed(batches[i]);
+      return;
+    }
+    b.hidden = req.resume->read_hidden(i);
+    size_t tokens = 0;
+    for (const BatchItem& item : batches[i]) tokens += item.tokens.size();
+    if (b.hidden.size() != tokens * model.config.dim)
+      Fail("resume: saved hidden states of batch {} have {} values, expected {}", i, b.hidden.size(),
+           tokens * model.config.dim);
   });
 
   // One staged pass per layer: each linear group is calibrated on inputs that already went

@@ -50,9 +50,10 @@ struct QuantizeReport {
 struct BlockCheckpoint {
   size_t next_layer = 0;  // blocks before it are quantized (and rotated, if asked)
   // The hidden states entering next_layer, one vector per calibration batch. A resumed run reads
-  // them from `hidden`; on_block_done gets them through `for_each_hidden`, in batch order, since
-  // they may live in the activation spill file.
-  std::vector<std::vector<float>> hidden;
+  // batch i through `read_hidden(i)`, one at a time, so the activation store can spill them as they
+  // come; on_block_done gets them through `for_each_hidden`, in batch order, since they may live in
+  // the activation spill file.
+  std::function<std::vector<float>(size_t batch)> read_hidden;
   size_t hidden_batches = 0;
   std::function<void(const std::function<void(std::span<const float>)>& visit)> for_each_hidden;
   QuantizeReport report;  // so far
