@@ -272,7 +272,7 @@ void Run(const QuantizeOptions& o) {
     if (stop) throw StopRequested{state.next_layer};
   };
   ProgressBar bar("quantize", model.config.n_layers);
-  req.progress = [&](size_t layer, const std::string&) { bar.Update(layer); };
+  req.progress = [&](size_t layer, const std::string& tensor) { bar.Update(layer, tensor); };
   QuantizeReport report;
   try {
     report = QuantizeModel(model, req);

@@ -55,15 +55,17 @@ ProgressBar::ProgressBar(std::string label, size_t total)
     : label_(std::move(label)), total_(total), enabled_(isatty(STDERR_FILENO) != 0) {}
 
 ProgressBar::~ProgressBar() {
-  if (enabled_) std::fprintf(stderr, "\r%*s\r", static_cast<int>(label_.size() + 50), "");
+  if (enabled_ && printed_ > 0) std::fprintf(stderr, "\r%*s\r", static_cast<int>(printed_), "");
 }
 
-void ProgressBar::Update(size_t done) {
+void ProgressBar::Update(size_t done, std::string_view detail) {
   if (!enabled_ || total_ == 0) return;
-  constexpr int kWidth = 30;
-  const int filled = static_cast<int>(kWidth * done / total_);
-  std::fprintf(stderr, "\r%s [%s%s] %zu/%zu", label_.c_str(), std::string(filled, '#').c_str(),
-               std::string(kWidth - filled, '.').c_str(), done, total_);
+  constexpr size_t kWidth = 30;
+  const size_t filled = kWidth * std::min(done, total_) / total_;
+  const std::string line = fmt::format("{} [{}{}] {}/{} {}", label_, std::string(filled, '#'),
+                                       std::string(kWidth - filled, '.'), done, total_, detail);
+  printed_ = std::max(printed_, line.size());
+  std::fprintf(stderr, "\r%-*s", static_cast<int>(printed_), line.c_str());
   std::fflush(stderr);
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace lowbit::cli {
@@ -20,12 +21,14 @@ class ProgressBar {
  public:
   ProgressBar(std::string label, size_t total);
   ~ProgressBar();
-  void Update(size_t done);
+  // `detail` names the item in progress (e.g. the tensor being quantized), after the count.
+  void Update(size_t done, std::string_view detail = {});
 
  private:
   std::string label_;
   size_t total_;
   bool enabled_;
+  size_t printed_ = 0;  // the longest line so far, blanked when the next one is shorter
 };
 
 }  // namespace lowbit::cli
