@@ -41,7 +41,8 @@ constexpr const char* kFusedSchemes[] = {
 
 TEST(QuantDotRows, MatchesReferenceForEveryFormatOnEveryTarget) {
   const size_t rows = 37, n_tokens = 6;
-  for (const size_t cols : {size_t{256}, size_t{320}}) {  // 320: a ragged last group of 64 at g128
+  // 320: a ragged last group of 64 at g128; 304: a ragged last group of 16 at g32 (one chunk per group)
+  for (const size_t cols : {size_t{256}, size_t{320}, size_t{304}}) {
     const std::vector<float> w = Gaussian(rows * cols, 1), x = Gaussian(n_tokens * cols, 2);
     for (const char* spec : kFusedSchemes) {
       const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");

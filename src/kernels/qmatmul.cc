@@ -182,29 +182,35 @@ HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, si
   hn::Vec<D> acc[kTokens][4];
   for (size_t t = 0; t < kTokens; ++t)
     for (size_t k = 0; k < 4; ++k) acc[t][k] = hn::Zero(d);
+  // One chunk at column i into accumulator set k (P vectors). k is a constant after unrolling,
+  // so the accumulators stay in registers.
+  const auto step = [&](size_t i, hn::Vec<D> scale, size_t k) HWY_ATTR {
+    hn::Vec<D> wv[P];
+    DecodeChunk<K, kBits>(d, row + i * kBits / 8, lut, table, wv);
+    for (size_t j = 0; j < P; ++j) {
+      const auto scaled = kBits > 8 ? wv[j] : hn::Mul(wv[j], scale);
+      for (size_t t = 0; t < kTokens; ++t)
+        acc[t][k * P + j] = hn::MulAdd(scaled, hn::LoadU(d, x[t] + i + j * lanes), acc[t][k * P + j]);
+    }
+  };
+  const auto group_scale = [&](size_t g) { return hn::Set(d, (a.scales ? a.scales[g] : 1.0f) * a.plan->code_scale); };
   size_t vector_end = 0;
-  for (size_t g = 0; g < groups; ++g) {
-    const size_t start = g * group, end = std::min(cols, start + group);
-    vector_end = start + (end - start) / chunk * chunk;
-    const auto scale = hn::Set(d, (a.scales ? a.scales[g] : 1.0f) * a.plan->code_scale);
-    size_t i = start;
-    for (; i + U * chunk <= vector_end; i += U * chunk)
-      for (size_t u = 0; u < U; ++u) {
-        hn::Vec<D> wv[P];
-        DecodeChunk<K, kBits>(d, row + (i + u * chunk) * kBits / 8, lut, table, wv);
-        for (size_t j = 0; j < P; ++j) {
-          const auto scaled = kBits > 8 ? wv[j] : hn::Mul(wv[j], scale);
-          for (size_t t = 0; t < kTokens; ++t)
-            acc[t][u * P + j] = hn::MulAdd(scaled, hn::LoadU(d, x[t] + i + u * chunk + j * lanes), acc[t][u * P + j]);
-        }
-      }
-    for (; i < vector_end; i += chunk) {
-      hn::Vec<D> wv[P];
-      DecodeChunk<K, kBits>(d, row + i * kBits / 8, lut, table, wv);
-      for (size_t j = 0; j < P; ++j) {
-        const auto scaled = kBits > 8 ? wv[j] : hn::Mul(wv[j], scale);
-        for (size_t t = 0; t < kTokens; ++t) acc[t][j] = hn::MulAdd(scaled, hn::LoadU(d, x[t] + i + j * lanes), acc[t][j]);
-      }
+  if (groups > 1 && group == chunk) {  // small groups, one chunk each: U groups per step, a set each
+    const size_t whole = cols / chunk;  // groups with a whole chunk (a partial last one is tail)
+    size_t g = 0;
+    for (; g + U <= whole; g += U)
+      for (size_t u = 0; u < U; ++u) step((g + u) * chunk, group_scale(g + u), u);
+    for (; g < whole; ++g) step(g * chunk, group_scale(g), 0);
+    vector_end = whole * chunk;
+  } else {
+    for (size_t g = 0; g < groups; ++g) {
+      const size_t start = g * group, end = std::min(cols, start + group);
+      vector_end = start + (end - start) / chunk * chunk;
+      const auto scale = group_scale(g);
+      size_t i = start;
+      for (; i + U * chunk <= vector_end; i += U * chunk)
+        for (size_t u = 0; u < U; ++u) step(i + u * chunk, scale, u);
+      for (; i < vector_end; i += chunk) step(i, scale, 0);
     }
   }
   float extra[kTokens] = {};
@@ -213,10 +219,14 @@ HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, si
     const float v = qmatmul::ScalarWeight(w, row, i, last_scale) - a.plan->offset * last_scale;
     for (size_t t = 0; t < kTokens; ++t) extra[t] += v * x[t][i];
   }
-  if (a.biases)
+  if (a.biases)  // sum over groups of bias x group sum of x: as many terms as groups, so vectorised
     for (size_t t = 0; t < kTokens; ++t) {
       const float* sums = a.in->group_sums.data() + (t0 + t) * groups;
-      for (size_t g = 0; g < groups; ++g) extra[t] += a.biases[g] * sums[g];
+      auto dot = hn::Zero(d);
+      size_t g = 0;
+      for (; g + lanes <= groups; g += lanes) dot = hn::MulAdd(hn::LoadU(d, a.biases + g), hn::LoadU(d, sums + g), dot);
+      extra[t] += hn::GetLane(hn::SumOfLanes(d, dot));
+      for (; g < groups; ++g) extra[t] += a.biases[g] * sums[g];
     }
   for (size_t t = 0; t < kTokens; ++t) {
     const auto total = hn::Add(hn::Add(acc[t][0], acc[t][1]), hn::Add(acc[t][2], acc[t][3]));
