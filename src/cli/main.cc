@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   // lowbit allocates and frees buffers of hundreds of MB again and again (a block's weights, the
   // calibration activations). glibc would map each afresh and unmap it on free, and faulting
   // fresh pages in costs seconds per GB on virtual machines. Kept in the heap, a freed buffer is
-  // reused at once: a streamed 4-block 7B quantization runs in 19 s instead of 30 s, the same peak.
+  // reused at once: a streamed 4-block 7B quantization runs in 20 s instead of 30 s, the same peak.
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, -1);
   CLI::App app{"lowbit " LOWBIT_VERSION " -- LLM quantization toolkit and CPU engine"};
