@@ -208,9 +208,25 @@ HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, si
       vector_end = start + (end - start) / chunk * chunk;
       const auto scale = group_scale(g);
       size_t i = start;
-      for (; i + U * chunk <= vector_end; i += U * chunk)
-        for (size_t u = 0; u < U; ++u) step(i + u * chunk, scale, u);
-      for (; i < vector_end; i += chunk) step(i, scale, 0);
+      if constexpr (kTokens == 1 && kBits <= 8) {
+        // One token (decode): the group's products go unscaled into their own accumulators, scaled
+        // once at the group's end: one FMA per accumulator instead of a multiply per weight vector.
+        hn::Vec<D> part[4];
+        for (size_t k = 0; k < 4; ++k) part[k] = hn::Zero(d);
+        const auto unscaled = [&](size_t at, size_t k) HWY_ATTR {
+          hn::Vec<D> wv[P];
+          DecodeChunk<K, kBits>(d, row + at * kBits / 8, lut, table, wv);
+          for (size_t j = 0; j < P; ++j) part[k * P + j] = hn::MulAdd(wv[j], hn::LoadU(d, x[0] + at + j * lanes), part[k * P + j]);
+        };
+        for (; i + U * chunk <= vector_end; i += U * chunk)
+          for (size_t u = 0; u < U; ++u) unscaled(i + u * chunk, u);
+        for (; i < vector_end; i += chunk) unscaled(i, 0);
+        for (size_t k = 0; k < 4; ++k) acc[0][k] = hn::MulAdd(part[k], scale, acc[0][k]);
+      } else {
+        for (; i + U * chunk <= vector_end; i += U * chunk)
+          for (size_t u = 0; u < U; ++u) step(i + u * chunk, scale, u);
+        for (; i < vector_end; i += chunk) step(i, scale, 0);
+      }
     }
   }
   float extra[kTokens] = {};
