@@ -11,6 +11,7 @@
 #define LOWBIT_QMATMUL_PLAN
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "formats/codec.h"
 #include "kernels/qmatmul.h"
@@ -182,15 +183,17 @@ HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, si
   hn::Vec<D> acc[kTokens][4];
   for (size_t t = 0; t < kTokens; ++t)
     for (size_t k = 0; k < 4; ++k) acc[t][k] = hn::Zero(d);
-  // One chunk at column i into accumulator set k (P vectors). k is a constant after unrolling,
-  // so the accumulators stay in registers.
-  const auto step = [&](size_t i, hn::Vec<D> scale, size_t k) HWY_ATTR {
+  // One chunk at column i into accumulator set k (P vectors) of `into`, the weights multiplied by
+  // `scale` first when `scaled` is std::true_type. k is a constant after unrolling, so the
+  // accumulators stay in registers.
+  const auto step = [&](size_t i, hn::Vec<D> scale, size_t k, auto scaled, hn::Vec<D>(&into)[kTokens][4]) HWY_ATTR {
     hn::Vec<D> wv[P];
     DecodeChunk<K, kBits>(d, row + i * kBits / 8, lut, table, wv);
     for (size_t j = 0; j < P; ++j) {
-      const auto scaled = kBits > 8 ? wv[j] : hn::Mul(wv[j], scale);
+      hn::Vec<D> w_j = wv[j];
+      if constexpr (decltype(scaled)::value && kBits <= 8) w_j = hn::Mul(w_j, scale);
       for (size_t t = 0; t < kTokens; ++t)
-        acc[t][k * P + j] = hn::MulAdd(scaled, hn::LoadU(d, x[t] + i + j * lanes), acc[t][k * P + j]);
+        into[t][k * P + j] = hn::MulAdd(w_j, hn::LoadU(d, x[t] + i + j * lanes), into[t][k * P + j]);
     }
   };
   const auto group_scale = [&](size_t g) { return hn::Set(d, (a.scales ? a.scales[g] : 1.0f) * a.plan->code_scale); };
@@ -199,34 +202,29 @@ HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, si
     const size_t whole = cols / chunk;  // groups with a whole chunk (a partial last one is tail)
     size_t g = 0;
     for (; g + U <= whole; g += U)
-      for (size_t u = 0; u < U; ++u) step((g + u) * chunk, group_scale(g + u), u);
-    for (; g < whole; ++g) step(g * chunk, group_scale(g), 0);
+      for (size_t u = 0; u < U; ++u) step((g + u) * chunk, group_scale(g + u), u, std::true_type(), acc);
+    for (; g < whole; ++g) step(g * chunk, group_scale(g), 0, std::true_type(), acc);
     vector_end = whole * chunk;
   } else {
+    // One token (decode): the group's products go unscaled into their own accumulators, scaled
+    // once at the group's end: one FMA per accumulator instead of a multiply per weight vector.
+    // With several tokens the multiply is shared by all of them, so it stays.
+    constexpr bool kDeferScale = kTokens == 1 && kBits <= 8;
+    using ScaleNow = std::bool_constant<!kDeferScale>;
     for (size_t g = 0; g < groups; ++g) {
       const size_t start = g * group, end = std::min(cols, start + group);
       vector_end = start + (end - start) / chunk * chunk;
       const auto scale = group_scale(g);
+      hn::Vec<D> part[kTokens][4];
+      if constexpr (kDeferScale)
+        for (size_t k = 0; k < 4; ++k) part[0][k] = hn::Zero(d);
+      auto& into = kDeferScale ? part : acc;
       size_t i = start;
-      if constexpr (kTokens == 1 && kBits <= 8) {
-        // One token (decode): the group's products go unscaled into their own accumulators, scaled
-        // once at the group's end: one FMA per accumulator instead of a multiply per weight vector.
-        hn::Vec<D> part[4];
-        for (size_t k = 0; k < 4; ++k) part[k] = hn::Zero(d);
-        const auto unscaled = [&](size_t at, size_t k) HWY_ATTR {
-          hn::Vec<D> wv[P];
-          DecodeChunk<K, kBits>(d, row + at * kBits / 8, lut, table, wv);
-          for (size_t j = 0; j < P; ++j) part[k * P + j] = hn::MulAdd(wv[j], hn::LoadU(d, x[0] + at + j * lanes), part[k * P + j]);
-        };
-        for (; i + U * chunk <= vector_end; i += U * chunk)
-          for (size_t u = 0; u < U; ++u) unscaled(i + u * chunk, u);
-        for (; i < vector_end; i += chunk) unscaled(i, 0);
-        for (size_t k = 0; k < 4; ++k) acc[0][k] = hn::MulAdd(part[k], scale, acc[0][k]);
-      } else {
-        for (; i + U * chunk <= vector_end; i += U * chunk)
-          for (size_t u = 0; u < U; ++u) step(i + u * chunk, scale, u);
-        for (; i < vector_end; i += chunk) step(i, scale, 0);
-      }
+      for (; i + U * chunk <= vector_end; i += U * chunk)
+        for (size_t u = 0; u < U; ++u) step(i + u * chunk, scale, u, ScaleNow(), into);
+      for (; i < vector_end; i += chunk) step(i, scale, 0, ScaleNow(), into);
+      if constexpr (kDeferScale)
+        for (size_t k = 0; k < 4; ++k) acc[0][k] = hn::MulAdd(part[0][k], scale, acc[0][k]);
     }
   }
   float extra[kTokens] = {};
