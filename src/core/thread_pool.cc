@@ -93,4 +93,9 @@ void ThreadPool::WorkerLoop(size_t index) {
   }
 }
 
+void ParallelFor(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
+  if (pool) pool->ParallelFor(n, fn);
+  else fn(0, n);
+}
+
 }  // namespace lowbit

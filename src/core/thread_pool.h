@@ -38,4 +38,7 @@ class ThreadPool {
   bool stop_ = false;
 };
 
+// fn(begin, end) over [0, n): on the pool when there is one, else in the caller as one chunk.
+void ParallelFor(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn);
+
 }  // namespace lowbit

@@ -58,11 +58,7 @@ bool InverseCholeskyUpper(std::vector<double>& l, size_t n, std::vector<float>& 
       for (size_t i = j + 1; i < n; ++i) x[i] = -DotD(&l[i * n + j], &x[j], i - j) / l[i * n + i];
     }
   };
-  if (pool) {
-    pool->ParallelFor(n, solve);
-  } else {
-    solve(0, n);
-  }
+  ParallelFor(pool, n, solve);
   u_out.assign(n * n, 0.0f);
   for (size_t a = 0; a < n; ++a)
     for (size_t b = a; b < n; ++b) u_out[a * n + b] = static_cast<float>(inv_t[(n - 1 - b) * n + (n - 1 - a)]);
@@ -161,13 +157,9 @@ QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t 
     for (uint64_t r = r_begin; r < r_end; ++r) EncodeRow(q, r, &quantized[r * cols]);
   };
   const uint64_t cell_rows = grid.cell_rows, row_cells = (rows + cell_rows - 1) / cell_rows;
-  if (pool) {
-    pool->ParallelFor(row_cells, [&](size_t begin, size_t end) {
-      run_rows(begin * cell_rows, std::min<uint64_t>(rows, end * cell_rows));
-    });
-  } else {
-    run_rows(0, rows);
-  }
+  ParallelFor(pool, row_cells, [&](size_t begin, size_t end) {
+    run_rows(begin * cell_rows, std::min<uint64_t>(rows, end * cell_rows));
+  });
   return q;
 }
 

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -61,16 +60,6 @@ void ChooseCellScale(QuantizedTensor& q, uint64_t cell, std::span<const float> v
   q.SetZero(cell, p.zero);
 }
 
-namespace {
-
-// fn(begin, end) over [0, n), on the pool when there is one.
-void ForRange(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
-  if (pool) pool->ParallelFor(n, fn);
-  else fn(0, n);
-}
-
-}  // namespace
-
 void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name, ThreadPool* pool) {
   const uint64_t rows = q.rows(), cols = q.cols();
   auto fail_non_finite = [&] {
@@ -85,7 +74,7 @@ void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view
   }
   // Rows of cells are independent; each worker takes whole rows of cells.
   std::vector<CellStats> stats(g.cells());
-  ForRange(pool, g.grid_rows, [&](size_t gr_begin, size_t gr_end) {
+  ParallelFor(pool, g.grid_rows, [&](size_t gr_begin, size_t gr_end) {
     for (uint64_t r = gr_begin * g.cell_rows; r < std::min<uint64_t>(rows, gr_end * g.cell_rows); ++r) {
       CellStats* row_stats = &stats[(r / g.cell_rows) * g.grid_cols];
       for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
@@ -115,7 +104,7 @@ QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t co
   QuantizedTensor q(scheme, rows, cols);
   ChooseScales(q, w, tensor_name, pool);
   // Rows own whole bytes of the packed codes, so rows encode independently.
-  ForRange(pool, rows, [&](size_t begin, size_t end) {
+  ParallelFor(pool, rows, [&](size_t begin, size_t end) {
     for (size_t r = begin; r < end; ++r) EncodeRow(q, r, &w[r * cols]);
   });
   return q;
