@@ -228,11 +228,14 @@ class GgufFileTest : public testing::Test {
 
 void ExpectMatrix(const Linear& l, uint64_t rows, uint64_t cols, const std::vector<float>& want,
                   const std::string& what) {
-  const auto* d = std::get_if<DenseMatrix>(&l.weight);
-  ASSERT_NE(d, nullptr) << what;
-  EXPECT_EQ(d->rows(), rows) << what;
-  EXPECT_EQ(d->cols(), cols) << what;
-  EXPECT_EQ(d->values, want) << what;  // row r of the file = row r of the matrix, no permutation
+  EXPECT_EQ(l.rows(), rows) << what;
+  EXPECT_EQ(l.cols(), cols) << what;
+  // Row r of the file = row r of the matrix, no permutation. Q8_0 stays in its codes.
+  if (const auto* q = std::get_if<QuantizedTensor>(&l.weight)) {
+    EXPECT_EQ(q->Dequantize(), want) << what;
+  } else {
+    EXPECT_EQ(std::get<DenseMatrix>(l.weight).values, want) << what;
+  }
 }
 
 TEST_F(GgufFileTest, TinyLlamaLoads) {
@@ -285,6 +288,8 @@ TEST_F(GgufFileTest, TinyLlamaLoads) {
     ExpectMatrix(L.w_up, kFfn, kDim, want.at(p + "ffn_up.weight"), p + "up");
     ExpectMatrix(L.w_down, kDim, kFfn, want.at(p + "ffn_down.weight"), p + "down");
   }
+  EXPECT_TRUE(w.layers[0].w_down.quantized());  // Q8_0, repacked (gguf_repack_test.cc)
+  EXPECT_FALSE(w.layers[1].w_down.quantized());
   EXPECT_EQ(w.final_norm, want.at("output_norm.weight"));
   ExpectMatrix(w.lm_head, kVocab, kDim, want.at("output.weight"), "output");
 }

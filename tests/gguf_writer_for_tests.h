@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -177,6 +178,34 @@ struct TinyModel {
       }
     }
     writer.AddTensor(name, kGgmlQ8_0, ne, bytes);
+  }
+  // Random blocks of a 32-element block type with sane headers: fp16 scales of either sign
+  // (ggml's reference quantizers make d negative when the largest magnitude is negative), fp16
+  // mins, MXFP4 exponents near 127. `want` is what the reader decodes.
+  void Blocks(const std::string& name, std::vector<uint64_t> ne, uint32_t type, uint32_t seed) {
+    writer.AddTensor(name, type, ne, RandomBlocks(type, ne[0] * ne[1], seed));
+    want[name].resize(ne[0] * ne[1]);
+    DequantizeGgufRow(type, writer.tensors.back().data.data(), ne[0] * ne[1], want[name].data());
+  }
+  static std::vector<std::byte> RandomBlocks(uint32_t type, uint64_t n, uint32_t seed) {
+    const GgmlTypeInfo& info = *FindGgmlType(type);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> scale(0.002f, 0.05f), min(-0.5f, 0.5f);
+    std::vector<std::byte> bytes(n / info.block_elems * info.block_bytes);
+    for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
+    for (size_t at = 0; at < bytes.size(); at += info.block_bytes) {
+      if (type == kGgmlMXFP4) {
+        bytes[at] = static_cast<std::byte>(117 + rng() % 20);
+        continue;
+      }
+      const uint16_t d = Fp32ToFp16(rng() % 4 == 0 ? -scale(rng) : scale(rng));
+      std::memcpy(&bytes[at], &d, 2);
+      if (type == kGgmlQ4_1 || type == kGgmlQ5_1) {
+        const uint16_t m = Fp32ToFp16(min(rng));
+        std::memcpy(&bytes[at + 2], &m, 2);
+      }
+    }
+    return bytes;
   }
 };
 

@@ -1,5 +1,6 @@
 // `lowbit formats`: every number format with its exact numeric facts and its storage cost at
 // its typical granularity (for a nominal 4096 x 4096 weight).
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -45,9 +46,9 @@ FormatFacts FactsOf(const ElementFormat& e) {
       f.max_normal = (1 << (e.bits - 1)) - 1;
       f.min_normal = 1;
       break;
-    case ElementKind::kNF4:
-      f.max_normal = 1;
-      f.min_normal = kNF4Levels[8];
+    case ElementKind::kCodebook:
+      f.max_normal = ScaleDivisor(e);
+      f.min_normal = *std::upper_bound(e.levels.begin(), e.levels.end(), 0.0f);  // smallest positive level
       break;
     case ElementKind::kTernary:
       f.max_normal = f.min_normal = 1;

@@ -31,7 +31,8 @@ double ScaleDivisor(const ElementFormat& e) {
       return e.minifloat ? MaxFinite(*e.minifloat) : 1.0;
     case ElementKind::kInt:
       return ((1u << e.bits) - 1) / 2.0;
-    case ElementKind::kNF4:
+    case ElementKind::kCodebook:
+      return std::max(-e.levels.front(), e.levels.back());
     case ElementKind::kTernary:
       return 1.0;
     case ElementKind::kMxInt8:
@@ -53,8 +54,8 @@ void BuildDecodeTable(const ElementFormat& e, bool symmetric, std::span<float, 2
       case ElementKind::kInt:
         v = static_cast<float>(static_cast<int>(code) - (symmetric ? static_cast<int>(SymmetricZero(e)) : 0));
         break;
-      case ElementKind::kNF4:
-        v = kNF4Levels[code];
+      case ElementKind::kCodebook:
+        v = e.levels[code];
         break;
       case ElementKind::kTernary:
         v = code <= 2 ? static_cast<float>(static_cast<int>(code) - 1) : 0.0f;
@@ -77,11 +78,12 @@ uint32_t EncodeElement(const ElementFormat& e, float scaled, uint32_t zero) {
       const float q = std::nearbyint(scaled) + static_cast<float>(zero);
       return static_cast<uint32_t>(std::clamp(q, 0.0f, qmax));
     }
-    case ElementKind::kNF4: {
-      const float v = std::clamp(scaled, -1.0f, 1.0f);
+    case ElementKind::kCodebook: {
+      const std::span<const float> l = e.levels;
+      const float v = std::clamp(scaled, l.front(), l.back());
       uint32_t index = 0;  // count of midpoints strictly below v: ties go to the lower index
-      for (size_t i = 0; i + 1 < kNF4Levels.size(); ++i)
-        if (v > 0.5f * (kNF4Levels[i] + kNF4Levels[i + 1])) index = static_cast<uint32_t>(i + 1);
+      for (size_t i = 0; i + 1 < l.size(); ++i)
+        if (v > 0.5f * (l[i] + l[i + 1])) index = static_cast<uint32_t>(i + 1);
       return index;
     }
     case ElementKind::kTernary:

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "io/gguf_repack.h"
 
 namespace lowbit {
 namespace {
@@ -88,6 +90,23 @@ class TensorLoader {
 
   DenseMatrix Matrix(const std::string& name, uint64_t rows, uint64_t cols) {
     return DenseMatrix{rows, cols, Decode(Get(name, {cols, rows}))};  // ne = [cols, rows]
+  }
+
+  // A matrix the engine multiplies by: block types stay in their codes (gguf_repack.h), plain
+  // float types become dense fp32.
+  Linear Weight(const std::string& name, uint64_t rows, uint64_t cols) {
+    const GgufTensorInfo& t = Get(name, {cols, rows});
+    Linear l;
+    try {
+      if (std::optional<QuantizedTensor> q = RepackGgufMatrix(t, rows, cols)) {
+        l.weight = std::move(*q);
+        return l;
+      }
+    } catch (const Error& e) {
+      Fail("{}: {}", source_, e.what());
+    }
+    l.weight = DenseMatrix{rows, cols, Decode(t)};
+    return l;
   }
 
   // Throws naming the first tensor of the file that no Vector/Matrix call asked for.
@@ -223,26 +242,26 @@ Model LoadGgufModel(const std::filesystem::path& path) {
     const std::string p = fmt::format("blk.{}.", i);
     LayerWeights l;
     l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
-    l.wq.weight = t.Matrix(p + "attn_q.weight", c.q_dim(), c.dim);
-    l.wk.weight = t.Matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
-    l.wv.weight = t.Matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
+    l.wq = t.Weight(p + "attn_q.weight", c.q_dim(), c.dim);
+    l.wk = t.Weight(p + "attn_k.weight", c.kv_dim(), c.dim);
+    l.wv = t.Weight(p + "attn_v.weight", c.kv_dim(), c.dim);
     if (c.qkv_bias) {
       l.wq.bias = t.Vector(p + "attn_q.bias", c.q_dim());
       l.wk.bias = t.Vector(p + "attn_k.bias", c.kv_dim());
       l.wv.bias = t.Vector(p + "attn_v.bias", c.kv_dim());
     }
-    l.wo.weight = t.Matrix(p + "attn_output.weight", c.dim, c.q_dim());
+    l.wo = t.Weight(p + "attn_output.weight", c.dim, c.q_dim());
     l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);
-    l.w_gate.weight = t.Matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
-    l.w_up.weight = t.Matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
-    l.w_down.weight = t.Matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
+    l.w_gate = t.Weight(p + "ffn_gate.weight", c.ffn_dim, c.dim);
+    l.w_up = t.Weight(p + "ffn_up.weight", c.ffn_dim, c.dim);
+    l.w_down = t.Weight(p + "ffn_down.weight", c.dim, c.ffn_dim);
     w.layers.push_back(std::move(l));
   }
   w.final_norm = t.Vector("output_norm.weight", c.dim);
   if (c.tie_embeddings) {
     w.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, w.embed};
   } else {
-    w.lm_head.weight = t.Matrix("output.weight", c.vocab_size, c.dim);
+    w.lm_head = t.Weight("output.weight", c.vocab_size, c.dim);
   }
   t.CheckAllUsed();
   ValidateWeights(c, w, m.source);

@@ -1,6 +1,7 @@
 // Llama models stored as GGUF (llama.cpp's converter output; keys and tensor names: formats.md
-// 2.5-2.6). Every weight is dequantized to a dense fp32 matrix, so any file whose tensor types
-// DequantizeGgufTensor decodes can be run and re-quantized by lowbit.
+// 2.5-2.6). The linear weights of block types lowbit has a kernel layout for (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q8_1, MXFP4, IQ4_NL) stay quantized, repacked bit-exactly (gguf_repack.h); every
+// other tensor is dequantized to fp32.
 //
 // GGUF ne order is [cols, rows] with rows stored one after another, which is exactly a row-major
 // [rows x cols] matrix, so no transpose happens. Q/K rows are kept as the converter permuted them

@@ -164,7 +164,7 @@ std::unique_ptr<QuantMethod> MakeLlmInt8(const nlohmann::json& config) {
   return std::make_unique<RtnMethod>(-1, threshold);
 }
 
-const std::vector<ElementKind> kAllElements = {ElementKind::kFloat, ElementKind::kInt, ElementKind::kNF4,
+const std::vector<ElementKind> kAllElements = {ElementKind::kFloat, ElementKind::kInt, ElementKind::kCodebook,
                                                ElementKind::kTernary, ElementKind::kMxInt8};
 const std::vector<GranularityKind> kAllGranularities = {GranularityKind::kTensor, GranularityKind::kChannel,
                                                         GranularityKind::kToken, GranularityKind::kGroup,

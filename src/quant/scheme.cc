@@ -197,6 +197,7 @@ const std::vector<SchemePreset>& SchemePresets() {
       {"int3", "int3:g128:scale=f16", "INT3 symmetric, group 128, fp16 scale"},
       {"int2", "int2:g64:scale=f16", "INT2 symmetric, group 64, fp16 scale"},
       {"nf4", "nf4:g64:scale=f32", "NormalFloat4 (bitsandbytes), block 64, fp32 absmax"},
+      {"iq4_nl", "iq4_nl:g32:scale=f16", "llama.cpp IQ4_NL: non-linear 4-bit levels, block 32, fp16 scale"},
       {"ternary", "ternary:tensor:scale=f32", "BitNet b1.58 ternary, absmean per-tensor scale"},
       {"mxfp8_e4m3", "fp8_e4m3:g32:scale=e8m0", "OCP MXFP8 (E4M3), block 32, E8M0 scale"},
       {"mxfp8_e5m2", "fp8_e5m2:g32:scale=e8m0", "OCP MXFP8 (E5M2), block 32, E8M0 scale"},
