@@ -113,7 +113,8 @@ namespace {
 TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
   const size_t rows = 19, cols = 512, n_tokens = 5;
   const std::vector<float> w = Gaussian(rows * cols, 7), x = Gaussian(n_tokens * cols, 8);
-  for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int8", "int8:g64:asym"}) {
+  for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int4:g32", "int4:g64:asym", "int8", "int8:g64:asym",
+                           "int8:g32"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     ASSERT_TRUE(Int8DotKernelFits(q)) << spec;
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
@@ -129,8 +130,9 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     Int8DotRows(q, a, 0, rows, got.data(), rows);
     ExpectClose(got, reference, 1e-5 * magnitude, std::string(spec) + " VNNI vs reference");
   }
-  // Groups smaller than an activation block, and odd widths, are not for this kernel.
-  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g64"), "w")));
+  // Groups that do not tile a 64-byte load of codes, and odd widths, are not for this kernel.
+  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g96"), "w")));
+  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int8:g16"), "w")));
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int3:g128"), "w")));
 }
 
