@@ -191,11 +191,12 @@ TEST(GgufBlocks, PlainTypesAndErrors) {
   EXPECT_EQ(Decode(kGgmlBF16, Hex("80 3f 82 3f"), 2), (std::vector<float>{1.0f, 1.015625f}));
   EXPECT_EQ(Decode(kGgmlI8, Hex("ff 05"), 2), (std::vector<float>{-1.0f, 5.0f}));
   ExpectError([] { Decode(kGgmlQ8_0, std::vector<std::byte>(34), 16); }, {"not a whole number", "Q8_0"});
-  ExpectError([] { Decode(kGgmlQ4_K, std::vector<std::byte>(144), 256); }, {"Q4_K", "not supported yet"});
-  GgufTensorInfo t{"blk.0.ffn_down.weight", kGgmlQ6_K, {256}, 0, 256, {}};
+  ExpectError([] { Decode(kGgmlIQ2_XXS, std::vector<std::byte>(66), 256); }, {"IQ2_XXS", "not supported yet"});
+  GgufTensorInfo t{"blk.0.ffn_down.weight", kGgmlIQ2_XS, {256}, 0, 256, {}};
   const std::vector<std::byte> bytes(210);
   t.data = bytes;
-  ExpectError([&] { DequantizeGgufTensor(t); }, {"blk.0.ffn_down.weight", "Q6_K", "not supported yet", "Q8_0"});
+  ExpectError([&] { DequantizeGgufTensor(t); },
+              {"blk.0.ffn_down.weight", "IQ2_XS", "not supported yet", "Q8_0", "Q4_K", "Q6_K"});
   EXPECT_EQ(FindGgmlType(4), nullptr);  // removed Q4_2
   EXPECT_EQ(GgmlTypeName(kGgmlQ5_K), "Q5_K");
   EXPECT_EQ(FindGgmlType(kGgmlQ6_K)->block_bytes, 210u);
@@ -373,11 +374,11 @@ TEST_F(GgufFileTest, LoaderErrorsNameFileAndTensor) {
   expect([&](GgufTestWriter& w) { w.AddF32Tensor("blk.0.ffn_gate_inp.weight", {8}, std::vector<float>(8)); },
          {"unexpected tensor 'blk.0.ffn_gate_inp.weight'"});
   expect([&](GgufTestWriter& w) { w.AddU32("llama.vocab_size", 17); }, {"llama.vocab_size", "17"});
-  expect([&](GgufTestWriter& w) {  // Q4_K needs 256-wide rows, hence ffn = 256 here
+  expect([&](GgufTestWriter& w) {  // IQ2_XXS needs 256-wide rows, hence ffn = 256 here
     auto& t = find(w, "blk.0.ffn_down.weight");
-    t.type = kGgmlQ4_K;
-    t.data.assign(kDim * 144, std::byte{0});
-  }, {"tensor 'blk.0.ffn_down.weight'", "Q4_K", "not supported yet"}, {.ffn = 256});
+    t.type = kGgmlIQ2_XXS;
+    t.data.assign(kDim * 66, std::byte{0});
+  }, {"tensor 'blk.0.ffn_down.weight'", "IQ2_XXS", "not supported yet"}, {.ffn = 256});
   expect([&](GgufTestWriter& w) {
     auto& t = find(w, "blk.0.ffn_down.weight");
     t.type = kGgmlQ2_K;
@@ -389,10 +390,10 @@ TEST_F(GgufFileTest, LoaderErrorsNameFileAndTensor) {
 TEST_F(GgufFileTest, UnsupportedTypeNamesTypeAndTensor) {
   GgufTestWriter w;
   w.AddString("general.architecture", "llama");
-  w.AddTensor("blk.0.ffn_down.weight", kGgmlQ4_K, {256, 2}, std::vector<std::byte>(2 * 144));
+  w.AddTensor("blk.0.ffn_down.weight", kGgmlIQ2_XXS, {256, 2}, std::vector<std::byte>(2 * 66));
   const GgufFile f = GgufFile::Open(Write(w));
   ExpectError([&] { DequantizeGgufTensor(f.tensors()[0]); },
-              {"tensor 'blk.0.ffn_down.weight'", "ggml type Q4_K", "not supported yet"});
+              {"tensor 'blk.0.ffn_down.weight'", "ggml type IQ2_XXS", "not supported yet"});
 }
 
 // ------------------------------------------------------ reader rules (formats.md 2.3) --

@@ -179,30 +179,46 @@ struct TinyModel {
     }
     writer.AddTensor(name, kGgmlQ8_0, ne, bytes);
   }
-  // Random blocks of a 32-element block type with sane headers: fp16 scales of either sign
-  // (ggml's reference quantizers make d negative when the largest magnitude is negative), fp16
-  // mins, MXFP4 exponents near 127. `want` is what the reader decodes.
+  // Random blocks of a block type with sane headers: fp16 scales of either sign (ggml's reference
+  // quantizers make d negative when the largest magnitude is negative; K-quant super-scales are
+  // positive, their signed sub-scales are in the random bytes), fp16 mins, MXFP4 exponents near
+  // 127. `want` is what the reader decodes.
   void Blocks(const std::string& name, std::vector<uint64_t> ne, uint32_t type, uint32_t seed) {
     writer.AddTensor(name, type, ne, RandomBlocks(type, ne[0] * ne[1], seed));
     want[name].resize(ne[0] * ne[1]);
     DequantizeGgufRow(type, writer.tensors.back().data.data(), ne[0] * ne[1], want[name].data());
   }
   static std::vector<std::byte> RandomBlocks(uint32_t type, uint64_t n, uint32_t seed) {
+    struct Header {
+      uint32_t type;
+      int d_at, min_at;  // byte offsets of the fp16 scale and min (-1: none)
+      float scale;       // largest |d|
+    };
+    constexpr Header kHeaders[] = {
+        {kGgmlQ4_0, 0, -1, 0.05f},    {kGgmlQ4_1, 0, 2, 0.05f},     {kGgmlQ5_0, 0, -1, 0.05f},
+        {kGgmlQ5_1, 0, 2, 0.05f},     {kGgmlQ8_0, 0, -1, 0.05f},    {kGgmlQ8_1, 0, -1, 0.05f},
+        {kGgmlIQ4_NL, 0, -1, 0.002f}, {kGgmlQ2_K, 80, 82, 0.005f},  {kGgmlQ3_K, 108, -1, 0.002f},
+        {kGgmlQ4_K, 0, 2, 0.002f},    {kGgmlQ5_K, 0, 2, 0.002f},    {kGgmlQ6_K, 208, -1, 0.0005f},
+    };
     const GgmlTypeInfo& info = *FindGgmlType(type);
     std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> scale(0.002f, 0.05f), min(-0.5f, 0.5f);
     std::vector<std::byte> bytes(n / info.block_elems * info.block_bytes);
     for (std::byte& b : bytes) b = static_cast<std::byte>(rng() & 0xFF);
+    const Header* header = nullptr;
+    for (const Header& h : kHeaders)
+      if (h.type == type) header = &h;
     for (size_t at = 0; at < bytes.size(); at += info.block_bytes) {
       if (type == kGgmlMXFP4) {
         bytes[at] = static_cast<std::byte>(117 + rng() % 20);
         continue;
       }
-      const uint16_t d = Fp32ToFp16(rng() % 4 == 0 ? -scale(rng) : scale(rng));
-      std::memcpy(&bytes[at], &d, 2);
-      if (type == kGgmlQ4_1 || type == kGgmlQ5_1) {
-        const uint16_t m = Fp32ToFp16(min(rng));
-        std::memcpy(&bytes[at + 2], &m, 2);
+      std::uniform_real_distribution<float> scale(header->scale / 25, header->scale), min(-0.5f, 0.5f);
+      const bool k_quant = info.block_elems == 256;
+      const uint16_t d = Fp32ToFp16(!k_quant && rng() % 4 == 0 ? -scale(rng) : scale(rng));
+      std::memcpy(&bytes[at + header->d_at], &d, 2);
+      if (header->min_at >= 0) {
+        const uint16_t m = Fp32ToFp16(k_quant ? scale(rng) / 4 : min(rng));
+        std::memcpy(&bytes[at + header->min_at], &m, 2);
       }
     }
     return bytes;

@@ -12,6 +12,7 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "formats/minifloat.h"
+#include "io/gguf_blocks.h"
 
 namespace lowbit {
 namespace {
@@ -40,9 +41,9 @@ constexpr GgmlTypeInfo kGgmlTypes[] = {
     {2, "Q4_0", 32, 18, true},       {3, "Q4_1", 32, 20, true},
     {6, "Q5_0", 32, 22, true},       {7, "Q5_1", 32, 24, true},
     {8, "Q8_0", 32, 34, true},       {9, "Q8_1", 32, 36, true},
-    {10, "Q2_K", 256, 84, false},    {11, "Q3_K", 256, 110, false},
-    {12, "Q4_K", 256, 144, false},   {13, "Q5_K", 256, 176, false},
-    {14, "Q6_K", 256, 210, false},   {15, "Q8_K", 256, 292, false},
+    {10, "Q2_K", 256, 84, true},    {11, "Q3_K", 256, 110, true},
+    {12, "Q4_K", 256, 144, true},   {13, "Q5_K", 256, 176, true},
+    {14, "Q6_K", 256, 210, true},   {15, "Q8_K", 256, 292, false},
     {16, "IQ2_XXS", 256, 66, false}, {17, "IQ2_XS", 256, 74, false},
     {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
     {20, "IQ4_NL", 32, 18, true},    {21, "IQ3_S", 256, 110, false},
@@ -186,77 +187,12 @@ std::string TypeDescription(const GgufValue& v) {
   return std::string(GgufTypeName(TypeOf(v)));
 }
 
-// ---- Block decoders (formats.md 2.8). Loads use memcpy: blocks in the file are unaligned. ----
-
+// Loads use memcpy: the data in the file is unaligned.
 template <class T>
 T Load(const std::byte* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-float LoadHalf(const std::byte* p) { return Fp16ToFp32(Load<uint16_t>(p)); }
-uint8_t Byte(const std::byte* p, size_t i) { return std::to_integer<uint8_t>(p[i]); }
-
-// Element j of the 32-element "split halves" layouts: low nibble of qs[j] is element j, the
-// high nibble is element j + 16.
-void DecodeQ4_0(const std::byte* b, float* y) {
-  const float d = LoadHalf(b);
-  for (int j = 0; j < 16; ++j) {
-    const uint8_t q = Byte(b, 2 + j);
-    y[j] = static_cast<float>((q & 0xF) - 8) * d;
-    y[j + 16] = static_cast<float>((q >> 4) - 8) * d;
-  }
-}
-void DecodeQ4_1(const std::byte* b, float* y) {
-  const float d = LoadHalf(b), m = LoadHalf(b + 2);
-  for (int j = 0; j < 16; ++j) {
-    const uint8_t q = Byte(b, 4 + j);
-    y[j] = static_cast<float>(q & 0xF) * d + m;
-    y[j + 16] = static_cast<float>(q >> 4) * d + m;
-  }
-}
-// The fifth bit of element j is bit j of the little-endian u32 qh.
-void DecodeQ5(const std::byte* qh_p, const std::byte* qs, float d, float m, int offset, float* y) {
-  const uint32_t qh = Load<uint32_t>(qh_p);
-  for (int j = 0; j < 16; ++j) {
-    const uint8_t q = std::to_integer<uint8_t>(qs[j]);
-    const int lo = (q & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
-    const int hi = (q >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-    y[j] = static_cast<float>(lo - offset) * d + m;
-    y[j + 16] = static_cast<float>(hi - offset) * d + m;
-  }
-}
-void DecodeQ5_0(const std::byte* b, float* y) { DecodeQ5(b + 2, b + 6, LoadHalf(b), 0.0f, 16, y); }
-void DecodeQ5_1(const std::byte* b, float* y) {
-  DecodeQ5(b + 4, b + 8, LoadHalf(b), LoadHalf(b + 2), 0, y);
-}
-void DecodeQ8(const std::byte* qs, float d, float* y) {
-  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(Load<int8_t>(qs + j)) * d;
-}
-void DecodeQ8_0(const std::byte* b, float* y) { DecodeQ8(b + 2, LoadHalf(b), y); }
-void DecodeQ8_1(const std::byte* b, float* y) { DecodeQ8(b + 4, LoadHalf(b), y); }  // s unused
-
-constexpr float kE2M1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-void DecodeMxfp4(const std::byte* b, float* y) {
-  // value = e2m1(code) * 2^(e - 127); ldexp is exact here (results are at worst fp32
-  // subnormals with few significant bits), and e = 255 gives inf like ggml's bit trick.
-  const int e = Byte(b, 0) - 127;
-  for (int j = 0; j < 16; ++j) {
-    const uint8_t q = Byte(b, 1 + j);
-    y[j] = std::ldexp(kE2M1Values[q & 0xF], e);
-    y[j + 16] = std::ldexp(kE2M1Values[q >> 4], e);
-  }
-}
-constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                     1,    13,   25,  38,  53,  69,  89,  113};
-void DecodeIq4nl(const std::byte* b, float* y) {
-  const float d = LoadHalf(b);
-  for (int j = 0; j < 16; ++j) {
-    const uint8_t q = Byte(b, 2 + j);
-    y[j] = d * static_cast<float>(kIq4nlValues[q & 0xF]);
-    y[j + 16] = d * static_cast<float>(kIq4nlValues[q >> 4]);
-  }
 }
 
 template <class T, class F>
@@ -520,11 +456,6 @@ void DequantizeGgufRow(uint32_t ggml_type, const std::byte* src, uint64_t n, flo
   if (n % info->block_elems != 0)
     Fail("{} elements is not a whole number of {} blocks of {}", n, info->name, info->block_elems);
   if (n == 0) return;
-  const uint64_t blocks = n / info->block_elems;
-  auto per_block = [&](void (*decode)(const std::byte*, float*)) {
-    for (uint64_t b = 0; b < blocks; ++b)
-      decode(src + b * info->block_bytes, dst + b * info->block_elems);
-  };
   switch (ggml_type) {
     case kGgmlF32: std::memcpy(dst, src, n * sizeof(float)); return;
     case kGgmlF16: return DecodeElements<uint16_t>(src, n, dst, Fp16ToFp32);
@@ -534,17 +465,11 @@ void DequantizeGgufRow(uint32_t ggml_type, const std::byte* src, uint64_t n, flo
     case kGgmlI16: return DecodeElements<int16_t>(src, n, dst, [](int16_t x) { return static_cast<float>(x); });
     case kGgmlI32: return DecodeElements<int32_t>(src, n, dst, [](int32_t x) { return static_cast<float>(x); });
     case kGgmlI64: return DecodeElements<int64_t>(src, n, dst, [](int64_t x) { return static_cast<float>(x); });
-    case kGgmlQ4_0: return per_block(DecodeQ4_0);
-    case kGgmlQ4_1: return per_block(DecodeQ4_1);
-    case kGgmlQ5_0: return per_block(DecodeQ5_0);
-    case kGgmlQ5_1: return per_block(DecodeQ5_1);
-    case kGgmlQ8_0: return per_block(DecodeQ8_0);
-    case kGgmlQ8_1: return per_block(DecodeQ8_1);
-    case kGgmlMXFP4: return per_block(DecodeMxfp4);
-    case kGgmlIQ4_NL: return per_block(DecodeIq4nl);
     default: break;
   }
-  LOWBIT_CHECK(false);  // the table says `dequantize` but no decoder is wired up
+  const GgmlBlockFormat* blocks = FindGgmlBlockFormat(ggml_type);
+  LOWBIT_CHECK(blocks != nullptr);  // the table says `dequantize` but no block layout is wired up
+  DecodeGgmlBlocks(*blocks, src, n / info->block_elems, dst);
 }
 
 std::vector<float> DequantizeGgufTensor(const GgufTensorInfo& tensor) {
@@ -562,7 +487,11 @@ std::vector<float> DequantizeGgufTensor(const GgufTensorInfo& tensor) {
     Fail("tensor '{}': {} bytes do not hold {} {} elements", tensor.name, tensor.data.size(),
          tensor.n_elements, info->name);
   std::vector<float> out(tensor.n_elements);
-  DequantizeGgufRow(tensor.ggml_type, tensor.data.data(), tensor.n_elements, out.data());
+  try {
+    DequantizeGgufRow(tensor.ggml_type, tensor.data.data(), tensor.n_elements, out.data());
+  } catch (const Error& e) {
+    Fail("tensor '{}': {}", tensor.name, e.what());
+  }
   return out;
 }
 

@@ -1,19 +1,14 @@
 // GGUF block-quantized matrices repacked into lowbit's QuantizedTensor layout at load, so the
-// fused kernels run them straight from their codes instead of from an fp32 copy (llama.cpp
-// likewise repacks Q4_0 into interleaved layouts for its CPU kernels). Every supported block type
-// is one of our schemes with group 32:
+// kernels run them from their codes instead of from an fp32 copy (llama.cpp likewise repacks
+// Q4_0 into interleaved layouts for its CPU kernels). Each block type maps to one of our schemes
+// (gguf_blocks.cc lists them): Q4_0 -> int4:g32, Q8_0 -> int8:g32, Q4_K -> int4:g32 asym, Q6_K ->
+// int6:g16, ... The codes are copied bit for bit. The 32-element types keep their fp16 scales
+// (same bits per weight as the file, except Q4_1 / Q5_1, whose fp32 zero-points cost 0.5 more);
+// K-quants store each sub-block's fp32 scale d * sc (and zero-point), their two-level scales
+// expanded: 1.3-2.3x the file's bits per weight, still far below fp32.
 //
-//   Q4_0 -> int4:g32 sym, fp16 scale       (code = q, whose offset 8 is our symmetric zero)
-//   Q5_0 -> int5:g32 sym, fp16 scale       (offset 16)
-//   Q8_0, Q8_1 -> int8:g32 sym, fp16 scale (code = q + 128; Q8_1's block sum is not needed)
-//   Q4_1 -> int4:g32 asym, fp16 scale, fp32 zero = -m / d
-//   Q5_1 -> int5:g32 asym, fp16 scale, fp32 zero = -m / d
-//   MXFP4 -> fp4_e2m1:g32, E8M0 scale      (ggml's doubled table times 2^(e-128) = E2M1 x 2^(e-127))
-//   IQ4_NL -> iq4_nl:g32, fp16 scale
-//
-// Codes and scales are bit-exact copies, so dequantizing the repacked tensor gives exactly
-// DequantizeGgufTensor's values, except Q4_1 / Q5_1, where (q + m/d) * d may differ from
-// q * d + m in the last bit of m.
+// Dequantized, a repacked tensor gives exactly DequantizeGgufTensor's values for symmetric types;
+// for types with mins, (code - (-m / s)) * s may differ from s * code + m in the last bit.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +23,8 @@ namespace lowbit {
 bool GgufTypeRepacks(uint32_t ggml_type);
 
 // The [rows x cols] matrix held by `tensor` (ne = [cols, rows]) in our layout, or nullopt when
-// its type has none (plain float types; callers dequantize those) or a block cannot be expressed
-// (Q4_1 / Q5_1 with d = 0 and m != 0). Throws Error naming the tensor when its byte count is
-// wrong or an MXFP4 block has the reserved scale 0xFF.
+// its type has none (plain float types: callers dequantize those). Throws Error naming the
+// tensor when its byte count is wrong or a block is invalid (an MXFP4 scale of 0xFF).
 std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& tensor, uint64_t rows, uint64_t cols);
 
 }  // namespace lowbit
