@@ -64,7 +64,8 @@ bool CpuHasVnni() {
 #define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
 // kSplit: scale blocks per chunk (1, or 2 / 4 for groups of 64 / 32). A split chunk scales each
-// dpbusd lane by its own block's weight scale x activation scale, gathered into one vector.
+// dpbusd lane by its own block's weight scale (spread over the lanes here) x activation scale
+// (spread once per call, in Int8Activations::lane_scales).
 template <int kBits, size_t kTokens, size_t kSplit>
 LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
@@ -101,13 +102,11 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
           } else {
             dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
           }
-          const float* act_scales = a.scales.data() + (t0 + t) * blocks + c * kSplit;
           __m512 s;
           if constexpr (kSplit > 1)
-            s = _mm512_mul_ps(weight_scales,
-                              _mm512_permutexvar_ps(lane_block, _mm512_maskz_loadu_ps(kSplitMask, act_scales)));
+            s = _mm512_mul_ps(weight_scales, _mm512_loadu_ps(&a.lane_scales[((t0 + t) * chunks + c) * 16]));
           else
-            s = _mm512_set1_ps(scales[g] * act_scales[0]);
+            s = _mm512_set1_ps(scales[g] * a.scales[(t0 + t) * blocks + c]);
           acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t]);
         }
       }
@@ -156,6 +155,12 @@ Int8Activations QuantizeActivationsInt8(const QuantizedTensor& w, const float* x
       a.scales[t * blocks + b] = scale;
       a.group_sums[t * l->groups + b / per_group] += scale * static_cast<float>(sum);
     }
+  if (l->block < l->chunk) {
+    const size_t chunks = a.cols / l->chunk, lanes_per_block = 16 * l->block / l->chunk;
+    a.lane_scales.resize(n_tokens * chunks * 16);
+    for (size_t t = 0; t < n_tokens; ++t)
+      for (size_t i = 0; i < chunks * 16; ++i) a.lane_scales[t * chunks * 16 + i] = a.scales[t * blocks + i / lanes_per_block];
+  }
   return a;
 }
 
