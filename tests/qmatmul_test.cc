@@ -114,7 +114,7 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
   const size_t rows = 19, cols = 512, n_tokens = 5;
   const std::vector<float> w = Gaussian(rows * cols, 7), x = Gaussian(n_tokens * cols, 8);
   for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int4:g32", "int4:g64:asym", "int8", "int8:g64:asym",
-                           "int8:g32"}) {
+                           "int8:g32", "int2:g32", "int2:g64:asym", "int2:g128", "int2:g512"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     ASSERT_TRUE(Int8DotKernelFits(q)) << spec;
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "formats/codec.h"
 
 namespace lowbit {
 namespace {
@@ -26,10 +27,10 @@ struct Layout {
 
 std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   const ElementFormat& e = *w.scheme().element;
-  if (e.kind != ElementKind::kInt || (e.bits != 4 && e.bits != 8)) return std::nullopt;
+  if (e.kind != ElementKind::kInt || (e.bits != 2 && e.bits != 4 && e.bits != 8)) return std::nullopt;
   Layout l;
   l.bits = e.bits;
-  l.chunk = e.bits == 4 ? 128 : 64;
+  l.chunk = 64 * 8 / e.bits;
   l.groups = std::max<uint64_t>(w.grid().grid_cols, 1);
   l.group = l.groups == 1 ? w.cols() : w.grid().cell_cols;
   l.block = std::min(l.group, l.chunk);
@@ -40,12 +41,13 @@ std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   return l;
 }
 
-// Position of element i of a row in the activation layout: int4 codes hold element 2k of a chunk
-// in the low nibble of byte k, so each chunk stores its even inputs first, then its odd ones.
+// Position of element i of a row in the activation layout. A chunk's byte k holds its codes
+// k * per .. k * per + per - 1 (per = 8 / bits codes, LSB first), and the kernel multiplies one bit
+// plane of the 64 bytes at a time, so each chunk stores its inputs plane by plane: for int4 the
+// even inputs first, then the odd ones.
 size_t ActivationSlot(const Layout& l, size_t i) {
-  if (l.bits != 4) return i;
-  const size_t k = i % l.chunk;
-  return i - k + (k % 2) * (l.chunk / 2) + k / 2;
+  const size_t per = 8 / l.bits, k = i % l.chunk;
+  return i - k + (k % per) * 64 + k / per;
 }
 
 // Per row: group scales and biases (offset and zero-point, times scale), as the fp32 kernel does.
@@ -63,7 +65,7 @@ bool CpuHasVnni() {
 
 #define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-// kSplit: scale blocks per chunk (1, or 2 / 4 for groups of 64 / 32). A split chunk scales each
+// kSplit: scale blocks per chunk (1, or up to 8 for groups of 32 at int2). A split chunk scales each
 // dpbusd lane by its own block's weight scale (spread over the lanes here) x activation scale
 // (spread once per call, in Int8Activations::lane_scales).
 template <int kBits, size_t kTokens, size_t kSplit>
@@ -73,10 +75,10 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   // Unsplit chunks are walked group by group, so that the group's scale needs no division.
   const size_t chunks_per_step = kSplit > 1 ? chunks : l.group / l.chunk;
   std::vector<float> scales(l.groups), biases(l.groups);
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
+  const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
   // Lane j of a split chunk belongs to block j / (16 / kSplit).
   const __m512i lane_block = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                               kSplit == 4 ? 2 : kSplit == 2 ? 3 : 4);
+                                               kSplit == 8 ? 1 : kSplit == 4 ? 2 : kSplit == 2 ? 3 : 4);
   constexpr __mmask16 kSplitMask = (1u << kSplit) - 1;
   for (size_t r = row_begin; r < row_end; ++r) {
     RowScales(w, l, r, scales.data(), biases.data());
@@ -95,12 +97,12 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
         for (size_t t = 0; t < kTokens; ++t) {
           const int8_t* xq = a.values.data() + (t0 + t) * cols + c * l.chunk;
           __m512i dot = _mm512_setzero_si512();
-          if constexpr (kBits == 4) {
-            dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(codes, low_nibbles), _mm512_loadu_si512(xq));
-            dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(codes, 4), low_nibbles),
-                                      _mm512_loadu_si512(xq + 64));
-          } else {
+          if constexpr (kBits == 8) {
             dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
+          } else {
+            for (int p = 0; p < 8 / kBits; ++p)  // bit plane p against the inputs stored for it
+              dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), code_mask),
+                                        _mm512_loadu_si512(xq + 64 * p));
           }
           __m512 s;
           if constexpr (kSplit > 1)
@@ -174,7 +176,12 @@ void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_
     for (; t < a.n_tokens; ++t) RowsVnni<kBits, 1, kSplit>(w, *l, a, t, row_begin, row_end, y, y_stride);
   };
   const size_t split = l->chunk / l->block;
-  if (l->bits == 4) {
+  if (l->bits == 2) {
+    if (split == 8) run.template operator()<2, 8>();
+    else if (split == 4) run.template operator()<2, 4>();
+    else if (split == 2) run.template operator()<2, 2>();
+    else run.template operator()<2, 1>();
+  } else if (l->bits == 4) {
     if (split == 4) run.template operator()<4, 4>();
     else if (split == 2) run.template operator()<4, 2>();
     else run.template operator()<4, 1>();
@@ -198,7 +205,7 @@ void Int8DotRowsRef(const QuantizedTensor& w, const Int8Activations& a, size_t r
       for (size_t b = 0; b < blocks; ++b) {
         int64_t dot = 0;
         for (size_t e = b * l->block; e < (b + 1) * l->block; ++e) {
-          const int code = l->bits == 4 ? (row[e / 2] >> (4 * (e % 2))) & 0xF : row[e];
+          const int code = static_cast<int>(ReadCode(row, e, l->bits));
           dot += code * a.values[t * cols + ActivationSlot(*l, e)];
         }
         sum += static_cast<double>(dot) * scales[b * l->block / l->group] * a.scales[t * blocks + b];

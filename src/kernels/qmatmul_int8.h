@@ -1,15 +1,15 @@
-// Integer-dot decode kernel for int4 and int8 weights. The activations of the few tokens being
-// decoded are quantized to int8 in blocks (one fp32 scale per weight group, at most 128 inputs
-// for int4 weights and 64 for int8, as llama.cpp quantizes activations to Q8 for its quantized
-// dots) and multiplied with the unsigned weight codes by AVX-512 VNNI (vpdpbusd: 64 byte products
+// Integer-dot decode kernel for int2, int4 and int8 weights. The activations of the few tokens
+// being decoded are quantized to int8 in blocks (one fp32 scale per weight group, at most 256 /
+// 128 / 64 inputs for int2 / int4 / int8 weights, as llama.cpp quantizes activations to Q8 for
+// its quantized dots) and multiplied with the unsigned weight codes by AVX-512 VNNI (vpdpbusd: 64 byte products
 // per instruction), so a weight byte costs a fraction of an instruction instead of a convert and
 // an fp32 FMA per code. Per block: int32 dot -> fp32, times weight scale x activation scale; the
 // zero-point / offset of each group is applied once through the group's sum of activations.
 //
-// Available when the CPU has AVX-512 VNNI and the weight is affine int4 or int8 whose group is
-// 32, 64 or a multiple of 128 (int4) / 64 (int8), or one group per row; the row length must be a
-// multiple of 128 (int4) / 64 (int8). GGUF Q4_0 and Q8_0 (int4 / int8 at g32) run here. Otherwise
-// MatMul uses the fp32 fused kernel.
+// Available when the CPU has AVX-512 VNNI and the weight is affine int2 / int4 / int8 whose row
+// length is a multiple of the codes one 64-byte load holds (256 / 128 / 64) and whose group is
+// 32 or larger and either divides that count or is a multiple of it (or one group per row).
+// GGUF Q4_0 and Q8_0 (int4 / int8 at g32) run here. Otherwise MatMul uses the fp32 fused kernel.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +22,7 @@ namespace lowbit {
 
 struct Int8Activations {
   size_t n_tokens = 0, cols = 0, block = 0;
-  std::vector<int8_t> values;      // [n_tokens x cols]; int4 blocks hold even inputs, then odd ones
+  std::vector<int8_t> values;      // [n_tokens x cols]; each 64-byte load's inputs grouped by bit plane
   std::vector<float> scales;       // [n_tokens x cols / block]
   std::vector<float> group_sums;   // [n_tokens x groups]: sum over the group of scale * value
   // Groups smaller than a 64-byte load of codes: each load's block scales spread over the 16
