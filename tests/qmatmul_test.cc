@@ -114,7 +114,8 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
   const size_t rows = 19, cols = 512, n_tokens = 5;
   const std::vector<float> w = Gaussian(rows * cols, 7), x = Gaussian(n_tokens * cols, 8);
   for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int4:g32", "int4:g64:asym", "int8", "int8:g64:asym",
-                           "int8:g32", "int2:g32", "int2:g64:asym", "int2:g128", "int2:g512"}) {
+                           "int8:g32", "int8:g16", "int2:g16:asym", "int2:g32", "int2:g64:asym", "int2:g128", "int2:g512",
+                           "int3:g128", "int3:g16", "int5:g32:asym", "int6:g16", "int7:g64", "int4:g16"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     ASSERT_TRUE(Int8DotKernelFits(q)) << spec;
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
@@ -132,8 +133,8 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
   }
   // Groups that do not tile a 64-byte load of codes, and odd widths, are not for this kernel.
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g96"), "w")));
-  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int8:g16"), "w")));
-  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int3:g128"), "w")));
+  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int8:g8"), "w")));
+  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("nf4:g64"), "w")));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <optional>
 
@@ -16,36 +17,42 @@
 namespace lowbit {
 namespace {
 
-// What the kernel needs to know of a weight: bits, the elements one 64-byte load of codes holds
-// (chunk), the scale block (group, or chunk when groups are larger: the activations' int8 block
-// too), and the affine offset (table[c] = c + offset).
+// What the kernel needs to know of a weight: bits, the codes one step takes (chunk: a 64-byte
+// load for 2/4/8 bits, 64 codes = 8 * bits bytes for the other widths), the scale block (group,
+// or chunk when groups are larger: the activations' int8 block too), and the affine offset
+// (table[c] = c + offset).
 struct Layout {
   int bits = 0;
-  size_t chunk = 0, block = 0, group = 0, groups = 0;
+  size_t chunk = 0, chunk_bytes = 0, block = 0, group = 0, groups = 0;
   float offset = 0;
+  bool planes() const { return 8 % bits == 0; }
 };
 
 std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   const ElementFormat& e = *w.scheme().element;
-  if (e.kind != ElementKind::kInt || (e.bits != 2 && e.bits != 4 && e.bits != 8)) return std::nullopt;
+  if (e.kind != ElementKind::kInt || e.bits > 8) return std::nullopt;
   Layout l;
   l.bits = e.bits;
-  l.chunk = 64 * 8 / e.bits;
+  l.chunk = l.planes() ? 64 * 8 / e.bits : 64;
+  l.chunk_bytes = l.chunk * e.bits / 8;
   l.groups = std::max<uint64_t>(w.grid().grid_cols, 1);
   l.group = l.groups == 1 ? w.cols() : w.grid().cell_cols;
   l.block = std::min(l.group, l.chunk);
   l.offset = w.decode_table()[0];
-  // Groups of 32 or 64 split a chunk into whole dpbusd lanes (4 codes each) of one group each.
-  if (w.cols() % l.chunk != 0 || l.block % 32 != 0 || l.chunk % l.block != 0 || l.group % l.block != 0)
+  // Smaller groups split a chunk into whole dpbusd lanes (of 4 bytes: 16 / 8 / 4 codes at 2 / 4 /
+  // 8 bits, 4 codes at other widths) of one group each.
+  if (w.cols() % l.chunk != 0 || l.block % 16 != 0 || l.chunk % l.block != 0 || l.group % l.block != 0)
     return std::nullopt;
   return l;
 }
 
-// Position of element i of a row in the activation layout. A chunk's byte k holds its codes
-// k * per .. k * per + per - 1 (per = 8 / bits codes, LSB first), and the kernel multiplies one bit
-// plane of the 64 bytes at a time, so each chunk stores its inputs plane by plane: for int4 the
-// even inputs first, then the odd ones.
+// Position of element i of a row in the activation layout. For 2/4/8 bits a chunk's byte k holds
+// its codes k * per .. k * per + per - 1 (per = 8 / bits codes, LSB first), and the kernel
+// multiplies one bit plane of the 64 bytes at a time, so each chunk stores its inputs plane by
+// plane: for int4 the even inputs first, then the odd ones. Other widths are spread to one code
+// per byte in order.
 size_t ActivationSlot(const Layout& l, size_t i) {
+  if (!l.planes()) return i;
   const size_t per = 8 / l.bits, k = i % l.chunk;
   return i - k + (k % per) * 64 + k / per;
 }
@@ -57,15 +64,16 @@ void RowScales(const QuantizedTensor& w, const Layout& l, size_t r, float* scale
   for (size_t g = 0; g < l.groups; ++g) biases[g] = (asym ? biases[g] : 0.0f) + l.offset * scales[g];
 }
 
+// VBMI spreads 3/5/6/7-bit codes to bytes; every CPU with VNNI since Ice Lake (and Zen 4) has it.
 bool CpuHasVnni() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vnni");
+                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
   return has;
 }
 
-#define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi")))
 
-// kSplit: scale blocks per chunk (1, or up to 8 for groups of 32 at int2). A split chunk scales each
+// kSplit: scale blocks per chunk (1, or up to 16 for groups of 16 at int2). A split chunk scales each
 // dpbusd lane by its own block's weight scale (spread over the lanes here) x activation scale
 // (spread once per call, in Int8Activations::lane_scales).
 template <int kBits, size_t kTokens, size_t kSplit>
@@ -75,11 +83,21 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   // Unsplit chunks are walked group by group, so that the group's scale needs no division.
   const size_t chunks_per_step = kSplit > 1 ? chunks : l.group / l.chunk;
   std::vector<float> scales(l.groups), biases(l.groups);
+  constexpr bool kPlanes = 8 % kBits == 0;
+  constexpr size_t kChunkBytes = kPlanes ? 64 : 8 * kBits;
   const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
+  // Other widths: 64 codes in 8 * kBits bytes. Qword k gathers bytes k * kBits.. (its 8 codes),
+  // then byte i of it takes the 8 bits from bit i * kBits: one code per byte, in order.
+  alignas(64) uint8_t byte_index[64], bit_offset[64];
+  for (int i = 0; i < 64; ++i) {
+    byte_index[i] = static_cast<uint8_t>(i / 8 * kBits + i % 8);
+    bit_offset[i] = static_cast<uint8_t>(i % 8 * kBits);
+  }
+  const __m512i gather_bytes = _mm512_load_si512(byte_index), spread_bits = _mm512_load_si512(bit_offset);
   // Lane j of a split chunk belongs to block j / (16 / kSplit).
   const __m512i lane_block = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                               kSplit == 8 ? 1 : kSplit == 4 ? 2 : kSplit == 2 ? 3 : 4);
-  constexpr __mmask16 kSplitMask = (1u << kSplit) - 1;
+                                               std::countr_zero(16 / kSplit));
+  constexpr __mmask16 kSplitMask = static_cast<__mmask16>((1u << kSplit) - 1);
   for (size_t r = row_begin; r < row_end; ++r) {
     RowScales(w, l, r, scales.data(), biases.data());
     const uint8_t* row = w.codes().data() + r * w.row_bytes();
@@ -87,17 +105,25 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
     for (size_t t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
     for (size_t g = 0, c = 0; c < chunks; ++g) {
       for (const size_t step_end = c + chunks_per_step; c < step_end; ++c) {
-        const __m512i codes = _mm512_loadu_si512(row + c * 64);
+        const uint8_t* at = row + c * kChunkBytes;
+        __m512i codes;
+        if constexpr (kPlanes)
+          codes = _mm512_loadu_si512(at);
+        else
+          codes = _mm512_and_si512(
+              _mm512_multishift_epi64_epi8(
+                  spread_bits, _mm512_permutexvar_epi8(gather_bytes, _mm512_maskz_loadu_epi8((1ull << kChunkBytes) - 1, at))),
+              code_mask);
         // Split chunks take more instructions per byte, so the hardware prefetcher falls behind: a
         // software prefetch 2 KB ahead gained 15-20% at g32 (it cost a little unsplit, so not there).
-        if constexpr (kSplit > 1) _mm_prefetch(reinterpret_cast<const char*>(row + c * 64 + 2048), _MM_HINT_T0);
+        if constexpr (kSplit > 1 || !kPlanes) _mm_prefetch(reinterpret_cast<const char*>(at + 2048), _MM_HINT_T0);
         __m512 weight_scales = _mm512_setzero_ps();
         if constexpr (kSplit > 1)
           weight_scales = _mm512_permutexvar_ps(lane_block, _mm512_maskz_loadu_ps(kSplitMask, &scales[c * kSplit]));
         for (size_t t = 0; t < kTokens; ++t) {
           const int8_t* xq = a.values.data() + (t0 + t) * cols + c * l.chunk;
           __m512i dot = _mm512_setzero_si512();
-          if constexpr (kBits == 8) {
+          if constexpr (kBits == 8 || !kPlanes) {
             dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
           } else {
             for (int p = 0; p < 8 / kBits; ++p)  // bit plane p against the inputs stored for it
@@ -175,19 +201,25 @@ void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_
     for (; t + 4 <= a.n_tokens; t += 4) RowsVnni<kBits, 4, kSplit>(w, *l, a, t, row_begin, row_end, y, y_stride);
     for (; t < a.n_tokens; ++t) RowsVnni<kBits, 1, kSplit>(w, *l, a, t, row_begin, row_end, y, y_stride);
   };
-  const size_t split = l->chunk / l->block;
-  if (l->bits == 2) {
-    if (split == 8) run.template operator()<2, 8>();
-    else if (split == 4) run.template operator()<2, 4>();
-    else if (split == 2) run.template operator()<2, 2>();
-    else run.template operator()<2, 1>();
-  } else if (l->bits == 4) {
-    if (split == 4) run.template operator()<4, 4>();
-    else if (split == 2) run.template operator()<4, 2>();
-    else run.template operator()<4, 1>();
-  } else {
-    if (split == 2) run.template operator()<8, 2>();
-    else run.template operator()<8, 1>();
+  auto by_split = [&]<int kBits>() {
+    constexpr size_t kMaxSplit = (8 % kBits == 0 ? 512 / kBits : 64) / 16;  // blocks of 16 codes
+    switch (l->chunk / l->block) {
+      case 1: return run.template operator()<kBits, 1>();
+      case 2: return run.template operator()<kBits, 2>();
+      case 4: return run.template operator()<kBits, 4>();
+      case 8: if constexpr (kMaxSplit >= 8) return run.template operator()<kBits, 8>(); break;
+      case 16: if constexpr (kMaxSplit >= 16) return run.template operator()<kBits, 16>(); break;
+    }
+    LOWBIT_CHECK(false);  // LayoutOf admits no other split
+  };
+  switch (l->bits) {
+    case 2: return by_split.template operator()<2>();
+    case 3: return by_split.template operator()<3>();
+    case 4: return by_split.template operator()<4>();
+    case 5: return by_split.template operator()<5>();
+    case 6: return by_split.template operator()<6>();
+    case 7: return by_split.template operator()<7>();
+    default: return by_split.template operator()<8>();
   }
 }
 

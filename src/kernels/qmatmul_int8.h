@@ -1,15 +1,18 @@
-// Integer-dot decode kernel for int2, int4 and int8 weights. The activations of the few tokens
-// being decoded are quantized to int8 in blocks (one fp32 scale per weight group, at most 256 /
-// 128 / 64 inputs for int2 / int4 / int8 weights, as llama.cpp quantizes activations to Q8 for
-// its quantized dots) and multiplied with the unsigned weight codes by AVX-512 VNNI (vpdpbusd: 64 byte products
-// per instruction), so a weight byte costs a fraction of an instruction instead of a convert and
-// an fp32 FMA per code. Per block: int32 dot -> fp32, times weight scale x activation scale; the
-// zero-point / offset of each group is applied once through the group's sum of activations.
+// Integer-dot decode kernel for int2..int8 weights. The activations of the few tokens being
+// decoded are quantized to int8 in blocks (one fp32 scale per weight group, or per step of codes
+// when groups are larger, as llama.cpp quantizes activations to Q8 for its quantized dots) and
+// multiplied with the unsigned weight codes by AVX-512 VNNI (vpdpbusd: 64 byte products per
+// instruction), so a weight byte costs a fraction of an instruction instead of a convert and an
+// fp32 FMA per code. 2/4/8-bit codes are taken one bit plane of a 64-byte load at a time; other
+// widths are spread to one code per byte by VBMI (a byte permute and a multishift). Per block:
+// int32 dot -> fp32, times weight scale x activation scale; the zero-point / offset of each group
+// is applied once through the group's sum of activations.
 //
-// Available when the CPU has AVX-512 VNNI and the weight is affine int2 / int4 / int8 whose row
-// length is a multiple of the codes one 64-byte load holds (256 / 128 / 64) and whose group is
-// 32 or larger and either divides that count or is a multiple of it (or one group per row).
-// GGUF Q4_0 and Q8_0 (int4 / int8 at g32) run here. Otherwise MatMul uses the fp32 fused kernel.
+// Available when the CPU has AVX-512 VNNI and VBMI (Ice Lake, Zen 4 and later) and the weight is
+// affine int2..int8 whose row length is a multiple of one step's codes (256 / 128 / 64 at 2 / 4
+// / 8 bits, 64 otherwise) and whose group is 16 or larger and either divides that count or is a
+// multiple of it (or one group per row). GGUF Q4_0, Q8_0 and the K-quants run here. Otherwise
+// MatMul uses the fp32 fused kernel, or decodes rows.
 #pragma once
 
 #include <cstddef>
