@@ -10,6 +10,7 @@
 #include <hwy/highway.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "formats/codec.h"
 
@@ -85,12 +86,31 @@ void DecodeRowFast(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT
   }
 }
 
+// Codes [first, first + n) to bytes. Eight codes of kBits bits fill exactly kBits bytes, so from a
+// byte-aligned start they are unpacked eight at a time from one 64-bit load; the rest one by one.
+template <int kBits>
+void UnpackToBytes(const uint8_t* HWY_RESTRICT packed, size_t first, size_t n, uint8_t* HWY_RESTRICT bytes) {
+  size_t k = 0;
+  if (first % 8 == 0) {
+    const uint8_t* p = packed + first / 8 * kBits;
+    for (; k + 8 <= n; k += 8, p += kBits) {
+      uint64_t v = 0;
+      std::memcpy(&v, p, kBits);
+      for (int j = 0; j < 8; ++j) bytes[k + j] = static_cast<uint8_t>((v >> (j * kBits)) & ((1u << kBits) - 1));
+    }
+  }
+  for (; k < n; ++k) bytes[k] = static_cast<uint8_t>(ReadCode(packed, first + k, kBits));
+}
+
 void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HWY_RESTRICT table,
                    const GroupedRow& row, float* HWY_RESTRICT out) {
   if (bits == 8) return DecodeRowFast<8>(packed, table, row, out);
   if (bits == 4) return DecodeRowFast<4>(packed, table, row, out);
+  auto unpack = bits == 2 ? UnpackToBytes<2> : bits == 3 ? UnpackToBytes<3> : bits == 5 ? UnpackToBytes<5>
+              : bits == 6 ? UnpackToBytes<6> : bits == 7 ? UnpackToBytes<7> : nullptr;
+  HWY_ASSERT(unpack != nullptr);
   // Other widths: unpack each group (in pieces of at most kChunk) to bytes, then decode them as
-  // 8-bit codes. Groups may start at any bit offset, so codes are read one by one.
+  // 8-bit codes.
   constexpr size_t kChunk = 4096;
   HWY_ALIGN uint8_t bytes[kChunk];
   for (size_t g0 = 0, g = 0; g0 < row.n; g0 += row.group, ++g) {
@@ -98,7 +118,7 @@ void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HW
     const float bias = row.bias ? row.bias[g] : 0.0f;
     for (size_t c0 = g0; c0 < g1; c0 += kChunk) {
       const size_t len = g1 - c0 < kChunk ? g1 - c0 : kChunk;
-      for (size_t k = 0; k < len; ++k) bytes[k] = static_cast<uint8_t>(ReadCode(packed, c0 + k, bits));
+      unpack(packed, c0, len, bytes);
       const GroupedRow piece{len, len, &row.scale[g], &bias};
       DecodeRowFast<8>(bytes, table, piece, out + c0);
     }
