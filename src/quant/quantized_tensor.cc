@@ -1,5 +1,6 @@
 #include "quant/quantized_tensor.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -88,30 +89,40 @@ const std::array<float, 256>& ScaleTable(ScaleType t) {
   static const std::array<float, 256> e8m0 = build(ScaleType::kE8M0), ue4m3 = build(ScaleType::kUE4M3);
   return t == ScaleType::kE8M0 ? e8m0 : ue4m3;
 }
+
+// n consecutive stored values of type t, decoded in bulk: this runs once per row in every kernel,
+// for the scales and for float zero-points (a call per value cost more than the row's dot at g32).
+void DecodeStoredRow(ScaleType t, const uint8_t* stored, uint64_t n, float* out) {
+  switch (t) {
+    case ScaleType::kF32: std::memcpy(out, stored, n * 4); return;
+    case ScaleType::kF16: return Fp16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, out);
+    case ScaleType::kBF16: return Bf16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, out);
+    default: {
+      const std::array<float, 256>& table = ScaleTable(t);
+      for (uint64_t g = 0; g < n; ++g) out[g] = table[stored[g]];
+    }
+  }
+}
 }  // namespace
 
 void QuantizedTensor::RowScales(uint64_t r, float* scales, float* biases) const {
   const uint64_t n = grid_.grid_cols, grid_row = r / grid_.cell_rows, first = grid_row * n;
-  const uint8_t* stored = &scales_[first * ScaleBits(scheme_.scale_type) / 8];
-  switch (scheme_.scale_type) {  // bulk paths: this runs once per row in every kernel
-    case ScaleType::kF32: std::memcpy(scales, stored, n * 4); break;
-    case ScaleType::kF16: Fp16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, scales); break;
-    case ScaleType::kBF16: Bf16ToFp32Row(reinterpret_cast<const uint16_t*>(stored), n, scales); break;
-    default: {
-      const std::array<float, 256>& table = ScaleTable(scheme_.scale_type);
-      for (uint64_t g = 0; g < n; ++g) scales[g] = table[stored[g]];
-    }
-  }
+  DecodeStoredRow(scheme_.scale_type, &scales_[first * ScaleBits(scheme_.scale_type) / 8], n, scales);
   if (tensor_scale_ != 1.0f)
     for (uint64_t g = 0; g < n; ++g) scales[g] *= tensor_scale_;
   if (!biases || !scheme_.asymmetric()) return;
   if (scheme_.zero_type == ZeroType::kInt) {
     const int bits = scheme_.element->bits;
-    std::vector<uint8_t> zeros(n);
-    UnpackCodes(&zeros_[grid_row * PackedBytes(n, bits)], n, bits, zeros.data());
-    for (uint64_t g = 0; g < n; ++g) biases[g] = -static_cast<float>(zeros[g]) * scales[g];
+    const uint8_t* packed = &zeros_[grid_row * PackedBytes(n, bits)];
+    uint8_t zeros[256];  // on the stack, 256 at a time (a byte boundary): no allocation per row
+    for (uint64_t g0 = 0; g0 < n; g0 += 256) {
+      const uint64_t m = std::min<uint64_t>(256, n - g0);
+      UnpackCodes(packed + g0 * bits / 8, m, bits, zeros);
+      for (uint64_t k = 0; k < m; ++k) biases[g0 + k] = -static_cast<float>(zeros[k]) * scales[g0 + k];
+    }
   } else {
-    for (uint64_t g = 0; g < n; ++g) biases[g] = -Zero(first + g) * scales[g];
+    DecodeStoredRow(ZeroStorage(scheme_.zero_type), &zeros_[first * scheme_.zero_bits() / 8], n, biases);
+    for (uint64_t g = 0; g < n; ++g) biases[g] = -biases[g] * scales[g];
   }
 }
 
