@@ -50,22 +50,38 @@ HWY_INLINE hn::Vec<DI> LoadCodes(const uint8_t* HWY_RESTRICT packed, size_t i) {
   }
 }
 
-// Decodes elements [begin, end) of one group (end - begin a multiple of Lanes).
+// Decodes elements [begin, end) of one group (end - begin a multiple of Lanes). Integer tables
+// (`affine`: table[c] = table[0] + c) convert codes directly, exactly as the table would, without
+// a gather.
 template <int kBits>
-HWY_INLINE void DecodeSpan(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT table,
+HWY_INLINE void DecodeSpan(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT table, bool affine,
                            size_t begin, size_t end, float scale, float bias, float* HWY_RESTRICT out) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const auto vs = hn::Set(df, scale);
   const auto vb = hn::Set(df, bias);
+  if (affine) {
+    const auto offset = hn::Set(df, table[0]);
+    for (size_t i = begin; i < end; i += N) {
+      const auto v = hn::Add(hn::ConvertTo(df, LoadCodes<kBits>(packed, i)), offset);
+      hn::StoreU(hn::MulAdd(v, vs, vb), df, out + i);
+    }
+    return;
+  }
   for (size_t i = begin; i < end; i += N) {
     const auto v = hn::GatherIndex(df, table, LoadCodes<kBits>(packed, i));
     hn::StoreU(hn::MulAdd(v, vs, vb), df, out + i);
   }
 }
 
+bool AffineTable(const float* table, int bits) {
+  for (int c = 1; c < (1 << bits); ++c)
+    if (table[c] != table[0] + static_cast<float>(c)) return false;
+  return true;
+}
+
 template <int kBits>
-void DecodeRowFast(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT table,
+void DecodeRowFast(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT table, bool affine,
                    const GroupedRow& row, float* HWY_RESTRICT out) {
   const size_t N = hn::Lanes(DF());
   // Vector loop over whole multiples of N inside each group; scalar for the ragged rest.
@@ -76,7 +92,7 @@ void DecodeRowFast(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT
     size_t i = g0;
     if (g0 % N == 0) {
       const size_t vec_end = g0 + (g1 - g0) / N * N;
-      DecodeSpan<kBits>(packed, table, g0, vec_end, scale, bias, out);
+      DecodeSpan<kBits>(packed, table, affine, g0, vec_end, scale, bias, out);
       i = vec_end;
     }
     for (; i < g1; ++i) {
@@ -104,8 +120,9 @@ void UnpackToBytes(const uint8_t* HWY_RESTRICT packed, size_t first, size_t n, u
 
 void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HWY_RESTRICT table,
                    const GroupedRow& row, float* HWY_RESTRICT out) {
-  if (bits == 8) return DecodeRowFast<8>(packed, table, row, out);
-  if (bits == 4) return DecodeRowFast<4>(packed, table, row, out);
+  const bool affine = AffineTable(table, bits);
+  if (bits == 8) return DecodeRowFast<8>(packed, table, affine, row, out);
+  if (bits == 4) return DecodeRowFast<4>(packed, table, affine, row, out);
   auto unpack = bits == 2 ? UnpackToBytes<2> : bits == 3 ? UnpackToBytes<3> : bits == 5 ? UnpackToBytes<5>
               : bits == 6 ? UnpackToBytes<6> : bits == 7 ? UnpackToBytes<7> : nullptr;
   HWY_ASSERT(unpack != nullptr);
@@ -120,7 +137,7 @@ void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HW
       const size_t len = g1 - c0 < kChunk ? g1 - c0 : kChunk;
       unpack(packed, c0, len, bytes);
       const GroupedRow piece{len, len, &row.scale[g], &bias};
-      DecodeRowFast<8>(bytes, table, piece, out + c0);
+      DecodeRowFast<8>(bytes, table, affine, piece, out + c0);
     }
   }
 }
