@@ -23,7 +23,7 @@ namespace {
 // (table[c] = c + offset).
 struct Layout {
   int bits = 0;
-  size_t chunk = 0, chunk_bytes = 0, block = 0, group = 0, groups = 0;
+  size_t chunk = 0, block = 0, group = 0, groups = 0;
   float offset = 0;
   bool planes() const { return 8 % bits == 0; }
 };
@@ -34,7 +34,6 @@ std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   Layout l;
   l.bits = e.bits;
   l.chunk = l.planes() ? 64 * 8 / e.bits : 64;
-  l.chunk_bytes = l.chunk * e.bits / 8;
   l.groups = std::max<uint64_t>(w.grid().grid_cols, 1);
   l.group = l.groups == 1 ? w.cols() : w.grid().cell_cols;
   l.block = std::min(l.group, l.chunk);
@@ -114,8 +113,9 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
               _mm512_multishift_epi64_epi8(
                   spread_bits, _mm512_permutexvar_epi8(gather_bytes, _mm512_maskz_loadu_epi8((1ull << kChunkBytes) - 1, at))),
               code_mask);
-        // Split chunks take more instructions per byte, so the hardware prefetcher falls behind: a
-        // software prefetch 2 KB ahead gained 15-20% at g32 (it cost a little unsplit, so not there).
+        // Split chunks and the VBMI widths take more instructions per byte, so the hardware prefetcher
+        // falls behind: a software prefetch 2 KB ahead gained 15-20% at g32 and 65% at int3 g128 (it
+        // cost a little on unsplit 2/4/8-bit chunks, so not there).
         if constexpr (kSplit > 1 || !kPlanes) _mm_prefetch(reinterpret_cast<const char*>(at + 2048), _MM_HINT_T0);
         __m512 weight_scales = _mm512_setzero_ps();
         if constexpr (kSplit > 1)
