@@ -38,34 +38,41 @@ TEST(Packing, RoundTripsEveryWidthAndPutsElement0InTheLowBits) {
   EXPECT_EQ(three[2], 0x03);
 }
 
+// A random table (decoded by lookup) and an integer one (codes converted), every width.
 TEST(DecodeRow, MatchesReferenceOnEveryTargetWidthAndGroup) {
   std::mt19937 rng(5);
-  std::vector<float> table(256);
-  for (auto& v : table) v = std::uniform_real_distribution<float>(-8, 8)(rng);
+  std::vector<float> random_table(256), integer_table(256);
+  for (auto& v : random_table) v = std::uniform_real_distribution<float>(-8, 8)(rng);
   for (int bits = 2; bits <= 8; ++bits) {
-    for (size_t n : {5u, 64u, 96u, 1000u, 4096u, 10000u}) {
-      for (size_t group : {5u, 16u, 32u, 100u, 128u, 601u, 5000u}) {
-        const size_t groups = (n + group - 1) / group;
-        std::vector<float> scales(groups), biases(groups);
-        for (size_t g = 0; g < groups; ++g) {
-          scales[g] = std::uniform_real_distribution<float>(0.01f, 1)(rng);
-          biases[g] = std::uniform_real_distribution<float>(-1, 1)(rng);
-        }
-        std::vector<uint8_t> codes(n), packed(PackedBytes(n, bits));
-        for (auto& c : codes) c = static_cast<uint8_t>(rng() & ((1u << bits) - 1));
-        PackCodes(codes.data(), n, bits, packed.data());
-        const GroupedRow row{n, group, scales.data(), biases.data()};
-        std::vector<float> want(n);
-        DecodeRowRef(packed.data(), bits, table.data(), row, want.data());
-        ForEachTarget([&](const std::string& target) {
-          std::vector<float> got(n, NAN);
-          DecodeRow(packed.data(), bits, table.data(), row, got.data());
-          for (size_t i = 0; i < n; ++i) {
-            // Within float rounding: targets without FMA round the product separately.
-            ASSERT_NEAR(got[i], want[i], 1e-6f * (std::fabs(want[i]) + 1))
-                << target << " bits=" << bits << " n=" << n << " group=" << group << " i=" << i;
+    for (const bool integer : {false, true}) {
+      std::vector<float>& table = integer ? integer_table : random_table;
+      for (uint32_t c = 0; integer && c < 256; ++c) table[c] = static_cast<float>(static_cast<int>(c) - (1 << (bits - 1)));
+      ASSERT_EQ(IsAffineTable(table, bits), integer);
+      for (size_t n : {5u, 64u, 96u, 1000u, 4096u, 10000u}) {
+        for (size_t group : {5u, 16u, 32u, 100u, 128u, 601u, 5000u}) {
+          const size_t groups = (n + group - 1) / group;
+          std::vector<float> scales(groups), biases(groups);
+          for (size_t g = 0; g < groups; ++g) {
+            scales[g] = std::uniform_real_distribution<float>(0.01f, 1)(rng);
+            biases[g] = std::uniform_real_distribution<float>(-1, 1)(rng);
           }
-        });
+          std::vector<uint8_t> codes(n), packed(PackedBytes(n, bits));
+          for (auto& c : codes) c = static_cast<uint8_t>(rng() & ((1u << bits) - 1));
+          PackCodes(codes.data(), n, bits, packed.data());
+          const GroupedRow row{n, group, scales.data(), biases.data()};
+          std::vector<float> want(n);
+          DecodeRowRef(packed.data(), bits, table.data(), row, want.data());
+          ForEachTarget([&](const std::string& target) {
+            std::vector<float> got(n, NAN);
+            DecodeRow(packed.data(), bits, table.data(), integer, row, got.data());
+            for (size_t i = 0; i < n; ++i) {
+              // Within float rounding: targets without FMA round the product separately.
+              ASSERT_NEAR(got[i], want[i], 1e-6f * (std::fabs(want[i]) + 1))
+                  << target << " bits=" << bits << (integer ? " integer" : " random") << " n=" << n
+                  << " group=" << group << " i=" << i;
+            }
+          });
+        }
       }
     }
   }

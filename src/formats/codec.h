@@ -26,8 +26,14 @@ struct GroupedRow {
   const float* bias = nullptr;  // nullptr = all zero
 };
 
-// Packed codes of `bits` (1..8) -> values through a 256-entry decode table.
-void DecodeRow(const uint8_t* packed, int bits, const float* table, const GroupedRow& row, float* out);
+// Whether table[c] = table[0] + c for every code of `bits` bits: integer formats, whose codes can be
+// converted to floats instead of looked up.
+bool IsAffineTable(std::span<const float> table, int bits);
+
+// Packed codes of `bits` (1..8) -> values through a 256-entry decode table. `affine` must be
+// IsAffineTable(table, bits), computed once by the caller: such codes are converted, not gathered
+// (the same values).
+void DecodeRow(const uint8_t* packed, int bits, const float* table, bool affine, const GroupedRow& row, float* out);
 void DecodeRowRef(const uint8_t* packed, int bits, const float* table, const GroupedRow& row, float* out);
 
 // fp32 -> integer codes: code = clamp(round_half_even(x / scale[g] + pre[g]) + post[g], 0, qmax),

@@ -41,6 +41,12 @@ void UnpackCodes(const uint8_t* packed, size_t n, int bits, uint8_t* codes) {
   }
 }
 
+bool IsAffineTable(std::span<const float> table, int bits) {
+  for (uint32_t c = 0; c < (1u << bits); ++c)
+    if (table[c] != table[0] + static_cast<float>(c)) return false;
+  return true;
+}
+
 uint32_t ReadCode(const uint8_t* packed, size_t i, int bits) {
   const size_t bit = i * static_cast<size_t>(bits);
   uint32_t v = packed[bit >> 3];

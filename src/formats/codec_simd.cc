@@ -74,12 +74,6 @@ HWY_INLINE void DecodeSpan(const uint8_t* HWY_RESTRICT packed, const float* HWY_
   }
 }
 
-bool AffineTable(const float* table, int bits) {
-  for (int c = 1; c < (1 << bits); ++c)
-    if (table[c] != table[0] + static_cast<float>(c)) return false;
-  return true;
-}
-
 template <int kBits>
 void DecodeRowFast(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT table, bool affine,
                    const GroupedRow& row, float* HWY_RESTRICT out) {
@@ -118,9 +112,8 @@ void UnpackToBytes(const uint8_t* HWY_RESTRICT packed, size_t first, size_t n, u
   for (; k < n; ++k) bytes[k] = static_cast<uint8_t>(ReadCode(packed, first + k, kBits));
 }
 
-void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HWY_RESTRICT table,
+void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HWY_RESTRICT table, bool affine,
                    const GroupedRow& row, float* HWY_RESTRICT out) {
-  const bool affine = AffineTable(table, bits);
   if (bits == 8) return DecodeRowFast<8>(packed, table, affine, row, out);
   if (bits == 4) return DecodeRowFast<4>(packed, table, affine, row, out);
   auto unpack = bits == 2 ? UnpackToBytes<2> : bits == 3 ? UnpackToBytes<3> : bits == 5 ? UnpackToBytes<5>
@@ -303,8 +296,8 @@ HWY_EXPORT(Fp16ToFp32RowImpl);
 HWY_EXPORT(Fp32ToBf16RowImpl);
 HWY_EXPORT(Bf16ToFp32RowImpl);
 
-void DecodeRow(const uint8_t* packed, int bits, const float* table, const GroupedRow& row, float* out) {
-  HWY_DYNAMIC_DISPATCH(DecodeRowImpl)(packed, bits, table, row, out);
+void DecodeRow(const uint8_t* packed, int bits, const float* table, bool affine, const GroupedRow& row, float* out) {
+  HWY_DYNAMIC_DISPATCH(DecodeRowImpl)(packed, bits, table, affine, row, out);
 }
 void EncodeIntRow(const float* x, const GroupedRow& row, const IntEncodeParams& p, uint8_t* codes) {
   HWY_DYNAMIC_DISPATCH(EncodeIntRowImpl)(x, row, p, codes);

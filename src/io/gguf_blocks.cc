@@ -36,7 +36,8 @@ void Nibbles(const std::byte* qs, uint32_t high_bits, uint8_t* codes) {
   }
 }
 
-void UnpackQ4_0(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
+// Q4_0 and IQ4_NL: fp16 d, then nibbles (their tables differ: int4 offset 8, IQ4_NL levels).
+void UnpackHalfAndNibbles(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
   Nibbles(b + 2, 0, codes);
   scales[0] = Half(b);
   biases[0] = 0;
@@ -70,11 +71,6 @@ void UnpackMxfp4(const std::byte* b, uint8_t* codes, float* scales, float* biase
   if (e == 0xFF) Fail("MXFP4 block with the reserved scale exponent 0xFF (NaN)");
   Nibbles(b + 1, 0, codes);
   scales[0] = std::ldexp(1.0f, e - 127);  // exact: 2^-127 is an fp32 subnormal
-  biases[0] = 0;
-}
-void UnpackIq4nl(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
-  Nibbles(b + 2, 0, codes);
-  scales[0] = Half(b);
   biases[0] = 0;
 }
 
@@ -156,7 +152,7 @@ void UnpackQ6_K(const std::byte* b, uint8_t* codes, float* scales, float* biases
 }
 
 constexpr GgmlBlockFormat kFormats[] = {
-    {kGgmlQ4_0, "int4:g32:scale=f16", 32, UnpackQ4_0},
+    {kGgmlQ4_0, "int4:g32:scale=f16", 32, UnpackHalfAndNibbles},
     {kGgmlQ4_1, "int4:g32:asym:scale=f16:zero=f32", 32, UnpackQ4_1},
     {kGgmlQ5_0, "int5:g32:scale=f16", 32, UnpackQ5_0},
     {kGgmlQ5_1, "int5:g32:asym:scale=f16:zero=f32", 32, UnpackQ5_1},
@@ -167,7 +163,7 @@ constexpr GgmlBlockFormat kFormats[] = {
     {kGgmlQ4_K, "int4:g32:asym:scale=f32:zero=f32", 32, UnpackQ45_K<false>},
     {kGgmlQ5_K, "int5:g32:asym:scale=f32:zero=f32", 32, UnpackQ45_K<true>},
     {kGgmlQ6_K, "int6:g16:scale=f32", 16, UnpackQ6_K},
-    {kGgmlIQ4_NL, "iq4_nl:g32:scale=f16", 32, UnpackIq4nl},
+    {kGgmlIQ4_NL, "iq4_nl:g32:scale=f16", 32, UnpackHalfAndNibbles},
     {kGgmlMXFP4, "fp4_e2m1:g32:scale=e8m0", 32, UnpackMxfp4},
 };
 

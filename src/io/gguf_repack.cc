@@ -8,8 +8,6 @@
 
 namespace lowbit {
 
-bool GgufTypeRepacks(uint32_t ggml_type) { return FindGgmlBlockFormat(ggml_type) != nullptr; }
-
 std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_t rows, uint64_t cols) {
   const GgmlBlockFormat* format = FindGgmlBlockFormat(t.ggml_type);
   if (!format) return std::nullopt;

@@ -19,9 +19,6 @@
 
 namespace lowbit {
 
-// Whether RepackGgufMatrix handles this ggml type.
-bool GgufTypeRepacks(uint32_t ggml_type);
-
 // The [rows x cols] matrix held by `tensor` (ne = [cols, rows]) in our layout, or nullopt when
 // its type has none (plain float types: callers dequantize those). Throws Error naming the
 // tensor when its byte count is wrong or a block is invalid (an MXFP4 scale of 0xFF).

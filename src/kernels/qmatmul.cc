@@ -30,12 +30,6 @@ struct Plan {
   float code_scale = 1;   // what the vector decode leaves out of the value (E4M3: 2^8)
 };
 
-inline bool IsAffine(std::span<const float> table, int bits) {
-  for (uint32_t c = 0; c < (1u << bits); ++c)
-    if (table[c] != table[0] + static_cast<float>(c)) return false;
-  return true;
-}
-
 inline Plan PlanFor(const QuantizedTensor& w) {
   const ElementFormat& e = *w.scheme().element;
   Plan p;
@@ -47,7 +41,7 @@ inline Plan PlanFor(const QuantizedTensor& w) {
   if (e.bits > 8) return p;
   const bool packs = e.bits == 2 || e.bits == 4 || e.bits == 8;
   p.planes = packs ? 8 / e.bits : 1;
-  if (packs && IsAffine(w.decode_table(), e.bits)) {
+  if (packs && w.decode_affine()) {
     p.kind = CodeKind::kAffine;
     p.offset = w.decode_table()[0];
   } else if (e.bits == 2 || e.bits == 4) {

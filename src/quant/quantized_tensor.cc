@@ -24,6 +24,7 @@ QuantizedTensor::QuantizedTensor(QuantScheme scheme, uint64_t rows, uint64_t col
   if (scheme_.element->bits <= 8) {
     decode_table_.resize(256);
     BuildDecodeTable(*scheme_.element, !scheme_.asymmetric(), std::span<float, 256>(decode_table_.data(), 256));
+    decode_affine_ = IsAffineTable(decode_table_, scheme_.element->bits);
   }
 }
 
@@ -149,7 +150,7 @@ void QuantizedTensor::DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, fl
   RowScales(r, scales.data(), biases.empty() ? nullptr : biases.data());
   const GroupedRow grouped{n, grid_.grid_cols == 1 ? cols_ : grid_.cell_cols, scales.data() + first_group,
                            biases.empty() ? nullptr : biases.data() + first_group};
-  DecodeRow(codes, e.bits, decode_table_.data(), grouped, out);
+  DecodeRow(codes, e.bits, decode_table_.data(), decode_affine_, grouped, out);
 }
 
 std::vector<float> QuantizedTensor::Dequantize() const {

@@ -63,6 +63,8 @@ class QuantizedTensor {
   std::vector<float> Dequantize() const;
   // Value of each code (<= 8-bit elements): signed for symmetric integers, raw for asymmetric.
   std::span<const float> decode_table() const { return decode_table_; }
+  // Whether the table is an integer range (IsAffineTable): codes then convert instead of lookups.
+  bool decode_affine() const { return decode_affine_; }
 
  private:
   QuantScheme scheme_;
@@ -74,6 +76,7 @@ class QuantizedTensor {
   std::vector<uint8_t> zeros_;
   float tensor_scale_ = 1.0f;
   std::vector<float> decode_table_;  // 256 entries for <= 8-bit codes
+  bool decode_affine_ = false;
 };
 
 }  // namespace lowbit
