@@ -119,6 +119,11 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     ASSERT_TRUE(Int8DotKernelFits(q)) << spec;
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
+    const Int8Activations a_ref = QuantizeActivationsInt8Ref(q, x.data(), n_tokens);
+    EXPECT_TRUE(std::equal(a.values.begin(), a.values.end(), a_ref.values.begin(), a_ref.values.end())) << spec;
+    EXPECT_EQ(a.scales, a_ref.scales) << spec;
+    EXPECT_EQ(a.group_sums, a_ref.group_sums) << spec;
+    EXPECT_EQ(a.lane_scales, a_ref.lane_scales) << spec;
     std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
     Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
     QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);
@@ -152,7 +157,7 @@ TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
       const std::vector<float> w = Gaussian(rows * cols, 9);
       const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("bf16"), "w");
       const std::vector<float> x = Gaussian(n_tokens * cols, 10);
-      const std::vector<uint16_t> xb = ToBf16Activations(x.data(), n_tokens, cols);
+      const AlignedVector<uint16_t> xb = ToBf16Activations(x.data(), n_tokens, cols);
       std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
       Bf16DotRowsRef(q, xb.data(), n_tokens, 0, rows, reference.data(), rows);
       QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);

@@ -53,7 +53,7 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     const QuantizedTensor& q = std::get<QuantizedTensor>(w.weight);
     const bool fast = activations == Activations::kFast;
     if (fast && HasBf16DotKernel(q)) {
-      const std::vector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
+      const AlignedVector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Bf16DotRows(q, xb.data(), n_tokens, begin, end, y, rows); });
     } else if (fast && n_tokens <= kInt8DotMaxTokens && HasInt8DotKernel(q)) {
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
@@ -63,10 +63,10 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { QuantDotRows(q, in, begin, end, y, rows); });
     } else if (fast && n_tokens > kFusedMaxTokens && cols % 32 == 0 && CpuHasBf16Dot()) {
       // Prefill, fast: decode a tile of rows to bf16 once, then BF16 dots for every token.
-      const std::vector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
+      const AlignedVector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) {
         std::vector<float> row(cols);
-        std::vector<uint16_t> tile(kBf16TileRows * cols);
+        AlignedVector<uint16_t> tile(kBf16TileRows * cols);
         for (size_t r = begin; r < end; r += kBf16TileRows) {
           const size_t n = std::min(kBf16TileRows, end - r);
           for (size_t i = 0; i < n; ++i) {
@@ -80,7 +80,7 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
       // Many tokens: decode a tile of rows once into a small buffer and reuse it for every token.
       const size_t tile_rows = std::clamp<size_t>(kDecodeTileBytes / (cols * sizeof(float)) / 4 * 4, 4, 64);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) {
-        std::vector<float> tile(tile_rows * cols);
+        AlignedVector<float> tile(tile_rows * cols);
         for (size_t r = begin; r < end; r += tile_rows) {
           const size_t n = std::min(tile_rows, end - r);
           for (size_t i = 0; i < n; ++i) q.DequantizeRow(r + i, &tile[i * cols]);

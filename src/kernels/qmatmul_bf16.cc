@@ -74,8 +74,8 @@ bool HasBf16DotKernel(const QuantizedTensor& w) {
   return CpuHasBf16Flags() && w.scheme().element->minifloat == &kBf16 && w.cols() % 32 == 0;
 }
 
-std::vector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols) {
-  std::vector<uint16_t> out(n_tokens * cols);
+AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols) {
+  AlignedVector<uint16_t> out(n_tokens * cols);
   Fp32ToBf16Row(x, out.size(), out.data());
   return out;
 }

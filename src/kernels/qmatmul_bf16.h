@@ -16,7 +16,7 @@ namespace lowbit {
 bool HasBf16DotKernel(const QuantizedTensor& w);  // bf16 storage, cols % 32 == 0, CPU support
 bool CpuHasBf16Dot();
 
-std::vector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols);
+AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols);
 
 // y[t * y_stride + r] = dot(row r, x_t) for r in [row_begin, row_end); x is bf16 [n_tokens x cols].
 void Bf16DotRows(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,

@@ -74,14 +74,13 @@ bool CpuHasVnni() {
 
 // kSplit: scale blocks per chunk (1, or up to 16 for groups of 16 at int2). A split chunk scales each
 // dpbusd lane by its own block's weight scale (spread over the lanes here) x activation scale
-// (spread once per call, in Int8Activations::lane_scales).
+// (spread once per call, in Int8Activations::lane_scales); an unsplit chunk by one scale, weight x
+// activation, multiplied for the whole row before its loop.
 template <int kBits, size_t kTokens, size_t kSplit>
 LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
-  const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block;
-  // Unsplit chunks are walked group by group, so that the group's scale needs no division.
-  const size_t chunks_per_step = kSplit > 1 ? chunks : l.group / l.chunk;
-  std::vector<float> scales(l.groups), biases(l.groups);
+  const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block, chunks_per_group = l.group / l.chunk;
+  std::vector<float> scales(l.groups), biases(l.groups), chunk_scales(kSplit == 1 ? kTokens * chunks : 0);
   constexpr bool kPlanes = 8 % kBits == 0;
   constexpr size_t kChunkBytes = kPlanes ? 64 : 8 * kBits;
   const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
@@ -96,56 +95,79 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   // Lane j of a split chunk belongs to block j / (16 / kSplit).
   const __m512i lane_block = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                std::countr_zero(16 / kSplit));
-  constexpr __mmask16 kSplitMask = static_cast<__mmask16>((1u << kSplit) - 1);
+  const int8_t* inputs[kTokens];
+  const float* lane_scales[kTokens];
+  for (size_t t = 0; t < kTokens; ++t) {
+    inputs[t] = a.values.data() + (t0 + t) * cols;
+    lane_scales[t] = kSplit > 1 ? a.lane_scales.data() + (t0 + t) * chunks * 16 : nullptr;
+  }
   for (size_t r = row_begin; r < row_end; ++r) {
     RowScales(w, l, r, scales.data(), biases.data());
-    const uint8_t* row = w.codes().data() + r * w.row_bytes();
-    __m512 acc[kTokens];
-    for (size_t t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
-    for (size_t g = 0, c = 0; c < chunks; ++g) {
-      for (const size_t step_end = c + chunks_per_step; c < step_end; ++c) {
-        const uint8_t* at = row + c * kChunkBytes;
-        __m512i codes;
-        if constexpr (kPlanes)
-          codes = _mm512_loadu_si512(at);
-        else
-          codes = _mm512_and_si512(
-              _mm512_multishift_epi64_epi8(
-                  spread_bits, _mm512_permutexvar_epi8(gather_bytes, _mm512_maskz_loadu_epi8((1ull << kChunkBytes) - 1, at))),
-              code_mask);
-        // Split chunks and the VBMI widths take more instructions per byte, so the hardware prefetcher
-        // falls behind: a software prefetch 2 KB ahead gained 15-20% at g32 and 65% at int3 g128 (it
-        // cost a little on unsplit 2/4/8-bit chunks, so not there).
-        if constexpr (kSplit > 1 || !kPlanes) _mm_prefetch(reinterpret_cast<const char*>(at + 2048), _MM_HINT_T0);
-        __m512 weight_scales = _mm512_setzero_ps();
-        if constexpr (kSplit > 1)
-          weight_scales = _mm512_permutexvar_ps(lane_block, _mm512_maskz_loadu_ps(kSplitMask, &scales[c * kSplit]));
-        for (size_t t = 0; t < kTokens; ++t) {
-          const int8_t* xq = a.values.data() + (t0 + t) * cols + c * l.chunk;
-          __m512i dot = _mm512_setzero_si512();
-          if constexpr (kBits == 8 || !kPlanes) {
-            dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
-          } else {
-            for (int p = 0; p < 8 / kBits; ++p)  // bit plane p against the inputs stored for it
-              dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), code_mask),
-                                        _mm512_loadu_si512(xq + 64 * p));
+    if constexpr (kSplit == 1)
+      for (size_t t = 0; t < kTokens; ++t) {
+        const float* activation_scales = a.scales.data() + (t0 + t) * blocks;
+        float* out = chunk_scales.data() + t * chunks;
+        if (chunks_per_group == 1) {  // the common case (int4 g128, int8 g64): 16 chunks a vector
+          for (size_t c = 0; c < chunks; c += 16) {
+            const __mmask16 m = chunks - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (chunks - c)) - 1);
+            _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, &scales[c]),
+                                                            _mm512_maskz_loadu_ps(m, activation_scales + c)));
           }
-          __m512 s;
-          if constexpr (kSplit > 1)
-            s = _mm512_mul_ps(weight_scales, _mm512_loadu_ps(&a.lane_scales[((t0 + t) * chunks + c) * 16]));
-          else
-            s = _mm512_set1_ps(scales[g] * a.scales[(t0 + t) * blocks + c]);
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t]);
+        } else {
+          for (size_t g = 0, c = 0; g < l.groups; ++g)
+            for (const size_t end = c + chunks_per_group; c < end; ++c) out[c] = scales[g] * activation_scales[c];
         }
       }
+    const uint8_t* row = w.codes().data() + r * w.row_bytes();
+    // Two accumulators per token, for even and odd chunks: one FMA chain would bound a chunk to its latency.
+    __m512 acc[kTokens][2];
+    for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    auto step = [&](size_t c, size_t parity) LOWBIT_VNNI __attribute__((always_inline)) {
+      const uint8_t* at = row + c * kChunkBytes;
+      __m512i codes;
+      if constexpr (kPlanes)
+        codes = _mm512_loadu_si512(at);
+      else
+        codes = _mm512_and_si512(
+            _mm512_multishift_epi64_epi8(
+                spread_bits, _mm512_permutexvar_epi8(gather_bytes, _mm512_maskz_loadu_epi8((1ull << kChunkBytes) - 1, at))),
+            code_mask);
+      // Split chunks and the VBMI widths take more instructions per byte, so the hardware prefetcher
+      // falls behind: a software prefetch 2 KB ahead gained 15-20% at g32 and 65% at int3 g128 (it
+      // cost a little on unsplit 2/4/8-bit chunks, so not there).
+      if constexpr (kSplit > 1 || !kPlanes) _mm_prefetch(reinterpret_cast<const char*>(at + 2048), _MM_HINT_T0);
+      __m512 weight_scales = _mm512_setzero_ps();
+      if constexpr (kSplit > 1)
+        weight_scales = _mm512_permutexvar_ps(lane_block, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << kSplit) - 1), &scales[c * kSplit]));
+      for (size_t t = 0; t < kTokens; ++t) {
+        const int8_t* xq = inputs[t] + c * l.chunk;
+        __m512i dot = _mm512_setzero_si512();
+        if constexpr (kBits == 8 || !kPlanes) {
+          dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
+        } else {
+          for (int p = 0; p < 8 / kBits; ++p)  // bit plane p against the inputs stored for it
+            dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), code_mask),
+                                      _mm512_loadu_si512(xq + 64 * p));
+        }
+        const __m512 s = kSplit > 1 ? _mm512_mul_ps(weight_scales, _mm512_loadu_ps(lane_scales[t] + c * 16))
+                                    : _mm512_set1_ps(chunk_scales[t * chunks + c]);
+        acc[t][parity] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t][parity]);
+      }
+    };
+    size_t c = 0;
+    for (; c + 2 <= chunks; c += 2) {
+      step(c, 0);
+      step(c + 1, 1);
     }
+    if (c < chunks) step(c, 0);
     for (size_t t = 0; t < kTokens; ++t) {  // plus each group's bias times its sum of inputs
       const float* sums = a.group_sums.data() + (t0 + t) * l.groups;
+      __m512 sum = _mm512_add_ps(acc[t][0], acc[t][1]);
       for (size_t g = 0; g < l.groups; g += 16) {
         const __mmask16 m = l.groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (l.groups - g)) - 1);
-        acc[t] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, &biases[g]), _mm512_maskz_loadu_ps(m, sums + g), acc[t]);
+        sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, &biases[g]), _mm512_maskz_loadu_ps(m, sums + g), sum);
       }
-      y[(t0 + t) * y_stride + r] = _mm512_reduce_add_ps(acc[t]);
+      y[(t0 + t) * y_stride + r] = _mm512_reduce_add_ps(sum);
     }
   }
 }
@@ -156,39 +178,127 @@ bool Int8DotKernelFits(const QuantizedTensor& w) { return LayoutOf(w).has_value(
 
 bool HasInt8DotKernel(const QuantizedTensor& w) { return CpuHasVnni() && Int8DotKernelFits(w); }
 
-Int8Activations QuantizeActivationsInt8(const QuantizedTensor& w, const float* x, size_t n_tokens) {
-  const std::optional<Layout> l = LayoutOf(w);
-  LOWBIT_CHECK(l.has_value());
+namespace {
+
+Int8Activations EmptyActivations(const Layout& l, size_t cols, size_t n_tokens) {
   Int8Activations a;
   a.n_tokens = n_tokens;
-  a.cols = w.cols();
-  a.block = l->block;
-  const size_t blocks = a.cols / a.block, per_group = l->group / a.block;
-  a.values.resize(n_tokens * a.cols);
-  a.scales.resize(n_tokens * blocks);
-  a.group_sums.assign(n_tokens * l->groups, 0.0f);
+  a.cols = cols;
+  a.block = l.block;
+  a.values.resize(n_tokens * cols);
+  a.scales.resize(n_tokens * cols / l.block);
+  a.group_sums.assign(n_tokens * l.groups, 0.0f);
+  return a;
+}
+
+// Adds block b's scale x (sum of its int8 values) to its group's sum. The product is exact in
+// double, so the FMA the compiler may form in the AVX-512 version rounds the same as the reference.
+inline void AddToGroupSum(Int8Activations& a, const Layout& l, size_t t, size_t b, float scale, int sum) {
+  float& group_sum = a.group_sums[t * l.groups + b * l.block / l.group];
+  group_sum = static_cast<float>(static_cast<double>(group_sum) + static_cast<double>(scale) * sum);
+}
+
+// Spreads each chunk's block scales over the 16 dpbusd lanes they cover (split chunks only).
+void SpreadLaneScales(const Layout& l, Int8Activations& a) {
+  if (l.block >= l.chunk) return;
+  const size_t chunks = a.cols / l.chunk, blocks = a.cols / l.block, lanes_per_block = 16 * l.block / l.chunk;
+  a.lane_scales.resize(a.n_tokens * chunks * 16);
+  for (size_t t = 0; t < a.n_tokens; ++t)
+    for (size_t i = 0; i < chunks * 16; ++i) a.lane_scales[t * chunks * 16 + i] = a.scales[t * blocks + i / lanes_per_block];
+}
+
+// Bytes 0, 2, .., 126 (even) or 1, 3, .., 127 (odd) of the 128 bytes lo:hi.
+LOWBIT_VNNI __m512i Deinterleave(__m512i lo, __m512i hi, int parity) {
+  alignas(64) uint8_t index[64];
+  for (int i = 0; i < 64; ++i) index[i] = static_cast<uint8_t>(2 * i + parity);
+  return _mm512_permutex2var_epi8(lo, _mm512_load_si512(index), hi);
+}
+
+// One chunk of inputs, quantized in natural order, into the kernel's bit-plane order
+// (ActivationSlot): plane p holds inputs p, p + per, p + 2 per, ...
+LOWBIT_VNNI void StorePlanes(const int8_t* natural, size_t per, int8_t* out) {
+  __m512i v[4];
+  for (size_t i = 0; i < per; ++i) v[i] = _mm512_loadu_si512(natural + 64 * i);
+  if (per == 2) {
+    v[2] = Deinterleave(v[0], v[1], 0);
+    v[3] = Deinterleave(v[0], v[1], 1);
+    v[0] = v[2];
+    v[1] = v[3];
+  } else if (per == 4) {  // split into even and odd inputs, then each of those again
+    const __m512i even_lo = Deinterleave(v[0], v[1], 0), odd_lo = Deinterleave(v[0], v[1], 1);
+    const __m512i even_hi = Deinterleave(v[2], v[3], 0), odd_hi = Deinterleave(v[2], v[3], 1);
+    v[0] = Deinterleave(even_lo, even_hi, 0);
+    v[1] = Deinterleave(odd_lo, odd_hi, 0);
+    v[2] = Deinterleave(even_lo, even_hi, 1);
+    v[3] = Deinterleave(odd_lo, odd_hi, 1);
+  }
+  for (size_t p = 0; p < per; ++p) _mm512_storeu_si512(out + 64 * p, v[p]);
+}
+
+// QuantizeActivationsInt8Ref with AVX-512: the same arithmetic (max |x|, the same scale and
+// inverse, round half to even), so the same bytes.
+LOWBIT_VNNI Int8Activations QuantizeActivationsVnni(const Layout& l, size_t cols, const float* x, size_t n_tokens) {
+  Int8Activations a = EmptyActivations(l, cols, n_tokens);
+  const size_t blocks = cols / l.block;
+  AlignedVector<int8_t> natural(l.planes() ? l.chunk : 0);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    int8_t* values = a.values.data() + t * cols;
+    for (size_t b = 0; b < blocks; ++b) {
+      const float* src = x + t * cols + b * l.block;
+      __m512 amax = _mm512_setzero_ps();
+      for (size_t i = 0; i < l.block; i += 16) amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src + i)), amax);  // NaN: keeps amax, as std::max
+      const float m = _mm512_reduce_max_ps(amax), scale = m / 127.0f;
+      const __m512 inverse = _mm512_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+      // A chunk in plane order is written once its last block is quantized; others go straight in.
+      const size_t in_chunk = b * l.block % l.chunk;
+      int8_t* dst = l.planes() && l.bits < 8 ? natural.data() + in_chunk : values + b * l.block;
+      __m512i sum = _mm512_setzero_si512();
+      for (size_t i = 0; i < l.block; i += 16) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(src + i), inverse));
+        sum = _mm512_add_epi32(sum, q);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm512_cvtepi32_epi8(q));
+      }
+      if (dst != values + b * l.block && in_chunk + l.block == l.chunk)
+        StorePlanes(natural.data(), 8 / l.bits, values + (b * l.block - in_chunk));
+      a.scales[t * blocks + b] = scale;
+      AddToGroupSum(a, l, t, b, scale, _mm512_reduce_add_epi32(sum));
+    }
+  }
+  SpreadLaneScales(l, a);
+  return a;
+}
+
+}  // namespace
+
+Int8Activations QuantizeActivationsInt8(const QuantizedTensor& w, const float* x, size_t n_tokens) {
+  if (!CpuHasVnni()) return QuantizeActivationsInt8Ref(w, x, n_tokens);
+  const std::optional<Layout> l = LayoutOf(w);
+  LOWBIT_CHECK(l.has_value());
+  return QuantizeActivationsVnni(*l, w.cols(), x, n_tokens);
+}
+
+Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float* x, size_t n_tokens) {
+  const std::optional<Layout> l = LayoutOf(w);
+  LOWBIT_CHECK(l.has_value());
+  const size_t cols = w.cols(), blocks = cols / l->block;
+  Int8Activations a = EmptyActivations(*l, cols, n_tokens);
   for (size_t t = 0; t < n_tokens; ++t)
     for (size_t b = 0; b < blocks; ++b) {
-      const float* src = x + t * a.cols + b * a.block;
-      int8_t* dst = a.values.data() + t * a.cols;
+      const float* src = x + t * cols + b * l->block;
+      int8_t* dst = a.values.data() + t * cols;
       float amax = 0;
-      for (size_t i = 0; i < a.block; ++i) amax = std::max(amax, std::fabs(src[i]));
+      for (size_t i = 0; i < l->block; ++i) amax = std::max(amax, std::fabs(src[i]));
       const float scale = amax / 127.0f, inverse = amax > 0 ? 127.0f / amax : 0.0f;
       int sum = 0;
-      for (size_t i = 0; i < a.block; ++i) {
+      for (size_t i = 0; i < l->block; ++i) {
         const int q = static_cast<int>(std::nearbyint(src[i] * inverse));
         sum += q;
-        dst[ActivationSlot(*l, b * a.block + i)] = static_cast<int8_t>(q);
+        dst[ActivationSlot(*l, b * l->block + i)] = static_cast<int8_t>(q);
       }
       a.scales[t * blocks + b] = scale;
-      a.group_sums[t * l->groups + b / per_group] += scale * static_cast<float>(sum);
+      AddToGroupSum(a, *l, t, b, scale, sum);
     }
-  if (l->block < l->chunk) {
-    const size_t chunks = a.cols / l->chunk, lanes_per_block = 16 * l->block / l->chunk;
-    a.lane_scales.resize(n_tokens * chunks * 16);
-    for (size_t t = 0; t < n_tokens; ++t)
-      for (size_t i = 0; i < chunks * 16; ++i) a.lane_scales[t * chunks * 16 + i] = a.scales[t * blocks + i / lanes_per_block];
-  }
+  SpreadLaneScales(*l, a);
   return a;
 }
 

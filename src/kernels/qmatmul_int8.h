@@ -19,13 +19,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
 
 struct Int8Activations {
   size_t n_tokens = 0, cols = 0, block = 0;
-  std::vector<int8_t> values;      // [n_tokens x cols]; each 64-byte load's inputs grouped by bit plane
+  AlignedVector<int8_t> values;    // [n_tokens x cols]; each 64-byte load's inputs grouped by bit plane
   std::vector<float> scales;       // [n_tokens x cols / block]
   std::vector<float> group_sums;   // [n_tokens x groups]: sum over the group of scale * value
   // Groups smaller than a 64-byte load of codes: each load's block scales spread over the 16
@@ -37,6 +38,8 @@ bool HasInt8DotKernel(const QuantizedTensor& w);  // the CPU and the weight both
 bool Int8DotKernelFits(const QuantizedTensor& w);  // the weight qualifies (whatever the CPU)
 
 Int8Activations QuantizeActivationsInt8(const QuantizedTensor& w, const float* x, size_t n_tokens);
+// Scalar reference: the same bytes and scales.
+Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float* x, size_t n_tokens);
 
 void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
                  size_t y_stride);

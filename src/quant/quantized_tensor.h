@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "core/aligned.h"
 #include "quant/scheme.h"
 
 namespace lowbit {
@@ -71,7 +72,7 @@ class QuantizedTensor {
   uint64_t rows_, cols_;
   ScaleGrid grid_;
   size_t row_bytes_;
-  std::vector<uint8_t> codes_;
+  AlignedVector<uint8_t> codes_;  // rows start on cache lines whenever row_bytes is a multiple of 64
   std::vector<uint8_t> scales_;
   std::vector<uint8_t> zeros_;
   float tensor_scale_ = 1.0f;
