@@ -4,6 +4,7 @@
 #include <random>
 
 #include "kernels/matmul.h"
+#include "kernels/stream.h"
 #include "model/forward.h"
 #include "quant/rtn.h"
 
@@ -32,31 +33,34 @@ uint64_t LinearWeightBytes(const ModelWeights& w) {
   return total;
 }
 
-GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, uint64_t cols,
-                      uint64_t working_set_bytes, double min_seconds, ThreadPool& pool, size_t tokens) {
-  const std::vector<float> w = RandomVector(rows * cols, 1, 0.02f);
+GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, const GemvBenchOptions& o, ThreadPool& pool) {
+  const std::vector<float> w = RandomVector(o.rows * o.cols, 1, 0.02f);
   Linear prototype;
-  if (scheme) prototype.weight = QuantizeRtn(w, rows, cols, *scheme, "bench");
-  else prototype.weight = DenseMatrix{rows, cols, w};
+  if (scheme) prototype.weight = QuantizeRtn(w, o.rows, o.cols, *scheme, "bench");
+  else prototype.weight = DenseMatrix{o.rows, o.cols, w};
   GemvSpeed s;
-  s.bits_per_weight = 8.0 * static_cast<double>(prototype.storage_bytes()) / static_cast<double>(rows * cols);
+  s.bits_per_weight = 8.0 * static_cast<double>(prototype.storage_bytes()) / static_cast<double>(o.rows * o.cols);
   // Distinct copies, so no pass finds its weights in a cache.
-  s.matrices = std::max<uint64_t>(1, (working_set_bytes + prototype.storage_bytes() - 1) / prototype.storage_bytes());
+  s.matrices = std::max<uint64_t>(1, (o.working_set_bytes + prototype.storage_bytes() - 1) / prototype.storage_bytes());
   const std::vector<Linear> matrices(s.matrices, prototype);
   s.bytes_per_pass = s.matrices * prototype.storage_bytes();
-  const std::vector<float> x = RandomVector(tokens * cols, 2, 1.0f);
-  std::vector<float> y(tokens * rows);
+  const std::vector<float> x = RandomVector(o.tokens * o.cols, 2, 1.0f);
+  std::vector<float> y(o.tokens * o.rows);
   auto pass = [&] {
-    for (const Linear& m : matrices) MatMul(m, x.data(), tokens, y.data(), pool, Activations::kFast);
+    for (const Linear& m : matrices) MatMul(m, x.data(), o.tokens, y.data(), pool, Activations::kFast);
   };
   pass();  // warm-up: page faults, thread wake-ups
-  const auto start = Clock::now();
-  size_t passes = 0;
-  do {
-    pass();
-    ++passes;
-  } while (Seconds(start) < min_seconds || passes < 2);
-  s.gbps = static_cast<double>(s.bytes_per_pass * passes) / Seconds(start) / 1e9;
+  for (size_t round = 0; round < std::max<size_t>(1, o.rounds); ++round) {
+    if (o.bandwidth_bytes > 0)
+      s.triad_gbps = std::max(s.triad_gbps, MeasureMemoryBandwidth(o.bandwidth_bytes, 3, pool).triad_gbps);
+    const auto start = Clock::now();
+    size_t passes = 0;
+    do {
+      pass();
+      ++passes;
+    } while (Seconds(start) < o.min_seconds || passes < 2);
+    s.gbps = std::max(s.gbps, static_cast<double>(s.bytes_per_pass * passes) / Seconds(start) / 1e9);
+  }
   return s;
 }
 

@@ -18,13 +18,23 @@ struct GemvSpeed {
   size_t matrices = 0;          // distinct copies cycled through
   uint64_t bytes_per_pass = 0;  // weight bytes (codes, scales, zeros) read by one pass over all
   double bits_per_weight = 0;
-  double gbps = 0;              // weight bytes read per second
+  double gbps = 0;              // weight bytes read per second, best round
+  double triad_gbps = 0;        // STREAM triad, best round (0 when not measured)
 };
 
-// y = W x at batch `tokens` (1 = GEMV) over enough distinct [rows x cols] matrices to fill `working_set_bytes`;
-// `scheme` nullopt = dense fp32. Runs passes until `min_seconds` have elapsed.
-GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, uint64_t rows, uint64_t cols,
-                      uint64_t working_set_bytes, double min_seconds, ThreadPool& pool, size_t tokens = 1);
+struct GemvBenchOptions {
+  uint64_t rows = 4096, cols = 4096, working_set_bytes = 512ull << 20;
+  size_t tokens = 1;          // activation rows (1 = GEMV)
+  double min_seconds = 1.0;   // per round
+  size_t rounds = 1;
+  uint64_t bandwidth_bytes = 0;  // > 0: measure the triad before every round, over arrays this large
+};
+
+// y = W x over enough distinct [rows x cols] matrices to fill the working set; `scheme` nullopt =
+// dense fp32. Each round (triad first, when asked, then passes until min_seconds) keeps its best:
+// on a shared machine whose bandwidth drifts, the best GEMV and the best triad come from the
+// same quiet phases, so their ratio stays meaningful.
+GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, const GemvBenchOptions& o, ThreadPool& pool);
 
 struct BatchSpeed {
   size_t batch = 0;
