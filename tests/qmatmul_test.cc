@@ -115,7 +115,9 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
   const std::vector<float> w = Gaussian(rows * cols, 7), x = Gaussian(n_tokens * cols, 8);
   for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int4:g32", "int4:g64:asym", "int8", "int8:g64:asym",
                            "int8:g32", "int8:g16", "int2:g16:asym", "int2:g32", "int2:g64:asym", "int2:g128", "int2:g512",
-                           "int3:g128", "int3:g16", "int5:g32:asym", "int6:g16", "int7:g64", "int4:g16"}) {
+                           "int3:g128", "int3:g16", "int5:g32:asym", "int6:g16", "int7:g64", "int4:g16",
+                           // level tables: codes through a byte shuffle
+                           "mxfp4", "nvfp4", "fp4_e2m1", "iq4_nl", "fp6_e2m3", "mxfp6_e2m3", "ternary"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     ASSERT_TRUE(Int8DotKernelFits(q)) << spec;
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
@@ -136,10 +138,12 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     Int8DotRows(q, a, 0, rows, got.data(), rows);
     ExpectClose(got, reference, 1e-5 * magnitude, std::string(spec) + " VNNI vs reference");
   }
-  // Groups that do not tile a 64-byte load of codes, and odd widths, are not for this kernel.
+  // Groups that do not tile a 64-byte load of codes are not for this kernel.
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g96"), "w")));
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int8:g8"), "w")));
-  EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("nf4:g64"), "w")));
+  // Levels that are not whole numbers of one step within a byte's range.
+  for (const char* spec : {"nf4:g64", "fp8_e4m3", "fp6_e3m2", "mxfp8_e5m2", "mxint8"})
+    EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme(spec), "w"))) << spec;
 }
 
 }  // namespace

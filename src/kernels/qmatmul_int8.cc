@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <optional>
@@ -19,25 +20,56 @@ namespace {
 
 // What the kernel needs to know of a weight: bits, the codes one step takes (chunk: a 64-byte
 // load for 2/4/8 bits, 64 codes = 8 * bits bytes for the other widths), the scale block (group,
-// or chunk when groups are larger: the activations' int8 block too), and the affine offset
-// (table[c] = c + offset).
+// or chunk when groups are larger: the activations' int8 block too), and the code values as
+// bytes: table[c] = step * (level[c] + offset), level[c] in 0..255 (level[c] = c for integers).
 struct Layout {
   int bits = 0;
   size_t chunk = 0, block = 0, group = 0, groups = 0;
-  float offset = 0;
+  float step = 1, offset = 0;
+  bool lookup = false;                 // level[c] != c: codes pass through a byte shuffle
+  std::array<uint8_t, 64> level = {};  // lookup only (<= 6 bits)
   bool planes() const { return 8 % bits == 0; }
+  uint32_t Level(uint32_t code) const { return lookup ? level[code] : code; }
 };
+
+// Whether every code's value is a whole number of one step (the smallest nonzero magnitude), all
+// within 255 steps: then unsigned bytes times int8 activations are exact. Integers qualify (level
+// = code), and so do FP4 E2M1 (halves), FP6 E2M3 (eighths), IQ4_NL and ternary; NF4, FP6 E3M2 and
+// FP8 do not (irrational levels, or a range wider than a byte).
+bool ByteLevels(std::span<const float> table, Layout& l) {
+  float step = 0;
+  for (const float v : table) {
+    if (!std::isfinite(v)) return false;
+    if (v != 0 && (step == 0 || std::fabs(v) < step)) step = std::fabs(v);
+  }
+  if (step == 0) step = 1;
+  std::vector<int> whole(table.size());
+  for (size_t c = 0; c < table.size(); ++c) {
+    const float k = std::nearbyint(table[c] / step);
+    if (std::fabs(k) > 255 || k * step != table[c]) return false;
+    whole[c] = static_cast<int>(k);
+  }
+  const auto [lo, hi] = std::minmax_element(whole.begin(), whole.end());
+  if (*hi - *lo > 255) return false;
+  l.step = step;
+  l.offset = static_cast<float>(*lo);
+  for (size_t c = 0; c < table.size(); ++c) l.lookup |= whole[c] - *lo != static_cast<int>(c);
+  // Level tables at 2, 4 and 6 bits: ternary; FP4 E2M1 (MXFP4, NVFP4) and IQ4_NL; FP6 E2M3.
+  if (l.lookup && l.bits != 2 && l.bits != 4 && l.bits != 6) return false;
+  for (size_t c = 0; l.lookup && c < table.size(); ++c) l.level[c] = static_cast<uint8_t>(whole[c] - *lo);
+  return true;
+}
 
 std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   const ElementFormat& e = *w.scheme().element;
-  if (e.kind != ElementKind::kInt || e.bits > 8) return std::nullopt;
+  if (e.bits > 8) return std::nullopt;
   Layout l;
   l.bits = e.bits;
+  if (!ByteLevels(w.decode_table().first(size_t{1} << e.bits), l)) return std::nullopt;
   l.chunk = l.planes() ? 64 * 8 / e.bits : 64;
   l.groups = std::max<uint64_t>(w.grid().grid_cols, 1);
   l.group = l.groups == 1 ? w.cols() : w.grid().cell_cols;
   l.block = std::min(l.group, l.chunk);
-  l.offset = w.decode_table()[0];
   // Smaller groups split a chunk into whole dpbusd lanes (of 4 bytes: 16 / 8 / 4 codes at 2 / 4 /
   // 8 bits, 4 codes at other widths) of one group each.
   if (w.cols() % l.chunk != 0 || l.block % 16 != 0 || l.chunk % l.block != 0 || l.group % l.block != 0)
@@ -60,7 +92,10 @@ size_t ActivationSlot(const Layout& l, size_t i) {
 void RowScales(const QuantizedTensor& w, const Layout& l, size_t r, float* scales, float* biases) {
   const bool asym = w.scheme().asymmetric();
   w.RowScales(r, scales, asym ? biases : nullptr);
-  for (size_t g = 0; g < l.groups; ++g) biases[g] = (asym ? biases[g] : 0.0f) + l.offset * scales[g];
+  for (size_t g = 0; g < l.groups; ++g) {
+    scales[g] *= l.step;
+    biases[g] = (asym ? biases[g] : 0.0f) + l.offset * scales[g];
+  }
 }
 
 // VBMI spreads 3/5/6/7-bit codes to bytes; every CPU with VNNI since Ice Lake (and Zen 4) has it.
@@ -73,7 +108,7 @@ bool CpuHasVnni() {
 
 #define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 
-// RowScales, with fp16 scales of a symmetric tensor (int4 g128, GGUF Q4_0 and Q8_0) converted here
+// RowScales, with fp16 scales of a symmetric tensor (int4 g128, GGUF Q4_0, Q8_0, IQ4_NL) converted here
 // by vcvtph2ps: the generic per-row call cost about 15% of an int4 g128 row.
 LOWBIT_VNNI void RowScalesVnni(const QuantizedTensor& w, const Layout& l, size_t r, float* scales, float* biases) {
   if (w.scheme().scale_type != ScaleType::kF16 || w.scheme().asymmetric() || w.tensor_scale() != 1.0f)
@@ -81,17 +116,18 @@ LOWBIT_VNNI void RowScalesVnni(const QuantizedTensor& w, const Layout& l, size_t
   const auto* stored = reinterpret_cast<const uint16_t*>(w.scale_bytes().data()) + r / w.grid().cell_rows * l.groups;
   for (size_t g = 0; g < l.groups; g += 16) {
     const __mmask16 m = l.groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (l.groups - g)) - 1);
-    const __m512 s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, stored + g));
+    const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, stored + g)), _mm512_set1_ps(l.step));
     _mm512_mask_storeu_ps(scales + g, m, s);
     _mm512_mask_storeu_ps(biases + g, m, _mm512_mul_ps(s, _mm512_set1_ps(l.offset)));
   }
 }
 
+// kLookup: codes become their levels by a byte shuffle (vpshufb up to 4 bits, vpermb for 5-6).
 // kSplit: scale blocks per chunk (1, or up to 16 for groups of 16 at int2). A split chunk scales each
 // dpbusd lane by its own block's weight scale (spread over the lanes here) x activation scale
 // (spread once per call, in Int8Activations::lane_scales); an unsplit chunk by one scale, weight x
 // activation, multiplied for the whole row before its loop.
-template <int kBits, size_t kTokens, size_t kSplit>
+template <int kBits, size_t kTokens, size_t kSplit, bool kLookup>
 LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
   const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block, chunks_per_group = l.group / l.chunk;
@@ -107,6 +143,14 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
     bit_offset[i] = static_cast<uint8_t>(i % 8 * kBits);
   }
   const __m512i gather_bytes = _mm512_load_si512(byte_index), spread_bits = _mm512_load_si512(bit_offset);
+  // vpshufb looks up within each 128-bit lane, so its 16 levels repeat in all four.
+  const __m512i levels = kBits <= 4 ? _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l.level.data())))
+                                    : _mm512_loadu_si512(l.level.data());
+  auto to_levels = [&](__m512i codes) LOWBIT_VNNI __attribute__((always_inline)) {
+    if constexpr (!kLookup) return codes;
+    else if constexpr (kBits <= 4) return _mm512_shuffle_epi8(levels, codes);
+    else return _mm512_permutexvar_epi8(codes, levels);
+  };
   // Lane j of a split chunk belongs to block j / (16 / kSplit).
   const __m512i lane_block = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                std::countr_zero(16 / kSplit));
@@ -143,10 +187,10 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
       if constexpr (kPlanes)
         codes = _mm512_loadu_si512(at);
       else
-        codes = _mm512_and_si512(
+        codes = to_levels(_mm512_and_si512(
             _mm512_multishift_epi64_epi8(
                 spread_bits, _mm512_permutexvar_epi8(gather_bytes, _mm512_maskz_loadu_epi8((1ull << kChunkBytes) - 1, at))),
-            code_mask);
+            code_mask));
       // Split chunks and the VBMI widths take more instructions per byte, so the hardware prefetcher
       // falls behind: a software prefetch 2 KB ahead gained 15-20% at g32 and 65% at int3 g128 (it
       // cost a little on unsplit 2/4/8-bit chunks, so not there).
@@ -161,7 +205,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
           dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
         } else {
           for (int p = 0; p < 8 / kBits; ++p)  // bit plane p against the inputs stored for it
-            dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), code_mask),
+            dot = _mm512_dpbusd_epi32(dot, to_levels(_mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), code_mask)),
                                       _mm512_loadu_si512(xq + 64 * p));
         }
         const __m512 s = kSplit > 1 ? _mm512_mul_ps(weight_scales, _mm512_loadu_ps(lane_scales[t] + c * 16))
@@ -321,22 +365,30 @@ void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_
                  size_t y_stride) {
   const std::optional<Layout> l = LayoutOf(w);
   LOWBIT_CHECK(l.has_value() && CpuHasVnni());
-  auto run = [&]<int kBits, size_t kSplit>() {
+  auto run = [&]<int kBits, size_t kSplit, bool kLookup>() {
     size_t t = 0;
-    for (; t + 4 <= a.n_tokens; t += 4) RowsVnni<kBits, 4, kSplit>(w, *l, a, t, row_begin, row_end, y, y_stride);
-    for (; t < a.n_tokens; ++t) RowsVnni<kBits, 1, kSplit>(w, *l, a, t, row_begin, row_end, y, y_stride);
+    for (; t + 4 <= a.n_tokens; t += 4) RowsVnni<kBits, 4, kSplit, kLookup>(w, *l, a, t, row_begin, row_end, y, y_stride);
+    for (; t < a.n_tokens; ++t) RowsVnni<kBits, 1, kSplit, kLookup>(w, *l, a, t, row_begin, row_end, y, y_stride);
   };
-  auto by_split = [&]<int kBits>() {
+  auto by_split = [&]<int kBits, bool kLookup = false>() {
     constexpr size_t kMaxSplit = (8 % kBits == 0 ? 512 / kBits : 64) / 16;  // blocks of 16 codes
     switch (l->chunk / l->block) {
-      case 1: return run.template operator()<kBits, 1>();
-      case 2: return run.template operator()<kBits, 2>();
-      case 4: return run.template operator()<kBits, 4>();
-      case 8: if constexpr (kMaxSplit >= 8) return run.template operator()<kBits, 8>(); break;
-      case 16: if constexpr (kMaxSplit >= 16) return run.template operator()<kBits, 16>(); break;
+      case 1: return run.template operator()<kBits, 1, kLookup>();
+      case 2: return run.template operator()<kBits, 2, kLookup>();
+      case 4: return run.template operator()<kBits, 4, kLookup>();
+      case 8: if constexpr (kMaxSplit >= 8) return run.template operator()<kBits, 8, kLookup>(); break;
+      case 16: if constexpr (kMaxSplit >= 16) return run.template operator()<kBits, 16, kLookup>(); break;
     }
     LOWBIT_CHECK(false);  // LayoutOf admits no other split
   };
+  if (l->lookup) {
+    switch (l->bits) {
+      case 2: return by_split.template operator()<2, true>();
+      case 4: return by_split.template operator()<4, true>();
+      case 6: return by_split.template operator()<6, true>();
+    }
+    LOWBIT_CHECK(false);  // LayoutOf admits lookups at these widths only
+  }
   switch (l->bits) {
     case 2: return by_split.template operator()<2>();
     case 3: return by_split.template operator()<3>();
@@ -362,8 +414,8 @@ void Int8DotRowsRef(const QuantizedTensor& w, const Int8Activations& a, size_t r
       for (size_t b = 0; b < blocks; ++b) {
         int64_t dot = 0;
         for (size_t e = b * l->block; e < (b + 1) * l->block; ++e) {
-          const int code = static_cast<int>(ReadCode(row, e, l->bits));
-          dot += code * a.values[t * cols + ActivationSlot(*l, e)];
+          const int level = static_cast<int>(l->Level(ReadCode(row, e, l->bits)));
+          dot += level * a.values[t * cols + ActivationSlot(*l, e)];
         }
         sum += static_cast<double>(dot) * scales[b * l->block / l->group] * a.scales[t * blocks + b];
       }
