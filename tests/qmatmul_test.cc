@@ -138,6 +138,22 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     Int8DotRows(q, a, 0, rows, got.data(), rows);
     ExpectClose(got, reference, 1e-5 * magnitude, std::string(spec) + " VNNI vs reference");
   }
+  // E8M0 scales decoded inside the kernel, 0 (2^-127, a subnormal) included: every group at one
+  // exponent, so the outputs are on one scale. Near 2^-127 the products are subnormal in fp32
+  // (about 16 bits left), hence the looser bound there.
+  for (const uint8_t e : {0, 1, 127, 200}) {
+    QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("mxfp4"), "w");
+    std::fill(q.scale_bytes().begin(), q.scale_bytes().end(), e);
+    const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
+    std::vector<float> reference(n_tokens * rows), got(n_tokens * rows, NAN);
+    Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
+    if (!HasInt8DotKernel(q)) break;
+    Int8DotRows(q, a, 0, rows, got.data(), rows);
+    double magnitude = 0;
+    for (float v : reference) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
+    ASSERT_GT(magnitude, 0) << int{e};
+    ExpectClose(got, reference, (e <= 1 ? 1e-3 : 1e-5) * magnitude, fmt::format("mxfp4 scales 2^({} - 127)", e));
+  }
   // Groups that do not tile a 64-byte load of codes are not for this kernel.
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g96"), "w")));
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int8:g8"), "w")));
