@@ -1,18 +1,20 @@
-// Integer-dot decode kernel for int2..int8 weights. The activations of the few tokens being
-// decoded are quantized to int8 in blocks (one fp32 scale per weight group, or per step of codes
-// when groups are larger, as llama.cpp quantizes activations to Q8 for its quantized dots) and
-// multiplied with the unsigned weight codes by AVX-512 VNNI (vpdpbusd: 64 byte products per
-// instruction), so a weight byte costs a fraction of an instruction instead of a convert and an
-// fp32 FMA per code. 2/4/8-bit codes are taken one bit plane of a 64-byte load at a time; other
-// widths are spread to one code per byte by VBMI (a byte permute and a multishift). Per block:
-// int32 dot -> fp32, times weight scale x activation scale; the zero-point / offset of each group
-// is applied once through the group's sum of activations.
+// Integer-dot decode kernel for weights whose code values are whole multiples of one step within
+// a byte's range: int2..int8, and the level tables FP4 E2M1 (MXFP4, NVFP4), FP6 E2M3, IQ4_NL and
+// ternary, whose codes become byte levels by one shuffle (exactly: value = step * (level + offset)).
+// The activations of the few tokens being decoded are quantized to int8 in blocks (one fp32 scale
+// per weight group, or per step of codes when groups are larger, as llama.cpp quantizes
+// activations to Q8 for its quantized dots) and multiplied with the unsigned weight levels by
+// AVX-512 VNNI (vpdpbusd: 64 byte products per instruction), so a weight byte costs a fraction of
+// an instruction instead of a convert and an fp32 FMA per code. 2/4/8-bit codes are taken one bit
+// plane of a 64-byte load at a time; other widths are spread to one code per byte by VBMI (a byte
+// permute and a multishift). Per block: int32 dot -> fp32, times weight scale x activation scale;
+// the zero-point / offset of each group is applied once through the group's sum of activations.
 //
-// Available when the CPU has AVX-512 VNNI and VBMI (Ice Lake, Zen 4 and later) and the weight is
-// affine int2..int8 whose row length is a multiple of one step's codes (256 / 128 / 64 at 2 / 4
-// / 8 bits, 64 otherwise) and whose group is 16 or larger and either divides that count or is a
-// multiple of it (or one group per row). GGUF Q4_0, Q8_0 and the K-quants run here. Otherwise
-// MatMul uses the fp32 fused kernel, or decodes rows.
+// Available when the CPU has AVX-512 VNNI and VBMI (Ice Lake, Zen 4 and later) and the weight's row
+// length is a multiple of one step's codes (256 / 128 / 64 at 2 / 4 / 8 bits, 64 otherwise) and
+// its group is 16 or larger and either divides that count or is a multiple of it (or one group
+// per row). GGUF Q4_0, Q8_0, the K-quants, MXFP4 and IQ4_NL run here. Otherwise MatMul uses the
+// fp32 fused kernel, or decodes rows.
 #pragma once
 
 #include <cstddef>
