@@ -110,6 +110,20 @@ TEST(Cli, BenchDecodeAndPrefillJsonShape) {
   }
 }
 
+// bench gemv's keys, and its own default of 3 rounds (the decode command's --rounds, bound to a
+// shared field, once overwrote it with 1).
+TEST(Cli, BenchGemvJsonShapeAndRounds) {
+  const Result r = RunLowbit("bench gemv --format int4:g128 --rows 256 --cols 512 --working-set-mib 1 --size-mib 8 "
+                             "--seconds 0.01 --threads 2 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["format"], "int4:g128:scale=f16");
+  EXPECT_EQ(j["rounds"], 3);
+  EXPECT_GT(j["gbps"].get<double>(), 0.0);
+  EXPECT_GT(j["triad_gbps"].get<double>(), 0.0);
+  EXPECT_NEAR(j["fraction_of_bandwidth"].get<double>(), j["gbps"].get<double>() / j["triad_gbps"].get<double>(), 1e-9);
+}
+
 TEST(Cli, DemoRunsOnTheBundledModel) {
   const Result r = RunLowbit("demo");
   ASSERT_EQ(r.status, 0) << r.out;
