@@ -116,6 +116,8 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
   for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int4:g32", "int4:g64:asym", "int8", "int8:g64:asym",
                            "int8:g32", "int8:g16", "int2:g16:asym", "int2:g32", "int2:g64:asym", "int2:g128", "int2:g512",
                            "int3:g128", "int3:g16", "int5:g32:asym", "int6:g16", "int7:g64", "int4:g16",
+                           // K-quant storage: fp32 scales, fp32 zero-points
+                           "int4:g32:asym:scale=f32:zero=f32", "int6:g16:scale=f32", "int2:g16:asym:scale=f32:zero=f32",
                            // level tables: codes through a byte shuffle
                            "mxfp4", "nvfp4", "fp4_e2m1", "iq4_nl", "fp6_e2m3", "mxfp6_e2m3", "ternary"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");

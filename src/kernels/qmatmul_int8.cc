@@ -118,22 +118,57 @@ LOWBIT_VNNI __m512 E8m0ToFp32(__m128i codes) {
   return _mm512_castsi512_ps(bits);
 }
 
-// RowScales, with the fp16 scales (int4 g128, GGUF Q4_0, Q8_0, IQ4_NL) and E8M0 scales (MXFP4,
-// MXFP6) of symmetric tensors converted here, 16 at a time: the generic per-row decode cost about
-// 15% of an int4 g128 row, and its table lookups as much as the whole dot at MXFP4.
+// Sixteen kBits-bit codes packed LSB-first from `packed` (at most `available` bytes there), one
+// per byte: qword k gathers the bytes of codes 8k.., then byte i takes the bits from i % 8 * kBits.
+template <int kBits>
+LOWBIT_VNNI __m128i UnpackSixteen(const uint8_t* packed, size_t available) {
+  static constexpr auto kTables = [] {
+    std::array<std::array<uint8_t, 16>, 2> t{};
+    for (int i = 0; i < 16; ++i) {
+      t[0][i] = static_cast<uint8_t>(i / 8 * kBits + i % 8);
+      t[1][i] = static_cast<uint8_t>(i % 8 * kBits);
+    }
+    return t;
+  }();
+  const __mmask16 m = static_cast<__mmask16>((1u << std::min<size_t>(2 * kBits, available)) - 1);
+  const __m128i bytes = _mm_maskz_loadu_epi8(m, packed);
+  const __m128i gathered = _mm_permutexvar_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kTables[0].data())), bytes);
+  return _mm_and_si128(_mm_multishift_epi64_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kTables[1].data())), gathered),
+                       _mm_set1_epi8(static_cast<char>((1 << kBits) - 1)));
+}
+
+// RowScales for the common storage, 16 groups at a time in the kernel: fp16 scales (int4 g128,
+// GGUF Q4_0, Q8_0, IQ4_NL), E8M0 (MXFP4, MXFP6) and fp32 (the K-quants), with integer zero-points
+// (AWQ-style asymmetric) or fp32 ones (K-quants). The generic per-row decode cost about 15 % of an
+// int4 g128 row, its table lookups as much as the whole dot at MXFP4.
+template <int kBits>
 LOWBIT_VNNI void RowScalesVnni(const QuantizedTensor& w, const Layout& l, size_t r, float* scales, float* biases) {
-  const ScaleType type = w.scheme().scale_type;
-  if (w.scheme().asymmetric() || (type != ScaleType::kF16 && type != ScaleType::kE8M0))
+  const QuantScheme& scheme = w.scheme();
+  const ScaleType type = scheme.scale_type;
+  const bool asym = scheme.asymmetric(), int_zeros = asym && scheme.zero_type == ZeroType::kInt;
+  if ((type != ScaleType::kF16 && type != ScaleType::kE8M0 && type != ScaleType::kF32) ||
+      (asym && !int_zeros && scheme.zero_type != ZeroType::kF32))
     return RowScales(w, l, r, scales, biases);
-  const uint8_t* stored = w.scale_bytes().data() + r / w.grid().cell_rows * l.groups * ScaleBits(type) / 8;
+  const size_t grid_row = r / w.grid().cell_rows, groups = l.groups;
+  const uint8_t* stored = w.scale_bytes().data() + grid_row * groups * ScaleBits(type) / 8;
+  const size_t zero_row_bytes = !asym ? 0 : int_zeros ? PackedBytes(groups, kBits) : groups * 4;
+  const uint8_t* zeros = asym ? w.zero_bytes().data() + grid_row * zero_row_bytes : nullptr;
   const __m512 factor = _mm512_set1_ps(w.tensor_scale() * l.step), offset = _mm512_set1_ps(l.offset);
-  for (size_t g = 0; g < l.groups; g += 16) {
-    const __mmask16 m = l.groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (l.groups - g)) - 1);
-    const __m512 decoded = type == ScaleType::kF16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, stored + 2 * g))
-                                                   : E8m0ToFp32(_mm_maskz_loadu_epi8(m, stored + g));
+  for (size_t g = 0; g < groups; g += 16) {
+    const __mmask16 m = groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (groups - g)) - 1);
+    const __m512 decoded = type == ScaleType::kF16    ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, stored + 2 * g))
+                           : type == ScaleType::kE8M0 ? E8m0ToFp32(_mm_maskz_loadu_epi8(m, stored + g))
+                                                      : _mm512_maskz_loadu_ps(m, stored + 4 * g);
     const __m512 s = _mm512_mul_ps(decoded, factor);
+    __m512 bias = _mm512_mul_ps(s, offset);
+    if (asym) {  // x = s * (code - zero): the bias -zero * s
+      const size_t at = int_zeros ? g * kBits / 8 : 4 * g;
+      const __m512 zero = int_zeros ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(UnpackSixteen<kBits>(zeros + at, zero_row_bytes - at)))
+                                    : _mm512_maskz_loadu_ps(m, zeros + at);
+      bias = _mm512_fnmadd_ps(zero, s, bias);
+    }
     _mm512_mask_storeu_ps(scales + g, m, s);
-    _mm512_mask_storeu_ps(biases + g, m, _mm512_mul_ps(s, offset));
+    _mm512_mask_storeu_ps(biases + g, m, bias);
   }
 }
 
@@ -186,7 +221,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   for (size_t r = row_begin; r < row_end; ++r) {
     prefetch_row(scale_bytes, r + 4);
     prefetch_row(zero_bytes, r + 4);
-    RowScalesVnni(w, l, r, scales.data(), biases.data());
+    RowScalesVnni<kBits>(w, l, r, scales.data(), biases.data());
     if constexpr (kSplit == 1)
       for (size_t t = 0; t < kTokens; ++t) {
         const float* activation_scales = a.scales.data() + (t0 + t) * blocks;
