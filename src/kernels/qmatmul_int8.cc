@@ -118,22 +118,26 @@ LOWBIT_VNNI __m512 E8m0ToFp32(__m128i codes) {
   return _mm512_castsi512_ps(bits);
 }
 
-// Sixteen kBits-bit codes packed LSB-first from `packed` (at most `available` bytes there), one
-// per byte: qword k gathers the bytes of codes 8k.., then byte i takes the bits from i % 8 * kBits.
+// Cutting kBits-bit codes packed LSB-first into one code per byte, 64 at a time: qword k of a
+// vpermb gathers the bytes of codes 8k.. (kSpread[0]), then byte i of a vpmultishiftqb takes the
+// 8 bits from bit i % 8 * kBits (kSpread[1]). The first 16 entries serve 16 codes the same way.
+template <int kBits>
+inline constexpr auto kSpread = [] {
+  std::array<std::array<uint8_t, 64>, 2> t{};
+  for (int i = 0; i < 64; ++i) {
+    t[0][i] = static_cast<uint8_t>(i / 8 * kBits + i % 8);
+    t[1][i] = static_cast<uint8_t>(i % 8 * kBits);
+  }
+  return t;
+}();
+
+// Sixteen kBits-bit codes packed LSB-first from `packed` (at most `available` bytes there), one per byte.
 template <int kBits>
 LOWBIT_VNNI __m128i UnpackSixteen(const uint8_t* packed, size_t available) {
-  static constexpr auto kTables = [] {
-    std::array<std::array<uint8_t, 16>, 2> t{};
-    for (int i = 0; i < 16; ++i) {
-      t[0][i] = static_cast<uint8_t>(i / 8 * kBits + i % 8);
-      t[1][i] = static_cast<uint8_t>(i % 8 * kBits);
-    }
-    return t;
-  }();
   const __mmask16 m = static_cast<__mmask16>((1u << std::min<size_t>(2 * kBits, available)) - 1);
   const __m128i bytes = _mm_maskz_loadu_epi8(m, packed);
-  const __m128i gathered = _mm_permutexvar_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kTables[0].data())), bytes);
-  return _mm_and_si128(_mm_multishift_epi64_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kTables[1].data())), gathered),
+  const __m128i gathered = _mm_permutexvar_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kSpread<kBits>[0].data())), bytes);
+  return _mm_and_si128(_mm_multishift_epi64_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kSpread<kBits>[1].data())), gathered),
                        _mm_set1_epi8(static_cast<char>((1 << kBits) - 1)));
 }
 
@@ -185,14 +189,9 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   constexpr bool kPlanes = 8 % kBits == 0;
   constexpr size_t kChunkBytes = kPlanes ? 64 : 8 * kBits;
   const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
-  // Other widths: 64 codes in 8 * kBits bytes. Qword k gathers bytes k * kBits.. (its 8 codes),
-  // then byte i of it takes the 8 bits from bit i * kBits: one code per byte, in order.
-  alignas(64) uint8_t byte_index[64], bit_offset[64];
-  for (int i = 0; i < 64; ++i) {
-    byte_index[i] = static_cast<uint8_t>(i / 8 * kBits + i % 8);
-    bit_offset[i] = static_cast<uint8_t>(i % 8 * kBits);
-  }
-  const __m512i gather_bytes = _mm512_load_si512(byte_index), spread_bits = _mm512_load_si512(bit_offset);
+  // Other widths: 64 codes in 8 * kBits bytes, spread to one code per byte in order (kSpread).
+  const __m512i gather_bytes = _mm512_loadu_si512(kSpread<kBits>[0].data()),
+                spread_bits = _mm512_loadu_si512(kSpread<kBits>[1].data());
   // vpshufb looks up within each 128-bit lane, so its 16 levels repeat in all four.
   const __m512i levels = kBits <= 4 ? _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l.level.data())))
                                     : _mm512_loadu_si512(l.level.data());
@@ -214,13 +213,14 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   // prefetcher missed them, and the first scale load of each row stalled (18% of int4 g32).
   const std::span<const uint8_t> scale_bytes = w.scale_bytes(), zero_bytes = w.zero_bytes();
   const size_t grid_rows = w.grid().grid_rows, cell_rows = w.grid().cell_rows;
-  auto prefetch_row = [&](std::span<const uint8_t> bytes, size_t r) {
-    const size_t per_row = bytes.size() / grid_rows, at = r / cell_rows * per_row;
+  const size_t scale_row_bytes = scale_bytes.size() / grid_rows, zero_row_bytes = zero_bytes.size() / grid_rows;
+  auto prefetch_row = [&](std::span<const uint8_t> bytes, size_t per_row, size_t r) {
+    const size_t at = r / cell_rows * per_row;
     for (size_t i = 0; i < per_row && at + i < bytes.size(); i += 64) _mm_prefetch(reinterpret_cast<const char*>(&bytes[at + i]), _MM_HINT_T0);
   };
   for (size_t r = row_begin; r < row_end; ++r) {
-    prefetch_row(scale_bytes, r + 4);
-    prefetch_row(zero_bytes, r + 4);
+    prefetch_row(scale_bytes, scale_row_bytes, r + 4);
+    prefetch_row(zero_bytes, zero_row_bytes, r + 4);
     RowScalesVnni<kBits>(w, l, r, scales.data(), biases.data());
     if constexpr (kSplit == 1)
       for (size_t t = 0; t < kTokens; ++t) {
