@@ -139,6 +139,12 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     std::vector<float> got(n_tokens * rows, NAN);
     Int8DotRows(q, a, 0, rows, got.data(), rows);
     ExpectClose(got, reference, 1e-5 * magnitude, std::string(spec) + " VNNI vs reference");
+    // A range of rows not from 0 (a thread's share): the same values there, nothing written before.
+    std::vector<float> part(n_tokens * rows, NAN);
+    Int8DotRows(q, a, 2, rows, part.data(), rows);
+    for (size_t i = 0; i < part.size(); ++i)
+      if (i % rows < 2) EXPECT_TRUE(std::isnan(part[i])) << spec << " at " << i;
+      else EXPECT_EQ(part[i], got[i]) << spec << " at " << i;
   }
   // E8M0 scales decoded inside the kernel, 0 (2^-127, a subnormal) included: every group at one
   // exponent, so the outputs are on one scale. Near 2^-127 the products are subnormal in fp32

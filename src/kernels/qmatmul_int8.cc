@@ -141,18 +141,27 @@ LOWBIT_VNNI __m128i UnpackSixteen(const uint8_t* packed, size_t available) {
                        _mm_set1_epi8(static_cast<char>((1 << kBits) - 1)));
 }
 
-// RowScales for the common storage, 16 groups at a time in the kernel: fp16 scales (int4 g128,
-// GGUF Q4_0, Q8_0, IQ4_NL), E8M0 (MXFP4, MXFP6) and fp32 (the K-quants), with integer zero-points
-// (AWQ-style asymmetric) or fp32 ones (K-quants). The generic per-row decode cost about 15 % of an
-// int4 g128 row, its table lookups as much as the whole dot at MXFP4.
-template <int kBits>
-LOWBIT_VNNI void RowScalesVnni(const QuantizedTensor& w, const Layout& l, size_t r, float* scales, float* biases) {
+// Row r's group scales and biases, 16 groups at a time, to use(g, mask, scales, biases) in
+// registers. Decoded here for the common storage: fp16 scales (int4 g128, GGUF Q4_0, Q8_0,
+// IQ4_NL), E8M0 (MXFP4, MXFP6) and fp32 (the K-quants), with integer zero-points (AWQ-style
+// asymmetric) or fp32 ones (K-quants); the generic per-row decode cost about 15 % of an int4 g128
+// row, its table lookups as much as the whole dot at MXFP4. Other storage goes through RowScales
+// into the scratch arrays.
+template <int kBits, class Use>
+LOWBIT_VNNI __attribute__((always_inline)) inline void ForRowScales(const QuantizedTensor& w, const Layout& l, size_t r,
+                                                                   float* scratch_scales, float* scratch_biases, Use&& use) {
   const QuantScheme& scheme = w.scheme();
   const ScaleType type = scheme.scale_type;
   const bool asym = scheme.asymmetric(), int_zeros = asym && scheme.zero_type == ZeroType::kInt;
   if ((type != ScaleType::kF16 && type != ScaleType::kE8M0 && type != ScaleType::kF32) ||
-      (asym && !int_zeros && scheme.zero_type != ZeroType::kF32))
-    return RowScales(w, l, r, scales, biases);
+      (asym && !int_zeros && scheme.zero_type != ZeroType::kF32)) {
+    RowScales(w, l, r, scratch_scales, scratch_biases);
+    for (size_t g = 0; g < l.groups; g += 16) {
+      const __mmask16 m = l.groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (l.groups - g)) - 1);
+      use(g, m, _mm512_maskz_loadu_ps(m, scratch_scales + g), _mm512_maskz_loadu_ps(m, scratch_biases + g));
+    }
+    return;
+  }
   const size_t grid_row = r / w.grid().cell_rows, groups = l.groups;
   const uint8_t* stored = w.scale_bytes().data() + grid_row * groups * ScaleBits(type) / 8;
   const size_t zero_row_bytes = !asym ? 0 : int_zeros ? PackedBytes(groups, kBits) : groups * 4;
@@ -171,9 +180,20 @@ LOWBIT_VNNI void RowScalesVnni(const QuantizedTensor& w, const Layout& l, size_t
                                     : _mm512_maskz_loadu_ps(m, zeros + at);
       bias = _mm512_fnmadd_ps(zero, s, bias);
     }
-    _mm512_mask_storeu_ps(scales + g, m, s);
-    _mm512_mask_storeu_ps(biases + g, m, bias);
+    use(g, m, s, bias);
   }
+}
+
+// Lane i: the sum of v[i]'s lanes. Four rounds of pairing: each round's sums of even and odd
+// lanes halve the partial sums per vector and double the vectors per register.
+LOWBIT_VNNI __m512 SumEach16(__m512 (&v)[16]) {
+  alignas(64) static constexpr std::array<int32_t, 16> kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+  alignas(64) static constexpr std::array<int32_t, 16> kOdd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+  const __m512i even = _mm512_load_si512(kEven.data()), odd = _mm512_load_si512(kOdd.data());
+  for (size_t n = 16; n > 1; n /= 2)
+    for (size_t i = 0; i < n / 2; ++i)
+      v[i] = _mm512_add_ps(_mm512_permutex2var_ps(v[2 * i], even, v[2 * i + 1]), _mm512_permutex2var_ps(v[2 * i], odd, v[2 * i + 1]));
+  return v[0];
 }
 
 // kLookup: codes become their levels by a byte shuffle (vpshufb up to 4 bits, vpermb for 5-6).
@@ -185,7 +205,16 @@ template <int kBits, size_t kTokens, size_t kSplit, bool kLookup>
 LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
   const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block, chunks_per_group = l.group / l.chunk;
-  std::vector<float> scales(l.groups), biases(l.groups), chunk_scales(kSplit == 1 ? kTokens * chunks : 0);
+  // Unsplit chunks of one group each (int4 g128) take weight x activation scale per chunk, made
+  // 16 at a time per row; groups of several chunks (per-channel int8) sum dot x activation scale
+  // over the group first and take the weight scale once (a per-row scalar pass over every chunk's
+  // product cost per-channel int8 40 % of its row).
+  const bool per_chunk_scales = kSplit == 1 && chunks_per_group == 1;
+  // Padded to whole vectors, stored without masks: a masked store stalled the loads after it on
+  // Zen 4 (16 % of a per-channel int8 row, for its one scale).
+  const size_t padded_groups = (l.groups + 15) / 16 * 16;
+  std::vector<float> scales(padded_groups), chunk_scales(per_chunk_scales ? kTokens * padded_groups : 0);
+  std::vector<float> scratch_scales(l.groups), scratch_biases(l.groups);  // ForRowScales' generic path
   constexpr bool kPlanes = 8 % kBits == 0;
   constexpr size_t kChunkBytes = kPlanes ? 64 : 8 * kBits;
   const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
@@ -218,35 +247,33 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
     const size_t at = r / cell_rows * per_row;
     for (size_t i = 0; i < per_row && at + i < bytes.size(); i += 64) _mm_prefetch(reinterpret_cast<const char*>(&bytes[at + i]), _MM_HINT_T0);
   };
+  __m512 pending[kTokens][16];  // row sums not yet reduced
   for (size_t r = row_begin; r < row_end; ++r) {
     prefetch_row(scale_bytes, scale_row_bytes, r + 4);
     prefetch_row(zero_bytes, zero_row_bytes, r + 4);
-    RowScalesVnni<kBits>(w, l, r, scales.data(), biases.data());
-    if constexpr (kSplit == 1)
-      for (size_t t = 0; t < kTokens; ++t) {
-        const float* activation_scales = a.scales.data() + (t0 + t) * blocks;
-        float* out = chunk_scales.data() + t * chunks;
-        if (chunks_per_group == 1) {  // the common case (int4 g128, int8 g64): 16 chunks a vector
-          for (size_t c = 0; c < chunks; c += 16) {
-            const __mmask16 m = chunks - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (chunks - c)) - 1);
-            _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, &scales[c]),
-                                                            _mm512_maskz_loadu_ps(m, activation_scales + c)));
-          }
-        } else {
-          for (size_t g = 0, c = 0; g < l.groups; ++g)
-            for (const size_t end = c + chunks_per_group; c < end; ++c) out[c] = scales[g] * activation_scales[c];
-        }
-      }
-    const uint8_t* row = w.codes().data() + r * w.row_bytes();
-    // Two accumulators per token, for even and odd chunks: one FMA chain would bound a chunk to its latency.
+    // Two accumulators per token, for even and odd chunks: one FMA chain would bound a chunk to its
+    // latency. The second starts with the row's offsets: each group's bias times its sum of inputs.
     __m512 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-    auto step = [&](size_t c, size_t parity) LOWBIT_VNNI __attribute__((always_inline)) {
+    ForRowScales<kBits>(w, l, r, scratch_scales.data(), scratch_biases.data(),
+                        [&](size_t g, __mmask16 m, __m512 s, __m512 bias) LOWBIT_VNNI __attribute__((always_inline)) {
+                          for (size_t t = 0; t < kTokens; ++t) {
+                            const size_t at = (t0 + t) * l.groups + g;
+                            acc[t][1] = _mm512_fmadd_ps(bias, _mm512_maskz_loadu_ps(m, &a.group_sums[at]), acc[t][1]);
+                            if (per_chunk_scales)  // a group is a chunk, and a block
+                              _mm512_storeu_ps(&chunk_scales[t * padded_groups + g], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, &a.scales[at])));
+                          }
+                          if (!per_chunk_scales) _mm512_storeu_ps(&scales[g], s);
+                        });
+    const uint8_t* row = w.codes().data() + r * w.row_bytes();
+    auto step = [&](size_t c, size_t parity, __m512 (&into)[kTokens][2]) LOWBIT_VNNI __attribute__((always_inline)) {
       const uint8_t* at = row + c * kChunkBytes;
       __m512i codes;
-      if constexpr (kPlanes)
+      if constexpr (kPlanes) {
         codes = _mm512_loadu_si512(at);
-      else
+        // One load per chunk: GCC would fold it into each bit plane's instruction, a second load.
+        if constexpr (kBits < 8) asm("" : "+v"(codes));
+      } else
         codes = to_levels(_mm512_and_si512(
             _mm512_multishift_epi64_epi8(
                 spread_bits, _mm512_permutexvar_epi8(gather_bytes, _mm512_maskz_loadu_epi8((1ull << kChunkBytes) - 1, at))),
@@ -268,25 +295,41 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
             dot = _mm512_dpbusd_epi32(dot, to_levels(_mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), code_mask)),
                                       _mm512_loadu_si512(xq + 64 * p));
         }
-        const __m512 s = kSplit > 1 ? _mm512_mul_ps(weight_scales, _mm512_loadu_ps(lane_scales[t] + c * 16))
-                                    : _mm512_set1_ps(chunk_scales[t * chunks + c]);
-        acc[t][parity] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t][parity]);
+        const __m512 s = kSplit > 1        ? _mm512_mul_ps(weight_scales, _mm512_loadu_ps(lane_scales[t] + c * 16))
+                         : per_chunk_scales ? _mm512_set1_ps(chunk_scales[t * padded_groups + c])
+                                            : _mm512_set1_ps(a.scales[(t0 + t) * blocks + c]);
+        into[t][parity] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, into[t][parity]);
       }
     };
-    size_t c = 0;
-    for (; c + 2 <= chunks; c += 2) {
-      step(c, 0);
-      step(c + 1, 1);
-    }
-    if (c < chunks) step(c, 0);
-    for (size_t t = 0; t < kTokens; ++t) {  // plus each group's bias times its sum of inputs
-      const float* sums = a.group_sums.data() + (t0 + t) * l.groups;
-      __m512 sum = _mm512_add_ps(acc[t][0], acc[t][1]);
-      for (size_t g = 0; g < l.groups; g += 16) {
-        const __mmask16 m = l.groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (l.groups - g)) - 1);
-        sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, &biases[g]), _mm512_maskz_loadu_ps(m, sums + g), sum);
+    auto steps = [&](size_t& c, size_t end, __m512 (&into)[kTokens][2]) LOWBIT_VNNI __attribute__((always_inline)) {
+      for (; c + 2 <= end; c += 2) {
+        step(c, 0, into);
+        step(c + 1, 1, into);
       }
-      y[(t0 + t) * y_stride + r] = _mm512_reduce_add_ps(sum);
+      if (c < end) step(c++, 0, into);
+    };
+    size_t c = 0;
+    if (kSplit > 1 || per_chunk_scales) {
+      steps(c, chunks, acc);
+    } else {
+      for (size_t g = 0; g < l.groups; ++g) {
+        __m512 in_group[kTokens][2];
+        for (size_t t = 0; t < kTokens; ++t) in_group[t][0] = in_group[t][1] = _mm512_setzero_ps();
+        steps(c, c + chunks_per_group, in_group);
+        for (size_t t = 0; t < kTokens; ++t)
+          acc[t][0] = _mm512_fmadd_ps(_mm512_add_ps(in_group[t][0], in_group[t][1]), _mm512_set1_ps(scales[g]), acc[t][0]);
+      }
+    }
+    // Each row's sum is reduced with 15 others': a reduction per row was a latency chain at every
+    // row's end (10-20 % of an int4 row).
+    const size_t slot = (r - row_begin) % 16;
+    for (size_t t = 0; t < kTokens; ++t) pending[t][slot] = _mm512_add_ps(acc[t][0], acc[t][1]);
+    if (slot == 15 || r + 1 == row_end) {
+      const size_t first = r - slot;
+      for (size_t t = 0; t < kTokens; ++t) {
+        for (size_t i = slot + 1; i < 16; ++i) pending[t][i] = _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + first, static_cast<__mmask16>((2u << slot) - 1), SumEach16(pending[t]));
+      }
     }
   }
 }
