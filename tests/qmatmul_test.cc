@@ -118,6 +118,8 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
                            "int3:g128", "int3:g16", "int5:g32:asym", "int6:g16", "int7:g64", "int4:g16",
                            // K-quant storage: fp32 scales, fp32 zero-points
                            "int4:g32:asym:scale=f32:zero=f32", "int6:g16:scale=f32", "int2:g16:asym:scale=f32:zero=f32",
+                           // half-precision scales and zero-points
+                           "int4:g32:asym:scale=bf16:zero=f16", "int8:g64:asym:zero=bf16", "int3:g128:scale=bf16",
                            // level tables: codes through a byte shuffle
                            "mxfp4", "nvfp4", "fp4_e2m1", "iq4_nl", "fp6_e2m3", "mxfp6_e2m3", "ternary"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
@@ -161,6 +163,25 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     for (float v : reference) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
     ASSERT_GT(magnitude, 0) << int{e};
     ExpectClose(got, reference, (e <= 1 ? 1e-3 : 1e-5) * magnitude, fmt::format("mxfp4 scales 2^({} - 127)", e));
+  }
+  // UE4M3 scales (NVFP4) decoded inside the kernel: every code but NaN's, subnormals and codes
+  // with the unused top bit set included, group after group.
+  {
+    QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("nvfp4"), "w");
+    std::span<uint8_t> codes = q.scale_bytes();
+    for (size_t i = 0, code = 0; i < codes.size(); ++i, code = (code + 1) % 256) {
+      if ((code & 0x7F) == 0x7F) ++code;
+      codes[i] = static_cast<uint8_t>(code);
+    }
+    const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
+    std::vector<float> reference(n_tokens * rows), got(n_tokens * rows, NAN);
+    Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
+    if (HasInt8DotKernel(q)) {
+      Int8DotRows(q, a, 0, rows, got.data(), rows);
+      double magnitude = 0;
+      for (float v : reference) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
+      ExpectClose(got, reference, 1e-5 * magnitude, "nvfp4 with every UE4M3 scale code");
+    }
   }
   // Groups that do not tile a 64-byte load of codes are not for this kernel.
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g96"), "w")));

@@ -10,6 +10,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -118,6 +119,15 @@ LOWBIT_VNNI __m512 E8m0ToFp32(__m128i codes) {
   return _mm512_castsi512_ps(bits);
 }
 
+// UE4M3 scale codes (NVFP4) to fp32, as DecodeMiniFloat: the low 7 bits; exponent 1-15 normal,
+// 0 subnormal (mantissa x 2^-9), 0x7F NaN.
+LOWBIT_VNNI __m512 Ue4m3ToFp32(__m128i codes) {
+  const __m512i c = _mm512_and_si512(_mm512_cvtepu8_epi32(codes), _mm512_set1_epi32(0x7F));
+  __m512 v = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(c, 20), _mm512_set1_epi32(120 << 23)));
+  v = _mm512_mask_mov_ps(v, _mm512_cmplt_epi32_mask(c, _mm512_set1_epi32(8)), _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(0x1p-9f)));
+  return _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(c, _mm512_set1_epi32(0x7F)), _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+}
+
 // Cutting kBits-bit codes packed LSB-first into one code per byte, 64 at a time: qword k of a
 // vpermb gathers the bytes of codes 8k.. (kSpread[0]), then byte i of a vpmultishiftqb takes the
 // 8 bits from bit i % 8 * kBits (kSpread[1]). The first 16 entries serve 16 codes the same way.
@@ -141,43 +151,52 @@ LOWBIT_VNNI __m128i UnpackSixteen(const uint8_t* packed, size_t available) {
                        _mm_set1_epi8(static_cast<char>((1 << kBits) - 1)));
 }
 
-// Row r's group scales and biases, 16 groups at a time, to use(g, mask, scales, biases) in
-// registers. Decoded here for the common storage: fp16 scales (int4 g128, GGUF Q4_0, Q8_0,
-// IQ4_NL), E8M0 (MXFP4, MXFP6) and fp32 (the K-quants), with integer zero-points (AWQ-style
-// asymmetric) or fp32 ones (K-quants); the generic per-row decode cost about 15 % of an int4 g128
-// row, its table lookups as much as the whole dot at MXFP4. Other storage goes through RowScales
-// into the scratch arrays.
+// Sixteen fp16 or bf16 values to fp32.
+LOWBIT_VNNI __m512 HalvesToFp32(const uint8_t* bytes, __mmask16 m, bool bf16) {
+  const __m256i bits = _mm256_maskz_loadu_epi16(m, bytes);
+  return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)) : _mm512_cvtph_ps(bits);
+}
+
+// Row r's group scales and biases (offset and zero-point, times scale), 16 groups at a time, to
+// use(g, mask, scales, biases) in registers, from every scale and zero-point storage: fp16, bf16
+// and fp32 scales, E8M0 (MXFP4, MXFP6) and UE4M3 (NVFP4); integer zero-points (AWQ-style
+// asymmetric) and fp32/fp16/bf16 ones (K-quants). The generic per-row decode (QuantizedTensor::
+// RowScales) cost about 15 % of an int4 g128 row, its table lookups as much as the whole dot at MXFP4.
 template <int kBits, class Use>
-LOWBIT_VNNI __attribute__((always_inline)) inline void ForRowScales(const QuantizedTensor& w, const Layout& l, size_t r,
-                                                                   float* scratch_scales, float* scratch_biases, Use&& use) {
+LOWBIT_VNNI __attribute__((always_inline)) inline void ForRowScales(const QuantizedTensor& w, const Layout& l, size_t r, Use&& use) {
   const QuantScheme& scheme = w.scheme();
   const ScaleType type = scheme.scale_type;
-  const bool asym = scheme.asymmetric(), int_zeros = asym && scheme.zero_type == ZeroType::kInt;
-  if ((type != ScaleType::kF16 && type != ScaleType::kE8M0 && type != ScaleType::kF32) ||
-      (asym && !int_zeros && scheme.zero_type != ZeroType::kF32)) {
-    RowScales(w, l, r, scratch_scales, scratch_biases);
-    for (size_t g = 0; g < l.groups; g += 16) {
-      const __mmask16 m = l.groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (l.groups - g)) - 1);
-      use(g, m, _mm512_maskz_loadu_ps(m, scratch_scales + g), _mm512_maskz_loadu_ps(m, scratch_biases + g));
-    }
-    return;
-  }
+  const ZeroType zero_type = scheme.asymmetric() ? scheme.zero_type : ZeroType::kNone;
   const size_t grid_row = r / w.grid().cell_rows, groups = l.groups;
   const uint8_t* stored = w.scale_bytes().data() + grid_row * groups * ScaleBits(type) / 8;
-  const size_t zero_row_bytes = !asym ? 0 : int_zeros ? PackedBytes(groups, kBits) : groups * 4;
-  const uint8_t* zeros = asym ? w.zero_bytes().data() + grid_row * zero_row_bytes : nullptr;
+  const size_t zero_row_bytes = zero_type == ZeroType::kNone ? 0
+                                : zero_type == ZeroType::kInt ? PackedBytes(groups, kBits)
+                                : zero_type == ZeroType::kF32 ? groups * 4
+                                                              : groups * 2;
+  const uint8_t* zeros = w.zero_bytes().data() + grid_row * zero_row_bytes;
   const __m512 factor = _mm512_set1_ps(w.tensor_scale() * l.step), offset = _mm512_set1_ps(l.offset);
   for (size_t g = 0; g < groups; g += 16) {
     const __mmask16 m = groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (groups - g)) - 1);
-    const __m512 decoded = type == ScaleType::kF16    ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, stored + 2 * g))
-                           : type == ScaleType::kE8M0 ? E8m0ToFp32(_mm_maskz_loadu_epi8(m, stored + g))
-                                                      : _mm512_maskz_loadu_ps(m, stored + 4 * g);
+    __m512 decoded = _mm512_setzero_ps();
+    switch (type) {
+      case ScaleType::kF16:
+      case ScaleType::kBF16: decoded = HalvesToFp32(stored + 2 * g, m, type == ScaleType::kBF16); break;
+      case ScaleType::kE8M0: decoded = E8m0ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
+      case ScaleType::kUE4M3: decoded = Ue4m3ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
+      case ScaleType::kF32: decoded = _mm512_maskz_loadu_ps(m, stored + 4 * g); break;
+    }
     const __m512 s = _mm512_mul_ps(decoded, factor);
     __m512 bias = _mm512_mul_ps(s, offset);
-    if (asym) {  // x = s * (code - zero): the bias -zero * s
-      const size_t at = int_zeros ? g * kBits / 8 : 4 * g;
-      const __m512 zero = int_zeros ? _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(UnpackSixteen<kBits>(zeros + at, zero_row_bytes - at)))
-                                    : _mm512_maskz_loadu_ps(m, zeros + at);
+    if (zero_type != ZeroType::kNone) {  // x = s * (code - zero): the bias -zero * s
+      __m512 zero;
+      if (zero_type == ZeroType::kInt) {
+        const size_t at = g * kBits / 8;
+        zero = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(UnpackSixteen<kBits>(zeros + at, zero_row_bytes - at)));
+      } else if (zero_type == ZeroType::kF32) {
+        zero = _mm512_maskz_loadu_ps(m, zeros + 4 * g);
+      } else {
+        zero = HalvesToFp32(zeros + 2 * g, m, zero_type == ZeroType::kBF16);
+      }
       bias = _mm512_fnmadd_ps(zero, s, bias);
     }
     use(g, m, s, bias);
@@ -214,7 +233,6 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   // Zen 4 (16 % of a per-channel int8 row, for its one scale).
   const size_t padded_groups = (l.groups + 15) / 16 * 16;
   std::vector<float> scales(padded_groups), chunk_scales(per_chunk_scales ? kTokens * padded_groups : 0);
-  std::vector<float> scratch_scales(l.groups), scratch_biases(l.groups);  // ForRowScales' generic path
   constexpr bool kPlanes = 8 % kBits == 0;
   constexpr size_t kChunkBytes = kPlanes ? 64 : 8 * kBits;
   const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
@@ -255,7 +273,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
     // latency. The second starts with the row's offsets: each group's bias times its sum of inputs.
     __m512 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-    ForRowScales<kBits>(w, l, r, scratch_scales.data(), scratch_biases.data(),
+    ForRowScales<kBits>(w, l, r,
                         [&](size_t g, __mmask16 m, __m512 s, __m512 bias) LOWBIT_VNNI __attribute__((always_inline)) {
                           for (size_t t = 0; t < kTokens; ++t) {
                             const size_t at = (t0 + t) * l.groups + g;
