@@ -129,7 +129,6 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     EXPECT_TRUE(std::equal(a.values.begin(), a.values.end(), a_ref.values.begin(), a_ref.values.end())) << spec;
     EXPECT_EQ(a.scales, a_ref.scales) << spec;
     EXPECT_EQ(a.group_sums, a_ref.group_sums) << spec;
-    EXPECT_EQ(a.lane_scales, a_ref.lane_scales) << spec;
     std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
     Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
     QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);

@@ -216,23 +216,22 @@ LOWBIT_VNNI __m512 SumEach16(__m512 (&v)[16]) {
 }
 
 // kLookup: codes become their levels by a byte shuffle (vpshufb up to 4 bits, vpermb for 5-6).
-// kSplit: scale blocks per chunk (1, or up to 16 for groups of 16 at int2). A split chunk scales each
-// dpbusd lane by its own block's weight scale (spread over the lanes here) x activation scale
-// (spread once per call, in Int8Activations::lane_scales); an unsplit chunk by one scale, weight x
-// activation, multiplied for the whole row before its loop.
+// kSplit: scale blocks per chunk (1, or up to 16 for groups of 16 at int2). Every chunk is scaled
+// by weight x activation scale per block, multiplied for the whole row before its loop (16 blocks
+// a vector); a split chunk spreads its blocks' products over the dpbusd lanes they cover. Groups
+// of several chunks (per-channel int8) instead sum dot x activation scale over the group and take
+// the weight scale once.
 template <int kBits, size_t kTokens, size_t kSplit, bool kLookup>
 LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
   const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block, chunks_per_group = l.group / l.chunk;
-  // Unsplit chunks of one group each (int4 g128) take weight x activation scale per chunk, made
-  // 16 at a time per row; groups of several chunks (per-channel int8) sum dot x activation scale
-  // over the group first and take the weight scale once (a per-row scalar pass over every chunk's
-  // product cost per-channel int8 40 % of its row).
-  const bool per_chunk_scales = kSplit == 1 && chunks_per_group == 1;
+  // A per-row scalar pass over every chunk's product cost per-channel int8 40 % of its row, hence
+  // the group sums there.
+  const bool per_block_scales = chunks_per_group <= 1;  // else groups of several chunks
   // Padded to whole vectors, stored without masks: a masked store stalled the loads after it on
-  // Zen 4 (16 % of a per-channel int8 row, for its one scale).
+  // Zen 4 (16 % of a per-channel int8 row, for its one scale). 16 more for a spread's 4-float read.
   const size_t padded_groups = (l.groups + 15) / 16 * 16;
-  std::vector<float> scales(padded_groups), chunk_scales(per_chunk_scales ? kTokens * padded_groups : 0);
+  std::vector<float> scales(padded_groups), block_scales(per_block_scales ? kTokens * padded_groups + 16 : 0);
   constexpr bool kPlanes = 8 % kBits == 0;
   constexpr size_t kChunkBytes = kPlanes ? 64 : 8 * kBits;
   const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
@@ -247,15 +246,17 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
     else if constexpr (kBits <= 4) return _mm512_shuffle_epi8(levels, codes);
     else return _mm512_permutexvar_epi8(codes, levels);
   };
-  // Lane j of a split chunk belongs to block j / (16 / kSplit).
+  // Lane j of a split chunk belongs to block j / (16 / kSplit): up to 4 blocks, an in-lane
+  // permute of the 4 block scales broadcast to every 128-bit lane (cheaper than a cross-lane one).
   const __m512i lane_block = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                                std::countr_zero(16 / kSplit));
+  auto spread = [&](const float* blocks_of_chunk) LOWBIT_VNNI __attribute__((always_inline)) {
+    if constexpr (kSplit <= 4) return _mm512_permutevar_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(blocks_of_chunk)), lane_block);
+    else if constexpr (kSplit == 8) return _mm512_permutexvar_ps(lane_block, _mm512_castps256_ps512(_mm256_loadu_ps(blocks_of_chunk)));
+    else return _mm512_loadu_ps(blocks_of_chunk);
+  };
   const int8_t* inputs[kTokens];
-  const float* lane_scales[kTokens];
-  for (size_t t = 0; t < kTokens; ++t) {
-    inputs[t] = a.values.data() + (t0 + t) * cols;
-    lane_scales[t] = kSplit > 1 ? a.lane_scales.data() + (t0 + t) * chunks * 16 : nullptr;
-  }
+  for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
   // Scales and zeros live in their own arrays, a few hundred bytes a row at g32: the hardware
   // prefetcher missed them, and the first scale load of each row stalled (18% of int4 g32).
   const std::span<const uint8_t> scale_bytes = w.scale_bytes(), zero_bytes = w.zero_bytes();
@@ -278,10 +279,10 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
                           for (size_t t = 0; t < kTokens; ++t) {
                             const size_t at = (t0 + t) * l.groups + g;
                             acc[t][1] = _mm512_fmadd_ps(bias, _mm512_maskz_loadu_ps(m, &a.group_sums[at]), acc[t][1]);
-                            if (per_chunk_scales)  // a group is a chunk, and a block
-                              _mm512_storeu_ps(&chunk_scales[t * padded_groups + g], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, &a.scales[at])));
+                            if (per_block_scales)  // a group is a block
+                              _mm512_storeu_ps(&block_scales[t * padded_groups + g], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, &a.scales[at])));
                           }
-                          if (!per_chunk_scales) _mm512_storeu_ps(&scales[g], s);
+                          if (!per_block_scales) _mm512_storeu_ps(&scales[g], s);
                         });
     const uint8_t* row = w.codes().data() + r * w.row_bytes();
     auto step = [&](size_t c, size_t parity, __m512 (&into)[kTokens][2]) LOWBIT_VNNI __attribute__((always_inline)) {
@@ -300,9 +301,6 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
       // falls behind: a software prefetch 2 KB ahead gained 15-20% at g32 and 65% at int3 g128 (it
       // cost a little on unsplit 2/4/8-bit chunks, so not there).
       if constexpr (kSplit > 1 || !kPlanes) _mm_prefetch(reinterpret_cast<const char*>(at + 2048), _MM_HINT_T0);
-      __m512 weight_scales = _mm512_setzero_ps();
-      if constexpr (kSplit > 1)
-        weight_scales = _mm512_permutexvar_ps(lane_block, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << kSplit) - 1), &scales[c * kSplit]));
       for (size_t t = 0; t < kTokens; ++t) {
         const int8_t* xq = inputs[t] + c * l.chunk;
         __m512i dot = _mm512_setzero_si512();
@@ -313,8 +311,8 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
             dot = _mm512_dpbusd_epi32(dot, to_levels(_mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), code_mask)),
                                       _mm512_loadu_si512(xq + 64 * p));
         }
-        const __m512 s = kSplit > 1        ? _mm512_mul_ps(weight_scales, _mm512_loadu_ps(lane_scales[t] + c * 16))
-                         : per_chunk_scales ? _mm512_set1_ps(chunk_scales[t * padded_groups + c])
+        const __m512 s = kSplit > 1        ? spread(&block_scales[t * padded_groups + c * kSplit])
+                         : per_block_scales ? _mm512_set1_ps(block_scales[t * padded_groups + c])
                                             : _mm512_set1_ps(a.scales[(t0 + t) * blocks + c]);
         into[t][parity] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, into[t][parity]);
       }
@@ -327,7 +325,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
       if (c < end) step(c++, 0, into);
     };
     size_t c = 0;
-    if (kSplit > 1 || per_chunk_scales) {
+    if (per_block_scales) {
       steps(c, chunks, acc);
     } else {
       for (size_t g = 0; g < l.groups; ++g) {
@@ -376,15 +374,6 @@ Int8Activations EmptyActivations(const Layout& l, size_t cols, size_t n_tokens) 
 inline void AddToGroupSum(Int8Activations& a, const Layout& l, size_t t, size_t b, float scale, int sum) {
   float& group_sum = a.group_sums[t * l.groups + b * l.block / l.group];
   group_sum = static_cast<float>(static_cast<double>(group_sum) + static_cast<double>(scale) * sum);
-}
-
-// Spreads each chunk's block scales over the 16 dpbusd lanes they cover (split chunks only).
-void SpreadLaneScales(const Layout& l, Int8Activations& a) {
-  if (l.block >= l.chunk) return;
-  const size_t chunks = a.cols / l.chunk, blocks = a.cols / l.block, lanes_per_block = 16 * l.block / l.chunk;
-  a.lane_scales.resize(a.n_tokens * chunks * 16);
-  for (size_t t = 0; t < a.n_tokens; ++t)
-    for (size_t i = 0; i < chunks * 16; ++i) a.lane_scales[t * chunks * 16 + i] = a.scales[t * blocks + i / lanes_per_block];
 }
 
 // Bytes 0, 2, .., 126 (even) or 1, 3, .., 127 (odd) of the 128 bytes lo:hi.
@@ -444,7 +433,6 @@ LOWBIT_VNNI Int8Activations QuantizeActivationsVnni(const Layout& l, size_t cols
       AddToGroupSum(a, l, t, b, scale, _mm512_reduce_add_epi32(sum));
     }
   }
-  SpreadLaneScales(l, a);
   return a;
 }
 
@@ -478,7 +466,6 @@ Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float
       a.scales[t * blocks + b] = scale;
       AddToGroupSum(a, *l, t, b, scale, sum);
     }
-  SpreadLaneScales(*l, a);
   return a;
 }
 

@@ -31,9 +31,6 @@ struct Int8Activations {
   AlignedVector<int8_t> values;    // [n_tokens x cols]; each 64-byte load's inputs grouped by bit plane
   std::vector<float> scales;       // [n_tokens x cols / block]
   std::vector<float> group_sums;   // [n_tokens x groups]: sum over the group of scale * value
-  // Groups smaller than a 64-byte load of codes: each load's block scales spread over the 16
-  // dpbusd lanes they cover, [n_tokens x cols / chunk x 16].
-  std::vector<float> lane_scales;
 };
 
 bool HasInt8DotKernel(const QuantizedTensor& w);  // the CPU and the weight both qualify
