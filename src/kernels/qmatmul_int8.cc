@@ -19,19 +19,7 @@
 namespace lowbit {
 namespace {
 
-// What the kernel needs to know of a weight: bits, the codes one step takes (chunk: a 64-byte
-// load for 2/4/8 bits, 64 codes = 8 * bits bytes for the other widths), the scale block (group,
-// or chunk when groups are larger: the activations' int8 block too), and the code values as
-// bytes: table[c] = step * (level[c] + offset), level[c] in 0..255 (level[c] = c for integers).
-struct Layout {
-  int bits = 0;
-  size_t chunk = 0, block = 0, group = 0, groups = 0;
-  float step = 1, offset = 0;
-  bool lookup = false;                 // level[c] != c: codes pass through a byte shuffle
-  std::array<uint8_t, 64> level = {};  // lookup only (<= 6 bits)
-  bool planes() const { return 8 % bits == 0; }
-  uint32_t Level(uint32_t code) const { return lookup ? level[code] : code; }
-};
+using Layout = Int8DotLayout;
 
 // Whether every code's value is a whole number of one step (the smallest nonzero magnitude), all
 // within 255 steps: then unsigned bytes times int8 activations are exact. Integers qualify (level
@@ -360,9 +348,9 @@ namespace {
 
 Int8Activations EmptyActivations(const Layout& l, size_t cols, size_t n_tokens) {
   Int8Activations a;
+  a.layout = l;
   a.n_tokens = n_tokens;
   a.cols = cols;
-  a.block = l.block;
   a.values.resize(n_tokens * cols);
   a.scales.resize(n_tokens * cols / l.block);
   a.group_sums.assign(n_tokens * l.groups, 0.0f);
@@ -471,8 +459,8 @@ Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float
 
 void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
                  size_t y_stride) {
-  const std::optional<Layout> l = LayoutOf(w);
-  LOWBIT_CHECK(l.has_value() && CpuHasVnni());
+  const Layout* l = &a.layout;  // LayoutOf(w), made once with the activations (a per-call cost on small matrices)
+  LOWBIT_CHECK(a.cols == w.cols() && l->bits == w.scheme().element->bits && CpuHasVnni());
   auto run = [&]<int kBits, size_t kSplit, bool kLookup>() {
     size_t t = 0;
     for (; t + 4 <= a.n_tokens; t += 4) RowsVnni<kBits, 4, kSplit, kLookup>(w, *l, a, t, row_begin, row_end, y, y_stride);
@@ -510,8 +498,8 @@ void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_
 
 void Int8DotRowsRef(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
                     size_t y_stride) {
-  const std::optional<Layout> l = LayoutOf(w);
-  LOWBIT_CHECK(l.has_value());
+  const Layout* l = &a.layout;
+  LOWBIT_CHECK(a.cols == w.cols() && l->bits == w.scheme().element->bits);
   const size_t cols = w.cols(), blocks = cols / l->block;
   std::vector<float> scales(l->groups), biases(l->groups);
   for (size_t r = row_begin; r < row_end; ++r) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -26,10 +27,26 @@
 
 namespace lowbit {
 
+// What the kernel needs to know of a weight: bits, the codes one step takes (chunk: a 64-byte
+// load for 2/4/8 bits, 64 codes = 8 * bits bytes for the other widths), the scale block (group,
+// or chunk when groups are larger: the activations' int8 block too), and the code values as
+// bytes: table[c] = step * (level[c] + offset), level[c] in 0..255 (level[c] = c for integers).
+struct Int8DotLayout {
+  int bits = 0;
+  size_t chunk = 0, block = 0, group = 0, groups = 0;
+  float step = 1, offset = 0;
+  bool lookup = false;                 // level[c] != c: codes pass through a byte shuffle
+  std::array<uint8_t, 64> level = {};  // lookup only (<= 6 bits)
+  bool planes() const { return 8 % bits == 0; }
+  uint32_t Level(uint32_t code) const { return lookup ? level[code] : code; }
+};
+
+// Activations quantized for one weight: they are laid out for it, and carry its layout.
 struct Int8Activations {
-  size_t n_tokens = 0, cols = 0, block = 0;
+  Int8DotLayout layout;
+  size_t n_tokens = 0, cols = 0;
   AlignedVector<int8_t> values;    // [n_tokens x cols]; each 64-byte load's inputs grouped by bit plane
-  std::vector<float> scales;       // [n_tokens x cols / block]
+  std::vector<float> scales;       // [n_tokens x cols / layout.block]
   std::vector<float> group_sums;   // [n_tokens x groups]: sum over the group of scale * value
 };
 
