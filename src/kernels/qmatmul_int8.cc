@@ -236,7 +236,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   // Padded to whole vectors, stored without masks: a masked store stalled the loads after it on
   // Zen 4 (16 % of a per-channel int8 row, for its one scale). 16 more for a spread's 4-float read.
   const size_t padded_groups = (l.groups + 15) / 16 * 16;
-  std::vector<float> scales(padded_groups), block_scales(per_block_scales ? kTokens * padded_groups + 16 : 0);
+  std::vector<float> scales(per_block_scales ? 0 : padded_groups), block_scales(per_block_scales ? kTokens * padded_groups + 16 : 0);
   constexpr bool kPlanes = 8 % kBits == 0;
   constexpr size_t kChunkBytes = kPlanes ? 64 : 8 * kBits;
   const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));

@@ -17,8 +17,8 @@
 // fp32 fused kernel, or decodes rows.
 #pragma once
 
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
