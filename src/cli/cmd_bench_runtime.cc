@@ -83,8 +83,8 @@ void RunGemv(const RuntimeOptions& o) {
              {{name, fmt::format("{:.3f}", s.bits_per_weight), std::to_string(s.matrices),
                fmt::format("{:.1f}", s.gbps), fmt::format("{:.1f}", s.triad_gbps),
                fmt::format("{:.0f}%", 100 * fraction)}});
-  std::printf("\n%zu token(s), %llu x %llu, %.0f MiB of distinct weights, %zu threads; best of %zu rounds, each "
-              "after its own triad.\n",
+  std::printf("\n%zu token(s), %llu x %llu, %.0f MiB of distinct weights, %zu threads; fastest pass of %zu rounds, "
+              "each after its own triad.\n",
               o.tokens, static_cast<unsigned long long>(o.rows), static_cast<unsigned long long>(o.cols),
               static_cast<double>(s.bytes_per_pass) / kMiB, pool.size(), o.gemv_rounds);
 }

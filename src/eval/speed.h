@@ -18,8 +18,8 @@ struct GemvSpeed {
   size_t matrices = 0;          // distinct copies cycled through
   uint64_t bytes_per_pass = 0;  // weight bytes (codes, scales, zeros) read by one pass over all
   double bits_per_weight = 0;
-  double gbps = 0;              // weight bytes read per second, best round
-  double triad_gbps = 0;        // STREAM triad, best round (0 when not measured)
+  double gbps = 0;              // weight bytes read per second, fastest pass of all rounds
+  double triad_gbps = 0;        // STREAM triad, fastest pass of all rounds (0 when not measured)
 };
 
 struct GemvBenchOptions {
@@ -31,9 +31,9 @@ struct GemvBenchOptions {
 };
 
 // y = W x over enough distinct [rows x cols] matrices to fill the working set; `scheme` nullopt =
-// dense fp32. Each round (triad first, when asked, then passes until min_seconds) keeps its best:
-// on a shared machine whose bandwidth drifts, the best GEMV and the best triad come from the
-// same quiet phases, so their ratio stays meaningful.
+// dense fp32. Each round runs the triad (when asked), then GEMV passes until min_seconds; the
+// fastest pass of each is kept: on a shared machine whose bandwidth drifts, both then come from
+// its quiet phases, so their ratio stays meaningful.
 GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, const GemvBenchOptions& o, ThreadPool& pool);
 
 struct BatchSpeed {
