@@ -166,47 +166,74 @@ LOWBIT_VNNI __m512 HalvesToFp32(const uint8_t* bytes, __mmask16 m, bool bf16) {
 // use(g, mask, scales, biases) in registers, from every scale and zero-point storage: fp16, bf16
 // and fp32 scales, E8M0 (MXFP4, MXFP6) and UE4M3 (NVFP4); integer zero-points (AWQ-style
 // asymmetric) and fp32/fp16/bf16 ones (K-quants). The generic per-row decode (QuantizedTensor::
-// RowScales) cost about 15 % of an int4 g128 row, its table lookups as much as the whole dot at MXFP4.
-template <int kBits, class Use>
-LOWBIT_VNNI __attribute__((always_inline)) inline void ForRowScales(const QuantizedTensor& w, const Layout& l, size_t r, Use&& use) {
-  const QuantScheme& scheme = w.scheme();
-  const ScaleType type = scheme.scale_type;
-  const ZeroType zero_type = scheme.asymmetric() ? scheme.zero_type : ZeroType::kNone;
-  const size_t grid_row = r / w.grid().cell_rows, groups = l.groups;
-  const uint8_t* stored = w.scale_bytes().data() + grid_row * groups * ScaleBits(type) / 8;
-  const size_t zero_row_bytes = zero_type == ZeroType::kNone ? 0
-                                : zero_type == ZeroType::kInt ? PackedBytes(groups, kBits)
-                                : zero_type == ZeroType::kF32 ? groups * 4
-                                                              : groups * 2;
-  const uint8_t* zeros = w.zero_bytes().data() + grid_row * zero_row_bytes;
-  const __m512 factor = _mm512_set1_ps(w.tensor_scale() * l.step), offset = _mm512_set1_ps(l.offset);
-  for (size_t g = 0; g < groups; g += 16) {
-    const __mmask16 m = groups - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (groups - g)) - 1);
-    __m512 decoded = _mm512_setzero_ps();
-    switch (type) {
-      case ScaleType::kF16:
-      case ScaleType::kBF16: decoded = HalvesToFp32(stored + 2 * g, m, type == ScaleType::kBF16); break;
-      case ScaleType::kE8M0: decoded = E8m0ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
-      case ScaleType::kUE4M3: decoded = Ue4m3ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
-      case ScaleType::kF32: decoded = _mm512_maskz_loadu_ps(m, stored + 4 * g); break;
-    }
-    const __m512 s = _mm512_mul_ps(decoded, factor);
-    __m512 bias = _mm512_mul_ps(s, offset);
-    if (zero_type != ZeroType::kNone) {  // x = s * (code - zero): the bias -zero * s
-      __m512 zero;
-      if (zero_type == ZeroType::kInt) {
-        const size_t at = g * kBits / 8;
-        zero = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(UnpackSixteen<kBits>(zeros + at, zero_row_bytes - at)));
-      } else if (zero_type == ZeroType::kF32) {
-        zero = _mm512_maskz_loadu_ps(m, zeros + 4 * g);
-      } else {
-        zero = HalvesToFp32(zeros + 2 * g, m, zero_type == ZeroType::kBF16);
-      }
-      bias = _mm512_fnmadd_ps(zero, s, bias);
-    }
-    use(g, m, s, bias);
+// RowScales) cost about 15 % of an int4 g128 row, its table lookups as much as the whole dot at
+// MXFP4. Where the rows' bytes sit and how they decode is worked out once per call.
+template <int kBits>
+class RowScaleSource {
+ public:
+  LOWBIT_VNNI RowScaleSource(const QuantizedTensor& w, const Layout& l)
+      : scales_(w.scale_bytes()),
+        zeros_(w.zero_bytes()),
+        scale_row_bytes_(scales_.size() / w.grid().grid_rows),
+        zero_row_bytes_(zeros_.size() / w.grid().grid_rows),
+        cell_rows_(w.grid().cell_rows),
+        groups_(l.groups),
+        type_(w.scheme().scale_type),
+        zero_type_(w.scheme().asymmetric() ? w.scheme().zero_type : ZeroType::kNone),
+        factor_(_mm512_set1_ps(w.tensor_scale() * l.step)),
+        offset_(_mm512_set1_ps(l.offset)) {}
+
+  // Scales and zeros live in their own arrays, a few hundred bytes a row at g32: the hardware
+  // prefetcher missed them, and the first scale load of each row stalled (18% of int4 g32).
+  LOWBIT_VNNI void Prefetch(size_t r) const {
+    Prefetch(scales_, scale_row_bytes_, r);
+    Prefetch(zeros_, zero_row_bytes_, r);
   }
-}
+
+  template <class Use>
+  LOWBIT_VNNI __attribute__((always_inline)) void ForRow(size_t r, Use&& use) const {
+    const uint8_t* stored = scales_.data() + r / cell_rows_ * scale_row_bytes_;
+    const uint8_t* zeros = zeros_.data() + r / cell_rows_ * zero_row_bytes_;
+    for (size_t g = 0; g < groups_; g += 16) {
+      const __mmask16 m = groups_ - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (groups_ - g)) - 1);
+      __m512 decoded = _mm512_setzero_ps();
+      switch (type_) {
+        case ScaleType::kF16:
+        case ScaleType::kBF16: decoded = HalvesToFp32(stored + 2 * g, m, type_ == ScaleType::kBF16); break;
+        case ScaleType::kE8M0: decoded = E8m0ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
+        case ScaleType::kUE4M3: decoded = Ue4m3ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
+        case ScaleType::kF32: decoded = _mm512_maskz_loadu_ps(m, stored + 4 * g); break;
+      }
+      const __m512 s = _mm512_mul_ps(decoded, factor_);
+      __m512 bias = _mm512_mul_ps(s, offset_);
+      if (zero_type_ != ZeroType::kNone) {  // x = s * (code - zero): the bias -zero * s
+        __m512 zero;
+        if (zero_type_ == ZeroType::kInt) {
+          const size_t at = g * kBits / 8;
+          zero = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(UnpackSixteen<kBits>(zeros + at, zero_row_bytes_ - at)));
+        } else if (zero_type_ == ZeroType::kF32) {
+          zero = _mm512_maskz_loadu_ps(m, zeros + 4 * g);
+        } else {
+          zero = HalvesToFp32(zeros + 2 * g, m, zero_type_ == ZeroType::kBF16);
+        }
+        bias = _mm512_fnmadd_ps(zero, s, bias);
+      }
+      use(g, m, s, bias);
+    }
+  }
+
+ private:
+  LOWBIT_VNNI void Prefetch(std::span<const uint8_t> bytes, size_t per_row, size_t r) const {
+    const size_t at = r / cell_rows_ * per_row;
+    for (size_t i = 0; i < per_row && at + i < bytes.size(); i += 64) _mm_prefetch(reinterpret_cast<const char*>(&bytes[at + i]), _MM_HINT_T0);
+  }
+
+  std::span<const uint8_t> scales_, zeros_;
+  size_t scale_row_bytes_, zero_row_bytes_, cell_rows_, groups_;
+  ScaleType type_;
+  ZeroType zero_type_;
+  __m512 factor_, offset_;
+};
 
 // Lane i: the sum of v[i]'s lanes. Four rounds of pairing: each round's sums of even and odd
 // lanes halve the partial sums per vector and double the vectors per register.
@@ -262,33 +289,23 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   };
   const int8_t* inputs[kTokens];
   for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
-  // Scales and zeros live in their own arrays, a few hundred bytes a row at g32: the hardware
-  // prefetcher missed them, and the first scale load of each row stalled (18% of int4 g32).
-  const std::span<const uint8_t> scale_bytes = w.scale_bytes(), zero_bytes = w.zero_bytes();
-  const size_t grid_rows = w.grid().grid_rows, cell_rows = w.grid().cell_rows;
-  const size_t scale_row_bytes = scale_bytes.size() / grid_rows, zero_row_bytes = zero_bytes.size() / grid_rows;
-  auto prefetch_row = [&](std::span<const uint8_t> bytes, size_t per_row, size_t r) {
-    const size_t at = r / cell_rows * per_row;
-    for (size_t i = 0; i < per_row && at + i < bytes.size(); i += 64) _mm_prefetch(reinterpret_cast<const char*>(&bytes[at + i]), _MM_HINT_T0);
-  };
+  const RowScaleSource<kBits> row_scales(w, l);
   __m512 pending[kTokens][16];  // row sums not yet reduced
   for (size_t r = row_begin; r < row_end; ++r) {
-    prefetch_row(scale_bytes, scale_row_bytes, r + 4);
-    prefetch_row(zero_bytes, zero_row_bytes, r + 4);
+    row_scales.Prefetch(r + 4);
     // Two accumulators per token, for even and odd chunks: one FMA chain would bound a chunk to its
     // latency. The second starts with the row's offsets: each group's bias times its sum of inputs.
     __m512 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-    ForRowScales<kBits>(w, l, r,
-                        [&](size_t g, __mmask16 m, __m512 s, __m512 bias) LOWBIT_VNNI __attribute__((always_inline)) {
-                          for (size_t t = 0; t < kTokens; ++t) {
-                            const size_t at = (t0 + t) * l.groups + g;
-                            acc[t][1] = _mm512_fmadd_ps(bias, _mm512_maskz_loadu_ps(m, &a.group_sums[at]), acc[t][1]);
-                            if (per_block_scales)  // a group is a block
-                              _mm512_storeu_ps(&block_scales[t * padded_groups + g], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, &a.scales[at])));
-                          }
-                          if (!per_block_scales) _mm512_storeu_ps(&scales[g], s);
-                        });
+    row_scales.ForRow(r, [&](size_t g, __mmask16 m, __m512 s, __m512 bias) LOWBIT_VNNI __attribute__((always_inline)) {
+      for (size_t t = 0; t < kTokens; ++t) {
+        const size_t at = (t0 + t) * l.groups + g;
+        acc[t][1] = _mm512_fmadd_ps(bias, _mm512_maskz_loadu_ps(m, &a.group_sums[at]), acc[t][1]);
+        if (per_block_scales)  // a group is a block
+          _mm512_storeu_ps(&block_scales[t * padded_groups + g], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, &a.scales[at])));
+      }
+      if (!per_block_scales) _mm512_storeu_ps(&scales[g], s);
+    });
     const uint8_t* row = w.codes().data() + r * w.row_bytes();
     auto step = [&](size_t c, size_t parity, __m512 (&into)[kTokens][2]) LOWBIT_VNNI __attribute__((always_inline)) {
       const uint8_t* at = row + c * kChunkBytes;
