@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: setup configure build demo test asan clean
+.PHONY: setup configure build demo test asan test-interop clean
 
 setup:
 	@scripts/setup.sh
@@ -28,6 +28,12 @@ asan: setup
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
+
+# lowbit's files checked by their real consumers (llama.cpp via llama-cpp-python, gguf-py), in a Python venv
+# inside the build folder made by scripts/setup-interop.sh. `make test` stays free of Python.
+test-interop: build
+	@scripts/setup-interop.sh $(BUILD)/interop-venv
+	$(BUILD)/interop-venv/bin/python tests/interop/gguf_llamacpp.py --lowbit $(BUILD)/lowbit
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -16,17 +16,21 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "eval/compare.h"
+#include "io/gguf_export.h"
+#include "io/gguf_mix.h"
+#include "io/gguf_pack.h"
 #include "io/quantized_checkpoint.h"
 #include "io/run_checkpoint.h"
 #include "model/calibration.h"
 #include "model/ptq.h"
 #include "quant/registry.h"
+#include "tokenizer/gguf_vocab_export.h"
 
 namespace lowbit::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string model, out, recipe, method = "rtn", format, calib, eval, act_format;
+  std::string model, out, recipe, method = "rtn", format, calib, eval, act_format, save_as = "lowbit";
   double alpha = -1, threshold = -1;
   int group = 0;
   bool asym = false, act_order = false, json = false, rotate = false, resume = false;
@@ -205,14 +209,45 @@ uint64_t Fnv1a(const std::string& bytes) {
   return h;
 }
 
+// --save-as gguf:T: the GGUF file type, whose base type's grid the recipe must quantize onto exactly
+// (Q4_0 = int4:g32:scale=f16, ...), so the calibrated codes are the file's codes. nullptr for
+// --save-as lowbit.
+const GgufFileType* GgufTarget(const QuantizeOptions& o) {
+  if (o.save_as == "lowbit") return nullptr;
+  if (!o.save_as.starts_with("gguf:")) Fail("--save-as '{}': expected lowbit or gguf:TYPE (e.g. gguf:Q4_0)", o.save_as);
+  const GgufFileType& t = FindGgufFileType(o.save_as.substr(5));
+  if (!GgufGridScheme(t.base_type))
+    Fail("--save-as {}: calibrated {} (GPTQ on the K-quant / ternary grids) is not implemented yet; calibrated GGUF "
+         "types: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 (or `lowbit export --type {} --imatrix` for llama-quantize-style files)",
+         o.save_as, t.name, t.name);
+  if (std::filesystem::path(o.out).extension() != ".gguf") Fail("--save-as {}: -o '{}' must end in .gguf", o.save_as, o.out);
+  return &t;
+}
+
+// Every format of the recipe must be the target's grid: anything else would be quantized again.
+void CheckGgufRecipe(const Recipe& r, const GgufFileType& t) {
+  const std::string grid = *GgufGridScheme(t.base_type);
+  auto check = [&](const std::string& format, const std::string& where) {
+    if (ParseScheme(format).ToString() != grid)
+      Fail("--save-as gguf:{}: {} '{}' has no exact home in {} (its grid is {}); drop --format to use it", t.name, where,
+           format, t.name, grid);
+  };
+  check(r.format, "format");
+  for (const RecipeOverride& ov : r.overrides) check(ov.format, "override '" + ov.match + "' format");
+  if (!r.act_format.empty()) Fail("--save-as gguf:{}: GGUF has no activation quantization (act_format)", t.name);
+}
+
 // Thrown by the block hook for --stop-after: the run's state is saved, the command ends cleanly.
 struct StopRequested {
   size_t blocks;
 };
 
-void Run(const QuantizeOptions& o) {
+void Run(QuantizeOptions o) {
   const auto start = std::chrono::steady_clock::now();
+  const GgufFileType* gguf = GgufTarget(o);
+  if (gguf && o.recipe.empty() && o.format.empty()) o.format = *GgufGridScheme(gguf->base_type);
   const Recipe recipe = RecipeFrom(o);
+  if (gguf) CheckGgufRecipe(recipe, *gguf);
   if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
   const std::filesystem::path partial = o.out + ".partial";  // the state of an unfinished run
   if (std::filesystem::exists(partial) && !o.resume)
@@ -223,7 +258,10 @@ void Run(const QuantizeOptions& o) {
   StreamedModel source = OpenModel(o.model);
   Model& model = source.model;
   const std::filesystem::path source_dir = std::filesystem::is_directory(o.model) ? o.model : "";
-  CheckQuantizedModelTarget(model.config, o.out, source_dir);  // before any work, not after it
+  // Before any work, not after it: the output can be written, and (GGUF) the vocabulary exists.
+  std::vector<GgufKeyValue> vocabulary;
+  if (gguf) vocabulary = GgufVocabularyFor(o.model, model.config);
+  else CheckQuantizedModelTarget(model.config, o.out, source_dir);
   const std::unique_ptr<Tokenizer> tokenizer = needs_text ? LoadTokenizerFor(model.config, o.model, "") : nullptr;
 
   QuantizeRequest req;
@@ -321,7 +359,21 @@ void Run(const QuantizeOptions& o) {
   }
   card["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (resumed) card["resumed_at_block"] = resumed->next_layer;
-  SaveQuantizedModel(model, o.out, source_dir, card);
+  if (gguf) {
+    GgufExportOptions e;
+    e.type = std::string(gguf->name);
+    e.threads = o.threads;
+    e.metadata = std::move(vocabulary);
+    e.metadata.push_back({"lowbit.recipe_card", card.dump()});  // the scores travel with the weights
+    StreamedModel quantized{std::move(model), nullptr};
+    const GgufExportResult written = ExportGguf(quantized, o.out, e);
+    size_t repacked = 0;
+    for (const GgufExportedTensor& t : written.tensors) repacked += t.repacked;
+    card["gguf"] = {{"type", gguf->name}, {"file_bytes", written.file_bytes}, {"repacked_tensors", repacked},
+                    {"bits_per_weight", written.bits_per_weight()}};
+  } else {
+    SaveQuantizedModel(model, o.out, source_dir, card);
+  }
   std::filesystem::remove_all(partial);
   if (o.json) {
     std::puts(card.dump(2).c_str());
@@ -332,6 +384,10 @@ void Run(const QuantizeOptions& o) {
       {"method", recipe.method + (recipe.rotate ? " + rotation" : "")},
       {"scheme", req.scheme.ToString()},
       {"bits/weight (linears)", fmt::format("{:.4f}", bits / weights)},
+      {"written as", gguf ? fmt::format("GGUF {} ({} tensors repacked bit for bit, {:.4f} bits/weight in all)",
+                                        gguf->name, card["gguf"]["repacked_tensors"].get<size_t>(),
+                                        card["gguf"]["bits_per_weight"].get<double>())
+                          : std::string("lowbit quantized folder")},
       {"quantize seconds", fmt::format("{:.2f} (calibration {:.2f})", report.total_seconds, report.calibration_seconds)},
       {"calibration activations", fmt::format("{:.1f} MB peak in memory, {:.1f} MB spilled",
                                               static_cast<double>(report.activation_peak_bytes) / 1e6,
@@ -372,6 +428,10 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--eval", o->eval, "Text to evaluate PPL/KL/top-1 against the base (goes into recipe.json)");
   cmd->add_option("--eval-ctx", o->eval_ctx, "Context for --eval")->default_val(256);
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
+  cmd->add_option("--save-as", o->save_as,
+                  "lowbit (a quantized folder) or gguf:TYPE (a llama.cpp file; calibrated types Q4_0, Q5_0, Q8_0, "
+                  "IQ4_NL, MXFP4, whose grid --format defaults to)")
+      ->default_val("lowbit");
   cmd->add_flag("--resume", o->resume, "Continue an interrupted run from its last finished block (OUT.partial)");
   cmd->add_option("--stop-after", o->stop_after, "Stop after this many blocks, leaving OUT.partial for --resume");
   cmd->add_option("--max-ram", o->max_ram,

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   lowbit::cli::AddPlanCommands(app);
   lowbit::cli::AddQuantizeCommand(app);
   lowbit::cli::AddInspectCommands(app);
+  lowbit::cli::AddExportCommand(app);
+  lowbit::cli::AddImatrixCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

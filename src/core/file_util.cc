@@ -40,6 +40,14 @@ void AtomicFileWriter::Write(std::span<const std::byte> bytes) {
   if (!out_) Fail("{}: write failed", tmp_.string());
 }
 
+void AtomicFileWriter::WriteAt(uint64_t offset, std::span<const std::byte> bytes) {
+  const std::streampos end = out_.tellp();
+  out_.seekp(static_cast<std::streamoff>(offset));
+  Write(bytes);
+  out_.seekp(end);
+  if (!out_) Fail("{}: write failed", tmp_.string());
+}
+
 void AtomicFileWriter::Commit() {
   out_.flush();
   if (!out_) Fail("{}: write failed", tmp_.string());

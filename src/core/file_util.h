@@ -22,6 +22,8 @@ class AtomicFileWriter {
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
   void Write(std::span<const std::byte> bytes);
+  // Overwrites bytes already written (a header reserved up front, filled in once known).
+  void WriteAt(uint64_t offset, std::span<const std::byte> bytes);
   void Commit();
 
  private:

@@ -151,6 +151,44 @@ void UnpackQ6_K(const std::byte* b, uint8_t* codes, float* scales, float* biases
   }
 }
 
+// IQ4_XS: 8 sub-blocks of 32, each laid out as an IQ4_NL block's nibbles (16 bytes of qs) with
+// the scale d * (ls - 32); ls has its low 4 bits in scales_l (two per byte), high 2 in scales_h.
+void UnpackIq4_XS(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
+  const float d = Half(b);
+  const int scales_h = Byte(b, 2) | Byte(b, 3) << 8;
+  for (int ib = 0; ib < 8; ++ib) {
+    Nibbles(b + 8 + 16 * ib, 0, codes + 32 * ib);
+    const int ls = ((Byte(b, 4 + ib / 2) >> (4 * (ib % 2))) & 0xF) | ((scales_h >> (2 * ib)) & 3) << 4;
+    scales[ib] = d * static_cast<float>(ls - 32);
+    biases[ib] = 0;
+  }
+}
+
+// ---- Ternary: trits 0, 1, 2 meaning -1, 0, +1 (our ternary codes), times the fp16 d.
+
+// TQ1_0: trit n of byte b is ((uint8_t)(b * 3^n) * 3) >> 8. Elements 0..159 are trit e / 32 of
+// qs[e % 32], 160..239 trit e' / 16 of qs[32 + e' % 16], 240..255 trit e' / 4 of qh[e' % 4].
+void UnpackTq1_0(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
+  constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+  const auto trit = [&](size_t byte, int n) {
+    return static_cast<uint8_t>((static_cast<uint8_t>(Byte(b, byte) * kPow3[n]) * 3) >> 8);
+  };
+  for (int e = 0; e < 160; ++e) codes[e] = trit(e % 32, e / 32);
+  for (int e = 0; e < 80; ++e) codes[160 + e] = trit(32 + e % 16, e / 16);
+  for (int e = 0; e < 16; ++e) codes[240 + e] = trit(48 + e % 4, e / 4);
+  scales[0] = Half(b + 52);
+  biases[0] = 0;
+}
+
+// TQ2_0: element e in bits 2 * ((e % 128) / 32) of qs[32 * (e / 128) + e % 32]. ggml's quantizer
+// writes 0..2 only; a foreign code 3 (ggml: +2 * d) decodes to 0 under the ternary table.
+void UnpackTq2_0(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
+  for (int e = 0; e < 256; ++e)
+    codes[e] = static_cast<uint8_t>((Byte(b, 32 * (e / 128) + e % 32) >> (2 * ((e % 128) / 32))) & 3);
+  scales[0] = Half(b + 64);
+  biases[0] = 0;
+}
+
 constexpr GgmlBlockFormat kFormats[] = {
     {kGgmlQ4_0, "int4:g32:scale=f16", 32, UnpackHalfAndNibbles},
     {kGgmlQ4_1, "int4:g32:asym:scale=f16:zero=f32", 32, UnpackQ4_1},
@@ -164,6 +202,9 @@ constexpr GgmlBlockFormat kFormats[] = {
     {kGgmlQ5_K, "int5:g32:asym:scale=f32:zero=f32", 32, UnpackQ45_K<true>},
     {kGgmlQ6_K, "int6:g16:scale=f32", 16, UnpackQ6_K},
     {kGgmlIQ4_NL, "iq4_nl:g32:scale=f16", 32, UnpackHalfAndNibbles},
+    {kGgmlIQ4_XS, "iq4_nl:g32:scale=f32", 32, UnpackIq4_XS},
+    {kGgmlTQ1_0, "ternary:g256:scale=f16", 256, UnpackTq1_0},
+    {kGgmlTQ2_0, "ternary:g256:scale=f16", 256, UnpackTq2_0},
     {kGgmlMXFP4, "fp4_e2m1:g32:scale=e8m0", 32, UnpackMxfp4},
 };
 

@@ -1,0 +1,95 @@
+// `lowbit export MODEL -o FILE.gguf --type T`: a GGUF file llama.cpp runs, from any model lowbit
+// opens, with llama-quantize's tensor type mixes (io/gguf_export.h).
+#include <fmt/format.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/output.h"
+#include "core/error.h"
+#include "io/gguf_export.h"
+#include "io/gguf_mix.h"
+#include "io/imatrix.h"
+#include "io/model_loader.h"
+#include "tokenizer/gguf_vocab_export.h"
+
+namespace lowbit::cli {
+namespace {
+
+struct ExportOptions {
+  std::string model, out, type = "Q8_0", tokenizer, name, imatrix;
+  bool pure = false, json = false;
+  size_t threads = 0;
+};
+
+void Run(const ExportOptions& o) {
+  if (std::filesystem::path(o.out).extension() != ".gguf")
+    Fail("export: -o '{}' must end in .gguf (the only export format so far)", o.out);
+  FindGgufFileType(o.type);  // a bad --type fails before the model is read
+  StreamedModel model = OpenModel(o.model);
+  GgufExportOptions e;
+  e.type = o.type;
+  e.pure = o.pure;
+  e.name = o.name;
+  e.threads = o.threads;
+  e.metadata = GgufVocabularyFor(o.tokenizer.empty() ? o.model : o.tokenizer, model.model.config);
+  ImportanceMatrix imatrix;
+  if (!o.imatrix.empty()) {
+    imatrix = ReadImatrix(o.imatrix);
+    e.imatrix = &imatrix.columns;
+  }
+  ProgressBar bar("export", 1);
+  e.progress = [&bar](size_t done, size_t total, std::string_view tensor) {
+    (void)total;
+    bar.Update(done, tensor);
+  };
+  const GgufExportResult r = ExportGguf(model, o.out, e);
+
+  std::map<std::string, std::pair<size_t, uint64_t>> by_type;  // type -> (tensors, bytes)
+  for (const GgufExportedTensor& t : r.tensors) {
+    auto& [count, bytes] = by_type[GgmlTypeName(t.ggml_type)];
+    ++count;
+    bytes += t.bytes;
+  }
+  if (o.json) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const GgufExportedTensor& t : r.tensors)
+      tensors.push_back({{"name", t.name}, {"type", GgmlTypeName(t.ggml_type)}, {"ne", t.ne}, {"bytes", t.bytes}});
+    std::puts(nlohmann::json({{"out", o.out}, {"type", FindGgufFileType(o.type).name}, {"architecture", r.architecture},
+                              {"file_type", r.file_type}, {"file_bytes", r.file_bytes}, {"weights", r.weights},
+                              {"bits_per_weight", r.bits_per_weight()}, {"tensors", tensors}})
+                  .dump(2)
+                  .c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [type, v] : by_type)
+    rows.push_back({type, std::to_string(v.first), fmt::format("{:.2f} MiB", static_cast<double>(v.second) / (1 << 20))});
+  PrintTable({"ggml type", "tensors", "bytes"}, rows);
+  std::printf("\nWrote %s: %s (%s, general.file_type %u), %.2f MiB, %.4f bits/weight over %llu weights.\n",
+              o.out.c_str(), std::string(FindGgufFileType(o.type).name).c_str(), r.architecture.c_str(), r.file_type,
+              static_cast<double>(r.file_bytes) / (1 << 20), r.bits_per_weight(),
+              static_cast<unsigned long long>(r.weights));
+}
+
+}  // namespace
+
+void AddExportCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("export", "Write a model as a GGUF file for llama.cpp (llama-quantize's type mixes)");
+  auto o = std::make_shared<ExportOptions>();
+  cmd->add_option("model", o->model, "Hugging Face folder, lowbit quantized folder, .gguf or llama2.c .bin")->required();
+  cmd->add_option("-o,--out", o->out, "Output file (.gguf)")->required();
+  cmd->add_option("--type", o->type,
+                  fmt::format("GGUF file type, case-insensitive: {}", fmt::join(GgufFileTypeNames(), ", ")))
+      ->default_val("Q8_0");
+  cmd->add_flag("--pure", o->pure, "Every matrix in the type's base type (llama-quantize --pure)");
+  cmd->add_option("--imatrix", o->imatrix, "Importance matrix (llama.cpp's imatrix.gguf, or `lowbit imatrix` output)");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.model or .gguf vocabulary (default: the model's own)");
+  cmd->add_option("--name", o->name, "general.name (default: the model's folder or file name)");
+  cmd->add_option("--threads", o->threads, "Threads (default: all cores)");
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o] { Run(*o); });
+}
+
+}  // namespace lowbit::cli

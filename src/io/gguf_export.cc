@@ -1,0 +1,265 @@
+#include "io/gguf_export.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+#include <optional>
+#include <variant>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/gguf_mix.h"
+#include "io/gguf_pack.h"
+#include "io/gguf_quantize.h"
+#include "io/gguf_writer.h"
+
+namespace lowbit {
+namespace {
+
+constexpr uint32_t kQuantizationVersion = 2;  // GGML_QNT_VERSION
+
+struct Architecture {
+  std::string name;  // general.architecture and the key prefix
+  bool permute_qk;   // Hugging Face rotate-half rows -> llama.cpp's adjacent pairs (formats.md 2.7)
+};
+
+Architecture ArchitectureOf(const ModelConfig& c) {
+  // llama.cpp runs Qwen2 with NEOX (rotate-half) RoPE and no permutation; everything lowbit
+  // reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
+  if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "gguf:qwen2") return {"qwen2", false};
+  return {"llama", c.rope_style == RopeStyle::kHalf};
+}
+
+// What a GGUF tensor is made of. Matrices come from a Linear (dense or quantized); vectors and
+// the embedding table from fp32 arrays.
+struct TensorSource {
+  const Linear* linear = nullptr;
+  const std::vector<float>* values = nullptr;
+  uint32_t permute_heads = 0;  // > 0: rows are head-major HF Q/K rows to permute
+};
+
+struct PlannedTensor {
+  std::string name;
+  std::vector<uint64_t> ne;  // [cols, rows] or [n]
+  int layer = -1;  // the decoder block it comes from, -1 outside the blocks
+  std::function<TensorSource(const LayerWeights*)> source;
+};
+
+// GGUF row r of a permuted Q/K matrix comes from HF row SourceRow(r) (formats.md 2.7).
+uint64_t SourceRow(uint64_t r, uint32_t head_dim) {
+  const uint64_t head = r / head_dim, within = r % head_dim, i = within / 2, j = within % 2;
+  return head * head_dim + j * (head_dim / 2) + i;
+}
+
+std::vector<float> Llama3RopeDivisors(const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  const double orig = s.original_max_position;
+  std::vector<float> divisors(c.head_dim / 2);
+  for (size_t i = 0; i < divisors.size(); ++i) {
+    const double freq = std::pow(double{c.rope_theta}, -2.0 * static_cast<double>(i) / c.head_dim);
+    const double wavelen = 2 * std::numbers::pi / freq;
+    double f = 1;
+    if (wavelen > orig / s.low_freq_factor) {
+      f = s.factor;
+    } else if (wavelen >= orig / s.high_freq_factor) {
+      const double smooth = (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f = 1 / ((1 - smooth) / s.factor + smooth);
+    }
+    divisors[i] = static_cast<float>(f);
+  }
+  return divisors;
+}
+
+std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const std::vector<float>* rope_divisors) {
+  const ModelConfig& c = m.config;
+  const uint32_t q_heads = arch.permute_qk ? c.n_heads : 0, k_heads = arch.permute_qk ? c.n_kv_heads : 0;
+  std::vector<PlannedTensor> plan;
+  auto vector = [&](std::string name, uint64_t n, int layer, std::function<const std::vector<float>*(const LayerWeights*)> get,
+                    uint32_t heads = 0) {
+    plan.push_back({std::move(name), {n}, layer,
+                    [get, heads](const LayerWeights* l) { return TensorSource{nullptr, get(l), heads}; }});
+  };
+  auto matrix = [&](std::string name, uint64_t rows, uint64_t cols, int layer,
+                    std::function<const Linear*(const LayerWeights*)> get, uint32_t heads = 0) {
+    plan.push_back({std::move(name), {cols, rows}, layer,
+                    [get, heads](const LayerWeights* l) { return TensorSource{get(l), nullptr, heads}; }});
+  };
+  const ModelWeights& w = m.weights;
+  plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1,
+                  [&w](const LayerWeights*) { return TensorSource{nullptr, &w.embed, 0}; }});
+  if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    const int layer = static_cast<int>(i);
+    const std::string p = fmt::format("blk.{}.", i);
+    vector(p + "attn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_norm; });
+    matrix(p + "attn_q.weight", c.q_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wq; }, q_heads);
+    matrix(p + "attn_k.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wk; }, k_heads);
+    matrix(p + "attn_v.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wv; });
+    if (c.qkv_bias) {
+      vector(p + "attn_q.bias", c.q_dim(), layer, [](const LayerWeights* l) { return &l->wq.bias; }, q_heads);
+      vector(p + "attn_k.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wk.bias; }, k_heads);
+      vector(p + "attn_v.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wv.bias; });
+    }
+    matrix(p + "attn_output.weight", c.dim, c.q_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
+    vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
+    matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
+    matrix(p + "ffn_up.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
+    matrix(p + "ffn_down.weight", c.dim, c.ffn_dim, layer, [](const LayerWeights* l) { return &l->w_down; });
+  }
+  plan.push_back({"output_norm.weight", {c.dim}, -1,
+                  [&w](const LayerWeights*) { return TensorSource{nullptr, &w.final_norm, 0}; }});
+  if (!c.tie_embeddings)
+    plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1,
+                    [&w](const LayerWeights*) { return TensorSource{&w.lm_head, nullptr, 0}; }});
+  return plan;
+}
+
+void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture& arch, const std::string& name,
+                      uint32_t file_type) {
+  const std::string& a = arch.name;
+  out.Set("general.architecture", a);
+  out.Set("general.type", std::string("model"));
+  out.Set("general.name", name);
+  out.Set(a + ".block_count", c.n_layers);
+  out.Set(a + ".context_length", c.max_position);
+  out.Set(a + ".embedding_length", c.dim);
+  out.Set(a + ".feed_forward_length", c.ffn_dim);
+  out.Set(a + ".attention.head_count", c.n_heads);
+  out.Set(a + ".attention.head_count_kv", c.n_kv_heads);
+  out.Set(a + ".rope.freq_base", c.rope_theta);
+  out.Set(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+  if (c.head_dim != c.dim / c.n_heads) {
+    out.Set(a + ".attention.key_length", c.head_dim);
+    out.Set(a + ".attention.value_length", c.head_dim);
+  }
+  out.Set("general.file_type", file_type);
+  if (a == "llama") {
+    out.Set(a + ".vocab_size", c.vocab_size);
+    out.Set(a + ".rope.dimension_count", c.head_dim);
+  }
+  out.Set("general.quantization_version", kQuantizationVersion);
+}
+
+// Encodes one planned tensor into GGUF bytes of the chosen type. A quantized source whose grid a
+// ggml type holds exactly keeps its codes (that type wins over the mix's choice): calibrated codes
+// are never quantized a second time.
+class TensorEncoder {
+ public:
+  TensorEncoder(const GgufExportOptions& options, size_t threads) : options_(options), pool_(threads) {}
+
+  struct Encoded {
+    uint32_t type;
+    bool repacked;
+    std::vector<std::byte> bytes;
+  };
+
+  Encoded Encode(const PlannedTensor& t, const TensorSource& src, uint32_t head_dim, uint32_t type) {
+    const uint64_t cols = t.ne[0], rows = t.ne.size() > 1 ? t.ne[1] : 1;
+    const QuantizedTensor* q = nullptr;
+    const float* dense = nullptr;
+    if (src.linear) {
+      LOWBIT_CHECK(src.linear->rows() == rows && src.linear->cols() == cols);
+      if (const auto* d = std::get_if<DenseMatrix>(&src.linear->weight)) dense = d->values.data();
+      else q = &std::get<QuantizedTensor>(src.linear->weight);
+    } else {
+      LOWBIT_CHECK(src.values && src.values->size() == rows * cols);
+      dense = src.values->data();
+    }
+    const std::optional<uint32_t> exact = q ? ExactGgufType(*q) : std::nullopt;
+    if (exact) type = *exact;
+    std::span<const float> importance;
+    if (options_.imatrix && !exact) {
+      if (auto it = options_.imatrix->find(t.name); it != options_.imatrix->end()) {
+        if (it->second.size() != cols)
+          Fail("importance matrix: entry '{}' has {} columns, the tensor has {}", t.name, it->second.size(), cols);
+        importance = it->second;
+      }
+    }
+    const uint64_t row_bytes = GgufWriter::TensorBytes(type, std::vector<uint64_t>{cols});
+    Encoded out{type, exact.has_value(), std::vector<std::byte>(row_bytes * rows)};
+    ParallelFor(&pool_, rows, [&](size_t begin, size_t end) {
+      std::vector<float> row(cols);
+      for (size_t r = begin; r < end; ++r) {
+        const uint64_t from = src.permute_heads ? SourceRow(r, head_dim) : r;
+        std::byte* dst = out.bytes.data() + r * row_bytes;
+        if (exact) {
+          PackGgufRow(*q, from, dst);
+          continue;
+        }
+        const float* x = dense ? dense + from * cols : row.data();
+        if (q) q->DequantizeRow(from, row.data());
+        QuantizeGgufRow(type, x, static_cast<int64_t>(cols), importance, dst);
+      }
+    });
+    return out;
+  }
+
+ private:
+  const GgufExportOptions& options_;
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_path, const GgufExportOptions& options) {
+  const Model& m = s.model;
+  const ModelConfig& c = m.config;
+  const GgufFileType& file_type = FindGgufFileType(options.type);
+  const Architecture arch = ArchitectureOf(c);
+  std::optional<std::vector<float>> rope_divisors;
+  if (c.rope_scaling.factor > 0) {
+    if (arch.name != "llama") Fail("{}: rope scaling is only exported for the llama architecture", m.source);
+    rope_divisors = Llama3RopeDivisors(c);
+  }
+  std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr);
+
+  GgufMixModel mix{c.n_layers, c.n_kv_heads ? c.n_heads / c.n_kv_heads : 1, !c.tie_embeddings};
+  GgufTypeChooser chooser(file_type, mix, options.pure, options.imatrix != nullptr);
+  GgufWriter writer(out_path);
+  std::string name = options.name;
+  if (name.empty()) name = std::filesystem::path(m.source).filename().string();
+  SetModelMetadata(writer, c, arch, name, file_type.ftype);
+  for (const GgufKeyValue& kv : options.metadata) writer.Set(kv.key, kv.value);
+
+  GgufExportResult result;
+  result.architecture = arch.name;
+  result.file_type = file_type.ftype;
+  for (const PlannedTensor& t : plan) {
+    writer.DeclareTensor(t.name, t.ne);
+    uint64_t n = 1;
+    for (uint64_t d : t.ne) n *= d;
+    result.weights += n;
+  }
+
+  TensorEncoder encoder(options, options.threads);
+  std::optional<LayerWeights> layer;
+  int loaded = -1;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedTensor& t = plan[i];
+    if (options.progress) options.progress(i, plan.size(), t.name);
+    const LayerWeights* l = nullptr;
+    if (t.layer >= 0) {
+      if (s.read_layer) {
+        if (loaded != t.layer) {
+          layer.reset();  // free the previous block first: one block in memory at a time
+          layer = s.read_layer(static_cast<size_t>(t.layer));
+          loaded = t.layer;
+        }
+        l = &*layer;
+      } else {
+        l = &m.weights.layers[static_cast<size_t>(t.layer)];
+      }
+    }
+    const uint32_t chosen = chooser.Choose(t.name, t.ne);
+    if (!CanQuantizeGguf(chosen)) Fail("writing ggml type {} is not supported", GgmlTypeName(chosen));
+    const TensorEncoder::Encoded e = encoder.Encode(t, t.source(l), c.head_dim, chosen);
+    writer.WriteTensor(t.name, e.type, e.bytes);
+    result.tensors.push_back({t.name, e.type, t.ne, e.bytes.size(), e.repacked});
+  }
+  if (options.progress) options.progress(plan.size(), plan.size(), "");
+  result.file_bytes = writer.Commit();
+  return result;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,55 @@
+// Writes a model lowbit can open (a Hugging Face folder, a lowbit quantized folder, a GGUF or a
+// llama2.c file) as a GGUF file llama.cpp runs: llama.cpp's converter metadata for the `llama`
+// architecture (`qwen2` for Qwen2 models), its tensor names and the Q/K row permutation, and the
+// tensor types of a llama-quantize file type (gguf_mix.h), encoded by gguf_quantize.h.
+//
+// Streaming: the header is written from the config alone, then one decoder block is read,
+// encoded and written at a time, so the peak is one block in fp32 plus the embeddings.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/gguf.h"
+#include "io/model_loader.h"
+
+namespace lowbit {
+
+struct GgufExportOptions {
+  std::string type = "Q8_0";  // a GgufFileType name
+  bool pure = false;          // every matrix in the base type (llama-quantize --pure)
+  std::string name;           // general.name; empty = the model folder's name
+  // More keys, written after the model's own: the tokenizer's (tokenizer/gguf_vocab_export.h), a
+  // recipe card.
+  std::vector<GgufKeyValue> metadata;
+  // Per GGUF tensor name, one importance weight per input column (an importance matrix).
+  const std::map<std::string, std::vector<float>, std::less<>>* imatrix = nullptr;
+  size_t threads = 0;  // 0 = all cores
+  std::function<void(size_t done, size_t total, std::string_view tensor)> progress;
+};
+
+struct GgufExportedTensor {
+  std::string name;
+  uint32_t ggml_type = 0;
+  std::vector<uint64_t> ne;
+  uint64_t bytes = 0;
+  bool repacked = false;  // the source's codes and scales were carried over exactly
+};
+
+struct GgufExportResult {
+  std::string architecture;  // general.architecture written
+  uint32_t file_type = 0;    // general.file_type
+  uint64_t file_bytes = 0;
+  uint64_t weights = 0;      // elements of all tensors
+  std::vector<GgufExportedTensor> tensors;
+  double bits_per_weight() const { return weights ? 8.0 * static_cast<double>(file_bytes) / static_cast<double>(weights) : 0; }
+};
+
+GgufExportResult ExportGguf(StreamedModel& model, const std::filesystem::path& out, const GgufExportOptions& options);
+
+}  // namespace lowbit

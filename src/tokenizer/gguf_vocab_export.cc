@@ -1,0 +1,94 @@
+#include "tokenizer/gguf_vocab_export.h"
+
+#include <sentencepiece_processor.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_util.h"
+
+namespace lowbit {
+namespace {
+
+// llama.cpp's token types (formats.md 2.5).
+enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+// tokenizer_config.json's add_bos_token / add_eos_token, when the folder has one.
+void AddSpecialFlags(const std::filesystem::path& folder, std::vector<GgufKeyValue>& kvs) {
+  const std::filesystem::path path = folder / "tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ReadTextFile(path));
+  } catch (const nlohmann::json::exception& e) {
+    Fail("{}: not valid JSON: {}", path.string(), e.what());
+  }
+  for (const char* key : {"add_bos_token", "add_eos_token"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_boolean()) Fail("{}: field '{}' must be true or false", path.string(), key);
+    kvs.push_back({std::string("tokenizer.ggml.") + key, j[key].get<bool>()});
+  }
+}
+
+std::vector<GgufKeyValue> FromSentencePiece(const std::filesystem::path& file, const ModelConfig& c) {
+  sentencepiece::SentencePieceProcessor sp;
+  if (const auto status = sp.Load(file.string()); !status.ok())
+    Fail("{}: cannot load SentencePiece model: {}", file.string(), status.ToString());
+  const int n = sp.GetPieceSize();
+  if (static_cast<uint32_t>(n) > c.vocab_size)
+    Fail("{}: {} tokens, more than the model's vocab_size {}", file.string(), n, c.vocab_size);
+  std::vector<std::string> tokens(c.vocab_size);
+  std::vector<float> scores(c.vocab_size, -10000.0f);
+  std::vector<int32_t> types(c.vocab_size, kUnused);
+  for (uint32_t id = 0; id < c.vocab_size; ++id) tokens[id] = "[PAD" + std::to_string(id) + "]";
+  for (int id = 0; id < n; ++id) {
+    tokens[id] = sp.IdToPiece(id);
+    scores[id] = sp.GetScore(id);
+    types[id] = sp.IsUnknown(id) ? kUnknown : sp.IsControl(id) ? kControl : sp.IsUnused(id) ? kUnused
+              : sp.IsByte(id)    ? kByte    : kNormal;
+  }
+  std::vector<GgufKeyValue> kvs;
+  kvs.push_back({"tokenizer.ggml.model", std::string("llama")});
+  kvs.push_back({"tokenizer.ggml.pre", std::string("default")});
+  kvs.push_back({"tokenizer.ggml.tokens", GgufArray{std::move(tokens)}});
+  kvs.push_back({"tokenizer.ggml.scores", GgufArray{std::move(scores)}});
+  kvs.push_back({"tokenizer.ggml.token_type", GgufArray{std::move(types)}});
+  kvs.push_back({"tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_id)});
+  kvs.push_back({"tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_id)});
+  if (sp.unk_id() >= 0) kvs.push_back({"tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(sp.unk_id())});
+  if (sp.pad_id() >= 0) kvs.push_back({"tokenizer.ggml.padding_token_id", static_cast<uint32_t>(sp.pad_id())});
+  AddSpecialFlags(file.parent_path(), kvs);
+  return kvs;
+}
+
+std::vector<GgufKeyValue> FromGguf(const std::filesystem::path& file, const ModelConfig& c) {
+  const GgufFile f = GgufFile::Open(file);
+  std::vector<GgufKeyValue> kvs;
+  for (const GgufKeyValue& kv : f.metadata())
+    if (kv.key.starts_with("tokenizer.")) kvs.push_back(kv);
+  if (kvs.empty()) Fail("{}: no tokenizer.* keys to copy", file.string());
+  if (const GgufValue* tokens = f.Find("tokenizer.ggml.tokens"); tokens && f.GetArray("tokenizer.ggml.tokens").size() != c.vocab_size)
+    Fail("{}: key 'tokenizer.ggml.tokens' has {} entries, the model has {} rows", file.string(),
+         f.GetArray("tokenizer.ggml.tokens").size(), c.vocab_size);
+  return kvs;
+}
+
+}  // namespace
+
+std::vector<GgufKeyValue> GgufVocabularyFor(const std::filesystem::path& tokenizer, const ModelConfig& config) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(tokenizer)) {
+    if (fs::exists(tokenizer / "tokenizer.model")) return FromSentencePiece(tokenizer / "tokenizer.model", config);
+    if (fs::exists(tokenizer / "tokenizer.json"))
+      Fail("{}: only a tokenizer.json here; writing a GGUF vocabulary from tokenizer.json is not supported yet "
+           "(pass --tokenizer with a tokenizer.model or a .gguf vocabulary)", tokenizer.string());
+    Fail("{}: no tokenizer.model in this folder (pass --tokenizer)", tokenizer.string());
+  }
+  if (!fs::exists(tokenizer)) Fail("{}: no such file or folder", tokenizer.string());
+  if (tokenizer.extension() == ".gguf") return FromGguf(tokenizer, config);
+  if (tokenizer.extension() == ".bin")
+    Fail("{}: llama2.c checkpoints carry no tokenizer; pass --tokenizer with a tokenizer.model", tokenizer.string());
+  return FromSentencePiece(tokenizer, config);
+}
+
+}  // namespace lowbit

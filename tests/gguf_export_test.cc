@@ -1,0 +1,275 @@
+// GGUF writing: the writer against our (independently tested) reader, llama-quantize's per-tensor
+// type choices worked out by hand from its rules, and whole-model exports of the bundled model read
+// back by lowbit's own GGUF loader and tokenizer. llama.cpp itself checks the same files in
+// `make test-interop` (tests/interop/gguf_llamacpp.py).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_export.h"
+#include "io/gguf_mix.h"
+#include "io/gguf_writer.h"
+#include "io/imatrix.h"
+#include "io/model_loader.h"
+#include "model/forward.h"
+#include "tokenizer/gguf_vocab_export.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kModel = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(fs::temp_directory_path() / ("lowbit_gguf_export_" + std::to_string(::getpid())) / name) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  fs::path operator/(const std::string& f) const { return path_ / f; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+TEST(GgufWriter, RoundTripsEveryValueTypeAndAlignsTensors) {
+  TempDir dir("writer");
+  const fs::path file = dir / "t.gguf";
+  GgufWriter w(file, 64);
+  w.Set("general.architecture", std::string("llama"));
+  w.Set("u8", uint8_t{7});
+  w.Set("i16", int16_t{-3});
+  w.Set("u32", uint32_t{123456});
+  w.Set("i64", int64_t{-5});
+  w.Set("f32", 1.5f);
+  w.Set("f64", 2.25);
+  w.Set("flag", true);
+  w.Set("names", GgufArray{std::vector<std::string>{"a", "", "ccc"}});
+  w.Set("scores", GgufArray{std::vector<float>{0.5f, -1}});
+  w.Set("types", GgufArray{std::vector<int32_t>{1, 6}});
+  const std::vector<float> a = {1, 2, 3}, b(64, 0.25f);
+  w.DeclareTensor("a", {3});
+  w.DeclareTensor("b", {32, 2});
+  w.WriteTensor("a", kGgmlF32, std::as_bytes(std::span(a)));
+  w.WriteTensor("b", kGgmlF32, std::as_bytes(std::span(b)));
+  const uint64_t committed = w.Commit();
+  EXPECT_EQ(committed, fs::file_size(file));
+  const GgufFile f = GgufFile::Open(file);
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_EQ(f.GetU32("general.alignment"), 64u);
+  EXPECT_EQ(std::get<uint8_t>(f.Get("u8")), 7);
+  EXPECT_EQ(std::get<int16_t>(f.Get("i16")), -3);
+  EXPECT_EQ(f.GetU32("u32"), 123456u);
+  EXPECT_EQ(std::get<int64_t>(f.Get("i64")), -5);
+  EXPECT_EQ(f.GetF32("f32"), 1.5f);
+  EXPECT_EQ(std::get<double>(f.Get("f64")), 2.25);
+  EXPECT_TRUE(f.GetBool("flag"));
+  EXPECT_EQ(f.GetArrayOf<std::string>("names"), (std::vector<std::string>{"a", "", "ccc"}));
+  EXPECT_EQ(f.GetArrayOf<float>("scores"), (std::vector<float>{0.5f, -1}));
+  EXPECT_EQ(f.GetArrayOf<int32_t>("types"), (std::vector<int32_t>{1, 6}));
+  ASSERT_EQ(f.tensors().size(), 2u);
+  EXPECT_EQ(f.tensors()[1].offset % 64, 0u);
+  EXPECT_EQ(DequantizeGgufTensor(f.tensors()[0]), a);
+  EXPECT_EQ(DequantizeGgufTensor(f.tensors()[1]), b);
+  for (const auto& entry : fs::directory_iterator(dir.path())) EXPECT_EQ(entry.path(), file);  // no temp left
+}
+
+TEST(GgufWriter, UnwrittenFileLeavesNothingBehind) {
+  TempDir dir("abandoned");
+  {
+    GgufWriter w(dir / "t.gguf");
+    w.DeclareTensor("a", {4});
+    const std::vector<float> a(4);
+    w.WriteTensor("a", kGgmlF32, std::as_bytes(std::span(a)));
+  }  // destroyed without Commit, as when an exception unwinds an export
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+// llama-quantize's choices for a 6-layer GQA-2 llama, worked out from llama_tensor_get_type_impl:
+// use_more_bits(i, 6) holds for i = 2 and 5 (i - 0) % 3 == 2 or i >= 7 * 6 / 8 = 5).
+std::map<std::string, uint32_t> Choices(std::string_view type, bool tied = false, bool imatrix = false) {
+  GgufTypeChooser chooser(FindGgufFileType(type), GgufMixModel{6, 2, !tied}, false, imatrix);
+  std::map<std::string, uint32_t> out;
+  auto choose = [&](const std::string& name, std::vector<uint64_t> ne) { out[name] = chooser.Choose(name, ne); };
+  choose("token_embd.weight", {256, 4096});
+  for (int i = 0; i < 6; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    choose(p + "attn_norm.weight", {256});
+    choose(p + "attn_q.weight", {256, 256});
+    choose(p + "attn_v.weight", {256, 128});
+    choose(p + "attn_output.weight", {256, 256});
+    choose(p + "ffn_down.weight", {768, 256});
+  }
+  if (!tied) choose("output.weight", {256, 4096});
+  return out;
+}
+
+TEST(GgufMix, FollowsLlamaQuantizeRules) {
+  auto q4km = Choices("q4_k_m");  // names are case-insensitive
+  EXPECT_EQ(q4km["token_embd.weight"], kGgmlQ4_K);
+  EXPECT_EQ(q4km["output.weight"], kGgmlQ6_K);
+  EXPECT_EQ(q4km["blk.0.attn_norm.weight"], kGgmlF32);
+  for (int i = 0; i < 6; ++i) {
+    const uint32_t more = (i == 2 || i == 5) ? kGgmlQ6_K : kGgmlQ4_K;
+    EXPECT_EQ(q4km["blk." + std::to_string(i) + ".attn_v.weight"], more) << i;
+    EXPECT_EQ(q4km["blk." + std::to_string(i) + ".ffn_down.weight"], more) << i;
+    EXPECT_EQ(q4km["blk." + std::to_string(i) + ".attn_q.weight"], kGgmlQ4_K) << i;
+  }
+  auto q3km = Choices("Q3_K_M");
+  EXPECT_EQ(q3km["blk.0.attn_v.weight"], kGgmlQ5_K);
+  EXPECT_EQ(q3km["blk.1.attn_v.weight"], kGgmlQ5_K);
+  EXPECT_EQ(q3km["blk.2.attn_v.weight"], kGgmlQ4_K);
+  EXPECT_EQ(q3km["blk.3.attn_output.weight"], kGgmlQ4_K);
+  EXPECT_EQ(q3km["blk.3.ffn_down.weight"], kGgmlQ4_K);
+  EXPECT_EQ(q3km["blk.3.attn_q.weight"], kGgmlQ3_K);
+  auto q2k = Choices("Q2_K");
+  EXPECT_EQ(q2k["blk.0.attn_v.weight"], kGgmlQ3_K);  // n_gqa 2 < 4
+  EXPECT_EQ(q2k["blk.0.ffn_down.weight"], kGgmlQ3_K);
+  EXPECT_EQ(Choices("Q4_0")["output.weight"], kGgmlQ6_K);
+  EXPECT_EQ(Choices("Q8_0")["output.weight"], kGgmlQ8_0);
+  EXPECT_EQ(Choices("Q4_0", true)["token_embd.weight"], kGgmlQ6_K);  // tied: the embedding is the output
+  EXPECT_EQ(Choices("TQ1_0")["token_embd.weight"], kGgmlQ4_K);
+  EXPECT_EQ(Choices("IQ4_XS")["blk.0.ffn_down.weight"], kGgmlIQ4_XS);  // 0 < 6 / 8 is false
+  EXPECT_EQ(Choices("BF16")["output.weight"], kGgmlBF16);
+  for (const auto& [name, type] : Choices("Q4_K")) EXPECT_EQ(type, name.find("norm") != std::string::npos ? kGgmlF32 : kGgmlQ4_K) << name;
+}
+
+TEST(GgufMix, FallsBackWhereRowsAreNotWholeBlocks) {
+  GgufTypeChooser chooser(FindGgufFileType("Q4_K_S"), GgufMixModel{1, 1, true}, false, false);
+  EXPECT_EQ(chooser.Choose("blk.0.attn_q.weight", {96, 8}), kGgmlQ5_0);  // 96 = 3 x 32
+  EXPECT_EQ(chooser.Choose("blk.0.attn_q.weight", {100, 8}), kGgmlF16);
+  GgufTypeChooser q6(FindGgufFileType("Q6_K"), GgufMixModel{1, 1, true}, true, false);
+  EXPECT_EQ(q6.Choose("output.weight", {96, 8}), kGgmlQ8_0);
+}
+
+TEST(GgufMix, UnknownTypeListsTheSupportedOnes) {
+  try {
+    FindGgufFileType("Q4_K_X");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_K_M"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<float> Logits(const Model& m, const std::vector<int32_t>& ids) {
+  Engine engine(m, 2);
+  KvCache cache = engine.NewCache(ids.size());
+  return engine.Forward(cache, ids, true);
+}
+
+// The F32 export is the same model: llama.cpp's Q/K permutation and adjacent-pair RoPE give the
+// Hugging Face model's logits, and the written vocabulary tokenizes as the tokenizer.model does.
+TEST(GgufExport, F32FileIsTheSameModelAndVocabulary) {
+  TempDir dir("f32");
+  StreamedModel hf = OpenModel(kModel);
+  GgufExportOptions o;
+  o.type = "F32";
+  o.metadata = GgufVocabularyFor(kModel, hf.model.config);
+  const GgufExportResult r = ExportGguf(hf, dir / "m.gguf", o);
+  EXPECT_EQ(r.architecture, "llama");
+  EXPECT_EQ(r.file_bytes, fs::file_size(dir / "m.gguf"));
+
+  const GgufFile f = GgufFile::Open(dir / "m.gguf");
+  EXPECT_EQ(f.GetString("general.architecture"), "llama");
+  EXPECT_EQ(f.GetU32("general.quantization_version"), 2u);
+  EXPECT_EQ(f.GetU32("llama.attention.head_count_kv"), 4u);
+  EXPECT_EQ(f.GetString("tokenizer.ggml.model"), "llama");
+  EXPECT_TRUE(f.GetBool("tokenizer.ggml.add_bos_token"));
+
+  const Model original = LoadModel(kModel), exported = LoadModel(dir / "m.gguf");
+  EXPECT_EQ(exported.config.rope_style, RopeStyle::kAdjacent);
+  const std::unique_ptr<Tokenizer> sp = LoadTokenizer(kModel), gguf = LoadTokenizer(dir / "m.gguf");
+  const std::string text = "And God said, Let there be light: and there was light. 1611 AD!";
+  const std::vector<int32_t> ids = sp->Encode(text, true);
+  EXPECT_EQ(gguf->Encode(text, true), ids);
+  const std::vector<float> a = Logits(original, ids), b = Logits(exported, ids);
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max<double>(max_diff, std::abs(a[i] - b[i]));
+    max_abs = std::max<double>(max_abs, std::abs(a[i]));
+  }
+  EXPECT_LT(max_diff, 1e-4 * max_abs);
+
+  // Re-exporting the GGUF (already in llama.cpp's row order) gives the same tensor bytes.
+  StreamedModel again = OpenModel(dir / "m.gguf");
+  o.metadata = GgufVocabularyFor(dir / "m.gguf", again.model.config);
+  ExportGguf(again, dir / "again.gguf", o);
+  const GgufFile g = GgufFile::Open(dir / "again.gguf");
+  ASSERT_EQ(g.tensors().size(), f.tensors().size());
+  for (size_t i = 0; i < f.tensors().size(); ++i) {
+    const auto& x = f.tensors()[i].data;
+    const auto& y = g.tensors()[i].data;
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << f.tensors()[i].name;
+  }
+}
+
+TEST(GgufExport, QuantizedMixReadsBackWithItsTypes) {
+  TempDir dir("q4km");
+  StreamedModel hf = OpenModel(kModel);
+  GgufExportOptions o;
+  o.type = "Q4_K_M";
+  o.metadata = GgufVocabularyFor(kModel, hf.model.config);
+  const GgufExportResult r = ExportGguf(hf, dir / "m.gguf", o);
+  const GgufFile f = GgufFile::Open(dir / "m.gguf");
+  EXPECT_EQ(f.GetU32("general.file_type"), 15u);
+  ASSERT_EQ(r.tensors.size(), f.tensors().size());
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    EXPECT_EQ(f.tensors()[i].name, r.tensors[i].name);
+    EXPECT_EQ(f.tensors()[i].ggml_type, r.tensors[i].ggml_type) << r.tensors[i].name;
+  }
+  EXPECT_EQ(f.FindTensor("output.weight")->ggml_type, kGgmlQ6_K);
+  EXPECT_NEAR(r.bits_per_weight(), 5.08, 0.01);  // Q4_K 4.5 bpw + Q6_K output and 4 more bits elsewhere
+  const Model m = LoadModel(dir / "m.gguf");
+  const std::vector<float> logits = Logits(m, {1, 1040, 261, 2108});
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(GgufExport, BadInputIsAClearError) {
+  TempDir dir("bad");
+  StreamedModel hf = OpenModel(kModel);
+  GgufExportOptions o;
+  o.type = "Q9_K";
+  EXPECT_THROW(ExportGguf(hf, dir / "m.gguf", o), Error);
+  std::map<std::string, std::vector<float>, std::less<>> im = {{"blk.0.attn_q.weight", std::vector<float>(3, 1.0f)}};
+  o.type = "Q4_K_M";
+  o.imatrix = &im;
+  try {
+    ExportGguf(hf, dir / "m.gguf", o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));  // never a partial file
+  EXPECT_THROW(GgufVocabularyFor(dir.path(), hf.model.config), Error);  // no tokenizer there
+}
+
+TEST(Imatrix, RoundTripsAsLlamaCppReadsIt) {
+  TempDir dir("imatrix");
+  std::map<std::string, ImatrixEntry, std::less<>> entries;
+  entries["blk.0.ffn_down.weight"] = {{2, 4, 6, 8}, 2};
+  entries["blk.0.attn_q.weight"] = {{1, 0}, 0};  // no tokens: llama.cpp reads ones
+  WriteImatrix(dir / "im.gguf", entries, {"kjv-train.txt"}, 3, 256);
+  const GgufFile f = GgufFile::Open(dir / "im.gguf");
+  EXPECT_EQ(f.GetString("general.type"), "imatrix");
+  ASSERT_NE(f.FindTensor("blk.0.ffn_down.weight.in_sum2"), nullptr);
+  const ImportanceMatrix m = ReadImatrix(dir / "im.gguf");
+  EXPECT_EQ(m.columns.at("blk.0.ffn_down.weight"), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(m.columns.at("blk.0.attn_q.weight"), (std::vector<float>{1, 1}));
+  EXPECT_EQ(m.datasets, std::vector<std::string>{"kjv-train.txt"});
+  EXPECT_EQ(m.chunk_count, 3u);
+  EXPECT_EQ(m.chunk_size, 256u);
+  EXPECT_THROW(ReadImatrix(dir / "missing.gguf"), Error);
+}
+
+}  // namespace
+}  // namespace lowbit
