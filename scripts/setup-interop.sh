@@ -19,6 +19,7 @@ want="${pins[*]} llama-cpp-python==$llama_version $llama_flags $llama_cflags"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
+rm -rf "$venv"  # a changed pin or flag: start clean (pip keeps an installed version as it is)
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip==25.1.1
 if ! ls "$wheels"/llama_cpp_python-*.whl > /dev/null 2>&1; then

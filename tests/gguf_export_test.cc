@@ -14,10 +14,13 @@
 #include "io/gguf.h"
 #include "io/gguf_export.h"
 #include "io/gguf_mix.h"
+#include "io/gguf_pack.h"
+#include "io/gguf_repack.h"
 #include "io/gguf_writer.h"
 #include "io/imatrix.h"
 #include "io/model_loader.h"
 #include "model/forward.h"
+#include "quant/rtn.h"
 #include "tokenizer/gguf_vocab_export.h"
 #include "tokenizer/tokenizer.h"
 
@@ -160,6 +163,34 @@ TEST(GgufMix, UnknownTypeListsTheSupportedOnes) {
   }
 }
 
+// Our grids that a ggml type holds exactly are written as its blocks bit for bit: reading the blocks
+// back (gguf_repack, tested against llama.cpp's decoding) gives the same codes and scales.
+TEST(GgufPack, ExactGridsRoundTripBitForBit) {
+  std::vector<float> w(6 * 96);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * static_cast<float>(i)) * (1 + static_cast<float>(i % 11));
+  const std::pair<std::string, uint32_t> grids[] = {{"int4:g32:scale=f16", kGgmlQ4_0}, {"int5:g32:scale=f16", kGgmlQ5_0},
+                                                    {"int8:g32:scale=f16", kGgmlQ8_0}, {"iq4_nl:g32:scale=f16", kGgmlIQ4_NL},
+                                                    {"mxfp4", kGgmlMXFP4}};
+  for (const auto& [scheme, type] : grids) {
+    const QuantizedTensor q = QuantizeRtn(w, 6, 96, ParseScheme(scheme), "w");
+    ASSERT_EQ(ExactGgufType(q), type) << scheme;
+    const uint64_t row_bytes = 3 * FindGgmlType(type)->block_bytes;
+    std::vector<std::byte> bytes(6 * row_bytes);
+    for (uint64_t r = 0; r < 6; ++r) PackGgufRow(q, r, bytes.data() + r * row_bytes);
+    GgufTensorInfo t;
+    t.name = "w";
+    t.ggml_type = type;
+    t.dims = {96, 6};
+    t.n_elements = 6 * 96;
+    t.data = bytes;
+    const QuantizedTensor back = *RepackGgufMatrix(t, 6, 96);
+    EXPECT_TRUE(std::ranges::equal(back.codes(), q.codes())) << scheme;
+    EXPECT_TRUE(std::ranges::equal(back.scale_bytes(), q.scale_bytes())) << scheme;
+  }
+  EXPECT_FALSE(ExactGgufType(QuantizeRtn(w, 6, 96, ParseScheme("int4:g32:scale=f32"), "w")).has_value());
+  EXPECT_FALSE(ExactGgufType(QuantizeRtn(w, 6, 96, ParseScheme("int4:g32:asym:scale=f16"), "w")).has_value());
+}
+
 std::vector<float> Logits(const Model& m, const std::vector<int32_t>& ids) {
   Engine engine(m, 2);
   KvCache cache = engine.NewCache(ids.size());
@@ -211,6 +242,35 @@ TEST(GgufExport, F32FileIsTheSameModelAndVocabulary) {
     const auto& y = g.tensors()[i].data;
     EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << f.tensors()[i].name;
   }
+}
+
+// A Qwen2-shaped model (the bundled weights plus q/k/v biases) exports as llama.cpp's `qwen2`:
+// no Q/K permutation, rotate-half RoPE, biases; lowbit reads it back to the same logits.
+TEST(GgufExport, Qwen2KeepsRowOrderAndBiases) {
+  TempDir dir("qwen2");
+  StreamedModel s{LoadModel(kModel), nullptr};
+  Model& m = s.model;
+  m.config.architecture = "Qwen2ForCausalLM";
+  m.config.qkv_bias = true;
+  for (LayerWeights& l : m.weights.layers)
+    for (Linear* lin : {&l.wq, &l.wk, &l.wv}) {
+      lin->bias.resize(lin->rows());
+      for (size_t i = 0; i < lin->bias.size(); ++i) lin->bias[i] = 0.01f * static_cast<float>(i % 7) - 0.03f;
+    }
+  const std::vector<float> expected = Logits(m, {1, 1040, 261, 2108, 300});
+  GgufExportOptions o;
+  o.type = "F32";
+  o.metadata = GgufVocabularyFor(kModel, m.config);
+  EXPECT_EQ(ExportGguf(s, dir / "q.gguf", o).architecture, "qwen2");
+  const GgufFile f = GgufFile::Open(dir / "q.gguf");
+  EXPECT_EQ(f.GetU32("qwen2.block_count"), 6u);
+  EXPECT_EQ(f.Find("llama.block_count"), nullptr);
+  ASSERT_NE(f.FindTensor("blk.3.attn_k.bias"), nullptr);
+  const Model back = LoadModel(dir / "q.gguf");
+  EXPECT_EQ(back.config.rope_style, RopeStyle::kHalf);
+  const std::vector<float> got = Logits(back, {1, 1040, 261, 2108, 300});
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << i;  // same weights, same order
 }
 
 TEST(GgufExport, QuantizedMixReadsBackWithItsTypes) {

@@ -16,7 +16,7 @@
 namespace lowbit {
 namespace {
 
-constexpr std::string_view kSupportedArchitectures = "llama";
+constexpr std::string_view kSupportedArchitectures = "llama, qwen2";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -113,7 +113,7 @@ class TensorLoader {
   void CheckAllUsed() const {
     for (const GgufTensorInfo& t : file_.tensors())
       if (!used_.count(t.name))
-        Fail("{}: unexpected tensor '{}' for a llama model (not supported)", source_, t.name);
+        Fail("{}: unexpected tensor '{}' for a llama / qwen2 model (not supported)", source_, t.name);
   }
 
   void MarkUsed(const std::string& name) { used_.insert(name); }
@@ -154,38 +154,40 @@ int32_t TokenId(const GgufFile& f, std::string_view key, int32_t fallback) {
 ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
-  if (arch != "llama")
-    Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch,
-         kSupportedArchitectures);
-  if (f.GetU32Or("llama.expert_count", 0) > 0)
-    Fail("{}: mixture-of-experts llama models (llama.expert_count) are not supported", source);
-  if (f.Find("llama.rope.scaling.type") && f.GetString("llama.rope.scaling.type") != "none")
-    Fail("{}: llama.rope.scaling.type '{}' is not supported (only 'none', or Llama 3 scaling "
+  if (arch != "llama" && arch != "qwen2")
+    Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
+  const std::string p = arch + ".";  // the hyperparameter keys' prefix
+  if (f.GetU32Or(p + "expert_count", 0) > 0)
+    Fail("{}: mixture-of-experts models ({}expert_count) are not supported", source, p);
+  if (f.Find(p + "rope.scaling.type") && f.GetString(p + "rope.scaling.type") != "none")
+    Fail("{}: {}rope.scaling.type '{}' is not supported (only 'none', or Llama 3 scaling "
          "through rope_freqs.weight)",
-         source, f.GetString("llama.rope.scaling.type"));
+         source, p, f.GetString(p + "rope.scaling.type"));
 
   ModelConfig c;
-  c.architecture = "gguf:llama";
-  c.rope_style = RopeStyle::kAdjacent;  // Q/K rows stay as llama.cpp's converter permuted them
-  c.dim = f.GetU32("llama.embedding_length");
-  c.n_layers = f.GetU32("llama.block_count");
-  c.ffn_dim = f.GetU32("llama.feed_forward_length");
-  c.n_heads = f.GetU32("llama.attention.head_count");
-  if (c.n_heads == 0) Fail("{}: key 'llama.attention.head_count' must be positive", source);
-  c.n_kv_heads = f.GetU32Or("llama.attention.head_count_kv", c.n_heads);
+  c.architecture = "gguf:" + arch;
+  // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 is converted
+  // without the permutation and runs NEOX (rotate-half) RoPE in llama.cpp.
+  c.rope_style = arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+  c.dim = f.GetU32(p + "embedding_length");
+  c.n_layers = f.GetU32(p + "block_count");
+  c.ffn_dim = f.GetU32(p + "feed_forward_length");
+  c.n_heads = f.GetU32(p + "attention.head_count");
+  if (c.n_heads == 0) Fail("{}: key '{}attention.head_count' must be positive", source, p);
+  c.n_kv_heads = f.GetU32Or(p + "attention.head_count_kv", c.n_heads);
   // llama.cpp: head size = key_length, defaulting to n_embd / n_head; the rotary dimension
-  // count must equal it for llama (no partial rotary).
-  c.head_dim = f.GetU32Or("llama.attention.key_length", f.GetU32Or("llama.rope.dimension_count", c.dim / c.n_heads));
-  if (f.GetU32Or("llama.attention.value_length", c.head_dim) != c.head_dim)
-    Fail("{}: key 'llama.attention.value_length' ({}) differs from the key head size {}; not supported",
-         source, f.GetU32("llama.attention.value_length"), c.head_dim);
-  if (f.GetU32Or("llama.rope.dimension_count", c.head_dim) != c.head_dim)
-    Fail("{}: key 'llama.rope.dimension_count' ({}) differs from the head size {}; partial rotary "
+  // count must equal it (no partial rotary).
+  c.head_dim = f.GetU32Or(p + "attention.key_length", f.GetU32Or(p + "rope.dimension_count", c.dim / c.n_heads));
+  if (f.GetU32Or(p + "attention.value_length", c.head_dim) != c.head_dim)
+    Fail("{}: key '{}attention.value_length' ({}) differs from the key head size {}; not supported",
+         source, p, f.GetU32(p + "attention.value_length"), c.head_dim);
+  if (f.GetU32Or(p + "rope.dimension_count", c.head_dim) != c.head_dim)
+    Fail("{}: key '{}rope.dimension_count' ({}) differs from the head size {}; partial rotary "
          "embeddings are not supported",
-         source, f.GetU32("llama.rope.dimension_count"), c.head_dim);
-  c.max_position = f.GetU32Or("llama.context_length", c.max_position);
-  c.rope_theta = f.GetF32Or("llama.rope.freq_base", 10000.0f);
-  c.norm_eps = f.GetF32("llama.attention.layer_norm_rms_epsilon");
+         source, p, f.GetU32(p + "rope.dimension_count"), c.head_dim);
+  c.max_position = f.GetU32Or(p + "context_length", c.max_position);
+  c.rope_theta = f.GetF32Or(p + "rope.freq_base", 10000.0f);
+  c.norm_eps = f.GetF32(p + "attention.layer_norm_rms_epsilon");
   c.bos_id = TokenId(f, "tokenizer.ggml.bos_token_id", 1);  // SPM defaults (formats.md 2.5)
   c.eos_id = TokenId(f, "tokenizer.ggml.eos_token_id", 2);
 
@@ -197,9 +199,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     Fail("{}: tensor 'token_embd.weight' has shape {} (ne order), expected [{}, n_vocab]", source,
          DimsString(embd->dims), c.dim);
   c.vocab_size = static_cast<uint32_t>(embd->dims[1]);
-  if (f.GetU32Or("llama.vocab_size", c.vocab_size) != c.vocab_size)
-    Fail("{}: key 'llama.vocab_size' ({}) differs from token_embd.weight's {} rows", source,
-         f.GetU32("llama.vocab_size"), c.vocab_size);
+  if (f.GetU32Or(p + "vocab_size", c.vocab_size) != c.vocab_size)
+    Fail("{}: key '{}vocab_size' ({}) differs from token_embd.weight's {} rows", source, p,
+         f.GetU32(p + "vocab_size"), c.vocab_size);
   if (f.Find("tokenizer.ggml.tokens")) {
     const size_t n_tokens = f.GetArray("tokenizer.ggml.tokens").size();
     if (n_tokens != c.vocab_size)
@@ -208,6 +210,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   }
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {

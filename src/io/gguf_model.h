@@ -1,12 +1,12 @@
-// Llama models stored as GGUF (llama.cpp's converter output; keys and tensor names: formats.md
-// 2.5-2.6). The linear weights of block types lowbit has a kernel layout for (Q4_0, Q4_1, Q5_0,
+// Llama and Qwen2 models stored as GGUF (llama.cpp's converter output; keys and tensor names:
+// formats.md 2.5-2.6; qwen2 adds q/k/v biases and keys prefixed "qwen2."). The linear weights of block types lowbit has a kernel layout for (Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q8_1, MXFP4, IQ4_NL) stay quantized, repacked bit-exactly (gguf_repack.h); every
 // other tensor is dequantized to fp32.
 //
 // GGUF ne order is [cols, rows] with rows stored one after another, which is exactly a row-major
-// [rows x cols] matrix, so no transpose happens. Q/K rows are kept as the converter permuted them
-// (formats.md 2.7), hence rope_style = kAdjacent; un-permuting would also work but would make the
-// weights differ from the file's bytes.
+// [rows x cols] matrix, so no transpose happens. llama: Q/K rows are kept as the converter permuted
+// them (formats.md 2.7), hence rope_style = kAdjacent; un-permuting would also work but would make
+// the weights differ from the file's bytes. qwen2 is not permuted: rotate-half RoPE (kHalf).
 #pragma once
 
 #include <filesystem>
@@ -16,7 +16,7 @@
 
 namespace lowbit {
 
-// Hyper-parameters only (no tensor data is decoded): general.architecture must be "llama";
+// Hyper-parameters only (no tensor data is decoded): general.architecture must be "llama" or "qwen2";
 // vocab_size comes from token_embd.weight. Throws Error naming the file and key.
 ModelConfig ReadGgufConfig(const GgufFile& file);
 

@@ -190,9 +190,17 @@ void InspectGguf(const fs::path& path, CheckpointInfo& info) {
   std::string hist;
   for (const auto& [name, n] : sorted) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", name, n);
   const GgufValue* arch = g.Find("general.architecture");
-  info.details = fmt::format(
-      "{}tensor types {}",
-      arch && TypeOf(*arch) == GgufType::kString ? "architecture " + std::get<std::string>(*arch) + "; " : "", hist);
+  const std::string arch_name = arch && TypeOf(*arch) == GgufType::kString ? std::get<std::string>(*arch) : "";
+  info.details = fmt::format("{}tensor types {}", arch_name.empty() ? "" : "architecture " + arch_name + "; ", hist);
+  // What lowbit's engine runs and writes is what llama.cpp runs: the text architectures below, every
+  // ggml type in the file (the reader refuses ids ggml does not have).
+  static constexpr std::string_view kLlamaCppArchitectures[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+  if (std::find(std::begin(kLlamaCppArchitectures), std::end(kLlamaCppArchitectures), arch_name) !=
+      std::end(kLlamaCppArchitectures))
+    info.notes.push_back(fmt::format("llama.cpp loads this file (architecture '{}', tensor types {})", arch_name, hist));
+  if (const GgufValue* card = g.Find("lowbit.recipe_card"); card && TypeOf(*card) == GgufType::kString)
+    info.notes.push_back("written by lowbit quantize: its recipe card (method, calibration, scores) is in key "
+                         "lowbit.recipe_card");
 }
 
 // The kernel-relevant summary of the quantized linears.

@@ -139,23 +139,26 @@ class LlamaCppScorer:
         first = CTX // 2
         positions = self.chunks * (CTX - 1 - first)
         nll, records = 0.0, []
+        record = np.dtype([("top", [("id", "<i4"), ("lp", "<f4")], TOP_K), ("tail", "<f4"), ("target", "<f4")])
         for c in range(self.chunks):
             chunk = list(self.tokens[c * CTX:(c + 1) * CTX])
             chunk[0] = self.bos
             llm.reset()
             llm.eval(chunk)
-            logits = np.array(llm.scores[:CTX], dtype=np.float64)
-            for j in range(first, CTX - 1):
-                row = logits[j]
-                lp = row - row.max()
-                lp -= math.log(np.exp(lp).sum())
-                top = np.argsort(-lp, kind="stable")[:TOP_K]
-                tail = 1.0 - np.exp(lp[top]).sum()
-                target = chunk[j + 1]
-                nll -= lp[target]
-                rec = np.empty(TOP_K, dtype=[("id", "<i4"), ("lp", "<f4")])
-                rec["id"], rec["lp"] = top, lp[top]
-                records.append(rec.tobytes() + struct.pack("<ff", math.log(max(tail, 1e-30)), lp[target]))
+            logits = np.array(llm.scores[first:CTX - 1], dtype=np.float64)  # predicting chunk[first + 1:]
+            lp = logits - logits.max(axis=1, keepdims=True)
+            lp -= np.log(np.exp(lp).sum(axis=1, keepdims=True))
+            rows = np.arange(lp.shape[0])[:, None]
+            top = np.argpartition(-lp, TOP_K - 1, axis=1)[:, :TOP_K]
+            top = np.take_along_axis(top, np.argsort(-lp[rows, top], axis=1, kind="stable"), axis=1)
+            targets = np.array(chunk[first + 1:])
+            target_lp = lp[np.arange(lp.shape[0]), targets]
+            nll -= target_lp.sum()
+            r = np.zeros(lp.shape[0], dtype=record)
+            r["top"]["id"], r["top"]["lp"] = top, lp[rows, top]
+            r["tail"] = np.log(np.maximum(1.0 - np.exp(lp[rows, top]).sum(axis=1), 1e-30))
+            r["target"] = target_lp
+            records.append(r.tobytes())
         header = b"LBKLBASE" + struct.pack("<IIIIQQ", 1, vocab, CTX, TOP_K, positions, fnv1a(self.tokens))
         with open(out_path, "wb") as f:
             f.write(header + b"".join(records))
@@ -170,6 +173,8 @@ def main():
     ap.add_argument("--text", default=os.path.join(ROOT, "data", "kjv-test.txt"))
     ap.add_argument("--types", default=",".join(MIXES + list(PURE)))
     ap.add_argument("--json", help="write the measured table here")
+    ap.add_argument("--quality", action="store_true",
+                    help="also measure each file's KL / top-1 against the F32 model (the closing-note table; slower)")
     args = ap.parse_args()
     lowbit = args.lowbit
     types = [t.strip().upper() for t in args.types.split(",") if t.strip()]
@@ -194,6 +199,16 @@ def main():
     run(lowbit, "imatrix", args.model, "--calib", os.path.join(ROOT, "data", "kjv-train.txt"), "-o", imatrix,
         "--ctx", "256", "--chunks", "64")
     means = read_imatrix_means(imatrix)
+
+    # KL against the F32 model through a stored top-K base file: one F32 pass, not one per type.
+    f32_base = os.path.join(tmp, "f32.base")
+    if args.quality:
+        run(lowbit, "ppl", "--model", f32, "--text", args.text, "--ctx", CTX, "--save-base", f32_base, "--top-k", TOP_K)
+
+    def versus_f32(path):
+        if not args.quality:
+            return {"kld_mean": math.nan, "top1_agreement": math.nan}
+        return lowbit_json(lowbit, "ppl", "--model", path, "--text", args.text, "--ctx", CTX, "--kl-base", f32_base)["kl"]
 
     scorer = LlamaCppScorer(tokens, bos)
     rows = []
@@ -222,7 +237,7 @@ def main():
         ppl_llamacpp = scorer.write_base(ours, base)
         kl = lowbit_json(lowbit, "ppl", "--model", ours, "--text", args.text, "--ctx", str(CTX), "--kl-base", base)
         agree = kl["kl"]
-        quality = lowbit_json(lowbit, "compare", "--base", f32, "--model", ours, "--text", args.text, "--ctx", str(CTX))
+        quality = versus_f32(ours)
         row = {"type": t, "bytes": exported["file_bytes"], "bpw": exported["bits_per_weight"],
                "identical_tensors": f"{same}/{total}", "ppl_llamacpp": ppl_llamacpp, "ppl_lowbit": kl["ppl"],
                "kl_llamacpp_lowbit": agree["kld_mean"], "top1_llamacpp_lowbit": agree["top1_agreement"],
@@ -237,7 +252,7 @@ def main():
             run(lowbit, "export", args.model, "-o", ours_im, "--type", t, "--imatrix", imatrix)
             quantize_llamacpp(f32, theirs_im, ftype, pure, means)
             same_im, total_im = compare_tensors(ours_im, theirs_im, f"{t}+imatrix")
-            q_im = lowbit_json(lowbit, "compare", "--base", f32, "--model", ours_im, "--text", args.text, "--ctx", str(CTX))
+            q_im = versus_f32(ours_im)
             row.update({"identical_tensors_imatrix": f"{same_im}/{total_im}", "kl_vs_f32_imatrix": q_im["kld_mean"]})
         rows.append(row)
         print(f"{t:7s} {row['bytes']:>9d} B {row['bpw']:7.4f} bpw  same bytes as llama.cpp {row['identical_tensors']:>6s}"
