@@ -1,8 +1,10 @@
 // GGUF block encoders (io/gguf_quantize.h) against independent truth: the bytes ggml's reference
 // quantizers give for formats.md 2.9's test vector, hand-computed ternary blocks, the decoder
-// (error bounds, stability of re-encoding), and the effect of importance weights.
+// (error bounds, stability of re-encoding), the effect of importance weights, llama.cpp's bytes for
+// the K-quants; and the K-quant grid's three phases (io/gguf_kquant_grid.h) against the encoder.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -11,6 +13,7 @@
 #include "core/error.h"
 #include "formats/minifloat.h"
 #include "io/gguf.h"
+#include "io/gguf_kquant_grid.h"
 #include "io/gguf_quantize.h"
 
 namespace lowbit {
@@ -326,6 +329,217 @@ TEST(GgufQuantize, RowsAreQuantizedIndependently) {
   // Types that ignore importance give the same bytes with and without it.
   for (uint32_t type : {kGgmlQ8_0, kGgmlMXFP4, kGgmlTQ1_0, kGgmlTQ2_0, kGgmlF16})
     EXPECT_EQ(Encode(type, x, importance), Encode(type, x)) << GgmlTypeName(type);
+}
+
+// llama.cpp's bytes for the K-quants and IQ4_XS: FNV-1a 64 of what libggml-base 0.25.3's
+// ggml_quantize_chunk (llama-cpp-python 0.3.36) writes for 4 rows of 512 from a portable
+// generator (xorshift32, no libm), with and without importance weights.
+std::vector<float> GoldenInput(std::vector<float>& importance) {
+  uint32_t state = 12345;
+  const auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    return static_cast<float>(state >> 8) * (1.0f / 8388608.0f) - 1.0f;  // [-1, 1)
+  };
+  std::vector<float> x(4 * 512);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float u = next(), v = next();
+    x[i] = u * (0.25f + 4.0f * v * v * v * v) * (i % 512 < 256 ? 1.0f : 0.01f);
+  }
+  for (int i = 0; i < 32; ++i) x[512 + 64 + i] = 0.0f;  // zero sub-blocks
+  x[1024 + 300] = 40.0f;                                // an outlier
+  importance.resize(512);
+  for (float& w : importance) {
+    const float u = next();
+    w = u < -0.8f ? 0.0f : (u + 1.0f) * (u + 1.0f) * 10.0f;
+  }
+  return x;
+}
+
+uint64_t Fnv1a(const std::vector<std::byte>& b) {
+  uint64_t h = 14695981039346656037ull;
+  for (std::byte c : b) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+TEST(GgufQuantize, KQuantBytesOfLlamaCpp) {
+  struct Golden {
+    uint32_t type;
+    bool weighted;
+    uint64_t fnv;
+  };
+  constexpr Golden kGolden[] = {
+      {kGgmlQ2_K, false, 0x91d9f1aec301b4baull},   {kGgmlQ2_K, true, 0x635074d7dbda378bull},
+      {kGgmlQ3_K, false, 0xe502315d0ede006full},   {kGgmlQ3_K, true, 0x7b21dc26c7579835ull},
+      {kGgmlQ4_K, false, 0x16bb41ceba8e747cull},   {kGgmlQ4_K, true, 0x3520735a11a53a9dull},
+      {kGgmlQ5_K, false, 0xf23472472a56fc5full},   {kGgmlQ5_K, true, 0x89bb7ae51ae8461aull},
+      {kGgmlQ6_K, false, 0xd37d5d8e576dc56bull},   {kGgmlQ6_K, true, 0x7aa52cbe0c42c3beull},
+      {kGgmlIQ4_XS, false, 0xb94a148713d37b75ull}, {kGgmlIQ4_XS, true, 0x4ba8e4bb5798c88full},
+  };
+  std::vector<float> importance;
+  const std::vector<float> x = GoldenInput(importance);
+  for (const Golden& g : kGolden) {
+    EXPECT_EQ(Fnv1a(Encode(g.type, x, g.weighted ? std::span<const float>(importance) : std::span<const float>())),
+              g.fnv)
+        << GgmlTypeName(g.type) << (g.weighted ? " weighted" : "");
+  }
+}
+
+// ---- The K-quant grid in three phases (io/gguf_kquant_grid.h).
+
+constexpr uint32_t kGridTypes[] = {kGgmlQ2_K, kGgmlQ3_K, kGgmlQ4_K, kGgmlQ5_K, kGgmlQ6_K, kGgmlIQ4_XS};
+
+// Rows of 1024 whose super-blocks cover what the encoders special-case: Gaussian rows at several
+// scales, an all-zero super-block, zero sub-blocks among live ones, a huge outlier, one-signed
+// and constant blocks, values around GROUP_MAX_EPS, heavy tails.
+std::vector<float> GridTestRow(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const float scale = std::pow(10.0f, static_cast<float>(seed % 7) - 3);
+  std::vector<float> x(1024);
+  for (float& v : x) v = g(rng) * scale;
+  const int variant = static_cast<int>(seed % 6);
+  float* b = x.data() + 256 * (seed % 4);  // the super-block the variant rewrites
+  switch (variant) {
+    case 0: std::fill_n(b, 256, 0.0f); break;
+    case 1:
+      for (int i = 0; i < 256; ++i)
+        if ((i / 16) % 3 == 1) b[i] = 0.0f;  // zero sub-blocks among live ones
+      break;
+    case 2: b[rng() % 256] = 1000.0f * scale; break;
+    case 3:
+      for (int i = 0; i < 256; ++i) b[i] = i < 128 ? -std::fabs(b[i]) : 0.75f * scale;  // one-signed, constant
+      break;
+    case 4:
+      for (int i = 0; i < 256; ++i) b[i] = g(rng) * 3e-15f;  // amax around GROUP_MAX_EPS
+      break;
+    default:
+      for (int i = 0; i < 256; ++i) b[i] = g(rng) * g(rng) * g(rng) * scale;
+      break;
+  }
+  return x;
+}
+
+std::vector<float> GridImportance(uint32_t seed) {
+  std::mt19937 rng(seed + 100);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> w(1024);
+  for (float& v : w) v = rng() % 10 == 0 ? 0.0f : std::exp(2 * g(rng));
+  return w;
+}
+
+// Phases 1 + 2 + 3 over each super-block of x (importance: a row of x.size() or empty).
+std::vector<std::byte> EncodeByPhases(uint32_t type, const std::vector<float>& x, std::span<const float> importance) {
+  const GgmlTypeInfo& info = *FindGgmlType(type);
+  std::vector<std::byte> out(x.size() / 256 * info.block_bytes);
+  for (size_t sb = 0; sb < x.size() / 256; ++sb) {
+    const float* xb = x.data() + 256 * sb;
+    const KQuantScales s = ChooseKQuantScales(type, xb, importance.empty() ? importance : importance.subspan(256 * sb, 256));
+    int q[256];
+    for (int i = 0; i < 256; ++i) q[i] = KQuantCode(s, i, xb[i]);
+    PackKQuantBlock(s, q, out.data() + sb * info.block_bytes);
+  }
+  return out;
+}
+
+TEST(GgufKQuantGrid, PhasesGiveTheEncodersBytes) {
+  for (uint32_t type : kGridTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    EXPECT_TRUE(HasKQuantGrid(type));
+    for (uint32_t seed = 1; seed <= 60; ++seed) {
+      const std::vector<float> x = GridTestRow(seed);
+      const std::vector<float> importance = GridImportance(seed);
+      EXPECT_EQ(EncodeByPhases(type, x, {}), Encode(type, x)) << "seed " << seed;
+      EXPECT_EQ(EncodeByPhases(type, x, importance), Encode(type, x, importance)) << "seed " << seed << " weighted";
+    }
+  }
+}
+
+// value() is ggml's dequantize_row_* bit for bit (checked against libggml-base), -0 included;
+// DequantizeGgufRow may give +0 for those, so the comparison is ==.
+TEST(GgufKQuantGrid, ValueIsWhatTheDecoderGives) {
+  for (uint32_t type : kGridTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    for (uint32_t seed = 1; seed <= 12; ++seed) {
+      const std::vector<float> row = GridTestRow(seed);
+      const std::vector<float> x(row.begin() + 256 * (seed % 4), row.begin() + 256 * (seed % 4) + 256);
+      const std::vector<float> importance = GridImportance(seed);
+      for (bool weighted : {false, true}) {
+        const KQuantScales s = ChooseKQuantScales(
+            type, x.data(), weighted ? std::span<const float>(importance.data(), 256) : std::span<const float>());
+        int q[256];
+        for (int i = 0; i < 256; ++i) q[i] = KQuantCode(s, i, x[i]);
+        std::vector<std::byte> block(FindGgmlType(type)->block_bytes);
+        PackKQuantBlock(s, q, block.data());
+        const std::vector<float> y = Decode(type, block, 256);
+        for (int i = 0; i < 256; ++i)
+          ASSERT_EQ(s.value(i / s.sub(), q[i]), y[i]) << "seed " << seed << " element " << i;
+      }
+    }
+  }
+}
+
+// GPTQ's use: the scales fixed from one set of values, then other values coded on that grid. The
+// code is the grid point nearest x (up to the rounding of the division, and for IQ4_XS the fp32
+// scale its indices are picked with), clamped to the code range.
+TEST(GgufKQuantGrid, CodeIsTheNearestGridPointForChangedValues) {
+  for (uint32_t type : kGridTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    int lo = 0, hi = 15;
+    if (type == kGgmlQ2_K) hi = 3;
+    if (type == kGgmlQ3_K) lo = -4, hi = 3;
+    if (type == kGgmlQ5_K) hi = 31;
+    if (type == kGgmlQ6_K) lo = -32, hi = 31;
+    for (uint32_t seed = 1; seed <= 8; ++seed) {
+      const std::vector<float> x = Gaussian(256, seed, 1.0f);
+      const KQuantScales s = ChooseKQuantScales(type, x.data(), {});
+      const std::vector<float> moved = Gaussian(256, seed + 50, 1.2f);  // error feedback moved them
+      for (int i = 0; i < 256; ++i) {
+        const int j = i / s.sub();
+        const int q = KQuantCode(s, i, moved[i]);
+        ASSERT_GE(q, lo);
+        ASSERT_LE(q, hi);
+        if (s.scale(j) == 0) continue;
+        const float err = std::fabs(s.value(j, q) - moved[i]);
+        for (int other = lo; other <= hi; ++other)
+          ASSERT_LE(err, std::fabs(s.value(j, other) - moved[i]) + 2e-3f * std::fabs(s.scale(j)) * 128)
+              << "element " << i << " code " << q << " vs " << other;
+      }
+    }
+  }
+}
+
+TEST(GgufKQuantGrid, ZeroScaleSubBlocksKeepTheSearchCodes) {
+  // Q6_K: an all-zero super-block is all zero bytes; its codes are -32 whatever the values.
+  const std::vector<float> zeros(256, 0.0f);
+  const KQuantScales s6 = ChooseKQuantScales(kGgmlQ6_K, zeros.data(), {});
+  EXPECT_EQ(s6.d, 0);
+  EXPECT_EQ(KQuantCode(s6, 17, 5.0f), -32);
+  // Q3_K: a zero sub-block among live ones has scale 0; its code ignores x.
+  std::vector<float> x = Gaussian(256, 9, 1.0f);
+  std::fill_n(x.begin() + 32, 16, 0.0f);
+  const KQuantScales s3 = ChooseKQuantScales(kGgmlQ3_K, x.data(), {});
+  EXPECT_EQ(s3.scale(2), 0.0f);
+  EXPECT_EQ(KQuantCode(s3, 40, 3.0f), s3.search_codes[40]);
+  EXPECT_EQ(KQuantCode(s3, 40, -3.0f), s3.search_codes[40]);
+}
+
+TEST(GgufKQuantGrid, RejectsWhatItCannotDo) {
+  const std::vector<float> x = Gaussian(256, 1, 1.0f);
+  EXPECT_FALSE(HasKQuantGrid(kGgmlQ4_0));
+  EXPECT_FALSE(HasKQuantGrid(kGgmlIQ4_NL));
+  EXPECT_THROW(ChooseKQuantScales(kGgmlQ4_0, x.data(), {}), Error);
+  const std::vector<float> importance(128, 1.0f);
+  EXPECT_THROW(ChooseKQuantScales(kGgmlQ4_K, x.data(), importance), Error);
+  const KQuantScales s = ChooseKQuantScales(kGgmlQ4_K, x.data(), {});
+  std::vector<int> q(256, 0);
+  q[7] = 16;
+  std::vector<std::byte> block(144);
+  EXPECT_THROW(PackKQuantBlock(s, q.data(), block.data()), Error);
 }
 
 TEST(GgufQuantize, RejectsWhatItCannotEncode) {

@@ -64,11 +64,12 @@ KQuantScales ChooseKQuantScales(uint32_t ggml_type, const float* x256, std::span
 // Phase 2: the code of element i (0..255, in sub-block i / s.sub()) when its value is x: ggml's
 // nearest_int((x + dmin * m) / (d * sc)) or nearest_int(x / (d * sc)) clamped to the code range,
 // with d * sc formed in fp32 first (IQ4_XS: the nearest level of x / (d_search * sc)); the
-// search's code in sub-blocks whose scale is 0. Only that last case depends on i.
+// search's code in sub-blocks whose scale is 0. Only that last case depends on i. Throws Error
+// for i outside 0..255.
 int KQuantCode(const KQuantScales& s, int i, float x);
 
 // Phase 3: the block bytes (the type's block size) from the scales and the 256 codes q256 in the
-// ranges above. Throws Error for a code out of range.
+// ranges above. Throws Error for a code or a scale code out of range.
 void PackKQuantBlock(const KQuantScales& s, const int* q256, std::byte* block);
 
 }  // namespace lowbit

@@ -4,9 +4,10 @@
 // Output is byte-identical to llama.cpp's ggml_quantize_chunk for the same input: without an
 // importance matrix the quantize_row_*_ref routines (IQ4_NL / IQ4_XS: their scale search, which
 // ggml_quantize_chunk always runs), with one the weighted quantize_*_impl routines. All arithmetic
-// is fp32 in ggml's order of operations, so this file must not be built with floating-point
-// contraction into FMAs (-ffp-contract=fast with an FMA target) or -ffast-math, as ggml's own
-// quantizers are not.
+// is fp32 in ggml's order of operations, so the encoders (gguf_quantize*.cc, gguf_kquant_grid.cc)
+// must not be built with floating-point contraction into FMAs (-ffp-contract=fast with an FMA
+// target) or -ffast-math, as ggml's own quantizers are not. The K-quants and IQ4_XS are also
+// available phase by phase (scales, codes, packing) in gguf_kquant_grid.h.
 #pragma once
 
 #include <cstddef>

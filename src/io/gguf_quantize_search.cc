@@ -9,6 +9,7 @@
 namespace lowbit::gguf_quant {
 namespace {
 
+// The body of make_qkx2_quants (kQkx3 false) and make_qkx3_quants (AffineSearch: the header).
 template <bool kQkx3>
 float MakeAffineQuants(int n, int nmax, const float* x, const float* w, uint8_t* L, float& the_min,
                        const AffineSearch& s) {
