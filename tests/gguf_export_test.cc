@@ -294,6 +294,44 @@ TEST(GgufExport, QuantizedMixReadsBackWithItsTypes) {
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
 }
 
+// GPTQ onto the ggml grids (a calibrated GGUF): the file reads back with the mix's types, and its
+// logits are closer to the full-precision model's than llama-quantize's encoding of the same types.
+TEST(GgufExport, CalibratedFileBeatsDirectEncoding) {
+  TempDir dir("calibrated");
+  const Model original = LoadModel(kModel);
+  const std::unique_ptr<Tokenizer> tokenizer = LoadTokenizer(kModel);
+  const std::vector<int32_t> text = tokenizer->Encode(
+      "And the LORD spake unto Moses, saying, Speak unto the children of Israel, and say unto them, When any man of "
+      "you bring an offering unto the LORD, ye shall bring your offering of the cattle, even of the herd, and of the "
+      "flock. If his offering be a burnt sacrifice of the herd, let him offer a male without blemish.", true);
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t start = 0; start + 24 <= text.size(); start += 8) windows.emplace_back(text.begin() + start, text.begin() + start + 24);
+  const std::vector<float> reference = Logits(original, text);
+  auto error = [&](const Model& m) {
+    const std::vector<float> got = Logits(m, text);
+    double sq = 0;
+    for (size_t i = 0; i < got.size(); ++i) sq += (got[i] - reference[i]) * (got[i] - reference[i]);
+    return sq;
+  };
+  for (const char* type : {"Q4_K_M", "Q4_0"}) {
+    GgufExportOptions o;
+    o.type = type;
+    o.metadata = GgufVocabularyFor(kModel, original.config);
+    StreamedModel direct = OpenModel(kModel);
+    ExportGguf(direct, dir / "direct.gguf", o);
+    o.calibration = windows;
+    StreamedModel calibrated = OpenModel(kModel);
+    const GgufExportResult r = ExportGguf(calibrated, dir / "calibrated.gguf", o);
+    size_t gptq = 0;
+    for (const GgufExportedTensor& t : r.tensors) gptq += t.gptq;
+    EXPECT_EQ(gptq, 6u * 7 + 1) << type;  // every decoder linear and the output matrix
+    const GgufFile a = GgufFile::Open(dir / "direct.gguf"), b = GgufFile::Open(dir / "calibrated.gguf");
+    for (size_t i = 0; i < a.tensors().size(); ++i) EXPECT_EQ(a.tensors()[i].ggml_type, b.tensors()[i].ggml_type);
+    const double e_direct = error(LoadModel(dir / "direct.gguf")), e_calibrated = error(LoadModel(dir / "calibrated.gguf"));
+    EXPECT_LT(e_calibrated, 0.8 * e_direct) << type << ": calibrated " << e_calibrated << ", direct " << e_direct;
+  }
+}
+
 TEST(GgufExport, BadInputIsAClearError) {
   TempDir dir("bad");
   StreamedModel hf = OpenModel(kModel);

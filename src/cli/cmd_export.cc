@@ -7,6 +7,8 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/session.h"
+#include "core/file_util.h"
 #include "core/error.h"
 #include "io/gguf_export.h"
 #include "io/gguf_mix.h"
@@ -18,9 +20,11 @@ namespace lowbit::cli {
 namespace {
 
 struct ExportOptions {
-  std::string model, out, type = "Q8_0", tokenizer, name, imatrix;
+  std::string model, out, type = "Q8_0", tokenizer, name, imatrix, calib;
   bool pure = false, json = false;
-  size_t threads = 0;
+  size_t threads = 0, calib_samples = 128, calib_len = 256;
+  uint64_t seed = 0;
+  double damp = 0.01;
 };
 
 void Run(const ExportOptions& o) {
@@ -34,6 +38,12 @@ void Run(const ExportOptions& o) {
   e.name = o.name;
   e.threads = o.threads;
   e.metadata = GgufVocabularyFor(o.tokenizer.empty() ? o.model : o.tokenizer, model.model.config);
+  if (!o.calib.empty()) {
+    if (!o.imatrix.empty()) Fail("export: --calib and --imatrix cannot be used together (GPTQ weighs by its own Hessian)");
+    const std::unique_ptr<Tokenizer> tokenizer = LoadTokenizerFor(model.model.config, o.model, o.tokenizer);
+    e.calibration = CalibrationWindows(*tokenizer, ReadTextFile(o.calib), o.calib, o.calib_samples, o.calib_len, o.seed);
+    e.gptq.damp = o.damp;
+  }
   ImportanceMatrix imatrix;
   if (!o.imatrix.empty()) {
     imatrix = ReadImatrix(o.imatrix);
@@ -85,6 +95,12 @@ void AddExportCommand(CLI::App& app) {
       ->default_val("Q8_0");
   cmd->add_flag("--pure", o->pure, "Every matrix in the type's base type (llama-quantize --pure)");
   cmd->add_option("--imatrix", o->imatrix, "Importance matrix (llama.cpp's imatrix.gguf, or `lowbit imatrix` output)");
+  cmd->add_option("--calib", o->calib,
+                  "Calibration text: GPTQ onto each tensor's ggml grid, block by block (a calibrated GGUF)");
+  cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128);
+  cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256);
+  cmd->add_option("--seed", o->seed, "Calibration sampling seed")->default_val(0);
+  cmd->add_option("--damp", o->damp, "GPTQ damping (fraction of the mean Hessian diagonal)")->default_val(0.01);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.model or .gguf vocabulary (default: the model's own)");
   cmd->add_option("--name", o->name, "general.name (default: the model's folder or file name)");
   cmd->add_option("--threads", o->threads, "Threads (default: all cores)");

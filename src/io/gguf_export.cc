@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "io/gguf_calibrate.h"
 #include "io/gguf_mix.h"
 #include "io/gguf_pack.h"
 #include "io/gguf_quantize.h"
@@ -42,7 +43,8 @@ struct TensorSource {
 struct PlannedTensor {
   std::string name;
   std::vector<uint64_t> ne;  // [cols, rows] or [n]
-  int layer = -1;  // the decoder block it comes from, -1 outside the blocks
+  int layer = -1;   // the decoder block it comes from, -1 outside the blocks
+  int linear = -1;  // its index in LayerLinears (q, k, v, o, gate, up, down), -1 for the rest
   std::function<TensorSource(const LayerWeights*)> source;
 };
 
@@ -77,16 +79,16 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   std::vector<PlannedTensor> plan;
   auto vector = [&](std::string name, uint64_t n, int layer, std::function<const std::vector<float>*(const LayerWeights*)> get,
                     uint32_t heads = 0) {
-    plan.push_back({std::move(name), {n}, layer,
+    plan.push_back({std::move(name), {n}, layer, -1,
                     [get, heads](const LayerWeights* l) { return TensorSource{nullptr, get(l), heads}; }});
   };
   auto matrix = [&](std::string name, uint64_t rows, uint64_t cols, int layer,
                     std::function<const Linear*(const LayerWeights*)> get, uint32_t heads = 0) {
-    plan.push_back({std::move(name), {cols, rows}, layer,
+    plan.push_back({std::move(name), {cols, rows}, layer, -1,
                     [get, heads](const LayerWeights* l) { return TensorSource{get(l), nullptr, heads}; }});
   };
   const ModelWeights& w = m.weights;
-  plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1,
+  plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, -1,
                   [&w](const LayerWeights*) { return TensorSource{nullptr, &w.embed, 0}; }});
   if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
   for (uint32_t i = 0; i < c.n_layers; ++i) {
@@ -94,23 +96,30 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     const std::string p = fmt::format("blk.{}.", i);
     vector(p + "attn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_norm; });
     matrix(p + "attn_q.weight", c.q_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wq; }, q_heads);
+    plan.back().linear = 0;
     matrix(p + "attn_k.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wk; }, k_heads);
+    plan.back().linear = 1;
     matrix(p + "attn_v.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wv; });
+    plan.back().linear = 2;
     if (c.qkv_bias) {
       vector(p + "attn_q.bias", c.q_dim(), layer, [](const LayerWeights* l) { return &l->wq.bias; }, q_heads);
       vector(p + "attn_k.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wk.bias; }, k_heads);
       vector(p + "attn_v.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wv.bias; });
     }
     matrix(p + "attn_output.weight", c.dim, c.q_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
+    plan.back().linear = 3;
     vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
     matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
+    plan.back().linear = 4;
     matrix(p + "ffn_up.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
+    plan.back().linear = 5;
     matrix(p + "ffn_down.weight", c.dim, c.ffn_dim, layer, [](const LayerWeights* l) { return &l->w_down; });
+    plan.back().linear = 6;
   }
-  plan.push_back({"output_norm.weight", {c.dim}, -1,
+  plan.push_back({"output_norm.weight", {c.dim}, -1, -1,
                   [&w](const LayerWeights*) { return TensorSource{nullptr, &w.final_norm, 0}; }});
   if (!c.tie_embeddings)
-    plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1,
+    plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1, -1,
                     [&w](const LayerWeights*) { return TensorSource{&w.lm_head, nullptr, 0}; }});
   return plan;
 }
@@ -232,9 +241,25 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     result.weights += n;
   }
 
+  // Types in file order (llama-quantize's counters follow it).
+  std::vector<uint32_t> types;
+  for (const PlannedTensor& t : plan) {
+    types.push_back(chooser.Choose(t.name, t.ne));
+    if (!CanQuantizeGguf(types.back())) Fail("writing ggml type {} is not supported", GgmlTypeName(types.back()));
+  }
+  std::optional<GgufLayerCalibrator> calibrator;
+  if (!options.calibration.empty()) {
+    if (s.read_layer) {  // calibration runs the whole model
+      for (uint32_t l = 0; l < c.n_layers; ++l) s.model.weights.layers[l] = s.read_layer(l);
+      s.read_layer = nullptr;
+    }
+    calibrator.emplace(s.model, options.calibration, options.gptq, options.threads);
+  }
+
   TensorEncoder encoder(options, options.threads);
   std::optional<LayerWeights> layer;
   int loaded = -1;
+  std::array<std::vector<std::byte>, kLayerLinears> calibrated;
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedTensor& t = plan[i];
     if (options.progress) options.progress(i, plan.size(), t.name);
@@ -250,12 +275,39 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
       } else {
         l = &m.weights.layers[static_cast<size_t>(t.layer)];
       }
+      if (calibrator && loaded != t.layer) {
+        std::array<uint32_t, kLayerLinears> linear_types{};
+        for (size_t j = i; j < plan.size() && plan[j].layer == t.layer; ++j)
+          if (plan[j].linear >= 0) linear_types[static_cast<size_t>(plan[j].linear)] = types[j];
+        calibrated = calibrator->QuantizeLayer(static_cast<size_t>(t.layer), linear_types);
+        loaded = t.layer;
+      }
     }
-    const uint32_t chosen = chooser.Choose(t.name, t.ne);
-    if (!CanQuantizeGguf(chosen)) Fail("writing ggml type {} is not supported", GgmlTypeName(chosen));
-    const TensorEncoder::Encoded e = encoder.Encode(t, t.source(l), c.head_dim, chosen);
+    const TensorSource src = t.source(l);
+    if (calibrator && t.name == "output.weight") {
+      const std::vector<std::byte> bytes = calibrator->QuantizeOutput(types[i]);
+      writer.WriteTensor(t.name, types[i], bytes);
+      result.tensors.push_back({t.name, types[i], t.ne, bytes.size(), false, true});
+      continue;
+    }
+    if (calibrator && t.linear >= 0) {
+      // GPTQ's bytes are in the linear's own row order: permute Q/K rows as the encoder does.
+      std::vector<std::byte>& bytes = calibrated[static_cast<size_t>(t.linear)];
+      if (src.permute_heads) {
+        const uint64_t rows = t.ne[1], row_bytes = bytes.size() / rows;
+        std::vector<std::byte> permuted(bytes.size());
+        for (uint64_t r = 0; r < rows; ++r)
+          std::copy_n(bytes.begin() + static_cast<ptrdiff_t>(SourceRow(r, c.head_dim) * row_bytes), row_bytes,
+                      permuted.begin() + static_cast<ptrdiff_t>(r * row_bytes));
+        bytes = std::move(permuted);
+      }
+      writer.WriteTensor(t.name, types[i], bytes);
+      result.tensors.push_back({t.name, types[i], t.ne, bytes.size(), false, true});
+      continue;
+    }
+    const TensorEncoder::Encoded e = encoder.Encode(t, src, c.head_dim, types[i]);
     writer.WriteTensor(t.name, e.type, e.bytes);
-    result.tensors.push_back({t.name, e.type, t.ne, e.bytes.size(), e.repacked});
+    result.tensors.push_back({t.name, e.type, t.ne, e.bytes.size(), e.repacked, false});
   }
   if (options.progress) options.progress(plan.size(), plan.size(), "");
   result.file_bytes = writer.Commit();

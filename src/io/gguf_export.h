@@ -4,7 +4,8 @@
 // tensor types of a llama-quantize file type (gguf_mix.h), encoded by gguf_quantize.h.
 //
 // Streaming: the header is written from the config alone, then one decoder block is read,
-// encoded and written at a time, so the peak is one block in fp32 plus the embeddings.
+// encoded and written at a time, so the peak is one block in fp32 plus the embeddings (calibrated
+// exports hold the whole model).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include "io/gguf.h"
 #include "io/model_loader.h"
+#include "quant/gptq.h"
 
 namespace lowbit {
 
@@ -29,6 +31,10 @@ struct GgufExportOptions {
   std::vector<GgufKeyValue> metadata;
   // Per GGUF tensor name, one importance weight per input column (an importance matrix).
   const std::map<std::string, std::vector<float>, std::less<>>* imatrix = nullptr;
+  // Calibrated GGUF: token windows to calibrate GPTQ on the ggml grids (io/gguf_calibrate.h); empty =
+  // llama-quantize's encoding. Calibration holds the whole model in fp32.
+  std::vector<std::vector<int32_t>> calibration;
+  GptqOptions gptq;
   size_t threads = 0;  // 0 = all cores
   std::function<void(size_t done, size_t total, std::string_view tensor)> progress;
 };
@@ -39,6 +45,7 @@ struct GgufExportedTensor {
   std::vector<uint64_t> ne;
   uint64_t bytes = 0;
   bool repacked = false;  // the source's codes and scales were carried over exactly
+  bool gptq = false;      // calibrated: GPTQ onto the type's grid
 };
 
 struct GgufExportResult {

@@ -67,13 +67,10 @@ bool InverseCholeskyUpper(std::vector<double>& l, size_t n, std::vector<float>& 
 
 }  // namespace
 
-QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                             const std::vector<double>& h, const GptqOptions& options, std::string_view name,
-                             ThreadPool* pool) {
-  scheme.ValidateShape(rows, cols, name);
+void RunGptq(std::span<const float> w0, uint64_t rows, uint64_t cols, const std::vector<double>& h,
+             const GptqOptions& options, GptqGrid& grid, std::string_view name, ThreadPool* pool) {
   if (w0.size() != rows * cols) Fail("tensor '{}': {} values for shape [{} x {}]", name, w0.size(), rows, cols);
   if (h.size() != cols * cols) Fail("tensor '{}': Hessian has {} entries, expected {}^2", name, h.size(), cols);
-  if (scheme.granularity.kind == GranularityKind::kNone) return QuantizeRtn(w0, rows, cols, scheme, name);
   std::vector<float> w(w0.begin(), w0.end());
 
   // Dead inputs (never active in calibration) carry no information: zero them (their H_ii is
@@ -86,11 +83,8 @@ QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t 
       for (uint64_t r = 0; r < rows; ++r) w[r * cols + i] = 0;
     }
   }
-
-  QuantizedTensor q(scheme, rows, cols);
-  const ScaleGrid grid = q.grid();
-  const bool groups_as_reached = scheme.granularity.kind == GranularityKind::kGroup && !options.act_order;
-  ChooseScales(q, w, name);  // all cells up front; grouped ones are redone as their columns are reached
+  grid.Begin(w);
+  const uint64_t group_cols = options.act_order ? 0 : grid.group_cols();  // act-order: static groups
 
   std::vector<uint64_t> perm(cols);
   std::iota(perm.begin(), perm.end(), 0);
@@ -115,31 +109,24 @@ QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t 
   for (uint64_t r = 0; r < rows; ++r)
     for (uint64_t i = 0; i < cols; ++i) wp[r * cols + i] = w[r * cols + perm[i]];
 
-  // Rows are independent given U: each chunk of rows (whole cells of rows) runs every column.
-  std::vector<float> quantized(rows * cols);  // dequantized values, original column order
+  // Rows are independent given U: each chunk of rows (whole row blocks of the grid) runs every column.
   const size_t block = std::max<size_t>(1, options.block_size);
   const auto run_rows = [&](uint64_t r_begin, uint64_t r_end) {
-    std::vector<float> err((r_end - r_begin) * block), group_values;
+    std::vector<float> err((r_end - r_begin) * block);
     for (uint64_t i1 = 0; i1 < cols; i1 += block) {
       const uint64_t i2 = std::min<uint64_t>(i1 + block, cols), nb = i2 - i1;
       for (uint64_t i = i1; i < i2; ++i) {
         const uint64_t c = perm[i];
-        const uint64_t gc = c / grid.cell_cols;
-        if (groups_as_reached && c % grid.cell_cols == 0) {
-          const uint64_t c1 = std::min<uint64_t>(c + grid.cell_cols, cols);
-          for (uint64_t r = r_begin; r < r_end; ++r) {  // no act-order: working column index == original
-            group_values.assign(&wp[r * cols + c], &wp[r * cols + c1]);
-            ChooseCellScale(q, (r / grid.cell_rows) * grid.grid_cols + gc, group_values);
-          }
+        if (group_cols && c % group_cols == 0) {  // no act-order: working column index == original
+          const uint64_t c1 = std::min<uint64_t>(c + group_cols, cols);
+          for (uint64_t r = r_begin; r < r_end; ++r)
+            grid.ChooseGroup(r, c, std::span<const float>(&wp[r * cols + c], c1 - c));
         }
         const float d = u[i * cols + i];
         const float* ui = &u[i * cols];
         for (uint64_t r = r_begin; r < r_end; ++r) {
-          const CellFakeQuant fq(q, (r / grid.cell_rows) * grid.grid_cols + gc);
           float* row = &wp[r * cols];
-          const float qv = fq(row[i]);
-          quantized[r * cols + c] = qv;
-          const float e = (row[i] - qv) / d;
+          const float e = (row[i] - grid.Round(r, c, row[i])) / d;
           err[(r - r_begin) * block + (i - i1)] = e;
           for (uint64_t j = i + 1; j < i2; ++j) row[j] -= e * ui[j];
         }
@@ -154,12 +141,58 @@ QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t 
         }
       }
     }
-    for (uint64_t r = r_begin; r < r_end; ++r) EncodeRow(q, r, &quantized[r * cols]);
+    grid.FinishRows(r_begin, r_end);
   };
-  const uint64_t cell_rows = grid.cell_rows, row_cells = (rows + cell_rows - 1) / cell_rows;
-  ParallelFor(pool, row_cells, [&](size_t begin, size_t end) {
-    run_rows(begin * cell_rows, std::min<uint64_t>(rows, end * cell_rows));
+  const uint64_t row_block = grid.row_block(), row_blocks = (rows + row_block - 1) / row_block;
+  ParallelFor(pool, row_blocks, [&](size_t begin, size_t end) {
+    run_rows(begin * row_block, std::min<uint64_t>(rows, end * row_block));
   });
+}
+
+namespace {
+
+// lowbit's own schemes as a GPTQ grid: a QuantizedTensor's cells.
+class SchemeGrid final : public GptqGrid {
+ public:
+  SchemeGrid(QuantizedTensor& q, std::string_view name) : q_(q), name_(name), grid_(q.grid()), values_(q.numel()) {
+    groups_ = q.scheme().granularity.kind == GranularityKind::kGroup ? grid_.cell_cols : 0;
+  }
+  void Begin(std::span<const float> w) override {
+    ChooseScales(q_, w, name_);  // all cells up front; grouped ones are redone as their columns are reached
+  }
+  uint64_t group_cols() const override { return groups_; }
+  uint64_t row_block() const override { return grid_.cell_rows; }
+  void ChooseGroup(uint64_t r, uint64_t c, std::span<const float> values) override {
+    ChooseCellScale(q_, Cell(r, c), values);
+  }
+  float Round(uint64_t r, uint64_t c, float x) override {
+    const float v = CellFakeQuant(q_, Cell(r, c))(x);
+    values_[r * q_.cols() + c] = v;
+    return v;
+  }
+  void FinishRows(uint64_t r_begin, uint64_t r_end) override {
+    for (uint64_t r = r_begin; r < r_end; ++r) EncodeRow(q_, r, &values_[r * q_.cols()]);
+  }
+
+ private:
+  uint64_t Cell(uint64_t r, uint64_t c) const { return (r / grid_.cell_rows) * grid_.grid_cols + c / grid_.cell_cols; }
+  QuantizedTensor& q_;
+  std::string_view name_;
+  ScaleGrid grid_;
+  uint64_t groups_ = 0;
+  std::vector<float> values_;  // the grid values, original column order
+};
+
+}  // namespace
+
+QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
+                             const std::vector<double>& h, const GptqOptions& options, std::string_view name,
+                             ThreadPool* pool) {
+  scheme.ValidateShape(rows, cols, name);
+  if (scheme.granularity.kind == GranularityKind::kNone) return QuantizeRtn(w0, rows, cols, scheme, name);
+  QuantizedTensor q(scheme, rows, cols);
+  SchemeGrid grid(q, name);
+  RunGptq(w0, rows, cols, h, options, grid, name, pool);
   return q;
 }
 

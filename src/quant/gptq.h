@@ -28,8 +28,35 @@ struct GptqOptions {
   bool act_order = false;
 };
 
-// `w` row-major [rows x cols]; `hessian` [cols x cols] row-major (any positive scale). With a
-// pool, the inverse and the rows run on it (the result is the same bit for bit).
+// The grid GPTQ rounds onto, column by column: lowbit's schemes (QuantizeGptq), or another
+// format's (ggml's K-quant super-blocks, io/gguf_gptq.h). Rows are independent; a grid keeps
+// per-row state, and calls for different row blocks come from different threads.
+class GptqGrid {
+ public:
+  virtual ~GptqGrid() = default;
+  // Once, with the weights GPTQ starts from (dead columns zeroed): scales fixed up front.
+  virtual void Begin(std::span<const float> w) { (void)w; }
+  // Columns per group whose scales are chosen when GPTQ reaches the group's first column
+  // (0: none; ignored under act-order, whose groups are the static ones chosen in Begin).
+  virtual uint64_t group_cols() const = 0;
+  // Rows sharing scales, which one thread must run together (1 unless scales span rows).
+  virtual uint64_t row_block() const { return 1; }
+  // Row r's group starting at column c, from the row's current (error-updated) values.
+  virtual void ChooseGroup(uint64_t r, uint64_t c, std::span<const float> values) = 0;
+  // Rounds x (row r, column c) onto the grid, remembers the code, returns the grid value.
+  virtual float Round(uint64_t r, uint64_t c, float x) = 0;
+  // Every column of rows [r_begin, r_end) has been rounded.
+  virtual void FinishRows(uint64_t r_begin, uint64_t r_end) { (void)r_begin, (void)r_end; }
+};
+
+// GPTQ's error feedback onto `grid`. `w` row-major [rows x cols]; `hessian` [cols x cols]
+// row-major (any positive scale). With a pool, the inverse and the rows run on it (the result is
+// the same bit for bit).
+void RunGptq(std::span<const float> w, uint64_t rows, uint64_t cols, const std::vector<double>& hessian,
+             const GptqOptions& options, GptqGrid& grid, std::string_view tensor_name = "tensor",
+             ThreadPool* pool = nullptr);
+
+// GPTQ onto a lowbit scheme.
 QuantizedTensor QuantizeGptq(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
                              const std::vector<double>& hessian, const GptqOptions& options,
                              std::string_view tensor_name = "tensor", ThreadPool* pool = nullptr);

@@ -264,18 +264,24 @@ def main():
         for path in (theirs, base):
             os.remove(path)
 
-    # Calibrated GGUF: GPTQ on the Q4_0 grid (`quantize --save-as gguf:Q4_0`) runs in llama.cpp as
-    # lowbit runs it; its KL against F32 beside llama-quantize's Q4_0 with the same imatrix text.
-    for method in ("gptq", "awq"):
-        calibrated = os.path.join(tmp, f"lowbit-{method}-Q4_0.gguf")
-        run(lowbit, "quantize", args.model, "-o", calibrated, "--method", method, "--save-as", "gguf:Q4_0",
-            "--calib", os.path.join(ROOT, "data", "kjv-train.txt"))
-        base = os.path.join(tmp, f"llamacpp-{method}.base")
+    # Calibrated GGUF (GPTQ / AWQ on the ggml grids: `quantize --save-as gguf:Q4_0`, `export --calib`)
+    # runs in llama.cpp as it runs in lowbit.
+    calib = os.path.join(ROOT, "data", "kjv-train.txt")
+    calibrated_runs = {
+        "gptq Q4_0": [lowbit, "quantize", args.model, "--method", "gptq", "--save-as", "gguf:Q4_0", "--calib", calib],
+        "awq Q4_0": [lowbit, "quantize", args.model, "--method", "awq", "--save-as", "gguf:Q4_0", "--calib", calib],
+        "gptq Q4_K_M": [lowbit, "export", args.model, "--type", "Q4_K_M", "--calib", calib],
+        "gptq Q3_K_M": [lowbit, "export", args.model, "--type", "Q3_K_M", "--calib", calib],
+    }
+    for method, command in calibrated_runs.items():
+        calibrated = os.path.join(tmp, "lowbit-" + method.replace(" ", "-") + ".gguf")
+        run(*command, "-o", calibrated)
+        base = os.path.join(tmp, "llamacpp-calibrated.base")
         ppl_llamacpp = scorer.write_base(calibrated, base)
         agree = lowbit_json(lowbit, "ppl", "--model", calibrated, "--text", args.text, "--ctx", str(CTX),
                             "--kl-base", base)
         quality = versus_f32(calibrated)
-        label = f"{method} Q4_0"
+        label = method
         check(abs(agree["ppl"] / ppl_llamacpp - 1) < 1e-3, f"{label}: PPL lowbit {agree['ppl']:.4f} vs llama.cpp {ppl_llamacpp:.4f}")
         check(agree["kl"]["top1_agreement"] >= 0.99, f"{label}: top-1 agreement {agree['kl']['top1_agreement']:.4f}")
         check(agree["kl"]["kld_mean"] < 1e-4, f"{label}: KL(llama.cpp || lowbit) {agree['kl']['kld_mean']:.2e}")
@@ -283,7 +289,7 @@ def main():
                      "ppl_lowbit": agree["ppl"], "kl_llamacpp_lowbit": agree["kl"]["kld_mean"],
                      "top1_llamacpp_lowbit": agree["kl"]["top1_agreement"], "kl_vs_f32": quality["kld_mean"],
                      "top1_vs_f32": quality["top1_agreement"]})
-        print(f"{label:10s} {rows[-1]['bytes']:>9d} B  PPL llama.cpp {ppl_llamacpp:8.4f} lowbit {agree['ppl']:8.4f}  "
+        print(f"{label:11s} {rows[-1]['bytes']:>9d} B  PPL llama.cpp {ppl_llamacpp:8.4f} lowbit {agree['ppl']:8.4f}  "
               f"KL {agree['kl']['kld_mean']:.2e} top-1 {agree['kl']['top1_agreement']:.4f}  vs F32: KL {quality['kld_mean']:.5f}",
               flush=True)
     if args.json:
