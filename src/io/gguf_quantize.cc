@@ -40,18 +40,6 @@ uint32_t FifthBits(const uint8_t* L) {
   return qh;
 }
 
-// Element with the largest |x| (the first of equals), signed.
-float SignedAbsMax(const float* x, int n) {
-  float amax = 0, max = 0;
-  for (int j = 0; j < n; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  return max;
-}
-
 // quantize_row_q4_0_ref: d = max / -8, q = min(15, (int8)(x / d + 8.5)).
 void Q4_0Block(const float* x, uint8_t* y) {
   const float d = SignedAbsMax(x, 32) / -8;

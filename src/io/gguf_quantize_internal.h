@@ -10,6 +10,7 @@
 #include <bit>
 #include <climits>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 #include "formats/minifloat.h"
@@ -50,6 +51,18 @@ inline float PutHalf(uint8_t* p, float v) {
 }
 inline void PutHalfBits(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
 inline void PutU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+
+// The element with the largest |x| (the first of equals), signed: the max of ggml's searches.
+inline float SignedAbsMax(const float* x, int n) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
 
 // best_index_int8 over kvalues_iq4nl: the largest index whose midpoint with its lower neighbour
 // x reaches (2x against the exact integer sum, so a tie goes to the upper index).

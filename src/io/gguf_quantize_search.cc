@@ -83,14 +83,7 @@ float MakeAffineQuants(int n, int nmax, const float* x, const float* w, uint8_t*
 // make_qx_quants with rmse_type 1: symmetric codes L = l + nmax, l in [-nmax, nmax - 1], weights
 // qw (x^2 without), the scale chosen among 19 candidate grids by weighted least squares.
 float MakeQxQuants(int n, int nmax, const float* x, int8_t* L, const float* qw) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  const float max = SignedAbsMax(x, n), amax = std::fabs(max);
   if (amax < kGroupMaxEps) {
     std::fill_n(L, n, int8_t{0});
     return 0.0f;
@@ -130,14 +123,7 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L, const float* qw) 
 // make_q3_quants with do_rmse: as MakeQxQuants' first grid (weights x^2), then up to 5 rounds of
 // coordinate descent re-choosing one code at a time. Codes come back as l + nmax.
 float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  const float max = SignedAbsMax(x, n), amax = std::fabs(max);
   if (amax < kGroupMaxEps) {
     std::fill_n(L, n, int8_t{0});
     return 0.0f;
