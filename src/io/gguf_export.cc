@@ -73,7 +73,11 @@ std::vector<float> Llama3RopeDivisors(const ModelConfig& c) {
   return divisors;
 }
 
-std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const std::vector<float>* rope_divisors) {
+// The tensors in file order. The two big tables outside the blocks come first (as the converter
+// writes lm_head and the embeddings first), so they can be freed before the blocks are read; a
+// calibrated export needs the output matrix after the blocks, and writes it last.
+std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const std::vector<float>* rope_divisors,
+                                bool output_last) {
   const ModelConfig& c = m.config;
   const uint32_t q_heads = arch.permute_qk ? c.n_heads : 0, k_heads = arch.permute_qk ? c.n_kv_heads : 0;
   std::vector<PlannedTensor> plan;
@@ -88,6 +92,12 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
                     [get, heads](const LayerWeights* l) { return TensorSource{get(l), nullptr, heads}; }});
   };
   const ModelWeights& w = m.weights;
+  auto output = [&] {
+    if (!c.tie_embeddings)
+      plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1, -1,
+                      [&w](const LayerWeights*) { return TensorSource{&w.lm_head, nullptr, 0}; }});
+  };
+  if (!output_last) output();
   plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, -1,
                   [&w](const LayerWeights*) { return TensorSource{nullptr, &w.embed, 0}; }});
   if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
@@ -118,9 +128,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   }
   plan.push_back({"output_norm.weight", {c.dim}, -1, -1,
                   [&w](const LayerWeights*) { return TensorSource{nullptr, &w.final_norm, 0}; }});
-  if (!c.tie_embeddings)
-    plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1, -1,
-                    [&w](const LayerWeights*) { return TensorSource{&w.lm_head, nullptr, 0}; }});
+  if (output_last) output();
   return plan;
 }
 
@@ -221,7 +229,8 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     if (arch.name != "llama") Fail("{}: rope scaling is only exported for the llama architecture", m.source);
     rope_divisors = Llama3RopeDivisors(c);
   }
-  std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr);
+  const bool calibrating = !options.calibration.empty();
+  std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr, calibrating);
 
   GgufMixModel mix{c.n_layers, c.n_kv_heads ? c.n_heads / c.n_kv_heads : 1, !c.tie_embeddings};
   GgufTypeChooser chooser(file_type, mix, options.pure, options.imatrix != nullptr);
@@ -308,6 +317,10 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     const TensorEncoder::Encoded e = encoder.Encode(t, src, c.head_dim, types[i]);
     writer.WriteTensor(t.name, e.type, e.bytes);
     result.tensors.push_back({t.name, e.type, t.ne, e.bytes.size(), e.repacked, false});
+    // Written and no longer needed (unless calibration still runs the model): make room for the blocks.
+    if (!calibrating && t.name == "token_embd.weight") std::vector<float>().swap(s.model.weights.embed);
+    if (!calibrating && (t.name == "output.weight" || (t.name == "token_embd.weight" && c.tie_embeddings)))
+      s.model.weights.lm_head.weight = DenseMatrix{};
   }
   if (options.progress) options.progress(plan.size(), plan.size(), "");
   result.file_bytes = writer.Commit();

@@ -57,6 +57,8 @@ struct GgufExportResult {
   double bits_per_weight() const { return weights ? 8.0 * static_cast<double>(file_bytes) / static_cast<double>(weights) : 0; }
 };
 
+// Consumes `model`: the embeddings and the output matrix are freed once written (not when
+// calibrating), and read_layer's blocks are dropped one by one.
 GgufExportResult ExportGguf(StreamedModel& model, const std::filesystem::path& out, const GgufExportOptions& options);
 
 }  // namespace lowbit
