@@ -180,6 +180,27 @@ TEST(CliEngine, TokenizeReadsVocabularyOnlyGguf) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], nlohmann::json({15043, 3186}));
 }
 
+TEST(CliEngine, QuantizeSavesCalibratedCodesAsGguf) {
+  const std::string dir = ::testing::TempDir() + "lowbit_cli_gguf_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const Result r = RunLowbit("quantize models/kjv-llama-7m -o " + dir + "/m.gguf --method rtn --save-as gguf:q4_0 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto card = nlohmann::json::parse(r.out);
+  EXPECT_EQ(card["gguf"]["type"], "Q4_0");
+  EXPECT_EQ(card["gguf"]["repacked_tensors"], 42);  // every decoder linear, bit for bit
+  const Result inspect = RunLowbit("inspect " + dir + "/m.gguf");
+  EXPECT_NE(inspect.out.find("llama.cpp loads this file"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("lowbit.recipe_card"), std::string::npos) << inspect.out;
+  const Result kquant = RunLowbit("quantize models/kjv-llama-7m -o " + dir + "/k.gguf --save-as gguf:Q4_K_M");
+  EXPECT_EQ(kquant.status, 1);
+  EXPECT_NE(kquant.out.find("--calib"), std::string::npos) << kquant.out;
+  const Result grid = RunLowbit("quantize models/kjv-llama-7m -o " + dir + "/g.gguf --format int4:g128 --save-as gguf:Q4_0");
+  EXPECT_EQ(grid.status, 1);
+  EXPECT_NE(grid.out.find("no exact home"), std::string::npos) << grid.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/k.gguf") || std::filesystem::exists(dir + "/g.gguf"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliEngine, ErrorsNameTheProblem) {
   auto r = RunLowbit("ppl --model models/kjv-llama-7m --text /nonexistent.txt");
   EXPECT_NE(r.status, 0);

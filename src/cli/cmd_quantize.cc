@@ -217,8 +217,8 @@ const GgufFileType* GgufTarget(const QuantizeOptions& o) {
   if (!o.save_as.starts_with("gguf:")) Fail("--save-as '{}': expected lowbit or gguf:TYPE (e.g. gguf:Q4_0)", o.save_as);
   const GgufFileType& t = FindGgufFileType(o.save_as.substr(5));
   if (!GgufGridScheme(t.base_type))
-    Fail("--save-as {}: calibrated {} (GPTQ on the K-quant / ternary grids) is not implemented yet; calibrated GGUF "
-         "types: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 (or `lowbit export --type {} --imatrix` for llama-quantize-style files)",
+    Fail("--save-as {}: --save-as writes the group-32 grids (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4); a calibrated {} is "
+         "`lowbit export MODEL -o OUT.gguf --type {} --calib FILE` (GPTQ onto ggml's super-blocks)",
          o.save_as, t.name, t.name);
   if (std::filesystem::path(o.out).extension() != ".gguf") Fail("--save-as {}: -o '{}' must end in .gguf", o.save_as, o.out);
   return &t;
