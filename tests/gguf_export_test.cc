@@ -191,6 +191,34 @@ TEST(GgufPack, ExactGridsRoundTripBitForBit) {
   EXPECT_FALSE(ExactGgufType(QuantizeRtn(w, 6, 96, ParseScheme("int4:g32:asym:scale=f16"), "w")).has_value());
 }
 
+// A quantized model on a GGUF grid keeps its codes where the mix picks that type (or wherever,
+// with keep_source_grids); elsewhere its values are encoded again.
+TEST(GgufExport, SourceGridsCarryOverWhereTheMixAgrees) {
+  TempDir dir("carry");
+  auto quantized = [] {
+    StreamedModel s{LoadModel(kModel), nullptr};
+    for (LayerWeights& l : s.model.weights.layers)
+      for (Linear* lin : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        lin->weight = QuantizeRtn(std::get<DenseMatrix>(lin->weight).values, lin->rows(), lin->cols(),
+                                  ParseScheme("int4:g32:scale=f16"), "w");
+    return s;
+  };
+  auto repacked = [&](const std::string& type, bool keep) {
+    StreamedModel s = quantized();
+    GgufExportOptions o;
+    o.type = type;
+    o.keep_source_grids = keep;
+    o.metadata = GgufVocabularyFor(kModel, s.model.config);
+    size_t n = 0;
+    for (const GgufExportedTensor& t : ExportGguf(s, dir / "m.gguf", o).tensors) n += t.repacked;
+    return n;
+  };
+  EXPECT_EQ(repacked("Q4_0", false), 42u);
+  EXPECT_EQ(repacked("Q8_0", false), 0u);
+  EXPECT_EQ(repacked("Q8_0", true), 42u);
+  EXPECT_EQ(GgufFile::Open(dir / "m.gguf").FindTensor("blk.0.attn_q.weight")->ggml_type, kGgmlQ4_0);
+}
+
 std::vector<float> Logits(const Model& m, const std::vector<int32_t>& ids) {
   Engine engine(m, 2);
   KvCache cache = engine.NewCache(ids.size());

@@ -363,6 +363,7 @@ void Run(QuantizeOptions o) {
     GgufExportOptions e;
     e.type = std::string(gguf->name);
     e.threads = o.threads;
+    e.keep_source_grids = true;
     e.metadata = std::move(vocabulary);
     e.metadata.push_back({"lowbit.recipe_card", card.dump()});  // the scores travel with the weights
     StreamedModel quantized{std::move(model), nullptr};

@@ -158,9 +158,8 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   out.Set("general.quantization_version", kQuantizationVersion);
 }
 
-// Encodes one planned tensor into GGUF bytes of the chosen type. A quantized source whose grid a
-// ggml type holds exactly keeps its codes (that type wins over the mix's choice): calibrated codes
-// are never quantized a second time.
+// Encodes one planned tensor into GGUF bytes of the chosen type, or carries a quantized source's
+// codes over bit for bit (GgufExportOptions::keep_source_grids).
 class TensorEncoder {
  public:
   TensorEncoder(const GgufExportOptions& options, size_t threads) : options_(options), pool_(threads) {}
@@ -183,7 +182,8 @@ class TensorEncoder {
       LOWBIT_CHECK(src.values && src.values->size() == rows * cols);
       dense = src.values->data();
     }
-    const std::optional<uint32_t> exact = q ? ExactGgufType(*q) : std::nullopt;
+    std::optional<uint32_t> exact = q ? ExactGgufType(*q) : std::nullopt;
+    if (exact && *exact != type && !options_.keep_source_grids) exact.reset();
     if (exact) type = *exact;
     std::span<const float> importance;
     if (options_.imatrix && !exact) {

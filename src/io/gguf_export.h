@@ -35,6 +35,10 @@ struct GgufExportOptions {
   // llama-quantize's encoding. Calibration holds the whole model in fp32.
   std::vector<std::vector<int32_t>> calibration;
   GptqOptions gptq;
+  // A quantized source linear whose grid a ggml type holds exactly (gguf_pack.h) keeps its codes
+  // where the mix chooses that very type; with keep_source_grids, wherever the mix would choose
+  // another (`quantize --save-as gguf:T`: the calibrated codes are the point).
+  bool keep_source_grids = false;
   size_t threads = 0;  // 0 = all cores
   std::function<void(size_t done, size_t total, std::string_view tensor)> progress;
 };
