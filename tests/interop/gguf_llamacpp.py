@@ -258,8 +258,9 @@ def main():
         print(f"{t:7s} {row['bytes']:>9d} B {row['bpw']:7.4f} bpw  same bytes as llama.cpp {row['identical_tensors']:>6s}"
               f"{'  +imatrix ' + row['identical_tensors_imatrix'] if 'identical_tensors_imatrix' in row else ''}  "
               f"PPL llama.cpp {ppl_llamacpp:8.4f} lowbit {kl['ppl']:8.4f}  KL {agree['kld_mean']:.2e} "
-              f"top-1 {agree['top1_agreement']:.4f}  vs F32: KL {quality['kld_mean']:.5f}"
-              f"{' (imatrix ' + format(row['kl_vs_f32_imatrix'], '.5f') + ')' if 'kl_vs_f32_imatrix' in row else ''}",
+              f"top-1 {agree['top1_agreement']:.4f}"
+              + (f"  vs F32: KL {quality['kld_mean']:.5f}" if args.quality else "")
+              + (f" (imatrix {row['kl_vs_f32_imatrix']:.5f})" if args.quality and 'kl_vs_f32_imatrix' in row else ""),
               flush=True)
         for path in (theirs, base):
             os.remove(path)
@@ -290,7 +291,8 @@ def main():
                      "top1_llamacpp_lowbit": agree["kl"]["top1_agreement"], "kl_vs_f32": quality["kld_mean"],
                      "top1_vs_f32": quality["top1_agreement"]})
         print(f"{label:11s} {rows[-1]['bytes']:>9d} B  PPL llama.cpp {ppl_llamacpp:8.4f} lowbit {agree['ppl']:8.4f}  "
-              f"KL {agree['kl']['kld_mean']:.2e} top-1 {agree['kl']['top1_agreement']:.4f}  vs F32: KL {quality['kld_mean']:.5f}",
+              f"KL {agree['kl']['kld_mean']:.2e} top-1 {agree['kl']['top1_agreement']:.4f}"
+              + (f"  vs F32: KL {quality['kld_mean']:.5f}" if args.quality else ""),
               flush=True)
     if args.json:
         with open(args.json, "w") as f:
