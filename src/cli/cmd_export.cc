@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -49,12 +50,13 @@ void Run(const ExportOptions& o) {
     imatrix = ReadImatrix(o.imatrix);
     e.imatrix = &imatrix.columns;
   }
-  ProgressBar bar("export", 1);
+  std::unique_ptr<ProgressBar> bar;  // the tensor count is known once the export has planned the file
   e.progress = [&bar](size_t done, size_t total, std::string_view tensor) {
-    (void)total;
-    bar.Update(done, tensor);
+    if (!bar) bar = std::make_unique<ProgressBar>("export", total);
+    bar->Update(done, tensor);
   };
   const GgufExportResult r = ExportGguf(model, o.out, e);
+  bar.reset();  // done: the bar gives its line back before the table
 
   std::map<std::string, std::pair<size_t, uint64_t>> by_type;  // type -> (tensors, bytes)
   for (const GgufExportedTensor& t : r.tensors) {

@@ -41,9 +41,11 @@ void Run(const ImatrixOptions& o) {
     windows.back()[0] = m.model.config.bos_id;
   }
   Engine engine(m.model, o.threads);
-  ProgressBar bar("imatrix", n_chunks);
-  const std::vector<LayerImportance> squares =
-      CollectInputSquares(engine, windows, [&bar](size_t done) { bar.Update(done); });
+  std::vector<LayerImportance> squares;
+  {
+    ProgressBar bar("imatrix", n_chunks);  // gives its line back before the table
+    squares = CollectInputSquares(engine, windows, [&bar](size_t done) { bar.Update(done); });
+  }
 
   std::map<std::string, ImatrixEntry, std::less<>> entries;
   for (size_t l = 0; l < squares.size(); ++l)
