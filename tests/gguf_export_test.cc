@@ -19,6 +19,7 @@
 #include "io/gguf_writer.h"
 #include "io/imatrix.h"
 #include "io/model_loader.h"
+#include "model/config.h"
 #include "model/forward.h"
 #include "quant/rtn.h"
 #include "tokenizer/gguf_vocab_export.h"
@@ -225,14 +226,20 @@ std::vector<float> Logits(const Model& m, const std::vector<int32_t>& ids) {
   return engine.Forward(cache, ids, true);
 }
 
+// Export options of type `type` with the bundled model's vocabulary.
+GgufExportOptions BundledOptions(const std::string& type) {
+  GgufExportOptions o;
+  o.type = type;
+  o.metadata = GgufVocabularyFor(kModel, ReadHfConfig(kModel + "/config.json"));
+  return o;
+}
+
 // The F32 export is the same model: llama.cpp's Q/K permutation and adjacent-pair RoPE give the
 // Hugging Face model's logits, and the written vocabulary tokenizes as the tokenizer.model does.
 TEST(GgufExport, F32FileIsTheSameModelAndVocabulary) {
   TempDir dir("f32");
   StreamedModel hf = OpenModel(kModel);
-  GgufExportOptions o;
-  o.type = "F32";
-  o.metadata = GgufVocabularyFor(kModel, hf.model.config);
+  GgufExportOptions o = BundledOptions("F32");
   const GgufExportResult r = ExportGguf(hf, dir / "m.gguf", o);
   EXPECT_EQ(r.architecture, "llama");
   EXPECT_EQ(r.file_bytes, fs::file_size(dir / "m.gguf"));
@@ -304,9 +311,7 @@ TEST(GgufExport, Qwen2KeepsRowOrderAndBiases) {
 TEST(GgufExport, QuantizedMixReadsBackWithItsTypes) {
   TempDir dir("q4km");
   StreamedModel hf = OpenModel(kModel);
-  GgufExportOptions o;
-  o.type = "Q4_K_M";
-  o.metadata = GgufVocabularyFor(kModel, hf.model.config);
+  GgufExportOptions o = BundledOptions("Q4_K_M");
   const GgufExportResult r = ExportGguf(hf, dir / "m.gguf", o);
   const GgufFile f = GgufFile::Open(dir / "m.gguf");
   EXPECT_EQ(f.GetU32("general.file_type"), 15u);
