@@ -250,7 +250,9 @@ void Run(QuantizeOptions o) {
   if (gguf) CheckGgufRecipe(recipe, *gguf);
   if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
   const std::filesystem::path partial = o.out + ".partial";  // the state of an unfinished run
-  if (std::filesystem::exists(partial) && !o.resume)
+  RemoveStaleTemporaries(o.out);  // OUT.tmp-<pid> of a run killed while writing OUT
+  // A state without progress.json is a run killed during its first save: nothing to continue.
+  if (std::filesystem::exists(partial / "progress.json") && !o.resume)
     Fail("{}: an interrupted run left its state here; add --resume to continue it, or delete it", partial.string());
   // A tokenizer is needed only to read calibration or evaluation text (synthetic models have none).
   const bool needs_text = !recipe.calib_file.empty() || !o.eval.empty();

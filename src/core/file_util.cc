@@ -1,11 +1,13 @@
 #include "core/file_util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -22,9 +24,56 @@ std::string ReadTextFile(const std::filesystem::path& path) {
   return ss.str();
 }
 
+namespace {
+
+// The writer's pid when `name` is `<stem>.tmp-<pid>` (stem empty: any stem), else 0.
+pid_t TemporaryOwner(std::string_view name, std::string_view stem) {
+  constexpr std::string_view kTag = ".tmp-";
+  size_t at;
+  if (!stem.empty()) {
+    if (!name.starts_with(stem) || name.substr(stem.size()).substr(0, kTag.size()) != kTag) return 0;
+    at = stem.size();
+  } else {
+    at = name.rfind(kTag);
+    if (at == std::string_view::npos || at == 0) return 0;
+  }
+  const std::string_view digits = name.substr(at + kTag.size());
+  pid_t pid = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+  if (ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) return 0;
+  return pid;
+}
+
+bool ProcessIsGone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+void RemoveStale(const std::filesystem::path& dir, std::string_view stem) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir.empty() ? std::filesystem::path(".") : dir, ec);
+  if (ec) return;  // no folder yet: nothing to sweep
+  for (const std::filesystem::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    const pid_t pid = TemporaryOwner(name, stem);
+    if (pid == 0 || pid == ::getpid() || !ProcessIsGone(pid)) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(e.path(), ignored);
+  }
+}
+
+}  // namespace
+
+void RemoveStaleTemporaries(const std::filesystem::path& path) {
+  std::filesystem::path p = path;
+  if (!p.has_filename()) p = p.parent_path();  // "out/" names the folder "out"
+  if (p.filename().empty()) return;
+  RemoveStale(p.parent_path(), p.filename().string());
+}
+
+void RemoveStaleTemporariesIn(const std::filesystem::path& dir) { RemoveStale(dir, ""); }
+
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path path)
-    : path_(std::move(path)), tmp_(path_.string() + ".tmp-" + std::to_string(::getpid())),
-      out_(tmp_, std::ios::binary | std::ios::trunc) {
+    : path_(std::move(path)), tmp_(path_.string() + ".tmp-" + std::to_string(::getpid())) {
+  RemoveStaleTemporaries(path_);
+  out_.open(tmp_, std::ios::binary | std::ios::trunc);
   if (!out_) Fail("{}: cannot create: {}", tmp_.string(), std::strerror(errno));
 }
 

@@ -13,8 +13,17 @@ namespace lowbit {
 
 std::string ReadTextFile(const std::filesystem::path& path);
 
-// Writes a file in pieces to a temp sibling; Commit renames it into place, and destruction
-// without Commit removes the temp file.
+// Temporaries are named `OUT.tmp-<pid>` (a file or a folder) after the process writing them.
+// Removes those beside `path` whose process is gone (kill(pid, 0) fails with ESRCH): the litter
+// of a run killed while writing `path`. Live writers' temporaries (and this process's own) are
+// left alone; failures to remove are ignored (the next run tries again).
+void RemoveStaleTemporaries(const std::filesystem::path& path);
+// The same for every `*.tmp-<pid>` entry directly inside `dir` (a folder of temporaries of
+// several names, e.g. a run checkpoint's).
+void RemoveStaleTemporariesIn(const std::filesystem::path& dir);
+
+// Writes a file in pieces to a temp sibling (`path.tmp-<pid>`, after removing stale ones of dead
+// processes); Commit renames it into place, and destruction without Commit removes the temp file.
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(std::filesystem::path path);

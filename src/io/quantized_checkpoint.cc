@@ -294,6 +294,7 @@ fs::path Destination(const fs::path& out_dir) {
 void CheckQuantizedModelTarget(const ModelConfig& config, const fs::path& out_dir, const fs::path& source_dir) {
   const fs::path dest = Destination(out_dir);
   const std::string out = dest.string();
+  RemoveStaleTemporaries(dest);  // OUT.tmp-<pid> of a run killed while writing OUT
   std::error_code ec;
   const fs::file_status status = fs::symlink_status(dest, ec);
   if (fs::exists(status)) {
@@ -372,7 +373,7 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
 
   const fs::path tmp = out + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
-  fs::remove_all(tmp, ec);  // left by a crashed run that had our pid
+  fs::remove_all(tmp, ec);  // left by a crashed run that had our pid (other dead pids: swept above)
   fs::create_directories(tmp, ec);
   if (ec) Fail("{}: cannot create: {}", tmp.string(), ec.message());
   try {

@@ -67,6 +67,7 @@ std::filesystem::path HiddenFile(const std::filesystem::path& dir, size_t n) {
 void SaveRunCheckpoint(const std::filesystem::path& dir, const Model& model, const BlockCheckpoint& state,
                        const nlohmann::json& run, const std::filesystem::path& source_dir) {
   std::filesystem::create_directories(dir);
+  RemoveStaleTemporariesIn(dir);  // model.N.tmp-<pid>, hidden.N.bin.tmp-<pid> of a killed run
   const size_t n = state.next_layer;
   std::filesystem::remove_all(ModelDir(dir, n));  // a leftover of a crash before progress.json named it
   SaveQuantizedModel(model, ModelDir(dir, n), source_dir, {{"partial", true}, {"next_layer", n}}, n);
