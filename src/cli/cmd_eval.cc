@@ -18,6 +18,7 @@ struct EvalOptions {
   std::string model, base, text, tokenizer, save_base, kl_base, quantize, kv_dtype = "fp32", kv_scales;
   size_t ctx = 256, threads = 0, top_k = 32;
   bool json = false;
+  LoadOptions load;  // --allow-nonfinite
 };
 
 double Seconds(std::chrono::steady_clock::time_point start) {
@@ -45,7 +46,7 @@ void PrintCompare(const CompareResult& r) {
 
 void RunPpl(const EvalOptions& o) {
   if (!o.save_base.empty() && !o.kl_base.empty()) Fail("--save-base and --kl-base cannot be used together");
-  const LoadedModel m = LoadModelWithTokenizer(o.model, o.tokenizer, o.quantize);
+  const LoadedModel m = LoadModelWithTokenizer(o.model, o.tokenizer, o.quantize, o.load);
   const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, o.text);
   const ChunkPlan plan = PlanChunks(tokens.size(), o.ctx);
   Engine engine(m.model, o.threads, KvCacheOptionsFor(o.kv_dtype, o.model, o.kv_scales, m.model.config.n_layers));
@@ -97,8 +98,8 @@ void RunPpl(const EvalOptions& o) {
 }
 
 void RunCompare(const EvalOptions& o) {
-  const LoadedModel base = LoadModelWithTokenizer(o.base, o.tokenizer);
-  const LoadedModel model = LoadModelWithTokenizer(o.model, o.tokenizer.empty() ? o.base : o.tokenizer, o.quantize);
+  const LoadedModel base = LoadModelWithTokenizer(o.base, o.tokenizer, "", o.load);
+  const LoadedModel model = LoadModelWithTokenizer(o.model, o.tokenizer.empty() ? o.base : o.tokenizer, o.quantize, o.load);
   if (base.model.config.vocab_size != model.model.config.vocab_size)
     Fail("{} and {} have different vocabularies ({} vs {} tokens)", o.base, o.model, base.model.config.vocab_size,
          model.model.config.vocab_size);
@@ -127,6 +128,7 @@ void AddCommon(CLI::App* cmd, EvalOptions& o) {
   cmd->add_option("--kv-cache-dtype", o.kv_dtype, "KV cache of --model: " + KnownKvDtypes())->default_val("fp32");
   cmd->add_option("--kv-scales", o.kv_scales, "FP8 KV scales (default: MODEL/kv_cache_scales.json if present)");
   cmd->add_flag("--json", o.json, "Print JSON");
+  AddAllowNonfiniteFlag(cmd, o.load);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ namespace {
 struct ExportOptions {
   std::string model, out, type = "Q8_0", tokenizer, name, imatrix, calib;
   bool pure = false, json = false;
+  LoadOptions load;  // --allow-nonfinite
   size_t threads = 0, calib_samples = 128, calib_len = 256;
   uint64_t seed = 0;
   double damp = 0.01;
@@ -32,7 +33,7 @@ void Run(const ExportOptions& o) {
   if (std::filesystem::path(o.out).extension() != ".gguf")
     Fail("export: -o '{}' must end in .gguf (the only export format so far)", o.out);
   FindGgufFileType(o.type);  // a bad --type fails before the model is read
-  StreamedModel model = OpenModel(o.model);
+  StreamedModel model = OpenModel(o.model, o.load);
   GgufExportOptions e;
   e.type = o.type;
   e.pure = o.pure;
@@ -107,6 +108,7 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("--name", o->name, "general.name (default: the model's folder or file name)");
   cmd->add_option("--threads", o->threads, "Threads (default: all cores)");
   cmd->add_flag("--json", o->json, "Print JSON");
+  AddAllowNonfiniteFlag(cmd, o->load);
   cmd->callback([o] { Run(*o); });
 }
 

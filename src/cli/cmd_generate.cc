@@ -19,6 +19,7 @@ struct GenerateOptions {
   size_t n = 64, threads = 0;
   SamplerOptions sampler;
   bool json = false;
+  LoadOptions load;  // --allow-nonfinite
 };
 
 }  // namespace
@@ -71,8 +72,9 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer (default: the model's own)");
   cmd->add_flag("--json", o->json, "Print JSON instead of streaming");
+  AddAllowNonfiniteFlag(cmd, o->load);
   cmd->callback([o] {
-    const LoadedModel m = LoadModelWithTokenizer(o->model, o->tokenizer);
+    const LoadedModel m = LoadModelWithTokenizer(o->model, o->tokenizer, "", o->load);
     const GenerationResult r = Generate(m, o->prompt, o->n, o->sampler, o->threads, o->json ? nullptr : stdout);
     if (o->json) {
       const nlohmann::json out = {{"text", r.text},

@@ -38,6 +38,7 @@ struct QuantizeOptions {
   double checkpoint_every = 60;  // seconds between saves of OUT.partial (0: after every block)
   std::string max_ram;           // calibration activation budget, e.g. 2G (empty: no limit)
   uint64_t seed = 0, rotate_seed = 0;
+  LoadOptions load;  // --allow-nonfinite
 };
 
 // The recipe: what to run. From --recipe JSON (unknown keys are errors) or from the flags.
@@ -257,7 +258,7 @@ void Run(QuantizeOptions o) {
   // A tokenizer is needed only to read calibration or evaluation text (synthetic models have none).
   const bool needs_text = !recipe.calib_file.empty() || !o.eval.empty();
   // The source is read block by block as the run reaches each block (one block in fp32 at a time).
-  StreamedModel source = OpenModel(o.model);
+  StreamedModel source = OpenModel(o.model, o.load);
   Model& model = source.model;
   const std::filesystem::path source_dir = std::filesystem::is_directory(o.model) ? o.model : "";
   // Before any work, not after it: the output can be written, and (GGUF) the vocabulary exists.
@@ -350,7 +351,7 @@ void Run(QuantizeOptions o) {
   card["activations"] = {{"peak_bytes", report.activation_peak_bytes}, {"spilled_bytes", report.activation_spilled_bytes}};
   if (!o.eval.empty()) {
     // The base model is loaded whole, now that the quantization no longer needs the memory.
-    const Model base = LoadModel(o.model);
+    const Model base = LoadModel(o.model, o.load);
     const std::vector<int32_t> tokens = TokenizeFile(*tokenizer, o.eval);
     const ChunkPlan plan = PlanChunks(tokens.size(), o.eval_ctx);
     Engine eb(base, o.threads), eq(model, o.threads);
@@ -444,6 +445,7 @@ void AddQuantizeCommand(CLI::App& app) {
       ->default_val(60)
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", o->json, "Print the recipe card as JSON");
+  AddAllowNonfiniteFlag(cmd, o->load);
   cmd->callback([o] { Run(*o); });
 }
 

@@ -1,5 +1,6 @@
 #include "cli/session.h"
 
+#include <CLI/CLI.hpp>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -45,11 +46,16 @@ std::unique_ptr<Tokenizer> LoadTokenizerFor(const ModelConfig& config, const std
 }
 
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,
-                                   const std::string& quantize) {
-  LoadedModel m{LoadModel(model_path), nullptr};
+                                   const std::string& quantize, const LoadOptions& options) {
+  LoadedModel m{LoadModel(model_path, options), nullptr};
   m.tokenizer = LoadTokenizerFor(m.model.config, model_path, tokenizer_path);
   if (!quantize.empty()) QuantizeLinears(m.model.weights, ParseScheme(quantize));
   return m;
+}
+
+void AddAllowNonfiniteFlag(CLI::App* cmd, LoadOptions& options) {
+  cmd->add_flag("--allow-nonfinite", options.allow_nonfinite,
+                "Load a model whose weights hold NaN or Inf (by default an error naming the tensor)");
 }
 
 std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string& path) {

@@ -10,6 +10,10 @@
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
+namespace CLI {
+class App;
+}
+
 namespace lowbit::cli {
 
 // --kv-cache-dtype (and --kv-scales) of the model at `model_path`. FP8 uses static scales from
@@ -30,8 +34,12 @@ std::unique_ptr<Tokenizer> LoadTokenizerFor(const ModelConfig& config, const std
 
 // `tokenizer_path` empty = the model's own (its folder's tokenizer.model or the GGUF vocabulary).
 // `quantize` non-empty = RTN-quantize the decoder linears in memory with that format first.
+// `options`: --allow-nonfinite (AllowNonfiniteFlag).
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,
-                                   const std::string& quantize = "");
+                                   const std::string& quantize = "", const LoadOptions& options = {});
+
+// Adds --allow-nonfinite (load weights holding NaN / Inf instead of failing) to a model-loading command.
+void AddAllowNonfiniteFlag(CLI::App* cmd, LoadOptions& options);
 
 // Reads a text file and tokenizes it with BOS (the llama-perplexity protocol).
 std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string& path);

@@ -84,7 +84,8 @@ RopeScaling Llama3ScalingFromFreqs(const std::vector<float>& divisors, const Mod
 // reported.
 class TensorLoader {
  public:
-  explicit TensorLoader(const GgufFile& file) : file_(file), source_(file.path().string()) {}
+  TensorLoader(const GgufFile& file, const LoadOptions& options)
+      : file_(file), source_(file.path().string()), options_(options) {}
 
   std::vector<float> Vector(const std::string& name, uint64_t n) { return Decode(Get(name, {n})); }
 
@@ -130,15 +131,19 @@ class TensorLoader {
   }
 
   std::vector<float> Decode(const GgufTensorInfo& t) {
+    std::vector<float> values;
     try {
-      return DequantizeGgufTensor(t);
+      values = DequantizeGgufTensor(t);
     } catch (const Error& e) {
       Fail("{}: {}", source_, e.what());
     }
+    if (!options_.allow_nonfinite) CheckFinite(values, 0, t.name, source_);
+    return values;
   }
 
   const GgufFile& file_;
   const std::string source_;
+  const LoadOptions options_;
   std::set<std::string, std::less<>> used_;
 };
 
@@ -228,14 +233,14 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   return c;
 }
 
-Model LoadGgufModel(const std::filesystem::path& path) {
+Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& options) {
   const GgufFile f = GgufFile::Open(path);
   Model m;
   m.source = path.string();
   m.config = ReadGgufConfig(f);
   const ModelConfig& c = m.config;
   ModelWeights& w = m.weights;
-  TensorLoader t(f);
+  TensorLoader t(f, options);
   if (f.FindTensor("rope_freqs.weight")) t.MarkUsed("rope_freqs.weight");  // read by the config
 
   w.embed = t.Matrix("token_embd.weight", c.vocab_size, c.dim).values;

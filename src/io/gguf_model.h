@@ -22,6 +22,7 @@ ModelConfig ReadGgufConfig(const GgufFile& file);
 
 // The whole model. Errors name the file and the key or tensor: missing or mis-shaped tensors,
 // unsupported tensor types, and tensors a llama model does not have (llama.cpp rejects those too).
-Model LoadGgufModel(const std::filesystem::path& path);
+// NaN / Inf in a decoded tensor: Error naming it, unless options.allow_nonfinite.
+Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& options = {});
 
 }  // namespace lowbit

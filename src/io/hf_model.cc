@@ -2,7 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -12,33 +20,157 @@
 namespace lowbit {
 namespace {
 
+// The suffixes a quantized linear P may have in a lowbit checkpoint (QuantizedLinears::Load and
+// LoadOutliers check which of them its scheme needs); a dense linear has P.weight.
+constexpr std::string_view kQuantizedSuffixes[] = {".weight_packed", ".weight_scale", ".weight_zero_point",
+                                                   ".weight_global_scale", ".weight_g_idx"};
+constexpr std::string_view kOutlierSuffixes[] = {".outlier_columns", ".outlier_weight"};
+// Names of this architecture outside the blocks; with "model.layers.", the names whose unused
+// tensors are errors rather than warnings.
+constexpr std::string_view kEndPrefixes[] = {"model.embed_tokens.", "model.norm.", "lm_head."};
+constexpr size_t kWarnListed = 5;  // unused tensors named in the warning
+
+std::string ShapeText(const std::vector<uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+// The block index of "model.layers.N.<rest>", if `name` is one.
+std::optional<uint64_t> BlockOf(std::string_view name) {
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!name.starts_with(kLayers)) return std::nullopt;
+  const std::string_view rest = name.substr(kLayers.size());
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
+  if (ec != std::errc() || end == rest.data() || end == rest.data() + rest.size() || *end != '.') return std::nullopt;
+  return n;
+}
+
 class HfTensors {
  public:
   // The quantization config is read first so that a foreign quantized checkpoint fails with
   // "not supported" rather than with a missing-tensor or dtype error.
-  explicit HfTensors(const std::filesystem::path& folder)
-      : quantized_(QuantizedLinears::FromFolder(folder)), model_(SafetensorsModel::Open(folder)) {
+  HfTensors(const std::filesystem::path& folder, const LoadOptions& options)
+      : quantized_(QuantizedLinears::FromFolder(folder)), model_(SafetensorsModel::Open(folder)), options_(options) {
     quantized_.CheckTensors(model_);
   }
 
   bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
+  bool HasLinear(const std::string& name) const { return Has(name + ".weight") || quantized_.Has(name); }
+
+  // The shard holding `name`, for messages.
+  std::string FileOf(std::string_view name) const {
+    for (const SafetensorsFile& f : model_.shards())
+      if (f.Find(name)) return f.path().string();
+    return model_.path().string();
+  }
+
+  // Every tensor of the checkpoint against what a model of config `c` reads, from the headers
+  // alone (before any tensor is converted): the tensors it needs exist with the config's shapes,
+  // and each other tensor is an Error when it looks like a weight of this architecture (a block
+  // past num_hidden_layers, a bias or module a block does not have, a second lm_head) or a warning
+  // on stderr (rotary_emb.inv_freq buffers, heads of other tasks). `config` names config.json.
+  void CheckConsistency(const ModelConfig& c, const std::string& config) {
+    std::map<std::string, std::vector<uint64_t>, std::less<>> dense;  // name -> shape ({} = checked on load)
+    std::set<std::string, std::less<>> optional;                       // may be absent
+    auto linear = [&](const std::string& p, uint64_t rows, uint64_t cols, bool bias) {
+      if (quantized_.Has(p)) {
+        for (std::string_view s : kQuantizedSuffixes) optional.insert(p + std::string(s));
+      } else {
+        dense[p + ".weight"] = {rows, cols};
+      }
+      if (bias) dense[p + ".bias"] = {rows};
+      for (std::string_view s : kOutlierSuffixes) optional.insert(p + std::string(s));
+    };
+    dense["model.embed_tokens.weight"] = {c.vocab_size, c.dim};
+    dense["model.norm.weight"] = {c.dim};
+    for (uint32_t i = 0; i < c.n_layers; ++i) {
+      const std::string p = fmt::format("model.layers.{}.", i);
+      dense[p + "input_layernorm.weight"] = {c.dim};
+      dense[p + "post_attention_layernorm.weight"] = {c.dim};
+      linear(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
+      linear(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
+      linear(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
+      linear(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
+      linear(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
+      linear(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
+      linear(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
+    }
+    if (!c.tie_embeddings && HasLinear("lm_head")) linear("lm_head", c.vocab_size, c.dim, false);
+    if (c.tie_embeddings && quantized_.Has("lm_head"))
+      Fail("{}: tensor 'lm_head.weight_packed' is a quantized lm_head, but {}: tie_word_embeddings is true, so it "
+           "would be ignored for model.embed_tokens.weight", FileOf("lm_head.weight_packed"), config);
+    // Tied: a stored lm_head.weight is accepted only when it equals the embeddings (SameAsEmbeddings).
+    if (c.tie_embeddings && Has("lm_head.weight")) tied_lm_head_ = true;
+
+    for (const auto& [name, shape] : dense) {
+      const TensorView& t = model_.Get(name);  // "no tensor" naming the checkpoint
+      if (t.shape != shape)
+        Fail("{}: tensor '{}' has shape {}, expected {} from {}", FileOf(name), name, ShapeText(t.shape),
+             ShapeText(shape), config);
+    }
+    std::vector<std::string> unused;
+    for (const std::string& name : model_.names()) {
+      if (dense.contains(name) || optional.contains(name) || (tied_lm_head_ && name == "lm_head.weight")) continue;
+      if (const std::optional<uint64_t> block = BlockOf(name); block && *block >= c.n_layers)
+        Fail("{}: tensor '{}' belongs to block {}, but {}: num_hidden_layers is {}; the checkpoint and its "
+             "config.json disagree on the model's depth", FileOf(name), name, *block, config, c.n_layers);
+      const bool ours = BlockOf(name).has_value() ||
+                        std::ranges::any_of(kEndPrefixes, [&](std::string_view p) { return name.starts_with(p); });
+      if (ours && !name.ends_with(".inv_freq"))  // inv_freq: a RoPE buffer, recomputed from rope_theta
+        Fail("{}: tensor '{}' is not part of a {} model as {} describes it, and would be ignored", FileOf(name), name,
+             c.architecture, config);
+      unused.push_back(name);
+    }
+    if (!unused.empty()) {
+      std::string list = fmt::format("{}", fmt::join(unused.begin(), unused.begin() + std::min(unused.size(), kWarnListed), ", "));
+      if (unused.size() > kWarnListed) list += fmt::format(" and {} more", unused.size() - kWarnListed);
+      std::fprintf(stderr, "lowbit: warning: %s: %zu tensor%s not used by a %s model, ignored: %s\n",
+                   model_.path().string().c_str(), unused.size(), unused.size() == 1 ? " is" : "s are",
+                   c.architecture.c_str(), list.c_str());
+    }
+  }
+
+  // Tied embeddings beside a stored lm_head.weight (transformers ties and drops it, vLLM skips it):
+  // fine when it holds the embeddings' values, an Error otherwise, since the model would silently
+  // run another output layer than the checkpoint's.
+  void CheckTiedLmHead(const std::vector<float>& embed, const std::string& config) const {
+    if (!tied_lm_head_) return;
+    const TensorView& t = model_.Get("lm_head.weight");
+    bool same = t.numel() == embed.size();
+    constexpr uint64_t kSlice = uint64_t{1} << 16;  // elements
+    const uint64_t width = DTypeSize(t.dtype);
+    std::vector<float> values;
+    for (uint64_t begin = 0; same && begin < embed.size(); begin += kSlice) {
+      const uint64_t count = std::min<uint64_t>(kSlice, embed.size() - begin);
+      values.resize(count);
+      ToFloat32(TensorView{t.name, t.dtype, {count}, t.data.subspan(begin * width, count * width)}, values);
+      same = std::memcmp(values.data(), embed.data() + begin, count * 4) == 0;
+    }
+    ReleasePages(t.data);
+    if (!same)
+      Fail("{}: tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', but {}: tie_word_embeddings is "
+           "true, so the lm_head would be ignored; set tie_word_embeddings to false to use it, or drop the tensor",
+           FileOf("lm_head.weight"), config);
+  }
 
   // ToFloat32 in slices, dropping each slice's mapped pages once converted: the peak is the
-  // loaded model plus one slice, not plus the largest tensor (a 7B embedding is 0.5 GB).
-  static std::vector<float> ToFloat32Releasing(const TensorView& t) {
-    constexpr uint64_t kSlice = uint64_t{1} << 22;  // elements
+  // loaded model plus one slice, not plus the largest tensor (a 7B embedding is 0.5 GB). Each
+  // piece is checked for NaN / Inf while it is still in cache.
+  std::vector<float> ToFloat32Releasing(const TensorView& t) const {
+    constexpr uint64_t kSlice = uint64_t{1} << 22, kPiece = uint64_t{1} << 14;  // elements
     const uint64_t n = t.numel(), width = DTypeSize(t.dtype);
     if (t.data.size() != n * width) return ToFloat32(t);  // let ToFloat32 report the mismatch
     std::vector<float> out(n);
     for (uint64_t begin = 0; begin < n; begin += kSlice) {
       const uint64_t count = std::min(kSlice, n - begin);
-      const TensorView slice{t.name, t.dtype, {count}, t.data.subspan(begin * width, count * width)};
-      ToFloat32(slice, std::span(out).subspan(begin, count));
-      ReleasePages(slice.data);
+      for (uint64_t piece = begin; piece < begin + count; piece += kPiece) {
+        const uint64_t m = std::min(kPiece, begin + count - piece);
+        const std::span<float> dst = std::span(out).subspan(piece, m);
+        ToFloat32(TensorView{t.name, t.dtype, {m}, t.data.subspan(piece * width, m * width)}, dst);
+        if (!options_.allow_nonfinite) CheckFinite(dst, piece, t.name, FileOf(t.name));
+      }
+      ReleasePages(t.data.subspan(begin * width, count * width));
     }
     return out;
   }
-  bool HasLinear(const std::string& name) const { return Has(name + ".weight") || quantized_.Has(name); }
 
   std::vector<float> Vector(const std::string& name, uint64_t n) const {
     const TensorView& t = model_.Get(name);
@@ -54,24 +186,28 @@ class HfTensors {
       const TensorView& t = model_.Get(name + ".weight");
       if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
         Fail("{}: tensor '{}.weight' has shape {}, expected [{}, {}]", model_.path().string(), name,
-             fmt::format("[{}]", fmt::join(t.shape, ", ")), rows, cols);
+             ShapeText(t.shape), rows, cols);
       l.weight = DenseMatrix{rows, cols, ToFloat32Releasing(t)};
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     l.input_quant = quantized_.InputQuantOf(name);
     l.input_hadamard = quantized_.InputHadamardOf(name);
     l.outliers = quantized_.LoadOutliers(model_, name, rows, cols);
+    if (l.outliers && !options_.allow_nonfinite)
+      CheckFinite(l.outliers->weight.values, 0, name + ".outlier_weight", FileOf(name + ".outlier_weight"));
     return l;
   }
 
  private:
   QuantizedLinears quantized_;
   SafetensorsModel model_;
+  LoadOptions options_;
+  bool tied_lm_head_ = false;
 };
 
 }  // namespace
 
-StreamedModel OpenHfModel(const std::filesystem::path& folder) {
+StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions& options) {
   const std::filesystem::path config_path = folder / "config.json";
   if (!std::filesystem::exists(config_path)) Fail("{}: no config.json (expected a Hugging Face model folder)", folder.string());
   StreamedModel s;
@@ -79,8 +215,10 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder) {
   m.source = folder.string();
   m.config = ReadHfConfig(config_path);
   const ModelConfig c = m.config;
-  auto t = std::make_shared<const HfTensors>(folder);
+  auto t = std::make_shared<HfTensors>(folder, options);
+  t->CheckConsistency(c, config_path.string());
   m.weights.embed = t->Vector("model.embed_tokens.weight", uint64_t{c.vocab_size} * c.dim);
+  t->CheckTiedLmHead(m.weights.embed, config_path.string());
   m.weights.layers.resize(c.n_layers);
   m.weights.final_norm = t->Vector("model.norm.weight", c.dim);
   if (!c.tie_embeddings && t->HasLinear("lm_head")) {
@@ -89,7 +227,7 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder) {
     m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed};
   }
   ValidateEnds(m.config, m.weights, m.source);
-  s.read_layer = [t, c, source = m.source](size_t i) {
+  s.read_layer = [t = std::shared_ptr<const HfTensors>(t), c, source = m.source](size_t i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights l;
     l.attn_norm = t->Vector(p + "input_layernorm.weight", c.dim);
@@ -107,8 +245,8 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder) {
   return s;
 }
 
-Model LoadHfModel(const std::filesystem::path& folder) {
-  StreamedModel s = OpenHfModel(folder);
+Model LoadHfModel(const std::filesystem::path& folder, const LoadOptions& options) {
+  StreamedModel s = OpenHfModel(folder, options);
   for (size_t i = 0; i < s.model.weights.layers.size(); ++i) s.model.weights.layers[i] = s.read_layer(i);
   return std::move(s.model);
 }

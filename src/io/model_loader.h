@@ -9,7 +9,8 @@
 namespace lowbit {
 
 // A Hugging Face folder (config.json + safetensors), a .gguf file, or a llama2.c .bin checkpoint.
-Model LoadModel(const std::filesystem::path& path);
+// Non-finite weights are Errors naming the tensor unless options.allow_nonfinite.
+Model LoadModel(const std::filesystem::path& path, const LoadOptions& options = {});
 
 // A model whose decoder blocks are read on demand, so that work done one block at a time
 // (`lowbit quantize`) holds one block in full precision instead of the whole model: a 7B model
@@ -21,6 +22,6 @@ struct StreamedModel {
 };
 
 // Hugging Face folders are read block by block; GGUF and llama2.c files are loaded whole.
-StreamedModel OpenModel(const std::filesystem::path& path);
+StreamedModel OpenModel(const std::filesystem::path& path, const LoadOptions& options = {});
 
 }  // namespace lowbit

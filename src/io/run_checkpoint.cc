@@ -97,7 +97,9 @@ BlockCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohma
          progress_path.string(), dir.string());
   const size_t n = progress["next_layer"].get<size_t>();
   const std::filesystem::path saved_dir = ModelDir(dir, n);
-  Model saved = LoadModel(saved_dir);
+  // Written by the interrupted run from a source it checked (or was told to accept with
+  // --allow-nonfinite): its values are taken as they are.
+  Model saved = LoadModel(saved_dir, LoadOptions{.allow_nonfinite = true});
   if (saved.config.n_layers != n || n > model.config.n_layers)
     Fail("{}: holds {} blocks, progress.json says {} of {}", saved_dir.string(), saved.config.n_layers, n,
          model.config.n_layers);

@@ -1,5 +1,8 @@
 #include "model/weights.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace lowbit {
@@ -44,6 +47,61 @@ void CheckLinear(const Linear& l, uint64_t rows, uint64_t cols, bool bias, const
 }
 
 }  // namespace
+
+size_t FirstNonFinite(std::span<const float> values) {
+  // Branch-free over blocks so the compiler vectorizes it (an exponent of all ones is NaN or Inf);
+  // the exact index is searched only in a block that has one.
+  constexpr size_t kBlock = 256;
+  for (size_t begin = 0; begin < values.size(); begin += kBlock) {
+    const size_t n = std::min(kBlock, values.size() - begin);
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[begin + i], 4);
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad != 0)
+      for (size_t i = begin; i < begin + n; ++i)
+        if (!std::isfinite(values[i])) return i;
+  }
+  return values.size();
+}
+
+void CheckFinite(std::span<const float> values, uint64_t offset, std::string_view name, std::string_view file) {
+  const size_t i = FirstNonFinite(values);
+  if (i == values.size()) return;
+  Fail("{}: tensor '{}' has a non-finite value ({}) at element {}; the model would compute NaN (pass "
+       "--allow-nonfinite to load it anyway)", file, name, values[i], offset + i);
+}
+
+namespace {
+
+void CheckLinearFinite(const Linear& l, const std::string& name, const std::string& source) {
+  if (const auto* d = std::get_if<DenseMatrix>(&l.weight)) CheckFinite(d->values, 0, name, source);
+  CheckFinite(l.bias, 0, name + " bias", source);
+  if (l.outliers) CheckFinite(l.outliers->weight.values, 0, name + " outlier columns", source);
+}
+
+}  // namespace
+
+void CheckWeightsFinite(const ModelWeights& w, const std::string& source) {
+  CheckFinite(w.embed, 0, "embedding", source);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const std::string p = "layer " + std::to_string(i) + " ";
+    CheckFinite(l.attn_norm, 0, p + "attn_norm", source);
+    CheckFinite(l.ffn_norm, 0, p + "ffn_norm", source);
+    CheckLinearFinite(l.wq, p + "q_proj", source);
+    CheckLinearFinite(l.wk, p + "k_proj", source);
+    CheckLinearFinite(l.wv, p + "v_proj", source);
+    CheckLinearFinite(l.wo, p + "o_proj", source);
+    CheckLinearFinite(l.w_gate, p + "gate_proj", source);
+    CheckLinearFinite(l.w_up, p + "up_proj", source);
+    CheckLinearFinite(l.w_down, p + "down_proj", source);
+  }
+  CheckFinite(w.final_norm, 0, "final norm", source);
+  CheckLinearFinite(w.lm_head, "lm_head", source);
+}
 
 void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, const std::string& source) {
   const std::string p = "layer " + std::to_string(index) + " ";

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -73,6 +75,22 @@ struct Model {
   ModelWeights weights;
   std::string source;  // where it was loaded from, for messages
 };
+
+// How strictly model files are read (every loader takes one).
+struct LoadOptions {
+  // A NaN or Inf in a weight is an Error naming the tensor, found while converting it to fp32
+  // (--allow-nonfinite: load it anyway, e.g. to inspect a broken checkpoint).
+  bool allow_nonfinite = false;
+};
+
+// The index of the first NaN or Inf in `values`, or values.size() when every value is finite.
+size_t FirstNonFinite(std::span<const float> values);
+// Throws Error "FILE: tensor 'NAME' has a non-finite value (nan) at element I; ..." when `values`
+// (elements `offset` on of tensor `name` in `file`) hold a NaN or Inf.
+void CheckFinite(std::span<const float> values, uint64_t offset, std::string_view name, std::string_view file);
+// The same for every fp32 tensor of a loaded model (embeddings, norms, dense linears, biases,
+// outlier columns), named as in ValidateWeights: for loaders that do not convert tensor by tensor.
+void CheckWeightsFinite(const ModelWeights& w, const std::string& source);
 
 // Checks every shape against the config; throws Error naming the tensor.
 void ValidateWeights(const ModelConfig& c, const ModelWeights& w, const std::string& source);
