@@ -16,7 +16,7 @@ class Dummy final : public QuantMethod {
 };
 
 MethodRegistry::Factory DummyFactory() {
-  return [](const nlohmann::json&) { return std::make_unique<Dummy>(); };
+  return [](const JsonView&) { return std::make_unique<Dummy>(); };
 }
 
 TEST(Registry, DuplicateNameIsAnErrorAndKeepsTheOriginal) {

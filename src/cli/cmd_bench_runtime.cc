@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "cli/session.h"
 #include "core/error.h"
@@ -232,20 +233,20 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
     cmd->add_flag("--json", o->json, "Print JSON");
   };
   auto* memory = bench.add_subcommand("memory", "Memory bandwidth (STREAM-like copy and triad)");
-  memory->add_option("--size-mib", o->memory_mib, "Total size of the arrays")->default_val(1536);
+  memory->add_option("--size-mib", o->memory_mib, "Total size of the arrays")->default_val(1536)->check(Positive());
   common(memory);
   memory->callback([o] { RunMemory(*o); });
 
   auto* gemv = bench.add_subcommand("gemv", "Batch-1 matrix-vector speed per weight format, vs memory bandwidth");
   gemv->add_option("--format", o->format, "Weight format (a scheme, or fp32)")->default_val("int4:g128");
-  gemv->add_option("--group", o->group, "Group size (overrides the format's)");
-  gemv->add_option("--rows", o->rows, "Rows (outputs)")->default_val(4096);
-  gemv->add_option("--cols", o->cols, "Columns (inputs)")->default_val(4096);
-  gemv->add_option("--working-set-mib", o->working_set_mib, "Distinct weight bytes cycled through")->default_val(512);
+  gemv->add_option("--group", o->group, "Group size (overrides the format's)")->check(Positive());
+  gemv->add_option("--rows", o->rows, "Rows (outputs)")->default_val(4096)->check(Positive());
+  gemv->add_option("--cols", o->cols, "Columns (inputs)")->default_val(4096)->check(Positive());
+  gemv->add_option("--working-set-mib", o->working_set_mib, "Distinct weight bytes cycled through")->default_val(512)->check(Positive());
   gemv->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
   gemv->add_option("--tokens", o->tokens, "Activation rows (1 = matrix-vector)")->default_val(1);
-  gemv->add_option("--size-mib", o->memory_mib, "Bandwidth test size")->default_val(1536);
-  gemv->add_option("--rounds", o->gemv_rounds, "Rounds of (triad, GEMV), best of each")->default_val(3);
+  gemv->add_option("--size-mib", o->memory_mib, "Bandwidth test size")->default_val(1536)->check(Positive());
+  gemv->add_option("--rounds", o->gemv_rounds, "Rounds of (triad, GEMV), best of each")->default_val(3)->check(Positive());
   common(gemv);
   gemv->callback([o] { RunGemv(*o); });
 
@@ -260,18 +261,18 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
     cmd->add_option("--batch", o->batches, "Batch sizes, e.g. 1,4,16,64")->delimiter(',');
     cmd->add_option("--ctx", o->ctx, decode ? "Cached positions before the timed steps" : "Prompt length")
         ->default_val(decode ? 512 : 256);
-    if (decode) cmd->add_option("--steps", o->steps, "Timed decode steps")->default_val(8);
+    if (decode) cmd->add_option("--steps", o->steps, "Timed decode steps")->default_val(8)->check(Positive());
     cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
     cmd->add_option("--rounds", o->rounds,
                     "Measure the formats round-robin this many times, best of each (holds every format's model)")
         ->default_val(1)
-        ->check(CLI::PositiveNumber);
+        ->check(Positive());
     common(cmd);
     cmd->callback([o, decode] { RunSpeeds(*o, decode); });
   }
 
   auto* attention = bench.add_subcommand("attention", "Blocked online-softmax attention vs the two-pass version");
-  attention->add_option("--ctx", o->ctx, "Cached positions")->default_val(4096);
+  attention->add_option("--ctx", o->ctx, "Cached positions")->default_val(4096)->check(Positive());
   attention->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
   attention->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
   common(attention);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "cli/session.h"
 #include "core/file_util.h"
@@ -25,8 +26,8 @@ void AddCalibrateKvCommand(CLI::App& app) {
   cmd->add_option("--model", o->model, "Model folder or file")->required();
   cmd->add_option("--calib", o->calib, "Calibration text")->required();
   cmd->add_option("--dtype", o->dtype, "fp8_e4m3 or fp8_e5m2")->default_val("fp8_e4m3");
-  cmd->add_option("--samples", o->samples, "Windows")->default_val(32);
-  cmd->add_option("--len", o->length, "Tokens per window")->default_val(256);
+  cmd->add_option("--samples", o->samples, "Windows")->default_val(32)->check(Positive());
+  cmd->add_option("--len", o->length, "Tokens per window")->default_val(256)->check(Positive());
   cmd->add_option("--seed", o->seed, "Window sampling seed")->default_val(0);
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_option("-o,--out", o->out, "Output (default: MODEL/kv_cache_scales.json)");

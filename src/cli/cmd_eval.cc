@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "cli/session.h"
 #include "core/error.h"
@@ -121,7 +122,7 @@ void RunCompare(const EvalOptions& o) {
 
 void AddCommon(CLI::App* cmd, EvalOptions& o) {
   cmd->add_option("--text", o.text, "Text file to score")->required();
-  cmd->add_option("--ctx", o.ctx, "Chunk length in tokens")->default_val(256);
+  cmd->add_option("--ctx", o.ctx, "Chunk length in tokens")->default_val(256)->check(Positive());
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_option("--tokenizer", o.tokenizer, "Tokenizer (default: the model's own)");
   cmd->add_option("--quantize", o.quantize, "RTN-quantize --model's decoder linears in memory first, e.g. int4:g128");

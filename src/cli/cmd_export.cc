@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "cli/session.h"
 #include "core/file_util.h"
@@ -100,8 +101,8 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("--imatrix", o->imatrix, "Importance matrix (llama.cpp's imatrix.gguf, or `lowbit imatrix` output)");
   cmd->add_option("--calib", o->calib,
                   "Calibration text: GPTQ onto each tensor's ggml grid, block by block (a calibrated GGUF)");
-  cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128);
-  cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256);
+  cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128)->check(Positive());
+  cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256)->check(Positive());
   cmd->add_option("--seed", o->seed, "Calibration sampling seed")->default_val(0);
   cmd->add_option("--damp", o->damp, "GPTQ damping (fraction of the mean Hessian diagonal)")->default_val(0.01);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.model or .gguf vocabulary (default: the model's own)");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "cli/session.h"
 #include "core/error.h"
@@ -78,8 +79,8 @@ void AddImatrixCommand(CLI::App& app) {
   cmd->add_option("model", o->model, "Model folder or file")->required();
   cmd->add_option("--calib", o->calib, "Calibration text")->required();
   cmd->add_option("-o,--out", o->out, "Output file (imatrix.gguf)")->required();
-  cmd->add_option("--ctx", o->ctx, "Tokens per chunk")->default_val(512);
-  cmd->add_option("--chunks", o->chunks, "At most this many chunks (default: the whole text)");
+  cmd->add_option("--ctx", o->ctx, "Tokens per chunk")->default_val(512)->check(Positive());
+  cmd->add_option("--chunks", o->chunks, "At most this many chunks (default: the whole text)")->check(Positive());
   cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer (default: the model's own)");
   cmd->add_option("--threads", o->threads, "Threads (default: all cores)");
   cmd->add_flag("--json", o->json, "Print JSON");

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "cli/session.h"
 #include "io/model_loader.h"
@@ -23,6 +23,7 @@
 #include "io/run_checkpoint.h"
 #include "model/calibration.h"
 #include "model/ptq.h"
+#include "model/recipe.h"
 #include "quant/registry.h"
 #include "tokenizer/gguf_vocab_export.h"
 
@@ -41,147 +42,13 @@ struct QuantizeOptions {
   LoadOptions load;  // --allow-nonfinite
 };
 
-// The recipe: what to run. From --recipe JSON (unknown keys are errors) or from the flags.
-struct RecipeOverride {
-  std::string match, format, method;  // method empty = the recipe's
-  nlohmann::json config;              // null = not given
-};
-
-struct Recipe {
-  std::string method, format, act_format;
-  nlohmann::json config = nlohmann::json::object();
-  std::string calib_file;
-  size_t calib_samples = 128, calib_len = 256;
-  uint64_t seed = 0;
-  bool rotate = false;
-  uint64_t rotate_seed = 0;
-  std::vector<RecipeOverride> overrides;
-  std::vector<std::string> ignore;
-  nlohmann::json ToJson() const {
-    nlohmann::json j = {{"method", method}, {"format", format}, {"act_format", act_format}, {"config", config},
-                        {"calibration", {{"file", calib_file}, {"samples", calib_samples}, {"length", calib_len},
-                                         {"seed", seed}}}};
-    if (rotate) j["rotate"] = {{"seed", rotate_seed}};
-    if (!overrides.empty()) {
-      j["overrides"] = nlohmann::json::array();
-      for (const RecipeOverride& o : overrides) {
-        nlohmann::json e = {{"match", o.match}, {"format", o.format}};
-        if (!o.method.empty()) e["method"] = o.method;
-        if (!o.config.is_null()) e["config"] = o.config;
-        j["overrides"].push_back(e);
-      }
-    }
-    if (!ignore.empty()) j["ignore"] = ignore;
-    return j;
-  }
-};
-
-// A recipe regex must compile (ECMAScript); the error names the recipe file and the pattern.
-void CheckPattern(const std::string& recipe, const std::string& where, const std::string& pattern) {
-  try {
-    (void)std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    Fail("{}: {} '{}' is not a valid ECMAScript regex: {}", recipe, where, pattern, e.what());
-  }
-}
-
-void ReadOverrides(const std::string& path, const nlohmann::json& j, Recipe& r) {
-  if (j.contains("overrides")) {
-    const nlohmann::json& list = j["overrides"];
-    if (!list.is_array()) Fail("{}: overrides must be a list of {{\"match\", \"format\", ...}} objects", path);
-    for (size_t i = 0; i < list.size(); ++i) {
-      const nlohmann::json& e = list[i];
-      const std::string where = fmt::format("overrides[{}]", i);
-      if (!e.is_object()) Fail("{}: {} must be an object", path, where);
-      for (const auto& [key, value] : e.items())
-        if (key != "match" && key != "format" && key != "method" && key != "config")
-          Fail("{}: {}: unknown key '{}' (known: match, format, method, config)", path, where, key);
-      if (!e.contains("match") || !e["match"].is_string()) Fail("{}: {}.match must be a regex string", path, where);
-      if (!e.contains("format") || !e["format"].is_string()) Fail("{}: {}.format must be a format string", path, where);
-      RecipeOverride o{e["match"].get<std::string>(), e["format"].get<std::string>(), "", nullptr};
-      CheckPattern(path, where + ".match", o.match);
-      try {
-        (void)ParseScheme(o.format);
-      } catch (const Error& err) {
-        Fail("{}: {}.format: {}", path, where, err.what());
-      }
-      if (e.contains("method")) {
-        if (!e["method"].is_string()) Fail("{}: {}.method must be a string", path, where);
-        o.method = e["method"].get<std::string>();
-      }
-      if (e.contains("config")) {
-        if (!e["config"].is_object()) Fail("{}: {}.config must be an object", path, where);
-        o.config = e["config"];
-      }
-      try {  // the method exists, takes this config and produces this format
-        (void)BuiltinMethods().Create(o.method.empty() ? j.value("method", "rtn") : o.method,
-                                      o.config.is_null() ? nlohmann::json::object() : o.config, ParseScheme(o.format));
-      } catch (const std::exception& err) {  // lowbit::Error, or a non-string recipe "method"
-        Fail("{}: {}: {}", path, where, err.what());
-      }
-      r.overrides.push_back(std::move(o));
-    }
-  }
-  if (j.contains("ignore")) {
-    const nlohmann::json& list = j["ignore"];
-    if (!list.is_array()) Fail("{}: ignore must be a list of regex strings", path);
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_string()) Fail("{}: ignore[{}] must be a regex string", path, i);
-      CheckPattern(path, fmt::format("ignore[{}]", i), list[i].get<std::string>());
-      r.ignore.push_back(list[i].get<std::string>());
-    }
-  }
-}
-
 Recipe RecipeFrom(const QuantizeOptions& o) {
   Recipe r;
   if (!o.recipe.empty()) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(ReadTextFile(o.recipe));
-    } catch (const nlohmann::json::parse_error& e) {
-      Fail("{}: not valid JSON: {}", o.recipe, e.what());
-    }
-    if (!j.is_object()) Fail("{}: a recipe is a JSON object", o.recipe);
-    static const char* const kKeys[] = {"method", "format", "act_format", "config", "calibration",
-                                        "rotate", "overrides", "ignore"};
-    for (const auto& [key, value] : j.items())
-      if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
-        Fail("{}: unknown recipe key '{}' (known: method, format, act_format, config, calibration, rotate, "
-             "overrides, ignore)", o.recipe, key);
-    ReadOverrides(o.recipe, j, r);
-    if (j.contains("rotate")) {  // true / false, or {"seed": N}
-      const nlohmann::json& rot = j["rotate"];
-      if (rot.is_boolean()) {
-        r.rotate = rot.get<bool>();
-      } else if (rot.is_object() && rot.size() == 1 && rot.contains("seed") && rot["seed"].is_number_unsigned()) {
-        r.rotate = true;
-        r.rotate_seed = rot["seed"].get<uint64_t>();
-      } else {
-        Fail("{}: rotate must be true, false or {{\"seed\": N}}", o.recipe);
-      }
-    }
+    r = ReadRecipe(o.recipe);
     if (o.rotate) {
       r.rotate = true;
       r.rotate_seed = o.rotate_seed;
-    }
-    try {
-      r.method = j.value("method", "rtn");
-      r.format = j.at("format").get<std::string>();
-      r.act_format = j.value("act_format", "");
-      r.config = j.value("config", nlohmann::json::object());
-      if (j.contains("calibration")) {
-        const auto& c = j["calibration"];
-        for (const auto& [key, value] : c.items())
-          if (key != "file" && key != "samples" && key != "length" && key != "seed")
-            Fail("{}: unknown calibration key '{}' (known: file, samples, length, seed)", o.recipe, key);
-        r.calib_file = c.value("file", "");
-        r.calib_samples = c.value("samples", r.calib_samples);
-        r.calib_len = c.value("length", r.calib_len);
-        r.seed = c.value("seed", r.seed);
-      }
-    } catch (const nlohmann::json::exception& e) {
-      Fail("{}: {}", o.recipe, e.what());
     }
     if (!o.calib.empty()) r.calib_file = o.calib;
     return r;
@@ -416,7 +283,7 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--recipe", o->recipe, "Recipe JSON (method, format, config, calibration)");
   cmd->add_option("--method", o->method, "Method: rtn, gptq, awq, smoothquant, llm_int8")->default_val("rtn");
   cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)");
-  cmd->add_option("--group", o->group, "Group size (-1 = per channel)");
+  cmd->add_option("--group", o->group, "Group size (-1 = per channel)")->check(GroupSize());
   cmd->add_flag("--asym", o->asym, "Asymmetric integers (zero-points)");
   cmd->add_flag("--act-order", o->act_order, "GPTQ: columns by descending Hessian diagonal");
   cmd->add_option("--act-format", o->act_format,
@@ -426,11 +293,11 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--threshold", o->threshold, "llm_int8: calibration max |x| above which a column stays fp (default 6)");
   cmd->add_option("--alpha", o->alpha, "SmoothQuant migration strength (default 0.5)");
   cmd->add_option("--calib", o->calib, "Calibration text file");
-  cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128);
-  cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256);
+  cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128)->check(Positive());
+  cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256)->check(Positive());
   cmd->add_option("--seed", o->seed, "Calibration sampling seed")->default_val(0);
   cmd->add_option("--eval", o->eval, "Text to evaluate PPL/KL/top-1 against the base (goes into recipe.json)");
-  cmd->add_option("--eval-ctx", o->eval_ctx, "Context for --eval")->default_val(256);
+  cmd->add_option("--eval-ctx", o->eval_ctx, "Context for --eval")->default_val(256)->check(Positive());
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_option("--save-as", o->save_as,
                   "lowbit (a quantized folder) or gguf:TYPE (a llama.cpp file; calibrated types Q4_0, Q5_0, Q8_0, "
@@ -443,7 +310,7 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
                   "Save OUT.partial after a block once this many seconds passed since the last save (0: every block)")
       ->default_val(60)
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_flag("--json", o->json, "Print the recipe card as JSON");
   AddAllowNonfiniteFlag(cmd, o->load);
   cmd->callback([o] { Run(*o); });

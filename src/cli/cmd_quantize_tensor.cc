@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -87,7 +88,7 @@ void AddQuantizeTensorCommand(CLI::App& app) {
   cmd->add_option("--format", o->format, "Format, e.g. int4, int4:g32, fp8_e4m3, mxfp4, nvfp4 (see `lowbit formats`)")
       ->required();
   cmd->add_option("--granularity", o->granularity, "tensor | channel | group | block<R>x<C> | token");
-  cmd->add_option("--group", o->group, "Group size along the input dimension (-1 = whole row)");
+  cmd->add_option("--group", o->group, "Group size along the input dimension (-1 = whole row)")->check(GroupSize());
   cmd->add_flag("--asym", o->asym, "Asymmetric (zero-point) integers");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] { Run(*o); });

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "core/error.h"
 #include "plan/synth.h"
@@ -19,7 +20,7 @@ void AddSynthCommand(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   cmd->add_option("--preset", o->preset, "llama2-7b, llama3-8b, qwen2.5-7b, ... (see `lowbit plan --help`)")
       ->required();
-  cmd->add_option("--layers", o->layers, "Decoder layers (default: the preset's)");
+  cmd->add_option("--layers", o->layers, "Decoder layers (default: the preset's)")->check(Positive());
   cmd->add_option("--dtype", *dtype, "F32, BF16 or F16")->default_val("BF16");
   cmd->add_option("--seed", o->seed, "Random seed")->default_val(0);
   cmd->add_option("--threads", o->threads, "Threads (default: all cores)");

@@ -2,10 +2,13 @@
 // library; errors from bad input print one line naming the file/field and exit with status 1.
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -33,12 +36,20 @@ int main(int argc, char** argv) {
   lowbit::cli::AddInspectCommands(app);
   lowbit::cli::AddExportCommand(app);
   lowbit::cli::AddImatrixCommand(app);
+  lowbit::cli::GuardUnsignedOptions(app);
+  const bool json = std::any_of(argv + 1, argv + argc, [](const char* a) { return std::strcmp(a, "--json") == 0; });
+  if (const std::string unknown = lowbit::cli::UnknownCommandMessage(app, argc, argv); !unknown.empty()) {
+    lowbit::cli::PrintError(unknown, "", "", json);
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (!json || e.get_exit_code() == 0) return app.exit(e);  // --help and --version exit 0
+    lowbit::cli::PrintError(e.what(), "", "", json);
+    return e.get_exit_code();
   } catch (const lowbit::Error& e) {
-    std::fprintf(stderr, "lowbit: error: %s\n", e.what());
+    lowbit::cli::PrintError(e.what(), e.file(), e.field(), json);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lowbit: internal error: %s\n", e.what());

@@ -13,7 +13,15 @@ namespace lowbit {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // `file` and `field`, when the thrower knows them apart from the message, are for readers of
+  // `--json` errors (the message names them too).
+  explicit Error(const std::string& message, std::string file = {}, std::string field = {})
+      : std::runtime_error(message), file_(std::move(file)), field_(std::move(field)) {}
+  const std::string& file() const { return file_; }
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string file_, field_;
 };
 
 template <class... Args>

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "formats/codec.h"
 #include "model/config.h"
 
@@ -397,14 +398,6 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
 
 namespace {
 
-nlohmann::json ReadConfigJson(const fs::path& path) {
-  try {
-    return nlohmann::json::parse(ReadTextFile(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    Fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
-
 // The shard holding `name`, for messages (the folder when absent).
 std::string FileOf(const SafetensorsModel& st, std::string_view name) {
   for (const SafetensorsFile& f : st.shards())
@@ -417,7 +410,7 @@ std::string FileOf(const SafetensorsModel& st, std::string_view name) {
 bool IsQuantizedCheckpoint(const fs::path& dir) {
   const fs::path path = dir / "config.json";
   if (!fs::exists(path)) return false;
-  const nlohmann::json j = ReadConfigJson(path);
+  const nlohmann::json j = ReadJsonFile(path);
   if (!j.is_object() || !j.contains("quantization_config")) return false;
   const nlohmann::json& qc = j["quantization_config"];
   return qc.is_object() && qc.contains("lowbit");
@@ -432,7 +425,7 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
   const fs::path path = folder / "config.json";
   q.config_path_ = path.string();
   if (!fs::exists(path)) return q;
-  const nlohmann::json j = ReadConfigJson(path);
+  const nlohmann::json j = ReadJsonFile(path);
   const char* key = j.contains("quantization_config") ? "quantization_config" : "compression_config";
   if (!j.is_object() || !j.contains(key) || j[key].is_null()) return q;
   const nlohmann::json& qc = j[key];
@@ -446,55 +439,43 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
     Fail("{}: {} ({}) is not supported yet (interop issue); lowbit loads fp32/fp16/bf16 checkpoints and "
          "its own quantized ones (quantization_config.lowbit)", q.config_path_, key, what);
   }
-  const nlohmann::json& lb = qc["lowbit"];
-  const std::string where = q.config_path_ + ": " + key + ".lowbit";
-  if (!lb.is_object()) Fail("{}: expected an object", where);
-  if (!lb.contains("format_version") || !lb["format_version"].is_number_integer() ||
-      lb["format_version"].get<int64_t>() != kQuantizedCheckpointVersion)
-    Fail("{}.format_version: expected {} (the version this lowbit reads), got {}", where,
-         kQuantizedCheckpointVersion, lb.contains("format_version") ? lb["format_version"].dump() : "nothing");
-  if (!lb.contains("tensors") || !lb["tensors"].is_object()) Fail("{}.tensors: expected an object", where);
-  for (const auto& [prefix, scheme] : lb["tensors"].items()) {
-    if (!scheme.is_string()) Fail("{}.tensors: '{}' must map to a scheme string", where, prefix);
-    const std::string text = scheme.get<std::string>();
-    try {
-      (void)ParseScheme(text);
-    } catch (const Error& e) {
-      Fail("{}.tensors: tensor '{}': {}", where, prefix, e.what());
-    }
-    q.schemes_.emplace(prefix, text);
-  }
-  if (lb.contains("input_quant")) {
-    if (!lb["input_quant"].is_object()) Fail("{}.input_quant: expected an object", where);
-    for (const auto& [prefix, spec] : lb["input_quant"].items()) {
-      if (!spec.is_object() || !spec.contains("scheme") || !spec["scheme"].is_string() ||
-          !spec.contains("static_scale") || !spec["static_scale"].is_number())
-        Fail("{}.input_quant: '{}' must be {{\"scheme\": string, \"static_scale\": number}}", where, prefix);
+  const JsonView lb = JsonView(j, q.config_path_)[key]["lowbit"].ExpectObject();
+  if (lb.Get<int64_t>("format_version") != kQuantizedCheckpointVersion)
+    lb["format_version"].Fail(fmt::format("must be {} (the version this lowbit reads)", kQuantizedCheckpointVersion));
+  // Each map is tensor prefix -> value; `value` reads and checks one.
+  auto for_each = [&](const char* map, bool required, auto&& value) {
+    if (!required && !lb.Has(map)) return;
+    const JsonView m = lb[map].ExpectObject();
+    for (const auto& [prefix, unused] : m.value().items()) {
+      const JsonView v = m[prefix];
       try {
-        q.input_quant_.emplace(prefix, InputQuant{ParseScheme(spec["scheme"].get<std::string>()),
-                                                  spec["static_scale"].get<float>()});
+        value(prefix, v);
       } catch (const Error& e) {
-        Fail("{}.input_quant: tensor '{}': {}", where, prefix, e.what());
+        if (std::string_view(e.what()).starts_with(q.config_path_)) throw;
+        v.Fail(e.what());
       }
     }
-  }
-  if (lb.contains("input_hadamard")) {
-    if (!lb["input_hadamard"].is_object()) Fail("{}.input_hadamard: expected an object", where);
-    for (const auto& [prefix, block] : lb["input_hadamard"].items()) {
-      if (!block.is_number_unsigned() || block.get<uint64_t>() == 0 || block.get<uint64_t>() > (1u << 30) ||
-          (block.get<uint64_t>() & (block.get<uint64_t>() - 1)) != 0)
-        Fail("{}.input_hadamard: '{}' must map to a power-of-two block size, got {}", where, prefix, block.dump());
-      q.input_hadamard_.emplace(prefix, block.get<uint32_t>());
-    }
-  }
-  if (lb.contains("outlier_columns")) {
-    if (!lb["outlier_columns"].is_object()) Fail("{}.outlier_columns: expected an object", where);
-    for (const auto& [prefix, count] : lb["outlier_columns"].items()) {
-      if (!count.is_number_unsigned() || count.get<uint64_t>() > (1u << 30))
-        Fail("{}.outlier_columns: '{}' must map to a column count, got {}", where, prefix, count.dump());
-      q.outlier_counts_.emplace(prefix, count.get<uint64_t>());
-    }
-  }
+  };
+  for_each("tensors", true, [&](const std::string& prefix, const JsonView& v) {
+    const std::string text = v.As<std::string>();
+    (void)ParseScheme(text);
+    q.schemes_.emplace(prefix, text);
+  });
+  for_each("input_quant", false, [&](const std::string& prefix, const JsonView& v) {
+    const InputQuant input{ParseScheme(v.Get<std::string>("scheme")), v.Get<float>("static_scale")};
+    if (!(input.static_scale >= 0)) v["static_scale"].Fail("must be 0 (dynamic) or a positive scale");
+    q.input_quant_.emplace(prefix, input);
+  });
+  for_each("input_hadamard", false, [&](const std::string& prefix, const JsonView& v) {
+    const uint32_t block = v.As<uint32_t>();
+    if (block == 0 || block > (1u << 30) || (block & (block - 1)) != 0) v.Fail("must be a power-of-two block size");
+    q.input_hadamard_.emplace(prefix, block);
+  });
+  for_each("outlier_columns", false, [&](const std::string& prefix, const JsonView& v) {
+    const uint64_t count = v.As<uint64_t>();
+    if (count > (1u << 30)) v.Fail("is not a plausible column count");
+    q.outlier_counts_.emplace(prefix, count);
+  });
   return q;
 }
 
@@ -560,9 +541,12 @@ QuantizedTensor QuantizedLinears::Load(const SafetensorsModel& st, const std::st
   const auto it = schemes_.find(prefix);
   LOWBIT_CHECK(it != schemes_.end());
   const QuantScheme s = ParseScheme(it->second);
+  const Expect e{st, it->second, rows, cols};
+  // Plausibility before allocation: the packed codes the scheme needs for [rows x cols] must be in
+  // the file (checked again with the exact shape by Copy below).
+  (void)e.Get(prefix + ".weight_packed", DType::kU8, {rows, PackedBytes(cols, s.element->bits)});
   QuantizedTensor q(s, rows, cols);
   const ScaleGrid g = q.grid();
-  const Expect e{st, it->second, rows, cols};
   e.Copy(prefix + ".weight_packed", DType::kU8, {rows, q.row_bytes()}, q.codes());
   const std::string scale = prefix + ".weight_scale", zero = prefix + ".weight_zero_point";
   if (g.cells() > 0) e.Copy(scale, ScaleDType(s.scale_type), {g.grid_rows, g.grid_cols}, q.scale_bytes());
@@ -623,6 +607,7 @@ std::optional<OutlierColumns> QuantizedLinears::LoadOutliers(const SafetensorsMo
            i);
     o.columns.push_back(static_cast<uint32_t>(v));
   }
+  (void)e.Get(wname, DType::kF32, {rows, k});  // in the file before [rows x k] floats are allocated
   o.weight = DenseMatrix{rows, k, std::vector<float>(rows * k)};
   e.Copy(wname, DType::kF32, {rows, k},
          std::span(reinterpret_cast<uint8_t*>(o.weight.values.data()), o.weight.values.size() * 4));

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 
@@ -83,19 +84,12 @@ void SaveRunCheckpoint(const std::filesystem::path& dir, const Model& model, con
 BlockCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohmann::json& run, Model& model) {
   const std::filesystem::path progress_path = dir / "progress.json";
   if (!std::filesystem::exists(progress_path)) Fail("{}: nothing to resume (no progress.json)", dir.string());
-  nlohmann::json progress;
-  try {
-    progress = nlohmann::json::parse(ReadTextFile(progress_path));
-  } catch (const nlohmann::json::parse_error& e) {
-    Fail("{}: not valid JSON: {}", progress_path.string(), e.what());
-  }
-  if (!progress.is_object() || !progress.contains("next_layer") || !progress["next_layer"].is_number_unsigned() ||
-      !progress.contains("report"))
-    Fail("{}: missing field 'next_layer' or 'report'", progress_path.string());
-  if (progress.value("run", nlohmann::json()) != run)
+  const nlohmann::json parsed = ReadJsonFile(progress_path);
+  const JsonView progress = JsonView(parsed, progress_path.string()).ExpectObject();
+  if (progress["run"].value() != run)
     Fail("{}: the interrupted run used another recipe, calibration or model; delete {} to start over",
          progress_path.string(), dir.string());
-  const size_t n = progress["next_layer"].get<size_t>();
+  const size_t n = progress.Get<uint32_t>("next_layer");
   const std::filesystem::path saved_dir = ModelDir(dir, n);
   // Written by the interrupted run from a source it checked (or was told to accept with
   // --allow-nonfinite): its values are taken as they are.

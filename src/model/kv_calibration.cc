@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 #include "formats/minifloat.h"
 #include "model/forward.h"
@@ -51,24 +52,22 @@ void WriteKvScales(const KvScales& s, const std::filesystem::path& path) {
 }
 
 KvScales ReadKvScales(const std::filesystem::path& path, uint32_t n_layers) {
-  const std::string where = path.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ReadTextFile(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    Fail("{}: not valid JSON: {}", where, e.what());
-  }
+  const nlohmann::json parsed = ReadJsonFile(path);
+  const JsonView j = JsonView(parsed, path.string()).ExpectObject();
   KvScales s;
-  if (!j.is_object() || !j.contains("dtype") || !j["dtype"].is_string()) Fail("{}: missing string field 'dtype'", where);
-  s.dtype = ParseKvDtype(j["dtype"].get<std::string>());
+  try {
+    s.dtype = ParseKvDtype(j.Get<std::string>("dtype"));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).starts_with(path.string())) throw;
+    j["dtype"].Fail(e.what());
+  }
   for (const auto& [key, out] : {std::pair{"k_scales", &s.k}, std::pair{"v_scales", &s.v}}) {
-    if (!j.contains(key) || !j[key].is_array()) Fail("{}: missing list field '{}'", where, key);
-    for (const auto& value : j[key]) {
-      if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() <= 0)
-        Fail("{}: '{}' must hold positive finite numbers", where, key);
-      out->push_back(value.get<float>());
+    for (const JsonView& value : j[key].Items()) {
+      out->push_back(value.As<float>());
+      if (!(out->back() > 0)) value.Fail("must be a positive scale");
     }
-    if (out->size() != n_layers) Fail("{}: '{}' has {} scales for a model of {} layers", where, key, out->size(), n_layers);
+    if (out->size() != n_layers)
+      j[key].Fail(fmt::format("has {} scales for a model of {} layers", out->size(), n_layers));
   }
   return s;
 }

@@ -466,23 +466,22 @@ nlohmann::json ReportToJson(const QuantizeReport& r) {
           {"total_seconds", r.total_seconds}};
 }
 
-QuantizeReport ReportFromJson(const nlohmann::json& j) {
+QuantizeReport ReportFromJson(const JsonView& j) {
   QuantizeReport r;
-  try {
-    for (const auto& t : j.at("tensors"))
-      r.tensors.push_back({t.at("name").get<std::string>(), t.at("scheme").get<std::string>(), t.at("seconds").get<double>(),
-                           t.at("weight_mse").get<double>(), t.at("output_mse").get<double>()});
-    for (const auto& a : j.at("awq_alphas")) r.awq_alphas.emplace_back(a.at(0).get<std::string>(), a.at(1).get<double>());
-    r.smoothed_inputs = j.at("smoothed_inputs").get<size_t>();
-    r.outlier_columns = j.at("outlier_columns").get<size_t>();
-    r.rotated = j.at("rotated").get<bool>();
-    r.rotation_down_block = j.at("rotation_down_block").get<size_t>();
-    r.layer_seconds = j.at("layer_seconds").get<std::vector<double>>();
-    r.calibration_seconds = j.at("calibration_seconds").get<double>();
-    r.total_seconds = j.at("total_seconds").get<double>();
-  } catch (const nlohmann::json::exception& e) {
-    Fail("quantize report: {}", e.what());
+  for (const JsonView& t : j["tensors"].Items())
+    r.tensors.push_back({t.Get<std::string>("name"), t.Get<std::string>("scheme"), t.Get<double>("seconds"),
+                         t.Get<double>("weight_mse"), t.Get<double>("output_mse")});
+  for (const JsonView& a : j["awq_alphas"].Items()) {
+    if (a.ExpectArray().size() != 2) a.Fail("must be a [input, alpha] pair");
+    r.awq_alphas.emplace_back(a.Items()[0].As<std::string>(), a.Items()[1].As<double>());
   }
+  r.smoothed_inputs = j.Get<size_t>("smoothed_inputs");
+  r.outlier_columns = j.Get<size_t>("outlier_columns");
+  r.rotated = j.Get<bool>("rotated");
+  r.rotation_down_block = j.Get<size_t>("rotation_down_block");
+  r.layer_seconds = j.Get<std::vector<double>>("layer_seconds");
+  r.calibration_seconds = j.Get<double>("calibration_seconds");
+  r.total_seconds = j.Get<double>("total_seconds");
   return r;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json_util.h"
 #include "model/weights.h"
 #include "quant/scheme.h"
 
@@ -96,7 +97,7 @@ struct QuantizeRequest {
 
 // Report <-> JSON, for checkpoints of interrupted runs.
 nlohmann::json ReportToJson(const QuantizeReport& report);
-QuantizeReport ReportFromJson(const nlohmann::json& j);
+QuantizeReport ReportFromJson(const JsonView& j);
 
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& request);
 

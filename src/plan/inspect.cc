@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -19,13 +20,7 @@ namespace fs = std::filesystem;
 using inspect_detail::QuantConfig;
 using nlohmann::json;
 
-json ReadJson(const fs::path& path) {
-  try {
-    return json::parse(ReadTextFile(path));
-  } catch (const json::parse_error& e) {
-    Fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
+json ReadJson(const fs::path& path) { return ReadJsonFile(path); }
 
 std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -89,7 +84,7 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
   if (qc.contains("lowbit")) {
     cfg.format = CheckpointFormat::kLowbit;
     info.format_name = "lowbit-packed";
-    info.details = fmt::format("format_version {}", qc["lowbit"].value("format_version", 0));
+    info.details = fmt::format("format_version {}", JsonView(qc["lowbit"], cfg.where, "lowbit").Get<int64_t>("format_version", 0));
     return cfg;
   }
   std::string method = Lower(StringField(qc, "quant_method"));
@@ -117,9 +112,9 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
     info.details = "quantization_status " + StringField(qc, "quantization_status", "?");
     info.config_ignored = StringList(qc, {"ignore"});
     if (qc.contains("kv_cache_scheme") && qc["kv_cache_scheme"].is_object()) {
-      const json& kv = qc["kv_cache_scheme"];
-      info.kv.declared =
-          fmt::format("{}{}", kv.value("type", std::string("int")) == "float" ? "fp" : "int", kv.value("num_bits", 8));
+      const JsonView kv(qc["kv_cache_scheme"], cfg.where, "kv_cache_scheme");
+      info.kv.declared = fmt::format("{}{}", kv.Get<std::string>("type", "int") == "float" ? "fp" : "int",
+                                     kv.Get<int>("num_bits", 8));
     }
   } else if (method == "fp8") {
     cfg.format = CheckpointFormat::kFp8;

@@ -15,8 +15,10 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "plan/inspect_detail.h"
 #include "quant/scheme.h"
 
@@ -55,13 +57,26 @@ bool IsEmbedding(std::string_view name) {
   return name.find("embed") != std::string_view::npos || name.ends_with("wte") || name.ends_with("tok_embeddings");
 }
 
-int IntField(const json& obj, std::initializer_list<const char*> keys, int fallback) {
+// Config fields read strictly (an integer in int's range, a real bool); `where` names the config.
+int IntField(const json& obj, std::initializer_list<const char*> keys, int fallback, const std::string& where) {
+  const JsonView view(obj, where);
   for (const char* k : keys)
-    if (obj.contains(k) && obj[k].is_number_integer()) return obj[k].get<int>();
+    if (view.Has(k)) return view.Get<int>(k);
   return fallback;
 }
-bool BoolField(const json& obj, const char* key, bool fallback) {
-  return obj.contains(key) && obj[key].is_boolean() ? obj[key].get<bool>() : fallback;
+bool BoolField(const json& obj, const char* key, bool fallback, const std::string& where) {
+  return JsonView(obj, where).Get<bool>(key, fallback);
+}
+std::string StringField(const json& obj, const char* key, std::string fallback, const std::string& where) {
+  return JsonView(obj, where).Get<std::string>(key, std::move(fallback));
+}
+// A block size [rows, cols] of positive integers.
+std::pair<uint32_t, uint32_t> BlockField(const json& value, const std::string& where) {
+  const std::vector<JsonView> dims = JsonView(value, where).Items();
+  if (dims.size() != 2) JsonView(value, where).Fail("must be [rows, cols]");
+  const uint32_t rows = dims[0].As<uint32_t>(), cols = dims[1].As<uint32_t>();
+  if (rows == 0 || cols == 0) JsonView(value, where).Fail("must hold positive sizes");
+  return {rows, cols};
 }
 
 // A Python-style re.match (anchored at the start) over a module name; the config's spelling is
@@ -105,7 +120,7 @@ struct Module {
 
 // One compressed-tensors config group, with its targets compiled.
 struct CtGroup {
-  std::string name, format;
+  std::string name, format, where;
   std::vector<std::string> names;
   std::vector<std::regex> regexes;
   bool all_linears = false;
@@ -280,16 +295,17 @@ class Walker {
 
   void Gptq(const Module& m, const TensorView& qweight) {
     const json& qc = cfg_.qc;
-    int bits = IntField(qc, {"bits", "w_bit"}, 0), group = IntField(qc, {"group_size", "q_group_size"}, -1);
-    bool sym = BoolField(qc, "sym", true), desc_act = BoolField(qc, "desc_act", false);
+    int bits = IntField(qc, {"bits", "w_bit"}, 0, cfg_.where), group = IntField(qc, {"group_size", "q_group_size"}, -1, cfg_.where);
+    bool sym = BoolField(qc, "sym", true, cfg_.where), desc_act = BoolField(qc, "desc_act", false, cfg_.where);
     for (const DynamicRule& r : dynamic_) {
       if (!MatchAtStart(r.re, m.name)) continue;
       if (r.negative) Bad(qweight, "is quantized, but {}.dynamic excludes '{}'", cfg_.where, m.name);
       if (r.overrides.is_object()) {
-        bits = IntField(r.overrides, {"bits"}, bits);
-        group = IntField(r.overrides, {"group_size"}, group);
-        sym = BoolField(r.overrides, "sym", sym);
-        desc_act = BoolField(r.overrides, "desc_act", desc_act);
+        const std::string where = cfg_.where + ".dynamic";
+        bits = IntField(r.overrides, {"bits"}, bits, where);
+        group = IntField(r.overrides, {"group_size"}, group, where);
+        sym = BoolField(r.overrides, "sym", sym, where);
+        desc_act = BoolField(r.overrides, "desc_act", desc_act, where);
       }
       break;
     }
@@ -338,8 +354,10 @@ class Walker {
   // ---- AWQ GEMM (formats.md 4): qweight [K, N*b/32], qzeros [K/G, N*b/32], scales [K/G, N]. ----
   void Awq(const Module& m, const TensorView& qweight) {
     const json& qc = cfg_.qc;
-    const int bits = IntField(qc, {"w_bit", "bits"}, 4), group = IntField(qc, {"q_group_size", "group_size"}, 128);
-    const bool zero_point = BoolField(qc, "zero_point", true);
+    const int bits = IntField(qc, {"w_bit", "bits"}, 4, cfg_.where);
+    const int group = IntField(qc, {"q_group_size", "group_size"}, 128, cfg_.where);
+    const bool zero_point = BoolField(qc, "zero_point", true, cfg_.where);
+    if (bits < 2 || bits > 8) Fail("{}: w_bit {} is not an AWQ width", cfg_.where, bits);
     const TensorView& scales = Need(m, "scales", qweight);
     if (qweight.shape.size() != 2 || scales.shape.size() != 2) Bad(qweight, "qweight and scales must be 2-D");
     const uint64_t k = qweight.shape[0], n = scales.shape[1];
@@ -396,12 +414,13 @@ class Walker {
     for (const auto& [name, g] : qc["config_groups"].items()) {
       CtGroup group;
       group.name = name;
-      group.format = g.value("format", qc.value("format", std::string("")));
       if (!g.is_object() || !g.contains("weights") || !g["weights"].is_object())
         Fail("{}.config_groups.{}: no 'weights' arguments", cfg_.where, name);
+      group.where = cfg_.where + ".config_groups." + name;
+      group.format = StringField(g, "format", StringField(qc, "format", "", cfg_.where), group.where);
       group.weights = g["weights"];
       group.input = g.contains("input_activations") ? g["input_activations"] : json(nullptr);
-      for (const json& t : g.value("targets", json::array())) {
+      for (const json& t : g.contains("targets") && g["targets"].is_array() ? g["targets"] : json::array()) {
         if (!t.is_string()) continue;
         const std::string target = t.get<std::string>();
         if (target == "Linear")
@@ -430,11 +449,13 @@ class Walker {
   void Ct(const Module& m, const TensorView& w) {
     const CtGroup& g = CtGroupFor(m, w);
     const json& a = g.weights;
-    const int bits = IntField(a, {"num_bits"}, 8);
-    const std::string type = a.value("type", std::string("int"));
-    const json group_size = a.contains("group_size") ? a["group_size"] : json(nullptr);
-    std::string strategy = a.contains("strategy") && a["strategy"].is_string() ? a["strategy"].get<std::string>() : "";
-    if (strategy.empty()) strategy = group_size.is_null() ? "tensor" : group_size.get<int>() > 0 ? "group" : "channel";
+    const std::string where = g.where + ".weights";
+    const int bits = IntField(a, {"num_bits"}, 8, where);
+    if (bits < 1 || bits > 32) Fail("{}: num_bits {} is not a weight width", where, bits);
+    const std::string type = StringField(a, "type", "int", where);
+    const int group_size = IntField(a, {"group_size"}, 0, where);
+    std::string strategy = StringField(a, "strategy", "", where);
+    if (strategy.empty()) strategy = !JsonView(a, where).Has("group_size") ? "tensor" : group_size > 0 ? "group" : "channel";
     if (w.shape.size() != 2) Bad(w, "must be 2-D");
     uint64_t rows = w.shape[0], cols = w.shape[1];
     if (w.name.ends_with("weight_packed")) {
@@ -457,22 +478,17 @@ class Walker {
     if (strategy == "channel")
       l.group = -1;
     else if (strategy == "group" || strategy == "tensor_group")
-      l.group = group_size.is_number_integer() ? group_size.get<int>() : 0;
-    else if (strategy == "block") {
-      const json& b = a.contains("block_structure") ? a["block_structure"] : json(nullptr);
-      if (b.is_array() && b.size() == 2) {
-        l.block_rows = b[0].get<uint32_t>();
-        l.block_cols = b[1].get<uint32_t>();
-      }
-    }
-    l.symmetric = BoolField(a, "symmetric", true);
+      l.group = group_size;
+    else if (strategy == "block" && JsonView(a, where).Has("block_structure"))
+      std::tie(l.block_rows, l.block_cols) = BlockField(a["block_structure"], where + ".block_structure");
+    l.symmetric = BoolField(a, "symmetric", true, where);
     l.zero_points = !l.symmetric || m.Leaf("weight_zero_point");
     const bool actorder = a.contains("actorder") && !a["actorder"].is_null() && a["actorder"] != false;
     l.act_order = actorder || m.Leaf("weight_g_idx");
     l.scheme = SchemeText(l);
     if (g.input.is_object()) {
-      const int abits = IntField(g.input, {"num_bits"}, 8);
-      const std::string atype = g.input.value("type", std::string("int"));
+      const int abits = IntField(g.input, {"num_bits"}, 8, g.where + ".input_activations");
+      const std::string atype = StringField(g.input, "type", "int", g.where + ".input_activations");
       l.scheme += fmt::format(" + {}{} activations", atype == "int" ? "int" : "fp", abits);
       ct_use_.activations.insert(atype + std::to_string(abits));
     }
@@ -498,11 +514,9 @@ class Walker {
     l.type = "fp8";
     l.bits = 8;
     if (const TensorView* inv = m.Leaf("weight_scale_inv")) {  // block-wise: a multiplier despite the name
-      const json& bs = cfg_.qc.contains("weight_block_size") ? cfg_.qc["weight_block_size"] : json(nullptr);
-      if (!bs.is_array() || bs.size() != 2)
+      if (!cfg_.qc.contains("weight_block_size"))
         Bad(*inv, "block scales, but {} has no two-element weight_block_size", cfg_.where);
-      l.block_rows = bs[0].get<uint32_t>();
-      l.block_cols = bs[1].get<uint32_t>();
+      std::tie(l.block_rows, l.block_cols) = BlockField(cfg_.qc["weight_block_size"], cfg_.where + ".weight_block_size");
       const uint64_t gr = (l.rows + l.block_rows - 1) / l.block_rows, gc = (l.cols + l.block_cols - 1) / l.block_cols;
       if (inv->shape.size() != 2 || inv->shape[0] != gr || inv->shape[1] != gc)
         Bad(*inv, "block {}x{} over [{}, {}] needs scales [{}, {}]", l.block_rows, l.block_cols, l.rows, l.cols, gr,

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 #include "plan/report_charts.h"
 
@@ -320,12 +321,7 @@ RunDir ScanRunDir(const fs::path& dir) {
       run.skipped.push_back(name + " (too large)");
       continue;
     }
-    json j;
-    try {
-      j = json::parse(ReadTextFile(file));
-    } catch (const json::parse_error& e) {
-      Fail("{}: not valid JSON: {}", file.string(), e.what());
-    }
+    const json j = ReadJsonFile(file);
     if (IsRecipeCard(j)) {
       const std::string folder = fs::relative(file.parent_path(), dir).generic_string();
       run.recipes.push_back(ReadRecipe(j, file.filename() == "recipe.json" && folder != "." ? folder : name));

@@ -40,19 +40,19 @@ std::vector<std::string> MethodRegistry::Names() const {
   return names;  // std::map keeps them sorted
 }
 
-std::unique_ptr<QuantMethod> MethodRegistry::Create(std::string_view name, const nlohmann::json& config,
+std::unique_ptr<QuantMethod> MethodRegistry::Create(std::string_view name, const JsonView& config,
                                                     const QuantScheme& scheme) const {
   const Entry& entry = Find(name);
-  if (!config.is_null() && !config.is_object())
-    Fail("method '{}': config must be a JSON object, got {}", name, config.type_name());
-  if (config.is_object()) {
-    for (const auto& [key, value] : config.items()) {
-      const auto& keys = entry.info.config_keys;
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        std::string known;
-        for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
-        Fail("method '{}': unknown config key '{}' (known: {})", name, key, known.empty() ? "none" : known);
-      }
+  static const nlohmann::json kNoConfig = nlohmann::json::object();
+  const JsonView checked = config.is_null() ? JsonView(kNoConfig, config.source(), config.path()) : config;
+  checked.ExpectObject();
+  for (const auto& [key, value] : checked.value().items()) {
+    const auto& keys = entry.info.config_keys;
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      std::string known;
+      for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
+      checked.Fail(fmt::format("has unknown key '{}' for method '{}' (known: {})", key, name,
+                               known.empty() ? "none" : known));
     }
   }
   const auto& elements = entry.info.elements;
@@ -62,7 +62,12 @@ std::unique_ptr<QuantMethod> MethodRegistry::Create(std::string_view name, const
   if (scheme.granularity.kind != GranularityKind::kNone &&
       std::find(grans.begin(), grans.end(), scheme.granularity.kind) == grans.end())
     Fail("method '{}' does not support the granularity of '{}'", name, scheme.ToString());
-  return entry.factory(config.is_null() ? nlohmann::json::object() : config);
+  return entry.factory(checked);
+}
+
+std::unique_ptr<QuantMethod> MethodRegistry::Create(std::string_view name, const nlohmann::json& config,
+                                                    const QuantScheme& scheme) const {
+  return Create(name, JsonView(config, fmt::format("method '{}' config", name)), scheme);
 }
 
 namespace {
@@ -98,17 +103,13 @@ class GptqMethod final : public QuantMethod {
   GptqOptions options_;
 };
 
-std::unique_ptr<QuantMethod> MakeGptq(const nlohmann::json& config) {
+std::unique_ptr<QuantMethod> MakeGptq(const JsonView& config) {
   GptqOptions o;
-  try {
-    o.damp = config.value("damp", o.damp);
-    o.block_size = config.value("block_size", o.block_size);
-    o.act_order = config.value("act_order", o.act_order);
-  } catch (const nlohmann::json::exception& e) {
-    Fail("method 'gptq': bad config value: {}", e.what());
-  }
-  if (!(o.damp >= 0 && o.damp < 1)) Fail("method 'gptq': damp must be in [0, 1), got {}", o.damp);
-  if (o.block_size == 0) Fail("method 'gptq': block_size must be positive");
+  o.damp = config.Get("damp", o.damp);
+  o.block_size = config.Get("block_size", o.block_size);
+  o.act_order = config.Get("act_order", o.act_order);
+  if (!(o.damp >= 0 && o.damp < 1)) config["damp"].Fail("must be in [0, 1)");
+  if (o.block_size == 0) config["block_size"].Fail("must be positive");
   return std::make_unique<GptqMethod>(o);
 }
 
@@ -126,41 +127,28 @@ class AwqMethod final : public QuantMethod {
   AwqOptions options_;
 };
 
-std::unique_ptr<QuantMethod> MakeAwq(const nlohmann::json& config) {
+std::unique_ptr<QuantMethod> MakeAwq(const JsonView& config) {
   AwqOptions o;
-  try {
-    o.grid = config.value("clip_grid", o.grid);
-    o.max_shrink = config.value("max_shrink", o.max_shrink);
-    o.clip = config.value("clip", o.clip);
-    o.scale_grid = config.value("scale_grid", o.scale_grid);
-  } catch (const nlohmann::json::exception& e) {
-    Fail("method 'awq': bad config value: {}", e.what());
-  }
-  if (!(o.max_shrink >= 0 && o.max_shrink < 1)) Fail("method 'awq': max_shrink must be in [0, 1), got {}", o.max_shrink);
-  if (o.scale_grid == 0) Fail("method 'awq': scale_grid must be positive");
+  o.grid = config.Get("clip_grid", o.grid);
+  o.max_shrink = config.Get("max_shrink", o.max_shrink);
+  o.clip = config.Get("clip", o.clip);
+  o.scale_grid = config.Get("scale_grid", o.scale_grid);
+  if (!(o.max_shrink >= 0 && o.max_shrink < 1)) config["max_shrink"].Fail("must be in [0, 1)");
+  // Each grid point is a full quantization of the group: a grid is a handful of points, not millions.
+  if (o.grid == 0 || o.grid > 1000) config["clip_grid"].Fail("must be in [1, 1000]");
+  if (o.scale_grid == 0 || o.scale_grid > 1000) config["scale_grid"].Fail("must be in [1, 1000]");
   return std::make_unique<AwqMethod>(o);
 }
 
-std::unique_ptr<QuantMethod> MakeSmoothQuant(const nlohmann::json& config) {
-  double alpha = 0.5;
-  try {
-    alpha = config.value("alpha", alpha);
-  } catch (const nlohmann::json::exception& e) {
-    Fail("method 'smoothquant': bad config value: {}", e.what());
-  }
-  if (!(alpha >= 0 && alpha <= 1)) Fail("method 'smoothquant': alpha must be in [0, 1], got {}", alpha);
+std::unique_ptr<QuantMethod> MakeSmoothQuant(const JsonView& config) {
+  const double alpha = config.Get("alpha", 0.5);
+  if (!(alpha >= 0 && alpha <= 1)) config["alpha"].Fail("must be in [0, 1]");
   return std::make_unique<RtnMethod>(alpha, -1);
 }
 
-std::unique_ptr<QuantMethod> MakeLlmInt8(const nlohmann::json& config) {
-  double threshold = 6.0;
-  try {
-    threshold = config.value("threshold", threshold);
-  } catch (const nlohmann::json::exception& e) {
-    Fail("method 'llm_int8': bad config value: {}", e.what());
-  }
-  if (!(threshold >= 0) || !std::isfinite(threshold))
-    Fail("method 'llm_int8': threshold must be a finite number >= 0, got {}", threshold);
+std::unique_ptr<QuantMethod> MakeLlmInt8(const JsonView& config) {
+  const double threshold = config.Get("threshold", 6.0);
+  if (!(threshold >= 0)) config["threshold"].Fail("must be >= 0");
   return std::make_unique<RtnMethod>(-1, threshold);
 }
 
@@ -176,7 +164,7 @@ const MethodRegistry& BuiltinMethods() {
   static const MethodRegistry registry = [] {
     MethodRegistry r;
     r.Register({"rtn", "round-to-nearest with the scheme's scale rule", kAllElements, kAllGranularities, {}},
-               [](const nlohmann::json&) { return std::make_unique<RtnMethod>(); });
+               [](const JsonView&) { return std::make_unique<RtnMethod>(); });
     r.Register({"gptq", "GPTQ: Hessian-weighted error feedback (Frantar et al. 2022)", kAllElements,
                 kAllGranularities, {"damp", "block_size", "act_order"}},
                MakeGptq);

@@ -9,19 +9,23 @@
 #include <string>
 #include <vector>
 
+#include "core/json_util.h"
 #include "quant/method.h"
 
 namespace lowbit {
 
 class MethodRegistry {
  public:
-  using Factory = std::function<std::unique_ptr<QuantMethod>(const nlohmann::json& config)>;
+  // `config` is an object whose keys are the method's declared config keys.
+  using Factory = std::function<std::unique_ptr<QuantMethod>(const JsonView& config)>;
 
   // Throws Error when `info.name` is already registered or not an identifier.
   void Register(MethodInfo info, Factory factory);
 
-  // Validates `config` (an object; unknown keys are errors) and the scheme against what the
-  // method supports, then builds it. Throws Error with the reason.
+  // Validates `config` (an object or null; unknown keys are errors; errors name its file and key
+  // path) and the scheme against what the method supports, then builds it. Throws Error.
+  std::unique_ptr<QuantMethod> Create(std::string_view name, const JsonView& config, const QuantScheme& scheme) const;
+  // A config built in code; errors call it "method 'NAME' config".
   std::unique_ptr<QuantMethod> Create(std::string_view name, const nlohmann::json& config,
                                       const QuantScheme& scheme) const;
   const MethodInfo& Info(std::string_view name) const;

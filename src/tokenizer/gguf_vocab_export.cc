@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/file_util.h"
 
 namespace lowbit {
@@ -17,17 +18,10 @@ enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined
 void AddSpecialFlags(const std::filesystem::path& folder, std::vector<GgufKeyValue>& kvs) {
   const std::filesystem::path path = folder / "tokenizer_config.json";
   if (!std::filesystem::exists(path)) return;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ReadTextFile(path));
-  } catch (const nlohmann::json::exception& e) {
-    Fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-  for (const char* key : {"add_bos_token", "add_eos_token"}) {
-    if (!j.contains(key) || j[key].is_null()) continue;
-    if (!j[key].is_boolean()) Fail("{}: field '{}' must be true or false", path.string(), key);
-    kvs.push_back({std::string("tokenizer.ggml.") + key, j[key].get<bool>()});
-  }
+  const nlohmann::json parsed = ReadJsonFile(path);
+  const JsonView j = JsonView(parsed, path.string()).ExpectObject();
+  for (const char* key : {"add_bos_token", "add_eos_token"})
+    if (j.Has(key)) kvs.push_back({std::string("tokenizer.ggml.") + key, j.Get<bool>(key)});
 }
 
 std::vector<GgufKeyValue> FromSentencePiece(const std::filesystem::path& file, const ModelConfig& c) {

@@ -1,0 +1,29 @@
+// What every command shares at the door: refusing negative values for unsigned options (CLI11
+// would wrap "--ctx -5" to 2^64 - 5), naming the closest command for a mistyped one, and printing
+// errors as one line, or as JSON for commands run with --json.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace lowbit::cli {
+
+// Adds a non-negative check to every unsigned option of `app` and its subcommands.
+void GuardUnsignedOptions(CLI::App& app);
+
+// "unknown command 'quantiz', did you mean 'quantize'?" when argv[1] names no command; empty otherwise.
+std::string UnknownCommandMessage(const CLI::App& app, int argc, char** argv);
+
+// Validators with messages that say what is wanted ("--ctx: must be a positive number, not '-5'").
+CLI::Validator Positive();
+CLI::Validator NonNegative();
+
+// A validator for --group: a positive group size, or -1 for one group per row.
+CLI::Validator GroupSize();
+
+// Prints `message` to stderr, or when `json` is set as {"error", "file", "field"} on stdout.
+// `file`/`field` empty: the file is the message's first "path: " prefix when that path exists.
+void PrintError(const std::string& message, const std::string& file, const std::string& field, bool json);
+
+}  // namespace lowbit::cli
