@@ -1,0 +1,291 @@
+// Hostile checkpoints (issue 18): every tensor of a checkpoint is used or reported, shapes agree
+// with config.json, an lm_head beside tie_word_embeddings is never silently dropped, NaN / Inf
+// weights are errors unless --allow-nonfinite -- each an exact message naming the file, the
+// tensor and the config field, from the library and from the CLI (exit 1, no output left).
+// Also the sweep of stale `OUT.tmp-<pid>` temporaries left by killed runs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "io/hf_model.h"
+#include "io/model_loader.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing_util::RunLowbit;
+
+const fs::path kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
+
+// The tensors of a fixture: views into the bundled model plus buffers made by the test.
+class Tensors {
+ public:
+  explicit Tensors(const SafetensorsFile& source) {
+    for (const TensorView& t : source.tensors()) list.push_back({t.name, t.dtype, t.shape, t.data});
+  }
+  TensorToWrite& operator[](const std::string& name) {
+    for (TensorToWrite& t : list)
+      if (t.name == name) return t;
+    throw std::logic_error("no tensor " + name);
+  }
+  // Replaces (or adds) `name` with fp32 `values`.
+  void SetF32(const std::string& name, std::vector<uint64_t> shape, const std::vector<float>& values) {
+    const auto bytes = std::as_bytes(std::span(values));
+    owned_.emplace_back(bytes.begin(), bytes.end());
+    Put({name, DType::kF32, std::move(shape), owned_.back()});
+  }
+  // The fp32 values of `name` (the bundled model is F32).
+  std::vector<float> F32(const std::string& name) {
+    const TensorToWrite& t = (*this)[name];
+    std::vector<float> v(t.data.size() / 4);
+    std::memcpy(v.data(), t.data.data(), t.data.size());
+    return v;
+  }
+  // Stores `name` as BF16 (fp32 values truncated).
+  void ToBf16(const std::string& name, const std::vector<float>& values) {
+    std::vector<std::byte> b(values.size() * 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t h = static_cast<uint16_t>(std::bit_cast<uint32_t>(values[i]) >> 16);
+      std::memcpy(&b[2 * i], &h, 2);
+    }
+    owned_.push_back(std::move(b));
+    TensorToWrite& t = (*this)[name];
+    t.dtype = DType::kBF16;
+    t.data = owned_.back();
+  }
+  void Remove(const std::string& name) { std::erase_if(list, [&](const TensorToWrite& t) { return t.name == name; }); }
+
+  std::vector<TensorToWrite> list;
+
+ private:
+  void Put(TensorToWrite t) {
+    Remove(t.name);
+    list.push_back(std::move(t));
+  }
+  std::deque<std::vector<std::byte>> owned_;
+};
+
+class ModelConsistencyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lowbit_consistency_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A copy of the bundled model with its tensors and config.json edited.
+  fs::path Fixture(const std::string& name, const std::function<void(Tensors&)>& edit,
+                   const std::function<void(json&)>& edit_config = nullptr) {
+    const fs::path out = dir_ / name;
+    fs::create_directories(out);
+    for (const auto& e : fs::directory_iterator(kModelDir))
+      if (e.path().filename() != "model.safetensors") fs::copy_file(e.path(), out / e.path().filename());
+    const SafetensorsFile st = SafetensorsFile::Open(kModelDir / "model.safetensors");
+    Tensors tensors(st);
+    edit(tensors);
+    WriteSafetensors(out / "model.safetensors", tensors.list, st.metadata());
+    if (edit_config) {
+      json config = json::parse(ReadTextFile(kModelDir / "config.json"));
+      edit_config(config);
+      WriteFileAtomic(out / "config.json", config.dump(2));
+    }
+    return out;
+  }
+
+  // The library's error and the CLI's: exit 1, the same message, and no output folder or
+  // temporary left by a quantize of the model.
+  void ExpectRefused(const fs::path& model, const std::string& message) {
+    try {
+      (void)LoadHfModel(model);
+      ADD_FAILURE() << "no error loading " << model;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+    const fs::path out = dir_ / "out";
+    const auto r = RunLowbit("quantize " + model.string() + " -o " + out.string() + " --format int4:g32");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
+    for (const auto& e : fs::directory_iterator(dir_))
+      EXPECT_EQ(e.path().filename().string().find("out"), std::string::npos) << e.path();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ModelConsistencyTest, BlocksPastNumHiddenLayersAreAnError) {
+  const fs::path m = Fixture("deep", [](Tensors&) {}, [](json& c) { c["num_hidden_layers"] = 4; });
+  ExpectRefused(m, (m / "model.safetensors").string() +
+                       ": tensor 'model.layers.4.input_layernorm.weight' belongs to block 4, but " +
+                       (m / "config.json").string() +
+                       ": num_hidden_layers is 4; the checkpoint and its config.json disagree on the model's depth");
+}
+
+TEST_F(ModelConsistencyTest, AWeightTheConfigHasNoPlaceForIsAnError) {
+  // A q_proj bias under attention_bias false (transformers would use it with attention_bias true).
+  const fs::path m = Fixture("bias", [](Tensors& t) {
+    t.SetF32("model.layers.0.self_attn.q_proj.bias", {256}, std::vector<float>(256, 0.5f));
+  });
+  ExpectRefused(m, (m / "model.safetensors").string() +
+                       ": tensor 'model.layers.0.self_attn.q_proj.bias' is not part of a LlamaForCausalLM model as " +
+                       (m / "config.json").string() + " describes it, and would be ignored");
+}
+
+TEST_F(ModelConsistencyTest, OtherUnusedTensorsAreAWarningListingThem) {
+  const fs::path m = Fixture("extra", [](Tensors& t) {
+    for (int i = 0; i < 6; ++i)
+      t.SetF32("model.layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq", {16}, std::vector<float>(16, 1));
+    t.SetF32("mtp_head.weight", {4}, std::vector<float>(4, 1));
+  });
+  ::testing::internal::CaptureStderr();
+  const Model loaded = LoadHfModel(m);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "lowbit: warning: " + m.string() +
+                     ": 7 tensors are not used by a LlamaForCausalLM model, ignored: "
+                     "model.layers.0.self_attn.rotary_emb.inv_freq, model.layers.1.self_attn.rotary_emb.inv_freq, "
+                     "model.layers.2.self_attn.rotary_emb.inv_freq, model.layers.3.self_attn.rotary_emb.inv_freq, "
+                     "model.layers.4.self_attn.rotary_emb.inv_freq and 2 more\n");
+  EXPECT_EQ(loaded.config.n_layers, 6u);
+}
+
+TEST_F(ModelConsistencyTest, ShapesAreCheckedAgainstTheConfigBeforeLoading) {
+  const fs::path m = Fixture("narrow", [](Tensors&) {}, [](json& c) { c["intermediate_size"] = 512; });
+  ExpectRefused(m, (m / "model.safetensors").string() +
+                       ": tensor 'model.layers.0.mlp.down_proj.weight' has shape [256, 768], expected [256, 512] from " +
+                       (m / "config.json").string());
+  // A flattened norm: the right number of values, the wrong shape.
+  const fs::path flat = Fixture("flat", [](Tensors& t) { t["model.norm.weight"].shape = {1, 256}; });
+  ExpectRefused(flat, (flat / "model.safetensors").string() + ": tensor 'model.norm.weight' has shape [1, 256], "
+                      "expected [256] from " + (flat / "config.json").string());
+}
+
+TEST_F(ModelConsistencyTest, TiedEmbeddingsBesideADifferentLmHeadAreAnError) {
+  const auto tie = [](json& c) { c["tie_word_embeddings"] = true; };
+  const fs::path m = Fixture("tied", [](Tensors&) {}, tie);
+  ExpectRefused(m, (m / "model.safetensors").string() +
+                       ": tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', but " +
+                       (m / "config.json").string() +
+                       ": tie_word_embeddings is true, so the lm_head would be ignored; set tie_word_embeddings to "
+                       "false to use it, or drop the tensor");
+  // A copy of the embeddings (as some exports store it, even in another dtype) is what tying means.
+  const fs::path same = Fixture("tied_same", [](Tensors& t) {
+    std::vector<float> embed = t.F32("model.embed_tokens.weight");
+    for (float& x : embed) x = std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffff0000u);  // bf16-exact
+    t.SetF32("model.embed_tokens.weight", {4096, 256}, embed);
+    t.SetF32("lm_head.weight", {4096, 256}, embed);
+    t.ToBf16("lm_head.weight", embed);
+  }, tie);
+  const Model loaded = LoadHfModel(same);
+  EXPECT_EQ(std::get<DenseMatrix>(loaded.weights.lm_head.weight).values, loaded.weights.embed);
+  // Without the tensor, tying uses the embeddings as before.
+  const fs::path none = Fixture("tied_none", [](Tensors& t) { t.Remove("lm_head.weight"); }, tie);
+  EXPECT_EQ(std::get<DenseMatrix>(LoadHfModel(none).weights.lm_head.weight).values, LoadHfModel(none).weights.embed);
+}
+
+TEST_F(ModelConsistencyTest, NonFiniteWeightsAreAnErrorUnlessAllowed) {
+  const std::string up = "model.layers.2.mlp.up_proj.weight";
+  const fs::path m = Fixture("nan", [&](Tensors& t) {
+    std::vector<float> v = t.F32(up);
+    v[70001] = std::numeric_limits<float>::quiet_NaN();  // past the first converted piece
+    t.SetF32(up, {768, 256}, v);
+  });
+  const std::string message = (m / "model.safetensors").string() + ": tensor '" + up +
+                              "' has a non-finite value (nan) at element 70001; the model would compute NaN (pass "
+                              "--allow-nonfinite to load it anyway)";
+  ExpectRefused(m, message);
+  for (const char* command : {"ppl --text data/kjv-test.txt", "generate --prompt x -n 1"}) {
+    const auto r = RunLowbit(std::string(command) + " --model " + m.string());
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
+  }
+  const Model allowed = LoadHfModel(m, LoadOptions{.allow_nonfinite = true});
+  EXPECT_TRUE(std::isnan(std::get<DenseMatrix>(allowed.weights.layers[2].w_up.weight).values[70001]));
+  // The flag gets the model past the loader; the quantizer then refuses the NaN on its own terms.
+  const auto r = RunLowbit("quantize " + m.string() + " -o " + (dir_ / "allowed").string() +
+                           " --format int8:channel --allow-nonfinite");
+  EXPECT_EQ(r.out.find(message), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensor 'model.layers.2.mlp.up_proj': non-finite value nan"), std::string::npos) << r.out;
+  const auto g = RunLowbit("generate --prompt x -n 1 --allow-nonfinite --model " + m.string());
+  EXPECT_EQ(g.out.find(message), std::string::npos) << g.out;
+
+  // BF16 is checked while it is converted; an Inf in a norm too.
+  const fs::path bf16 = Fixture("inf_bf16", [&](Tensors& t) {
+    std::vector<float> v = t.F32("model.layers.1.self_attn.o_proj.weight");
+    v[3] = -std::numeric_limits<float>::infinity();
+    t.ToBf16("model.layers.1.self_attn.o_proj.weight", v);
+  });
+  ExpectRefused(bf16, (bf16 / "model.safetensors").string() +
+                          ": tensor 'model.layers.1.self_attn.o_proj.weight' has a non-finite value (-inf) at element 3; "
+                          "the model would compute NaN (pass --allow-nonfinite to load it anyway)");
+}
+
+TEST_F(ModelConsistencyTest, NonFiniteWeightsInALlama2cFile) {
+  const fs::path src = LOWBIT_SOURCE_DIR "/../shared/models/stories260K/stories260K.bin";
+  if (!fs::exists(src)) GTEST_SKIP() << "../shared is not available";
+  std::string bytes = ReadTextFile(src);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(bytes.data() + 7 * 4 + 5 * 4, &inf, 4);  // after the 7-int header: embedding element 5
+  const fs::path m = dir_ / "m.bin";
+  WriteFileAtomic(m, bytes);
+  try {
+    (void)LoadModel(m);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), m.string() + ": tensor 'embedding' has a non-finite value (inf) at element 5; the "
+                                                  "model would compute NaN (pass --allow-nonfinite to load it anyway)");
+  }
+  EXPECT_TRUE(std::isinf(LoadModel(m, LoadOptions{.allow_nonfinite = true}).weights.embed[5]));
+}
+
+// A pid that is gone: a child that has exited and been reaped.
+pid_t DeadPid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+TEST_F(ModelConsistencyTest, StaleTemporariesOfDeadProcessesAreSwept) {
+  const std::string dead = std::to_string(DeadPid()), live = std::to_string(::getppid());
+  const fs::path file = dir_ / "f.json";
+  for (const std::string& pid : {dead, live}) WriteFileAtomic(dir_ / ("f.json.tmp-" + pid), "partial");
+  WriteFileAtomic(dir_ / ("f.jsonx.tmp-" + dead), "another file's");
+  WriteFileAtomic(file, "{}");
+  EXPECT_FALSE(fs::exists(dir_ / ("f.json.tmp-" + dead)));
+  EXPECT_TRUE(fs::exists(dir_ / ("f.json.tmp-" + live))) << "a live writer's temporary stays";
+  EXPECT_TRUE(fs::exists(dir_ / ("f.jsonx.tmp-" + dead)));
+  RemoveStaleTemporariesIn(dir_);
+  EXPECT_FALSE(fs::exists(dir_ / ("f.jsonx.tmp-" + dead)));
+  EXPECT_TRUE(fs::exists(dir_ / ("f.json.tmp-" + live)));
+
+  // A quantized folder's: the run that targets the same OUT removes a dead run's half-written one.
+  const fs::path out = dir_ / "q";
+  fs::create_directories(out.string() + ".tmp-" + dead);
+  WriteFileAtomic(fs::path(out.string() + ".tmp-" + dead) / "model.safetensors", "half");
+  fs::create_directories(out.string() + ".tmp-" + live);
+  const auto r = RunLowbit("quantize models/kjv-llama-7m -o " + out.string() + " --format int4:g32 --stop-after 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp-" + dead));
+  EXPECT_TRUE(fs::exists(out.string() + ".tmp-" + live));
+  EXPECT_TRUE(fs::exists(out.string() + ".partial/progress.json"));
+}
+
+}  // namespace
+}  // namespace lowbit
