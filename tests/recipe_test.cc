@@ -109,7 +109,7 @@ TEST_F(RecipeTest, StoppedRotatedRunResumesToTheSameModel) {
   WriteFileAtomic(hidden, saved.substr(0, 5));  // damaged: the run refuses, naming the file
   r = RunLowbit(args + "-o " + resumed + " --resume");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("hidden.1.bin: truncated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hidden.1.bin: its contents changed since the run saved it"), std::string::npos) << r.out;
   WriteFileAtomic(hidden, saved);
   r = RunLowbit(args + "-o " + resumed + " --resume");
   ASSERT_EQ(r.status, 0) << r.out;
@@ -148,6 +148,19 @@ TEST_F(RecipeTest, StoppedRunResumesToTheSameCheckpoint) {
   r = RunLowbit(args + "--calib-samples 5 -o " + resumed + " --resume");  // another calibration
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("another recipe"), std::string::npos) << r.out;
+  // A changed byte in the saved state (an edit, a bad copy) is refused, not resumed from.
+  const fs::path hidden = resumed + ".partial/hidden.2.bin";
+  std::string bytes = ReadTextFile(hidden);
+  bytes[bytes.size() / 2] ^= 1;
+  WriteFileAtomic(hidden, bytes);
+  r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --resume");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find(hidden.string() + ": its contents changed since the run saved it (checksum mismatch)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(resumed));
+  bytes[bytes.size() / 2] ^= 1;
+  WriteFileAtomic(hidden, bytes);
 
   r = RunLowbit(args + "--calib-samples 4 -o " + resumed + " --resume --max-ram 16K --checkpoint-every 0");
   ASSERT_EQ(r.status, 0) << r.out;

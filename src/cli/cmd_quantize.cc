@@ -13,6 +13,7 @@
 #include "cli/output.h"
 #include "cli/session.h"
 #include "io/model_loader.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "eval/compare.h"
@@ -69,12 +70,6 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   r.calib_len = o.calib_len;
   r.seed = o.seed;
   return r;
-}
-
-uint64_t Fnv1a(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (const char c : bytes) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  return h;
 }
 
 // --save-as gguf:T: the GGUF file type, whose base type's grid the recipe must quantize onto exactly
@@ -156,7 +151,7 @@ void Run(QuantizeOptions o) {
     const std::string text = ReadTextFile(recipe.calib_file);
     req.calibration = CalibrationWindows(*tokenizer, text, recipe.calib_file, recipe.calib_samples, recipe.calib_len,
                                          recipe.seed);
-    calib_card = {{"file", recipe.calib_file}, {"bytes", text.size()}, {"fnv1a64", fmt::format("{:016x}", Fnv1a(text))},
+    calib_card = {{"file", recipe.calib_file}, {"bytes", text.size()}, {"fnv1a64", fmt::format("{:016x}", Fnv1a64(text))},
                   {"samples", recipe.calib_samples}, {"length", recipe.calib_len}, {"seed", recipe.seed}};
   }
   const nlohmann::json run = {{"recipe", recipe.ToJson()}, {"calibration", calib_card}, {"source", o.model}};

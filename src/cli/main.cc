@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <new>
 
 #include "cli/commands.h"
 #include "cli/front_door.h"
@@ -50,6 +52,14 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   } catch (const lowbit::Error& e) {
     lowbit::cli::PrintError(e.what(), e.file(), e.field(), json);
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // a path the user gave cannot be read or written
+    const std::string file = e.path1().string();
+    lowbit::cli::PrintError(fmt::format("{}: {}", file, e.code().message()), file, "", json);
+    return 1;
+  } catch (const std::bad_alloc&) {
+    lowbit::cli::PrintError("out of memory: the model or file asks for more than this machine can give", "", "",
+                            json);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lowbit: internal error: %s\n", e.what());

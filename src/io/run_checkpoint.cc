@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/json_util.h"
@@ -63,6 +64,31 @@ std::filesystem::path HiddenFile(const std::filesystem::path& dir, size_t n) {
   return dir / fmt::format("hidden.{}.bin", n);
 }
 
+// The checksum of every file of block n's state, by path relative to `dir`: progress.json names
+// them, and a resumed run refuses state that changed since (an edit, a partial copy, a bad disk).
+nlohmann::json StateChecksums(const std::filesystem::path& dir, size_t n) {
+  std::vector<std::filesystem::path> files = {HiddenFile(dir, n)};
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(ModelDir(dir, n)))
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  nlohmann::json sums = nlohmann::json::object();
+  for (const std::filesystem::path& file : files) {
+    const MappedFile mapped(file);
+    sums[std::filesystem::relative(file, dir).generic_string()] = fmt::format("{:016x}", Fnv1a64(mapped.bytes()));
+  }
+  return sums;
+}
+
+void VerifyChecksums(const std::filesystem::path& dir, const JsonView& saved) {
+  for (const auto& [name, unused] : saved.ExpectObject().value().items()) {
+    const std::filesystem::path file = dir / name;
+    if (!std::filesystem::exists(file)) saved[name].Fail(fmt::format("names {}, which is missing", file.string()));
+    const MappedFile mapped(file);
+    if (fmt::format("{:016x}", Fnv1a64(mapped.bytes())) != saved.Get<std::string>(name))
+      Fail("{}: its contents changed since the run saved it (checksum mismatch); delete {} to start over",
+           file.string(), dir.string());
+  }
+}
+
 }  // namespace
 
 void SaveRunCheckpoint(const std::filesystem::path& dir, const Model& model, const BlockCheckpoint& state,
@@ -73,7 +99,8 @@ void SaveRunCheckpoint(const std::filesystem::path& dir, const Model& model, con
   std::filesystem::remove_all(ModelDir(dir, n));  // a leftover of a crash before progress.json named it
   SaveQuantizedModel(model, ModelDir(dir, n), source_dir, {{"partial", true}, {"next_layer", n}}, n);
   WriteHidden(HiddenFile(dir, n), state);
-  const nlohmann::json progress = {{"next_layer", n}, {"run", run}, {"report", ReportToJson(state.report)}};
+  const nlohmann::json progress = {{"next_layer", n}, {"run", run}, {"report", ReportToJson(state.report)},
+                                   {"checksums", StateChecksums(dir, n)}};
   WriteFileAtomic(dir / "progress.json", progress.dump(1) + "\n");
   for (size_t old = 0; old < n; ++old) {  // superseded blocks
     std::filesystem::remove_all(ModelDir(dir, old));
@@ -90,6 +117,7 @@ BlockCheckpoint LoadRunCheckpoint(const std::filesystem::path& dir, const nlohma
     Fail("{}: the interrupted run used another recipe, calibration or model; delete {} to start over",
          progress_path.string(), dir.string());
   const size_t n = progress.Get<uint32_t>("next_layer");
+  VerifyChecksums(dir, progress["checksums"]);
   const std::filesystem::path saved_dir = ModelDir(dir, n);
   // Written by the interrupted run from a source it checked (or was told to accept with
   // --allow-nonfinite): its values are taken as they are.
