@@ -35,6 +35,9 @@ TEST(JsonUtil, IntegersMustBeJsonIntegersInRange) {
   EXPECT_EQ(ErrorOf([&] { v.Get<uint32_t>("big"); }), "config.json: big: is 4294967296, outside [0, 4294967295]");
   EXPECT_EQ(ErrorOf([&] { v.Get<int>("s"); }), "config.json: s: must be an integer, not string \"7\"");
   EXPECT_EQ(v.Get<uint32_t>("absent", 3u), 3u);
+  const json built = {{"n", 10}, {"m", -1}};  // signed integers, as JSON built in code holds them
+  EXPECT_EQ(JsonView(built, "code").Get<size_t>("n"), 10u);
+  EXPECT_EQ(ErrorOf([&] { JsonView(built, "code").Get<size_t>("m"); }), "code: m: is -1, outside [0, 18446744073709551615]");
   EXPECT_EQ(ErrorOf([&] { v.Get<uint32_t>("absent"); }), "config.json: missing field 'absent'");
 }
 

@@ -159,7 +159,8 @@ int64_t JsonView::AsInt64(int64_t lo, int64_t hi) const {
 
 uint64_t JsonView::AsUint64(uint64_t hi) const {
   if (!value_->is_number_integer()) WrongType("an integer");
-  if (!value_->is_number_unsigned()) OutOfRange(fmt::format("[0, {}]", hi));
+  // Parsed JSON stores non-negative integers as unsigned; JSON built in code may hold them signed.
+  if (!value_->is_number_unsigned() && value_->get<int64_t>() < 0) OutOfRange(fmt::format("[0, {}]", hi));
   const uint64_t v = value_->get<uint64_t>();
   if (v > hi) OutOfRange(fmt::format("[0, {}]", hi));
   return v;
