@@ -2,7 +2,11 @@
 // (exact and from a top-K base file), sampling, and the corresponding CLI commands.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -111,6 +115,68 @@ TEST(Compare, BaseFileRoundTripsAndRejectsMismatches) {
   std::filesystem::remove_all(dir);
 }
 
+// Rewrites `size` bytes at `offset` of a file in place.
+void PatchFile(const std::filesystem::path& path, uint64_t offset, const void* bytes, size_t size) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+}
+
+std::string ErrorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Compare, BaseFileChecksumCatchesAnEditedNumber) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lowbit_base_sum_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<double> lp = {std::log(0.7), std::log(0.2), std::log(0.1)};
+  const BaseFileHeader h{3, 8, 2, 3, HashTokens({1, 2, 3})};
+  const auto path = dir / "base.bin";
+  WriteBaseFile(path, h, {MakeBaseRecord(lp, 2, 2), MakeBaseRecord(lp, 0, 2), MakeBaseRecord(lp, 1, 2)});
+  ASSERT_NO_THROW(ReadBaseFile(path, h));
+  // One bit of one log-probability in the second record: still a plausible float, so only the
+  // checksum can tell.
+  const uint64_t at = BaseFileBytes(h) - 2 * 24 + 4 + 1;
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(at));
+  const char byte = static_cast<char>(in.get() ^ 0x01);
+  in.close();
+  PatchFile(path, at, &byte, 1);
+  const std::string err = ErrorOf([&] { ReadBaseFile(path, h); });
+  EXPECT_NE(err.find("checksum"), std::string::npos) << err;
+  EXPECT_NE(err.find(path.string()), std::string::npos) << err;
+
+  // A version 1 file (no checksum): regenerate.
+  WriteBaseFile(path, h, {MakeBaseRecord(lp, 2, 2), MakeBaseRecord(lp, 0, 2), MakeBaseRecord(lp, 1, 2)});
+  const uint32_t v1 = 1;
+  PatchFile(path, 8, &v1, 4);
+  EXPECT_NE(ErrorOf([&] { ReadBaseFile(path, h); }).find("regenerate"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Compare, BaseFilePositionsBeyondTheFileAreRefusedBeforeAllocating) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lowbit_base_pos_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<double> lp = {std::log(0.7), std::log(0.2), std::log(0.1)};
+  BaseFileHeader h{3, 8, 2, 1, 42};
+  const auto path = dir / "base.bin";
+  WriteBaseFile(path, h, {MakeBaseRecord(lp, 2, 2)});
+  // positions x record size wraps to a small number in 64 bits: must not pass the size check.
+  for (const uint64_t positions : {uint64_t{1} << 60, (uint64_t{1} << 61) + 1, ~uint64_t{0}}) {
+    h.positions = positions;
+    PatchFile(path, 24, &positions, 8);
+    const std::string err = ErrorOf([&] { ReadBaseFile(path, h); });
+    EXPECT_NE(err.find("positions"), std::string::npos) << err;
+  }
+  EXPECT_THROW(BaseFileBytes(h), Error);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Perplexity, BundledModelIsInTheSeventiesAndRtnInt4MovesKlByAboutOneThousandth) {
   const Model base = LoadHfModel(kModelDir);
   Model quantized = LoadHfModel(kModelDir);
@@ -178,6 +244,68 @@ TEST(Llama2c, TruncatedCheckpointNamesTheTensor) {
     EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("m.bin"), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A tiny legacy llama2.c checkpoint: dim 8, hidden 16, 1 layer, 2 heads, vocab 16, seq_len 4,
+// with exactly the bytes the header asks for (negative vocab = unshared classifier).
+std::vector<char> TinyLlama2c(std::array<int32_t, 7> header) {
+  const bool shared = header[5] > 0;
+  const uint64_t dim = 8, hidden = 16, vocab = 16, seq = 4, head = 4;
+  const uint64_t floats = vocab * dim + 2 * dim + 4 * dim * dim + 3 * hidden * dim + dim + seq * head + (shared ? 0 : vocab * dim);
+  std::vector<char> bytes(sizeof(header) + floats * 4, 0);
+  std::memcpy(bytes.data(), header.data(), sizeof(header));
+  for (uint64_t i = 0; i < floats; ++i) {
+    const float v = 0.01f * static_cast<float>(i % 17);
+    std::memcpy(bytes.data() + sizeof(header) + i * 4, &v, 4);
+  }
+  return bytes;
+}
+
+TEST(Llama2c, AbsurdHeaderCountsAreRefusedBeforeAllocatingNamingTheField) {
+  const auto dir = std::filesystem::temp_directory_path() / ("lowbit_l2c_hdr_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "m.bin";
+  const auto write = [&](const std::vector<char>& bytes) {
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  write(TinyLlama2c({8, 16, 1, 2, 2, 16, 4}));
+  EXPECT_NO_THROW(LoadLlama2cModel(path));
+  write(TinyLlama2c({8, 16, 1, 2, 2, -16, 4}));
+  EXPECT_FALSE(LoadLlama2cModel(path).config.tie_embeddings);
+
+  // The file holds one layer's worth of weights; the header asks for more, or for absurd sizes.
+  struct Case {
+    std::array<int32_t, 7> header;
+    const char* field;
+  };
+  const Case cases[] = {
+      {{8, 16, 1 << 24, 2, 2, 16, 4}, "n_layers"},  // 2^24 layers: refused by the config limits or the size
+      {{8, 16, 4000, 2, 2, 16, 4}, "n_layers"},
+      {{8, 16, 1, 2, 2, 1 << 20, 4}, "vocab_size"},
+      {{8, 1 << 20, 1, 2, 2, 16, 4}, "hidden_dim"},
+      {{8, 16, 1, 2, 2, 16, 1 << 20}, "seq_len"},
+      {{8, 16, 1, 2, 2, std::numeric_limits<int32_t>::min(), 4}, "vocab_size"},  // -INT_MIN must not overflow
+  };
+  for (const Case& c : cases) {
+    std::vector<char> bytes = TinyLlama2c({8, 16, 1, 2, 2, 16, 4});
+    std::memcpy(bytes.data(), c.header.data(), sizeof(c.header));
+    write(bytes);
+    const std::string err = ErrorOf([&] { LoadLlama2cModel(path); });
+    EXPECT_NE(err.find(c.field), std::string::npos) << err;
+    EXPECT_NE(err.find(path.string()), std::string::npos) << err;
+  }
+  // A v1 ("ak42") file cut inside its 256-byte header.
+  std::vector<char> v1(37, 0);
+  const int32_t v1_header[9] = {0x616b3432, 1, 8, 16, 1, 2, 2, 16, 4};
+  std::memcpy(v1.data(), v1_header, sizeof(v1_header));
+  write(v1);
+  EXPECT_NE(ErrorOf([&] { LoadLlama2cModel(path); }).find("truncated"), std::string::npos);
+  // A file one float longer than its header says.
+  std::vector<char> bytes = TinyLlama2c({8, 16, 1, 2, 2, 16, 4});
+  bytes.resize(bytes.size() + 4);
+  write(bytes);
+  EXPECT_NE(ErrorOf([&] { LoadLlama2cModel(path); }).find("unexpected bytes"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

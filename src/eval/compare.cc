@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/checked_math.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/file_util.h"
 
@@ -104,8 +105,17 @@ BaseRecord MakeBaseRecord(const std::vector<double>& logprobs, int32_t target, s
 namespace {
 
 constexpr char kMagic[8] = {'L', 'B', 'K', 'L', 'B', 'A', 'S', 'E'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 8 + 4 * 4 + 8 * 2;
+// Version 2 added the checksum; version 1 files (no checksum) must be regenerated.
+constexpr uint32_t kVersion = 2;
+// magic, version, vocab, ctx, K, positions, token hash, then the checksum.
+constexpr size_t kChecksumOffset = 8 + 4 * 4 + 8 * 2;
+constexpr size_t kHeaderBytes = kChecksumOffset + 8;
+
+// FNV-1a (64-bit) of the whole file except the checksum field itself: the header fields before it
+// and every record after it, so an edit anywhere in the numbers is caught.
+uint64_t Checksum(std::span<const std::byte> bytes) {
+  return Fnv1a64(bytes.subspan(kHeaderBytes), Fnv1a64(bytes.first(kChecksumOffset)));
+}
 
 size_t RecordBytes(uint32_t k) { return static_cast<size_t>(k) * 8 + 8; }
 
@@ -132,7 +142,9 @@ uint64_t HashTokens(const std::vector<int32_t>& tokens) {
   return h;
 }
 
-uint64_t BaseFileBytes(const BaseFileHeader& h) { return kHeaderBytes + h.positions * RecordBytes(h.k); }
+uint64_t BaseFileBytes(const BaseFileHeader& h) {
+  return CheckedMul(h.positions, RecordBytes(h.k), "top-K base file: positions x record size") + kHeaderBytes;
+}
 
 void WriteBaseFile(const std::filesystem::path& path, const BaseFileHeader& h, const std::vector<BaseRecord>& records) {
   LOWBIT_CHECK(records.size() == h.positions);
@@ -145,6 +157,7 @@ void WriteBaseFile(const std::filesystem::path& path, const BaseFileHeader& h, c
   Put(out, h.k);
   Put(out, h.positions);
   Put(out, h.token_hash);
+  Put(out, uint64_t{0});  // the checksum, filled in below
   for (const BaseRecord& r : records) {
     LOWBIT_CHECK(r.ids.size() == h.k);
     for (size_t i = 0; i < h.k; ++i) {
@@ -154,6 +167,8 @@ void WriteBaseFile(const std::filesystem::path& path, const BaseFileHeader& h, c
     Put(out, r.tail_logprob);
     Put(out, r.target_logprob);
   }
+  const uint64_t checksum = Checksum(out);
+  std::memcpy(out.data() + kChecksumOffset, &checksum, sizeof(checksum));
   WriteFileAtomic(path, out);
 }
 
@@ -161,24 +176,36 @@ std::vector<BaseRecord> ReadBaseFile(const std::filesystem::path& path, const Ba
   const MappedFile file(path);
   const auto bytes = file.bytes();
   const std::string source = path.string();
-  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, 8) != 0)
+  if (bytes.size() < 12 || std::memcmp(bytes.data(), kMagic, 8) != 0)
     Fail("{}: not a lowbit base log-probability file (made by `lowbit ppl --save-base`)", source);
   size_t pos = 8;
   const uint32_t version = Get<uint32_t>(bytes, pos);
-  if (version != kVersion) Fail("{}: version {} is not supported", source, version);
+  if (version == 1)
+    Fail("{}: a version 1 base file (no checksum); regenerate it with `lowbit ppl --save-base`", source);
+  if (version != kVersion) Fail("{}: version {} is not supported (this lowbit reads version {})", source, version, kVersion);
+  if (bytes.size() < kHeaderBytes)
+    Fail("{}: truncated: {} bytes, the header alone is {}", source, bytes.size(), kHeaderBytes);
   BaseFileHeader h;
   h.vocab = Get<uint32_t>(bytes, pos);
   h.ctx = Get<uint32_t>(bytes, pos);
   h.k = Get<uint32_t>(bytes, pos);
   h.positions = Get<uint64_t>(bytes, pos);
   h.token_hash = Get<uint64_t>(bytes, pos);
+  const uint64_t checksum = Get<uint64_t>(bytes, pos);
   if (h.vocab != expected.vocab) Fail("{}: made for a vocabulary of {} tokens, this model has {}", source, h.vocab, expected.vocab);
   if (h.ctx != expected.ctx) Fail("{}: made with --ctx {}, this run uses {}", source, h.ctx, expected.ctx);
   if (h.positions != expected.positions || h.token_hash != expected.token_hash)
     Fail("{}: made for a different text ({} scored positions, this run has {})", source, h.positions, expected.positions);
   if (h.k == 0 || h.k > h.vocab) Fail("{}: field K = {} is out of range", source, h.k);
-  if (bytes.size() != BaseFileBytes(h))
-    Fail("{}: size {} does not match its header ({} bytes expected)", source, bytes.size(), BaseFileBytes(h));
+  // Plausibility before allocation: the records the header announces must be exactly the bytes
+  // after it (checked without overflow), so `positions` can never ask for more than the file holds.
+  const uint64_t record_bytes = bytes.size() - kHeaderBytes;
+  if (h.positions > record_bytes / RecordBytes(h.k) || record_bytes != h.positions * RecordBytes(h.k))
+    Fail("{}: field positions = {} (K = {}, {} bytes per record) does not match the {} bytes of records in the file",
+         source, h.positions, h.k, RecordBytes(h.k), record_bytes);
+  if (Checksum(bytes) != checksum)
+    Fail("{}: checksum mismatch: the file was modified or damaged after it was written; regenerate it with "
+         "`lowbit ppl --save-base`", source);
   std::vector<BaseRecord> records(h.positions);
   for (BaseRecord& r : records) {
     r.ids.resize(h.k);

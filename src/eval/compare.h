@@ -52,8 +52,11 @@ CompareResult CompareModels(Engine& base, Engine& model, const std::vector<int32
 
 BaseRecord MakeBaseRecord(const std::vector<double>& logprobs, int32_t target, size_t k);
 
-// Binary file of BaseRecords for one (text, ctx): header (magic "LBKLBASE", version, vocab, ctx,
-// K, positions, hash of the token ids), then fixed-size records. Written atomically.
+// Binary file of BaseRecords for one (text, ctx): header (magic "LBKLBASE", version 2, vocab, ctx,
+// K, positions, hash of the token ids, FNV-1a checksum of everything else in the file), then
+// fixed-size records. Written atomically. Reading checks the header against the file size before
+// allocating and the checksum before decoding: a file edited or damaged anywhere is an Error
+// naming it; a version 1 file (no checksum) is an Error asking to regenerate it.
 struct BaseFileHeader {
   uint32_t vocab = 0, ctx = 0, k = 0;
   uint64_t positions = 0, token_hash = 0;

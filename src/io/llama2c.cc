@@ -1,5 +1,6 @@
 #include "io/llama2c.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/checked_math.h"
@@ -35,7 +36,11 @@ class Reader {
     Need(bytes, what);
     pos_ += bytes;
   }
-  void Seek(uint64_t pos) { pos_ = pos; }
+  void Seek(uint64_t pos, const char* what) {
+    if (pos > bytes_.size())
+      Fail("{}: truncated: '{}' needs {} bytes, the file has {}", source_, what, pos, bytes_.size());
+    pos_ = pos;
+  }
   uint64_t remaining() const { return bytes_.size() - pos_; }
 
  private:
@@ -54,6 +59,39 @@ Linear Dense(std::vector<float> values, uint64_t rows, uint64_t cols) {
   return l;
 }
 
+// Plausibility before allocation: every field that scales an array is checked against the bytes
+// the file holds, so a header asking for 2^24 layers is refused before anything is allocated, and
+// the error names the field. Then the exact size the header implies must match the file.
+void CheckSizeAgainstHeader(const ModelConfig& c, bool v1, bool shared, uint64_t file_bytes, uint64_t weight_bytes,
+                            const std::string& source) {
+  // Each field is at most 2^24 here, so only kv x dim (up to 2^72) needs a checked product.
+  const uint64_t dim = c.dim, kv = uint64_t{c.n_kv_heads} * c.head_dim, hidden = c.ffn_dim;
+  const uint64_t rope_floats = v1 ? 0 : uint64_t{c.max_position} * (c.head_dim / 2) * 2;
+  const uint64_t embed_floats = uint64_t{c.vocab_size} * dim * (shared ? 1 : 2);
+  const auto check = [&](const char* field, uint64_t value, uint64_t floats) {
+    if (floats > weight_bytes / 4)
+      Fail("{}: truncated, or a corrupt header: field {} = {} alone needs {} bytes of weights, the file has {} "
+           "after its header", source, field, value, CheckedMul(floats, 4, source), weight_bytes);
+  };
+  check("dim", c.dim, dim * dim);
+  check("n_kv_heads", c.n_kv_heads, CheckedMul(kv, dim, source));
+  check("hidden_dim", c.ffn_dim, 3 * hidden * dim);
+  check("vocab_size", c.vocab_size, embed_floats);
+  check("seq_len", c.max_position, rope_floats);
+  // Bounded now by the file size, so the sums below cannot overflow either.
+  const uint64_t layer_floats = 2 * dim + 2 * dim * dim + 2 * kv * dim + 3 * hidden * dim;
+  check("n_layers", c.n_layers, CheckedMul(c.n_layers, layer_floats, source));
+  const uint64_t total = (uint64_t{c.n_layers} * layer_floats + embed_floats + dim + rope_floats) * 4;
+  if (total > weight_bytes)
+    Fail("{}: truncated: the header (dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, vocab_size {}, "
+         "seq_len {}) needs {} bytes of weights, the file has {} after its header ({} bytes in all)",
+         source, c.dim, c.ffn_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.max_position, total,
+         weight_bytes, file_bytes);
+  if (total < weight_bytes)
+    Fail("{}: {} unexpected bytes after the last tensor (header and file size disagree)", source,
+         weight_bytes - total);
+}
+
 }  // namespace
 
 Model LoadLlama2cModel(const std::filesystem::path& path) {
@@ -69,9 +107,9 @@ Model LoadLlama2cModel(const std::filesystem::path& path) {
     v1 = true;
     for (int32_t& h : header) h = r.Scalar<int32_t>("header");
     shared = r.Scalar<uint8_t>("shared_classifier") != 0;
-    r.Seek(256);
+    r.Seek(256, "v1 header (256 bytes)");
   } else {
-    r.Seek(0);
+    r.Seek(0, "header");
     for (int32_t& h : header) h = r.Scalar<int32_t>("header");
     shared = header[5] > 0;
   }
@@ -79,7 +117,7 @@ Model LoadLlama2cModel(const std::filesystem::path& path) {
   m.source = source;
   ModelConfig& c = m.config;
   c.architecture = "llama2.c";
-  const auto field = [&](int32_t v, const char* name) {
+  const auto field = [&](int64_t v, const char* name) {
     if (v <= 0 || v > (1 << 24)) Fail("{}: header field {} = {} is out of range", source, name, v);
     return static_cast<uint32_t>(v);
   };
@@ -88,13 +126,16 @@ Model LoadLlama2cModel(const std::filesystem::path& path) {
   c.n_layers = field(header[2], "n_layers");
   c.n_heads = field(header[3], "n_heads");
   c.n_kv_heads = field(header[4], "n_kv_heads");
-  c.vocab_size = field(header[5] < 0 ? -header[5] : header[5], "vocab_size");
+  // A negative vocab_size means an unshared classifier; widened first, so INT32_MIN cannot overflow.
+  c.vocab_size = field(std::abs(int64_t{header[5]}), "vocab_size");
   c.max_position = field(header[6], "seq_len");
   if (c.dim % c.n_heads != 0) Fail("{}: dim {} is not a multiple of n_heads {}", source, c.dim, c.n_heads);
   c.head_dim = c.dim / c.n_heads;
   c.rope_style = RopeStyle::kAdjacent;
   c.norm_eps = 1e-5f;
   c.tie_embeddings = shared;
+  // Before Validate, whose limits would name the Hugging Face field instead of the header's.
+  CheckSizeAgainstHeader(c, v1, shared, file.bytes().size(), r.remaining(), source);
   c.Validate(source);
 
   const uint64_t L = c.n_layers, dim = c.dim, kv = c.kv_dim(), hidden = c.ffn_dim, vocab = c.vocab_size;

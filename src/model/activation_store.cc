@@ -1,6 +1,7 @@
 #include "model/activation_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,7 +56,10 @@ void ReadAt(int fd, float* data, uint64_t floats, uint64_t offset_floats, const 
   uint64_t left = floats * sizeof(float), at = offset_floats * sizeof(float);
   while (left > 0) {
     const ssize_t n = ::pread(fd, p, left, static_cast<off_t>(at));
-    if (n <= 0) Fail("{}: reading calibration activations back failed: {}", path.string(), std::strerror(errno));
+    if (n < 0) Fail("{}: reading calibration activations back failed: {}", path.string(), std::strerror(errno));
+    if (n == 0)
+      Fail("{}: the activation spill file ends at byte {}, before the {} bytes spilled there (truncated by "
+           "another process?)", path.string(), at, left);
     p += n, left -= static_cast<uint64_t>(n), at += static_cast<uint64_t>(n);
   }
 }
@@ -91,6 +95,14 @@ void ActivationStore::Spill(Slot& slot) {
 }
 
 void ActivationStore::Load(Slot& slot) {
+  // Plausibility before allocation: the spill file must still hold the region this slot wrote.
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0)
+    Fail("{}: cannot stat the activation spill file: {}", spill_path_.string(), std::strerror(errno));
+  const uint64_t end = (slot.offset + slot.hidden_size + slot.input_size) * sizeof(float);
+  if (static_cast<uint64_t>(st.st_size) < end)
+    Fail("{}: the activation spill file has {} bytes, less than the {} spilled into it (truncated by another "
+         "process?)", spill_path_.string(), st.st_size, end);
   slot.data.hidden.resize(slot.hidden_size);
   slot.data.input.resize(slot.input_size);
   ReadAt(fd_, slot.data.hidden.data(), slot.hidden_size, slot.offset, spill_path_);

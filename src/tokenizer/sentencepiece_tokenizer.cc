@@ -2,6 +2,10 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
+#include <string>
+#include <string_view>
+
 #include "core/error.h"
 
 namespace lowbit {
@@ -9,28 +13,44 @@ namespace {
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  explicit SentencePieceTokenizer(const std::filesystem::path& path) {
-    const auto status = processor_.Load(path.string());
-    if (!status.ok()) Fail("{}: cannot load SentencePiece model: {}", path.string(), status.ToString());
+  explicit SentencePieceTokenizer(const std::filesystem::path& path) : source_(path.string()) {
+    sentencepiece::util::Status status;
+    try {
+      status = processor_.Load(source_);
+    } catch (const std::exception& e) {
+      // libsentencepiece mostly reports bad models through its status, but its trie builder
+      // (darts-clone) throws on some pieces, e.g. one that starts with a NUL byte.
+      Fail("{}: cannot load SentencePiece model: {}", source_, e.what());
+    }
+    if (!status.ok()) Fail("{}: cannot load SentencePiece model: {}", source_, status.ToString());
+    // Byte pieces are decoded by their text: each must be exactly "<0xHH>".
+    for (int32_t id = 0; id < vocab_size(); ++id)
+      if (processor_.IsByte(id) && ByteOf(processor_.IdToPiece(id)) < 0)
+        Fail("{}: piece {} ('{}') is a byte piece but not of the form <0xHH>", source_, id, processor_.IdToPiece(id));
   }
 
   std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override {
     std::vector<int> ids;
-    const auto status = processor_.Encode(text, &ids);
-    if (!status.ok()) Fail("SentencePiece encode failed: {}", status.ToString());
+    sentencepiece::util::Status status;
+    try {
+      status = processor_.Encode(text, &ids);
+    } catch (const std::exception& e) {
+      Fail("{}: SentencePiece encode failed: {}", source_, e.what());
+    }
+    if (!status.ok()) Fail("{}: SentencePiece encode failed: {}", source_, status.ToString());
     std::vector<int32_t> out;
     out.reserve(ids.size() + 1);
-    if (add_bos) out.push_back(bos_id());
+    if (add_bos) {
+      if (bos_id() < 0) Fail("{}: the SentencePiece model has no BOS token (bos_id is {})", source_, bos_id());
+      out.push_back(bos_id());
+    }
     out.insert(out.end(), ids.begin(), ids.end());
     return out;
   }
 
   std::string DecodeToken(int32_t id, int32_t previous) const override {
     if (id < 0 || id >= vocab_size() || processor_.IsControl(id)) return "";
-    if (processor_.IsByte(id)) {
-      const std::string piece = processor_.IdToPiece(id);  // "<0xAB>"
-      return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
-    }
+    if (processor_.IsByte(id)) return std::string(1, static_cast<char>(ByteOf(processor_.IdToPiece(id))));
     std::string piece = processor_.IdToPiece(id);
     std::string text;
     for (size_t i = 0; i < piece.size(); ++i) {
@@ -52,6 +72,19 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return processor_.eos_id(); }
 
  private:
+  // The byte of a "<0xHH>" piece, or -1 for any other text.
+  static int ByteOf(std::string_view piece) {
+    if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+    int value = 0;
+    for (const char c : piece.substr(3, 2)) {
+      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (digit < 0) return -1;
+      value = value * 16 + digit;
+    }
+    return value;
+  }
+
+  std::string source_;
   sentencepiece::SentencePieceProcessor processor_;
 };
 
