@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: setup configure build demo test asan test-interop clean
+.PHONY: setup configure build demo test asan fuzz test-interop clean
 
 setup:
 	@scripts/setup.sh
@@ -29,6 +29,13 @@ asan: setup
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
+# Coverage-guided fuzzing (clang, libFuzzer, ASan+UBSan) of every reader of outside data: builds
+# build-fuzz and runs each target of fuzz/ for FUZZ_SECONDS, JOBS at a time; fails on any crash.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD ?= build-fuzz
+fuzz: setup
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) BUILD_DIR=$(FUZZ_BUILD) scripts/fuzz.sh
+
 # lowbit's files checked by their real consumers (llama.cpp via llama-cpp-python, gguf-py), in a Python venv
 # inside the build folder made by scripts/setup-interop.sh. `make test` stays free of Python.
 test-interop: build
@@ -36,4 +43,4 @@ test-interop: build
 	$(BUILD)/interop-venv/bin/python tests/interop/gguf_llamacpp.py --lowbit $(BUILD)/lowbit
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -2,8 +2,9 @@
 # Installs the Debian packages lowbit builds against, only those that are missing.
 set -euo pipefail
 # chromium: the report test renders report.html headless (it skips when chromium is absent).
+# clang + libclang-rt-14-dev (libFuzzer and the sanitizer runtimes of Debian 12's clang 14): `make fuzz`.
 packages=(build-essential cmake pkg-config libhwy-dev libsentencepiece-dev nlohmann-json3-dev
-          libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev chromium)
+          libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev chromium clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
