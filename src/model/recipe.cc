@@ -79,7 +79,8 @@ Recipe ParseRecipe(const nlohmann::json& json, const std::string& source) {
   Recipe r;
   r.method = j.Get<std::string>("method", r.method);
   r.format = Format(j["format"]);
-  if (j.Has("act_format")) r.act_format = Format(j["act_format"]);
+  r.act_format = j.Get<std::string>("act_format", "");  // "" = none, as ToJson writes it
+  if (!r.act_format.empty()) Format(j["act_format"]);
   static const nlohmann::json kNoConfig = nlohmann::json::object();
   const JsonView config = j.Has("config") ? j["config"] : JsonView(kNoConfig, source, "config");
   r.config = config.ExpectObject().value();
