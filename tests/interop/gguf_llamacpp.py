@@ -117,12 +117,30 @@ def compare_tensors(ours, theirs, label):
     return same, len(a)
 
 
-def fnv1a(tokens):
-    h = 1469598103934665603
-    for t in tokens:
-        for byte in struct.pack("<i", t):
-            h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return h
+_FNV_SOURCE = r"""
+#include <stddef.h>
+#include <stdint.h>
+uint64_t fnv1a64(const unsigned char* p, size_t n, uint64_t h) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+"""
+_fnv = None
+
+
+def fnv1a(data, h=1469598103934665603):
+    """FNV-1a 64 (core/checksum.h) continued from h; in C, as base files run to tens of MB."""
+    global _fnv
+    if _fnv is None:
+        folder = tempfile.mkdtemp(prefix="lowbit-fnv-")
+        with open(os.path.join(folder, "fnv.c"), "w") as f:
+            f.write(_FNV_SOURCE)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", os.path.join(folder, "fnv.so"),
+                        os.path.join(folder, "fnv.c")], check=True)
+        _fnv = ctypes.CDLL(os.path.join(folder, "fnv.so")).fnv1a64
+        _fnv.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+        _fnv.restype = ctypes.c_uint64
+    return _fnv(data, len(data), h)
 
 
 class LlamaCppScorer:
@@ -159,9 +177,12 @@ class LlamaCppScorer:
             r["tail"] = np.log(np.maximum(1.0 - np.exp(lp[rows, top]).sum(axis=1), 1e-30))
             r["target"] = target_lp
             records.append(r.tobytes())
-        header = b"LBKLBASE" + struct.pack("<IIIIQQ", 1, vocab, CTX, TOP_K, positions, fnv1a(self.tokens))
+        # Version 2: the header, then the checksum of the header and records (eval/compare.cc).
+        header = b"LBKLBASE" + struct.pack("<IIIIQQ", 2, vocab, CTX, TOP_K, positions,
+                                           fnv1a(struct.pack(f"<{len(self.tokens)}i", *self.tokens)))
+        body = b"".join(records)
         with open(out_path, "wb") as f:
-            f.write(header + b"".join(records))
+            f.write(header + struct.pack("<Q", fnv1a(body, fnv1a(header))) + body)
         del llm
         return math.exp(nll / positions)
 
