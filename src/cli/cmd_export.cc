@@ -12,6 +12,8 @@
 #include "cli/session.h"
 #include "core/file_util.h"
 #include "core/error.h"
+#include "core/json_util.h"
+#include "io/engine_export.h"
 #include "io/gguf_export.h"
 #include "io/gguf_mix.h"
 #include "io/imatrix.h"
@@ -22,7 +24,7 @@ namespace lowbit::cli {
 namespace {
 
 struct ExportOptions {
-  std::string model, out, type = "Q8_0", tokenizer, name, imatrix, calib;
+  std::string model, out, type = "Q8_0", tokenizer, name, imatrix, calib, to, format, scheme, max_shard = "5G";
   bool pure = false, json = false;
   LoadOptions load;  // --allow-nonfinite
   size_t threads = 0, calib_samples = 128, calib_len = 256;
@@ -30,9 +32,57 @@ struct ExportOptions {
   double damp = 0.01;
 };
 
+// --to gptq|awq|compressed-tensors: a folder vLLM and transformers load (io/engine_export.h).
+void RunEngineExport(const ExportOptions& o) {
+  EngineExportOptions e;
+  e.format = ParseEngineFormat(o.to);
+  if (!o.format.empty()) {
+    if (e.format != EngineFormat::kGptq || (o.format != "gptq" && o.format != "gptq_v2"))
+      Fail("--format '{}': the formats are gptq (v1 zero points, the default) and gptq_v2 for --to gptq", o.format);
+    e.gptq_v2 = o.format == "gptq_v2";
+  }
+  if (!o.scheme.empty()) e.scheme = ParseScheme(o.scheme);
+  e.max_shard_bytes = ParseByteSize(o.max_shard, "--max-shard-size");
+  if (!o.imatrix.empty() || !o.calib.empty() || o.pure || o.type != "Q8_0")
+    Fail("--imatrix, --calib, --pure and --type apply to GGUF exports; for a calibrated {} checkpoint run `lowbit "
+         "quantize --save-as {}`", o.to, o.to);
+  if (!std::filesystem::is_directory(o.model))
+    Fail("{}: --to {} exports a Hugging Face folder (float or lowbit quantized), which takes config.json and the "
+         "tokenizer from it", o.model, o.to);
+  StreamedModel model = OpenModel(o.model, o.load);
+  // The recipe card travels with the weights: the source's, or what this export did.
+  nlohmann::json card = nullptr;
+  const std::filesystem::path source_card = std::filesystem::path(o.model) / "recipe.json";
+  if (std::filesystem::exists(source_card)) card = ReadJsonFile(source_card);
+  else if (e.scheme) card = {{"lowbit_version", LOWBIT_VERSION}, {"recipe", {{"method", "rtn"}, {"format", e.scheme->ToString()}}}, {"source", o.model}};
+  if (card.is_object()) card["export"] = {{"to", EngineFormatName(e.format)}, {"format", o.format}};
+  ProgressBar bar("export", model.model.config.n_layers);
+  e.progress = [&bar](size_t done, size_t) { bar.Update(done); };
+  const EngineExportResult r = ExportEngineCheckpoint(model, o.model, o.out, card, e);
+  bar.Update(model.model.config.n_layers);
+  if (o.json) {
+    std::puts(nlohmann::json({{"out", o.out}, {"quant_method", r.quant_method}, {"format", r.format},
+                              {"quantized_linears", r.quantized_linears}, {"dense_linears", r.dense_linears},
+                              {"quantized_weights", r.quantized_weights}, {"quantized_bytes", r.quantized_bytes},
+                              {"bits_per_weight", r.bits_per_weight()}, {"file_bytes", r.file_bytes}, {"shards", r.shards}})
+                  .dump(2)
+                  .c_str());
+    return;
+  }
+  PrintTable({"field", "value"},
+             {{"output", o.out},
+              {"quant_method", r.quant_method},
+              {"format", r.format},
+              {"linears", fmt::format("{} quantized, {} left dense", r.quantized_linears, r.dense_linears)},
+              {"bits/weight (quantized linears)", fmt::format("{:.4f}", r.bits_per_weight())},
+              {"safetensors", fmt::format("{:.2f} MiB in {} shard{}", static_cast<double>(r.file_bytes) / (1 << 20),
+                                          r.shards, r.shards == 1 ? "" : "s")}});
+}
+
 void Run(const ExportOptions& o) {
+  if (!o.to.empty() && o.to != "gguf") return RunEngineExport(o);
   if (std::filesystem::path(o.out).extension() != ".gguf")
-    Fail("export: -o '{}' must end in .gguf (the only export format so far)", o.out);
+    Fail("export: -o '{}' must end in .gguf, or give --to gptq|awq|compressed-tensors for a folder", o.out);
   FindGgufFileType(o.type);  // a bad --type fails before the model is read
   StreamedModel model = OpenModel(o.model, o.load);
   GgufExportOptions e;
@@ -90,10 +140,15 @@ void Run(const ExportOptions& o) {
 }  // namespace
 
 void AddExportCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("export", "Write a model as a GGUF file for llama.cpp (llama-quantize's type mixes)");
+  auto* cmd = app.add_subcommand("export", "Write a model as a GGUF file for llama.cpp, or a GPTQ / AWQ / compressed-tensors "
+                                            "folder for vLLM and transformers");
   auto o = std::make_shared<ExportOptions>();
   cmd->add_option("model", o->model, "Hugging Face folder, lowbit quantized folder, .gguf or llama2.c .bin")->required();
-  cmd->add_option("-o,--out", o->out, "Output file (.gguf)")->required();
+  cmd->add_option("-o,--out", o->out, "Output file (.gguf) or folder (--to)")->required();
+  cmd->add_option("--to", o->to, "gguf (default), gptq, awq or compressed-tensors (a folder vLLM and transformers load)");
+  cmd->add_option("--format", o->format, "--to gptq: gptq (v1 zero points, default) or gptq_v2 (true zero points)");
+  cmd->add_option("--scheme", o->scheme, "--to ...: quantize a float model's block linears with RTN first (e.g. int4:g128)");
+  cmd->add_option("--max-shard-size", o->max_shard, "--to ...: largest safetensors shard")->default_val("5G");
   cmd->add_option("--type", o->type,
                   fmt::format("GGUF file type, case-insensitive: {}", fmt::join(GgufFileTypeNames(), ", ")))
       ->default_val("Q8_0");

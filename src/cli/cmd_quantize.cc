@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "eval/compare.h"
+#include "io/engine_export.h"
 #include "io/gguf_export.h"
 #include "io/gguf_mix.h"
 #include "io/gguf_pack.h"
@@ -72,12 +73,24 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   return r;
 }
 
+// --save-as gptq|gptq_v2|awq|compressed-tensors: the engine format to write; nullopt otherwise.
+std::optional<EngineExportOptions> EngineTarget(const QuantizeOptions& o) {
+  if (o.save_as != "gptq" && o.save_as != "gptq_v2" && o.save_as != "awq" && o.save_as != "compressed-tensors")
+    return std::nullopt;
+  EngineExportOptions e;
+  e.gptq_v2 = o.save_as == "gptq_v2";
+  e.format = ParseEngineFormat(e.gptq_v2 ? "gptq" : o.save_as);
+  return e;
+}
+
 // --save-as gguf:T: the GGUF file type, whose base type's grid the recipe must quantize onto exactly
 // (Q4_0 = int4:g32:scale=f16, ...), so the calibrated codes are the file's codes. nullptr for
 // --save-as lowbit.
 const GgufFileType* GgufTarget(const QuantizeOptions& o) {
-  if (o.save_as == "lowbit") return nullptr;
-  if (!o.save_as.starts_with("gguf:")) Fail("--save-as '{}': expected lowbit or gguf:TYPE (e.g. gguf:Q4_0)", o.save_as);
+  if (o.save_as == "lowbit" || EngineTarget(o)) return nullptr;
+  if (!o.save_as.starts_with("gguf:"))
+    Fail("--save-as '{}': expected lowbit, gguf:TYPE (e.g. gguf:Q4_0), gptq, gptq_v2, awq or compressed-tensors",
+         o.save_as);
   const GgufFileType& t = FindGgufFileType(o.save_as.substr(5));
   if (!GgufGridScheme(t.base_type))
     Fail("--save-as {}: --save-as writes the group-32 grids (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4); a calibrated {} is "
@@ -100,6 +113,17 @@ void CheckGgufRecipe(const Recipe& r, const GgufFileType& t) {
   if (!r.act_format.empty()) Fail("--save-as gguf:{}: GGUF has no activation quantization (act_format)", t.name);
 }
 
+// Every scheme the recipe writes must have an exact home in the engine format, and the recipe may not
+// simulate what the engines do not run (activation quantization, online rotations, outlier columns).
+void CheckEngineRecipe(const Recipe& r, const EngineExportOptions& e) {
+  const std::string target = fmt::format("--save-as {}", EngineFormatName(e.format));
+  CheckEngineScheme(e.format, ParseScheme(r.format), fmt::format("{}: format", target));
+  for (size_t i = 0; i < r.overrides.size(); ++i)
+    CheckEngineScheme(e.format, ParseScheme(r.overrides[i].format), fmt::format("{}: overrides[{}].format", target, i));
+  if (!r.act_format.empty()) Fail("{}: act_format '{}': weight-only formats have no activation quantization", target, r.act_format);
+  if (r.rotate) Fail("{}: rotate: the engines have no online Hadamard rotation of down_proj's input", target);
+}
+
 // Thrown by the block hook for --stop-after: the run's state is saved, the command ends cleanly.
 struct StopRequested {
   size_t blocks;
@@ -108,9 +132,11 @@ struct StopRequested {
 void Run(QuantizeOptions o) {
   const auto start = std::chrono::steady_clock::now();
   const GgufFileType* gguf = GgufTarget(o);
+  const std::optional<EngineExportOptions> engine = EngineTarget(o);
   if (gguf && o.recipe.empty() && o.format.empty()) o.format = *GgufGridScheme(gguf->base_type);
   const Recipe recipe = RecipeFrom(o);
   if (gguf) CheckGgufRecipe(recipe, *gguf);
+  if (engine) CheckEngineRecipe(recipe, *engine);
   if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
   const std::filesystem::path partial = o.out + ".partial";  // the state of an unfinished run
   RemoveStaleTemporaries(o.out);  // OUT.tmp-<pid> of a run killed while writing OUT
@@ -237,6 +263,11 @@ void Run(QuantizeOptions o) {
     for (const GgufExportedTensor& t : written.tensors) repacked += t.repacked;
     card["gguf"] = {{"type", gguf->name}, {"file_bytes", written.file_bytes}, {"repacked_tensors", repacked},
                     {"bits_per_weight", written.bits_per_weight()}};
+  } else if (engine) {
+    StreamedModel quantized{std::move(model), nullptr};
+    const EngineExportResult written = ExportEngineCheckpoint(quantized, source_dir, o.out, card, *engine);
+    card["export"] = {{"quant_method", written.quant_method}, {"format", written.format},
+                      {"bits_per_weight", written.bits_per_weight()}, {"file_bytes", written.file_bytes}};
   } else {
     SaveQuantizedModel(model, o.out, source_dir, card);
   }
@@ -250,7 +281,11 @@ void Run(QuantizeOptions o) {
       {"method", recipe.method + (recipe.rotate ? " + rotation" : "")},
       {"scheme", req.scheme.ToString()},
       {"bits/weight (linears)", fmt::format("{:.4f}", bits / weights)},
-      {"written as", gguf ? fmt::format("GGUF {} ({} tensors repacked bit for bit, {:.4f} bits/weight in all)",
+      {"written as", engine ? fmt::format("{} checkpoint ({}, {:.4f} bits/weight in the packed linears)",
+                                          card["export"]["quant_method"].get<std::string>(),
+                                          card["export"]["format"].get<std::string>(),
+                                          card["export"]["bits_per_weight"].get<double>())
+                     : gguf ? fmt::format("GGUF {} ({} tensors repacked bit for bit, {:.4f} bits/weight in all)",
                                         gguf->name, card["gguf"]["repacked_tensors"].get<size_t>(),
                                         card["gguf"]["bits_per_weight"].get<double>())
                           : std::string("lowbit quantized folder")},
@@ -295,8 +330,9 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--eval-ctx", o->eval_ctx, "Context for --eval")->default_val(256)->check(Positive());
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_option("--save-as", o->save_as,
-                  "lowbit (a quantized folder) or gguf:TYPE (a llama.cpp file; calibrated types Q4_0, Q5_0, Q8_0, "
-                  "IQ4_NL, MXFP4, whose grid --format defaults to)")
+                  "lowbit (a quantized folder), gguf:TYPE (a llama.cpp file; calibrated types Q4_0, Q5_0, Q8_0, "
+                  "IQ4_NL, MXFP4, whose grid --format defaults to), or gptq, gptq_v2, awq, compressed-tensors (a "
+                  "folder vLLM and transformers load)")
       ->default_val("lowbit");
   cmd->add_flag("--resume", o->resume, "Continue an interrupted run from its last finished block (OUT.partial)");
   cmd->add_option("--stop-after", o->stop_after, "Stop after this many blocks, leaving OUT.partial for --resume");

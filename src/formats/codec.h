@@ -64,5 +64,10 @@ void UnpackCodes(const uint8_t* packed, size_t n, int bits, uint8_t* codes);
 // Reads / overwrites the single code i of a packed stream.
 uint32_t ReadCode(const uint8_t* packed, size_t i, int bits);
 void WriteCode(uint8_t* packed, size_t i, int bits, uint32_t code);
+// The same LSB-first stream held in 32-bit words that lie `stride` words apart, as GPTQ and
+// compressed-tensors pack codes into int32 (stride > 1: a column of an input-major matrix). Values
+// may straddle two words (3, 5, 6, 7 bits). OrWordCode ORs into words that start at zero.
+void OrWordCode(uint32_t* words, size_t stride, size_t i, int bits, uint32_t code);
+uint32_t ReadWordCode(const uint32_t* words, size_t stride, size_t i, int bits);
 
 }  // namespace lowbit

@@ -65,6 +65,21 @@ void WriteCode(uint8_t* packed, size_t i, int bits, uint32_t code) {
   }
 }
 
+void OrWordCode(uint32_t* words, size_t stride, size_t i, int bits, uint32_t code) {
+  const size_t bit = i * static_cast<size_t>(bits), word = bit / 32;
+  const int offset = static_cast<int>(bit % 32);
+  words[word * stride] |= code << offset;
+  if (offset + bits > 32) words[(word + 1) * stride] |= code >> (32 - offset);
+}
+
+uint32_t ReadWordCode(const uint32_t* words, size_t stride, size_t i, int bits) {
+  const size_t bit = i * static_cast<size_t>(bits), word = bit / 32;
+  const int offset = static_cast<int>(bit % 32);
+  uint64_t v = words[word * stride] >> offset;
+  if (offset + bits > 32) v |= static_cast<uint64_t>(words[(word + 1) * stride]) << (32 - offset);
+  return static_cast<uint32_t>(v & ((1u << bits) - 1));
+}
+
 void DecodeRowRef(const uint8_t* packed, int bits, const float* table, const GroupedRow& row, float* out) {
   for (size_t i = 0; i < row.n; ++i) {
     const size_t g = i / row.group;

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "io/engine_checkpoint.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 
@@ -48,12 +49,19 @@ class HfTensors {
   // The quantization config is read first so that a foreign quantized checkpoint fails with
   // "not supported" rather than with a missing-tensor or dtype error.
   HfTensors(const std::filesystem::path& folder, const LoadOptions& options)
-      : quantized_(QuantizedLinears::FromFolder(folder)), model_(SafetensorsModel::Open(folder)), options_(options) {
+      : quantized_(QuantizedLinears::FromFolder(folder)),
+        engine_(EngineLinears::FromFolder(folder)),
+        model_(SafetensorsModel::Open(folder)),
+        options_(options) {
     quantized_.CheckTensors(model_);
   }
 
   bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
-  bool HasLinear(const std::string& name) const { return Has(name + ".weight") || quantized_.Has(name); }
+  // Whether linear `name` is stored in an engine format (GPTQ, AWQ, compressed-tensors).
+  bool EngineQuantized(const std::string& name) const { return engine_ && engine_->Has(model_, name); }
+  bool HasLinear(const std::string& name) const {
+    return Has(name + ".weight") || quantized_.Has(name) || EngineQuantized(name);
+  }
 
   // The shard holding `name`, for messages.
   std::string FileOf(std::string_view name) const {
@@ -73,6 +81,8 @@ class HfTensors {
     auto linear = [&](const std::string& p, uint64_t rows, uint64_t cols, bool bias) {
       if (quantized_.Has(p)) {
         for (std::string_view s : kQuantizedSuffixes) optional.insert(p + std::string(s));
+      } else if (EngineQuantized(p)) {
+        for (const std::string& s : engine_->suffixes()) optional.insert(p + s);
       } else {
         dense[p + ".weight"] = {rows, cols};
       }
@@ -182,6 +192,8 @@ class HfTensors {
     Linear l;
     if (quantized_.Has(name)) {  // a lowbit quantized checkpoint (io/quantized_checkpoint.h)
       l.weight = quantized_.Load(model_, name, rows, cols);
+    } else if (EngineQuantized(name)) {  // GPTQ, AWQ, compressed-tensors (io/engine_checkpoint.h)
+      l.weight = engine_->Load(model_, name, rows, cols);
     } else {
       const TensorView& t = model_.Get(name + ".weight");
       if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
@@ -200,6 +212,7 @@ class HfTensors {
 
  private:
   QuantizedLinears quantized_;
+  std::optional<EngineLinears> engine_;
   SafetensorsModel model_;
   LoadOptions options_;
   bool tied_lm_head_ = false;

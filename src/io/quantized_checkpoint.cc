@@ -15,6 +15,9 @@
 #include "core/file_util.h"
 #include "core/json_util.h"
 #include "formats/codec.h"
+#include "io/checkpoint_folder.h"
+#include "io/compressed_tensors.h"
+#include "io/engine_checkpoint.h"
 #include "model/config.h"
 
 namespace lowbit {
@@ -27,26 +30,9 @@ constexpr std::string_view kPackedFormat = "lowbit-packed";
 constexpr std::string_view kVersionKey = "lowbit.format_version";
 constexpr std::string_view kSchemeKeyPrefix = "lowbit.scheme.";
 
-// What a loader or tokenizer may need next to the weights (SentencePiece and BPE tokenizers).
-constexpr const char* kCopiedFiles[] = {"tokenizer.model",  "tokenizer.json",          "tokenizer_config.json",
-                                        "special_tokens_map.json", "added_tokens.json", "vocab.json",
-                                        "merges.txt",       "generation_config.json"};
-
-// Files other quantizers put beside config.json; their presence means a foreign checkpoint even
-// when config.json itself has no quantization_config (older AutoGPTQ / AutoAWQ exports).
+// Files other quantizers put beside config.json; without a quantization_config in config.json
+// they describe the checkpoint (older AutoGPTQ / AutoAWQ exports, read by io/engine_checkpoint.h).
 constexpr const char* kForeignQuantConfigs[] = {"quantize_config.json", "quant_config.json"};
-
-// E8M0 and UE4M3 scales are raw byte codes; compressed-tensors also stores MX scales as uint8.
-DType ScaleDType(ScaleType t) {
-  switch (t) {
-    case ScaleType::kF32: return DType::kF32;
-    case ScaleType::kF16: return DType::kF16;
-    case ScaleType::kBF16: return DType::kBF16;
-    case ScaleType::kE8M0:
-    case ScaleType::kUE4M3: return DType::kU8;
-  }
-  return DType::kU8;
-}
 
 DType ZeroDType(ZeroType z) {
   switch (z) {
@@ -61,58 +47,6 @@ std::string ShapeText(const std::vector<uint64_t>& shape) { return fmt::format("
 
 // ---------------------------------------------------------------------------------------------
 // Writing
-
-struct NamedLinear {
-  std::string prefix;  // HF module name, e.g. "model.layers.3.mlp.down_proj"
-  const Linear* linear;
-};
-
-std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks) {
-  std::vector<NamedLinear> out;
-  for (size_t i = 0; i < blocks; ++i) {
-    const LayerWeights& l = m.weights.layers[i];
-    const std::string p = fmt::format("model.layers.{}.", i);
-    out.push_back({p + "self_attn.q_proj", &l.wq});
-    out.push_back({p + "self_attn.k_proj", &l.wk});
-    out.push_back({p + "self_attn.v_proj", &l.wv});
-    out.push_back({p + "self_attn.o_proj", &l.wo});
-    out.push_back({p + "mlp.gate_proj", &l.w_gate});
-    out.push_back({p + "mlp.up_proj", &l.w_up});
-    out.push_back({p + "mlp.down_proj", &l.w_down});
-  }
-  // A tied lm_head is a copy of the embeddings in memory and is not stored (as HF does).
-  if (!m.config.tie_embeddings) out.push_back({"lm_head", &m.weights.lm_head});
-  return out;
-}
-
-// Tensors to write plus the buffers that back the ones made here (g_idx, global scales); a deque
-// keeps those buffers in place while the list grows, so the spans stay valid.
-class TensorList {
- public:
-  template <class T>
-  void Add(std::string name, DType dtype, std::vector<uint64_t> shape, std::span<const T> data) {
-    tensors_.push_back({std::move(name), dtype, std::move(shape), std::as_bytes(data)});
-  }
-  template <class T>
-  void AddOwned(std::string name, DType dtype, std::vector<uint64_t> shape, const std::vector<T>& values) {
-    const auto bytes = std::as_bytes(std::span(values));
-    owned_.emplace_back(bytes.begin(), bytes.end());
-    tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});
-  }
-  // The official writer's order (widest element first, then by name) keeps every tensor aligned
-  // to its element size, which mmap readers appreciate even though ours does not need it.
-  std::vector<TensorToWrite> Sorted() && {
-    std::stable_sort(tensors_.begin(), tensors_.end(), [](const TensorToWrite& a, const TensorToWrite& b) {
-      const uint64_t sa = DTypeSize(a.dtype), sb = DTypeSize(b.dtype);
-      return sa != sb ? sa > sb : a.name < b.name;
-    });
-    return std::move(tensors_);
-  }
-
- private:
-  std::vector<TensorToWrite> tensors_;
-  std::deque<std::vector<std::byte>> owned_;
-};
 
 void AddQuantized(TensorList& out, const std::string& p, const QuantizedTensor& q) {
   const QuantScheme& s = q.scheme();
@@ -132,66 +66,6 @@ void AddQuantized(TensorList& out, const std::string& p, const QuantizedTensor& 
     for (uint64_t c = 0; c < q.cols(); ++c) g_idx[c] = static_cast<int32_t>(c / s.granularity.group);
     out.AddOwned(p + ".weight_g_idx", DType::kI32, {q.cols()}, g_idx);
   }
-}
-
-const char* TorchScaleDType(ScaleType t) {
-  switch (t) {
-    case ScaleType::kF32: return "torch.float32";
-    case ScaleType::kF16: return "torch.float16";
-    case ScaleType::kBF16: return "torch.bfloat16";
-    case ScaleType::kE8M0: return "torch.uint8";           // compressed-tensors' MXFP4/MXFP8 presets
-    case ScaleType::kUE4M3: return "torch.float8_e4m3fn";  // its NVFP4 preset
-  }
-  return "";
-}
-
-// compressed-tensors QuantizationArgs for a weight scheme (formats.md 5.1), or nullopt when the
-// scheme has no counterpart there (NF4, ternary, FP6, FP8 E5M2, MXINT8, float zero-points,
-// per-token weights, unscaled casts); those are described only by the "lowbit" sub-object.
-std::optional<OrderedJson> CompressedTensorsArgs(const QuantScheme& s) {
-  const ElementFormat& e = *s.element;
-  const bool float_scale = s.scale_type == ScaleType::kF32 || s.scale_type == ScaleType::kF16 ||
-                           s.scale_type == ScaleType::kBF16;
-  const uint32_t group = s.granularity.group;
-  OrderedJson w;
-  w["num_bits"] = e.bits;
-  if (e.kind == ElementKind::kInt) {
-    if (!float_scale || (s.asymmetric() && s.zero_type != ZeroType::kInt)) return std::nullopt;
-    w["type"] = "int";
-  } else if (e.name == "fp8_e4m3") {  // compressed-tensors' 8-bit float is E4M3 only
-    if (!float_scale && !(s.mx_scales() && group == 32)) return std::nullopt;  // MXFP8
-    w["type"] = "float";
-  } else if (e.name == "fp4_e2m1") {
-    const bool nvfp4 = s.scale_type == ScaleType::kUE4M3 && s.tensor_scale;
-    const bool mxfp4 = s.mx_scales() && group == 32;
-    if (!float_scale && !nvfp4 && !mxfp4) return std::nullopt;
-    w["type"] = "float";
-  } else {
-    return std::nullopt;
-  }
-  w["symmetric"] = !s.asymmetric();
-  OrderedJson block = nullptr;
-  switch (s.granularity.kind) {
-    case GranularityKind::kTensor: w["group_size"] = nullptr; w["strategy"] = "tensor"; break;
-    case GranularityKind::kChannel: w["group_size"] = nullptr; w["strategy"] = "channel"; break;
-    case GranularityKind::kGroup:
-      w["group_size"] = group;
-      w["strategy"] = s.tensor_scale ? "tensor_group" : "group";  // NVFP4: group scales + a global one
-      break;
-    case GranularityKind::kBlock:
-      w["group_size"] = nullptr;
-      w["strategy"] = "block";
-      block = {s.granularity.block_rows, s.granularity.block_cols};
-      break;
-    default: return std::nullopt;
-  }
-  if (s.tensor_scale && s.granularity.kind != GranularityKind::kGroup) return std::nullopt;
-  w["block_structure"] = block;
-  w["dynamic"] = false;
-  w["actorder"] = nullptr;
-  w["scale_dtype"] = TorchScaleDType(s.scale_type);
-  w["zp_dtype"] = s.asymmetric() ? OrderedJson("torch.int8") : OrderedJson(nullptr);
-  return w;
 }
 
 OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears) {
@@ -256,71 +130,13 @@ OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears) {
   return qc;
 }
 
-// The saved config.json is the source's, so its geometry must be the model's, or the folder
-// would not load back.
-void CheckSameArchitecture(const ModelConfig& src, const ModelConfig& m, const std::string& source) {
-  const std::pair<const char*, std::pair<uint64_t, uint64_t>> fields[] = {
-      {"vocab_size", {src.vocab_size, m.vocab_size}},     {"hidden_size", {src.dim, m.dim}},
-      {"num_hidden_layers", {src.n_layers, m.n_layers}}, {"num_attention_heads", {src.n_heads, m.n_heads}},
-      {"num_key_value_heads", {src.n_kv_heads, m.n_kv_heads}}, {"head_dim", {src.head_dim, m.head_dim}},
-      {"intermediate_size", {src.ffn_dim, m.ffn_dim}},
-      // A rotated model unties lm_head (it absorbed the final norm); config.json then says so.
-      {"tie_word_embeddings", {src.tie_embeddings, src.tie_embeddings && m.tie_embeddings}},
-      {"attention bias", {src.qkv_bias, m.qkv_bias}}};
-  for (const auto& [name, v] : fields)
-    if (v.first != v.second)
-      Fail("{}: {} is {} but the model being saved has {}; config.json must come from the model's source", source,
-           name, v.first, v.second);
-}
-
-void CopySideFiles(const fs::path& source_dir, const fs::path& dest) {
-  for (const char* name : kCopiedFiles) {
-    const fs::path src = source_dir / name;
-    std::error_code ec;
-    if (!fs::exists(src, ec)) continue;
-    if (!fs::is_regular_file(src, ec)) Fail("{}: not a regular file; cannot copy it into the checkpoint", src.string());
-    if (!fs::copy_file(src, dest / name, ec) || ec)
-      Fail("{}: cannot copy to {}: {}", src.string(), (dest / name).string(), ec.message());
-  }
-}
-
-// "out/" would otherwise give the temp dir "out/.tmp-N", inside the destination.
-fs::path Destination(const fs::path& out_dir) {
-  fs::path dest = out_dir.lexically_normal();
-  return dest.has_filename() ? dest : dest.parent_path();
-}
-
 }  // namespace
-
-void CheckQuantizedModelTarget(const ModelConfig& config, const fs::path& out_dir, const fs::path& source_dir) {
-  const fs::path dest = Destination(out_dir);
-  const std::string out = dest.string();
-  RemoveStaleTemporaries(dest);  // OUT.tmp-<pid> of a run killed while writing OUT
-  std::error_code ec;
-  const fs::file_status status = fs::symlink_status(dest, ec);
-  if (fs::exists(status)) {
-    if (!fs::is_directory(status)) Fail("{}: already exists and is not a directory; refusing to overwrite it", out);
-    if (!fs::is_empty(dest, ec)) Fail("{}: already exists and is not empty; refusing to overwrite it", out);
-  }
-  // An empty source_dir must not resolve to ./config.json.
-  if (source_dir.empty() || !fs::is_regular_file(source_dir / "config.json"))
-    Fail("{}: quantized checkpoints are written as Hugging Face folders and take config.json and the tokenizer "
-         "from the source folder, which has none; GGUF / llama2.c sources are not supported yet",
-         source_dir.empty() ? std::string("model source") : source_dir.string());
-  // Adjacent-pair RoPE means Q/K rows in llama.cpp's permuted order; stored under HF names they
-  // would be read as rotate-half and silently give wrong logits.
-  if (config.rope_style != RopeStyle::kHalf)
-    Fail("{}: the model uses adjacent-pair RoPE (GGUF / llama2.c row order); writing it as a Hugging Face "
-         "checkpoint needs the Q/K rows un-permuted, which is not supported yet", out);
-  const fs::path source_config = source_dir / "config.json";
-  CheckSameArchitecture(ReadHfConfig(source_config), config, source_config.string());
-}
 
 void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::path& source_dir,
                         const nlohmann::json& recipe_card, size_t block_count) {
   // Everything that can fail on bad input is checked or prepared in memory before anything
   // touches disk.
-  const fs::path dest = Destination(out_dir);
+  const fs::path dest = CheckpointDestination(out_dir);
   const std::string out = dest.string();
   CheckQuantizedModelTarget(model.config, dest, source_dir);
   const size_t blocks = std::min<size_t>(block_count, model.config.n_layers);
@@ -372,25 +188,12 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
     Fail("{}: cannot write config.json / recipe.json: {}", out, e.what());
   }
 
-  const fs::path tmp = out + ".tmp-" + std::to_string(::getpid());
-  std::error_code ec;
-  fs::remove_all(tmp, ec);  // left by a crashed run that had our pid (other dead pids: swept above)
-  fs::create_directories(tmp, ec);
-  if (ec) Fail("{}: cannot create: {}", tmp.string(), ec.message());
-  try {
+  WriteFolderAtomic(dest, [&](const fs::path& tmp) {
     WriteSafetensors(tmp / "model.safetensors", tensors, metadata);
     WriteFileAtomic(tmp / "config.json", config_text);
     WriteFileAtomic(tmp / "recipe.json", recipe_text);
     CopySideFiles(source_dir, tmp);
-    // rename(2) fails if dest appeared meanwhile with content, so a concurrent writer's folder
-    // is never clobbered.
-    fs::rename(tmp, dest, ec);
-    if (ec) Fail("{}: cannot move the finished checkpoint into place: {}", out, ec.message());
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    throw;
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -417,17 +220,20 @@ bool IsQuantizedCheckpoint(const fs::path& dir) {
 }
 
 QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
-  for (const char* name : kForeignQuantConfigs)
-    if (fs::exists(folder / name))
-      Fail("{}: GPTQ / AWQ quantized checkpoints are not supported yet (interop issue); lowbit loads "
-           "fp32/fp16/bf16 checkpoints and its own quantized ones", (folder / name).string());
   QuantizedLinears q;
   const fs::path path = folder / "config.json";
   q.config_path_ = path.string();
-  if (!fs::exists(path)) return q;
-  const nlohmann::json j = ReadJsonFile(path);
+  const nlohmann::json j = fs::exists(path) ? ReadJsonFile(path) : nlohmann::json();
   const char* key = j.contains("quantization_config") ? "quantization_config" : "compression_config";
-  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return q;
+  const bool has_config = j.is_object() && j.contains(key) && !j[key].is_null();
+  // GPTQ, AWQ and compressed-tensors checkpoints are read by io/engine_checkpoint.h.
+  if (has_config && IsEngineQuantizationConfig(j[key])) {
+    q.engine_checkpoint_ = true;
+    return q;
+  }
+  for (const char* name : kForeignQuantConfigs)
+    if (!has_config && fs::exists(folder / name)) return q;
+  if (!has_config) return q;
   const nlohmann::json& qc = j[key];
   if (!qc.is_object() || !qc.contains("lowbit")) {
     std::string what = "a foreign quantization_config";
@@ -436,8 +242,8 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
       if (qc.contains("format") && qc["format"].is_string())
         what += fmt::format(", format '{}'", qc["format"].get<std::string>());
     }
-    Fail("{}: {} ({}) is not supported yet (interop issue); lowbit loads fp32/fp16/bf16 checkpoints and "
-         "its own quantized ones (quantization_config.lowbit)", q.config_path_, key, what);
+    Fail("{}: {} ({}) is not supported yet; lowbit loads fp32/fp16/bf16 checkpoints, its own quantized ones "
+         "(quantization_config.lowbit), GPTQ, AWQ GEMM and compressed-tensors pack-quantized", q.config_path_, key, what);
   }
   const JsonView lb = JsonView(j, q.config_path_)[key]["lowbit"].ExpectObject();
   if (lb.Get<int64_t>("format_version") != kQuantizedCheckpointVersion)
@@ -480,6 +286,7 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
 }
 
 void QuantizedLinears::CheckTensors(const SafetensorsModel& st) const {
+  if (engine_checkpoint_) return;  // compressed-tensors' weight_packed is not ours
   for (const auto& [prefix, scheme] : schemes_) {
     if (!st.Find(prefix + ".weight_packed"))
       Fail("{}: tensor '{}.weight_packed' is missing ({} lists '{}' as quantized with {})", st.path().string(), prefix,

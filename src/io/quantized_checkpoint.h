@@ -39,6 +39,7 @@
 #include <string>
 #include <string_view>
 
+#include "io/checkpoint_folder.h"  // CheckQuantizedModelTarget
 #include "io/safetensors.h"
 #include "model/weights.h"
 
@@ -58,14 +59,6 @@ void SaveQuantizedModel(const Model& model, const std::filesystem::path& out_dir
                         const std::filesystem::path& source_dir, const nlohmann::json& recipe_card,
                         size_t block_count = SIZE_MAX);
 
-// The checks SaveQuantizedModel starts with, for callers to run before hours of quantization:
-// `out_dir` is free (absent or an empty folder), `source_dir` is a Hugging Face folder whose
-// config.json describes `config`, and the model uses rotate-half RoPE. GGUF / llama2.c sources
-// (empty source_dir, adjacent-pair RoPE with permuted Q/K rows, no tokenizer files) cannot be
-// written as HF folders yet: Error saying so.
-void CheckQuantizedModelTarget(const ModelConfig& config, const std::filesystem::path& out_dir,
-                               const std::filesystem::path& source_dir);
-
 // True when dir/config.json carries quantization_config.lowbit. False when there is no
 // config.json; throws Error if config.json is not valid JSON.
 bool IsQuantizedCheckpoint(const std::filesystem::path& dir);
@@ -74,10 +67,10 @@ bool IsQuantizedCheckpoint(const std::filesystem::path& dir);
 // LoadHfModel: a linear listed here is loaded from P.weight_packed & co., everything else dense.
 class QuantizedLinears {
  public:
-  // Reads folder/config.json. No quantization_config: an empty set (a plain fp checkpoint).
-  // A quantization_config that is not lowbit's (compressed-tensors from llm-compressor, GPTQ,
-  // AWQ, fp8, bitsandbytes ...), or a quantize_config.json / quant_config.json beside it: Error
-  // saying that format is not supported yet, instead of a confusing missing-tensor error later.
+  // Reads folder/config.json. No quantization_config, or a GPTQ / AWQ / compressed-tensors one (read
+  // by io/engine_checkpoint.h): an empty set. Any other foreign quantization_config (fp8,
+  // bitsandbytes, ...): Error saying that format is not supported yet, instead of a confusing
+  // missing-tensor error later.
   static QuantizedLinears FromFolder(const std::filesystem::path& folder);
 
   bool empty() const { return schemes_.empty(); }
@@ -111,6 +104,7 @@ class QuantizedLinears {
 
  private:
   std::string config_path_;  // for messages
+  bool engine_checkpoint_ = false;  // a GPTQ / AWQ / compressed-tensors folder: none of this applies
   std::map<std::string, std::string, std::less<>> schemes_;  // prefix -> scheme string
   std::map<std::string, InputQuant, std::less<>> input_quant_;
   std::map<std::string, uint32_t, std::less<>> input_hadamard_;

@@ -402,6 +402,26 @@ const TensorView& SafetensorsModel::Get(std::string_view name) const {
   return *t;
 }
 
+std::span<const std::byte> ExpectTensor(const SafetensorsModel& st, const std::string& name, DType dtype,
+                                        const std::vector<uint64_t>& shape, std::string_view what) {
+  const TensorView* t = st.Find(name);
+  if (!t) Fail("{}: tensor '{}' is missing ({})", st.path().string(), name, what);
+  if (t->dtype != dtype || t->shape != shape) {
+    std::string file = st.path().string();
+    for (const SafetensorsFile& f : st.shards())
+      if (f.Find(name)) file = f.path().string();
+    Fail("{}: tensor '{}' is {} [{}], expected {} [{}] ({})", file, name, DTypeName(t->dtype),
+         fmt::join(t->shape, ", "), DTypeName(dtype), fmt::join(shape, ", "), what);
+  }
+  return t->data;
+}
+
+std::vector<uint32_t> CopyWords(std::span<const std::byte> bytes) {
+  std::vector<uint32_t> words(bytes.size() / 4);
+  if (!words.empty()) std::memcpy(words.data(), bytes.data(), words.size() * 4);
+  return words;
+}
+
 // ------------------------------------------------------------------------------------- Writer
 
 void WriteSafetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,

@@ -99,6 +99,13 @@ class SafetensorsModel {
   std::vector<std::string> names_;
 };
 
+// The bytes of tensor `name` after checking that it exists with `dtype` and `shape`; Error naming
+// the shard, the tensor and `what` it should hold otherwise.
+std::span<const std::byte> ExpectTensor(const SafetensorsModel& st, const std::string& name, DType dtype,
+                                        const std::vector<uint64_t>& shape, std::string_view what);
+// A copy of an int32 tensor's bytes as words (safetensors data need not be 4-aligned).
+std::vector<uint32_t> CopyWords(std::span<const std::byte> bytes);
+
 struct TensorToWrite {
   std::string name;
   DType dtype;

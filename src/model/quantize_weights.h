@@ -14,4 +14,9 @@ namespace lowbit {
 uint64_t QuantizeLinears(ModelWeights& weights, const QuantScheme& scheme, std::string_view method = "rtn",
                          bool include_lm_head = false);
 
+// The same for the seven linears of one decoder block (`index` names them in messages), for
+// callers that read a model block by block.
+uint64_t QuantizeBlockLinears(LayerWeights& block, size_t index, const QuantScheme& scheme,
+                              std::string_view method = "rtn");
+
 }  // namespace lowbit

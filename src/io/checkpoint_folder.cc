@@ -1,0 +1,177 @@
+#include "io/checkpoint_folder.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "model/config.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a loader or tokenizer may need next to the weights (SentencePiece and BPE tokenizers).
+constexpr const char* kCopiedFiles[] = {"tokenizer.model",  "tokenizer.json",          "tokenizer_config.json",
+                                        "special_tokens_map.json", "added_tokens.json", "vocab.json",
+                                        "merges.txt",       "generation_config.json"};
+
+// The saved config.json is the source's, so its geometry must be the model's, or the folder
+// would not load back.
+void CheckSameArchitecture(const ModelConfig& src, const ModelConfig& m, const std::string& source) {
+  const std::pair<const char*, std::pair<uint64_t, uint64_t>> fields[] = {
+      {"vocab_size", {src.vocab_size, m.vocab_size}},     {"hidden_size", {src.dim, m.dim}},
+      {"num_hidden_layers", {src.n_layers, m.n_layers}}, {"num_attention_heads", {src.n_heads, m.n_heads}},
+      {"num_key_value_heads", {src.n_kv_heads, m.n_kv_heads}}, {"head_dim", {src.head_dim, m.head_dim}},
+      {"intermediate_size", {src.ffn_dim, m.ffn_dim}},
+      // A rotated model unties lm_head (it absorbed the final norm); config.json then says so.
+      {"tie_word_embeddings", {src.tie_embeddings, src.tie_embeddings && m.tie_embeddings}},
+      {"attention bias", {src.qkv_bias, m.qkv_bias}}};
+  for (const auto& [name, v] : fields)
+    if (v.first != v.second)
+      Fail("{}: {} is {} but the model being saved has {}; config.json must come from the model's source", source,
+           name, v.first, v.second);
+}
+
+}  // namespace
+
+std::vector<NamedLinear> BlockLinears(const LayerWeights& l, size_t index) {
+  const std::string p = fmt::format("model.layers.{}.", index);
+  return {{p + "self_attn.q_proj", &l.wq}, {p + "self_attn.k_proj", &l.wk}, {p + "self_attn.v_proj", &l.wv},
+          {p + "self_attn.o_proj", &l.wo}, {p + "mlp.gate_proj", &l.w_gate}, {p + "mlp.up_proj", &l.w_up},
+          {p + "mlp.down_proj", &l.w_down}};
+}
+
+std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks) {
+  std::vector<NamedLinear> out;
+  for (size_t i = 0; i < blocks; ++i) {
+    const std::vector<NamedLinear> block = BlockLinears(m.weights.layers[i], i);
+    out.insert(out.end(), block.begin(), block.end());
+  }
+  if (!m.config.tie_embeddings) out.push_back({"lm_head", &m.weights.lm_head});
+  return out;
+}
+
+uint64_t TensorList::bytes() const {
+  uint64_t total = 0;
+  for (const TensorToWrite& t : tensors_) total += t.data.size();
+  return total;
+}
+
+std::vector<TensorToWrite> TensorList::Sorted() && {
+  std::stable_sort(tensors_.begin(), tensors_.end(), [](const TensorToWrite& a, const TensorToWrite& b) {
+    const uint64_t sa = DTypeSize(a.dtype), sb = DTypeSize(b.dtype);
+    return sa != sb ? sa > sb : a.name < b.name;
+  });
+  return std::move(tensors_);
+}
+
+DType ScaleDType(ScaleType t) {
+  switch (t) {
+    case ScaleType::kF32: return DType::kF32;
+    case ScaleType::kF16: return DType::kF16;
+    case ScaleType::kBF16: return DType::kBF16;
+    case ScaleType::kE8M0:
+    case ScaleType::kUE4M3: return DType::kU8;
+  }
+  return DType::kU8;
+}
+
+size_t WriteShardedSafetensors(const fs::path& dir, std::span<const TensorToWrite> tensors,
+                               const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes) {
+  std::vector<std::span<const TensorToWrite>> shards;
+  uint64_t total = 0;
+  size_t begin = 0;
+  uint64_t in_shard = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t size = tensors[i].data.size();
+    total += size;
+    if (i > begin && in_shard + size > max_shard_bytes) {
+      shards.push_back(tensors.subspan(begin, i - begin));
+      begin = i;
+      in_shard = 0;
+    }
+    in_shard += size;
+  }
+  shards.push_back(tensors.subspan(begin));
+  if (shards.size() == 1) {
+    WriteSafetensors(dir / "model.safetensors", tensors, metadata);
+    return 1;
+  }
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, shards.size());
+    WriteSafetensors(dir / name, shards[s], metadata);
+    for (const TensorToWrite& t : shards[s]) weight_map[t.name] = name;
+  }
+  const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", std::move(weight_map)}};
+  WriteFileAtomic(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+  return shards.size();
+}
+
+fs::path CheckpointDestination(const fs::path& out_dir) {
+  fs::path dest = out_dir.lexically_normal();
+  return dest.has_filename() ? dest : dest.parent_path();
+}
+
+void CheckQuantizedModelTarget(const ModelConfig& config, const fs::path& out_dir, const fs::path& source_dir) {
+  const fs::path dest = CheckpointDestination(out_dir);
+  const std::string out = dest.string();
+  RemoveStaleTemporaries(dest);  // OUT.tmp-<pid> of a run killed while writing OUT
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(dest, ec);
+  if (fs::exists(status)) {
+    if (!fs::is_directory(status)) Fail("{}: already exists and is not a directory; refusing to overwrite it", out);
+    if (!fs::is_empty(dest, ec)) Fail("{}: already exists and is not empty; refusing to overwrite it", out);
+  }
+  // An empty source_dir must not resolve to ./config.json.
+  if (source_dir.empty() || !fs::is_regular_file(source_dir / "config.json"))
+    Fail("{}: quantized checkpoints are written as Hugging Face folders and take config.json and the tokenizer "
+         "from the source folder, which has none; GGUF / llama2.c sources are not supported yet",
+         source_dir.empty() ? std::string("model source") : source_dir.string());
+  // Adjacent-pair RoPE means Q/K rows in llama.cpp's permuted order; stored under HF names they
+  // would be read as rotate-half and silently give wrong logits.
+  if (config.rope_style != RopeStyle::kHalf)
+    Fail("{}: the model uses adjacent-pair RoPE (GGUF / llama2.c row order); writing it as a Hugging Face "
+         "checkpoint needs the Q/K rows un-permuted, which is not supported yet", out);
+  const fs::path source_config = source_dir / "config.json";
+  CheckSameArchitecture(ReadHfConfig(source_config), config, source_config.string());
+}
+
+void CopySideFiles(const fs::path& source_dir, const fs::path& dest) {
+  for (const char* name : kCopiedFiles) {
+    const fs::path src = source_dir / name;
+    std::error_code ec;
+    if (!fs::exists(src, ec)) continue;
+    if (!fs::is_regular_file(src, ec)) Fail("{}: not a regular file; cannot copy it into the checkpoint", src.string());
+    if (!fs::copy_file(src, dest / name, ec) || ec)
+      Fail("{}: cannot copy to {}: {}", src.string(), (dest / name).string(), ec.message());
+  }
+}
+
+void WriteFolderAtomic(const fs::path& out_dir, const std::function<void(const fs::path&)>& fill) {
+  const fs::path dest = CheckpointDestination(out_dir);
+  const fs::path tmp = dest.string() + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);  // left by a crashed run that had our pid (other dead pids: swept by the target check)
+  fs::create_directories(tmp, ec);
+  if (ec) Fail("{}: cannot create: {}", tmp.string(), ec.message());
+  try {
+    fill(tmp);
+    // rename(2) fails if dest appeared meanwhile with content, so a concurrent writer's folder
+    // is never clobbered.
+    fs::rename(tmp, dest, ec);
+    if (ec) Fail("{}: cannot move the finished checkpoint into place: {}", dest.string(), ec.message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+}
+
+}  // namespace lowbit

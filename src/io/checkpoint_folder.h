@@ -1,0 +1,95 @@
+// What every Hugging Face-style folder lowbit writes shares, whatever the tensor format inside:
+// lowbit's own quantized checkpoint (io/quantized_checkpoint.h) and the engine exports for vLLM
+// and transformers (io/engine_export.h). The module names of a model's linears, a list of tensors
+// to write, sharding with model.safetensors.index.json, the side files copied from the source,
+// and the all-or-nothing folder write.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+// A linear under its Hugging Face module name, e.g. "model.layers.3.mlp.down_proj".
+struct NamedLinear {
+  std::string prefix;
+  const Linear* linear;
+};
+
+// The decoder linears of the first `blocks` blocks, then lm_head unless tied (a tied lm_head is a
+// copy of the embeddings in memory and is not stored, as Hugging Face does).
+std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks);
+// The seven linears of block `index` alone.
+std::vector<NamedLinear> BlockLinears(const LayerWeights& layer, size_t index);
+
+// Tensors to write plus the buffers that back the ones made here; a deque keeps those buffers in
+// place while the list grows, so the spans stay valid.
+class TensorList {
+ public:
+  template <class T>
+  void Add(std::string name, DType dtype, std::vector<uint64_t> shape, std::span<const T> data) {
+    tensors_.push_back({std::move(name), dtype, std::move(shape), std::as_bytes(data)});
+  }
+  template <class T>
+  void AddOwned(std::string name, DType dtype, std::vector<uint64_t> shape, const std::vector<T>& values) {
+    const auto bytes = std::as_bytes(std::span(values));
+    owned_.emplace_back(bytes.begin(), bytes.end());
+    tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});
+  }
+  void AddOwnedBytes(std::string name, DType dtype, std::vector<uint64_t> shape, std::vector<std::byte> bytes) {
+    owned_.push_back(std::move(bytes));
+    tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});
+  }
+  uint64_t bytes() const;
+  size_t size() const { return tensors_.size(); }
+  // The official writer's order (widest element first, then by name) keeps every tensor aligned
+  // to its element size, which mmap readers appreciate even though ours does not need it.
+  std::vector<TensorToWrite> Sorted() &&;
+
+ private:
+  std::vector<TensorToWrite> tensors_;
+  std::deque<std::vector<std::byte>> owned_;
+};
+
+// The safetensors dtype of a scale type (E8M0 and UE4M3 are raw byte codes).
+DType ScaleDType(ScaleType t);
+
+// Hugging Face's safetensors shard limit (transformers' save_pretrained default).
+inline constexpr uint64_t kDefaultShardBytes = uint64_t{5} << 30;
+
+// Writes `tensors` into `dir` as model.safetensors, or, when they exceed `max_shard_bytes`, as
+// model-0000i-of-0000n.safetensors shards (a tensor larger than the limit gets a shard of its own)
+// with model.safetensors.index.json (metadata.total_size and weight_map), as transformers does.
+// Returns the number of shards.
+size_t WriteShardedSafetensors(const std::filesystem::path& dir, std::span<const TensorToWrite> tensors,
+                               const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes);
+
+// The destination folder without a trailing separator ("out/" would otherwise give the temp dir
+// "out/.tmp-N", inside the destination).
+std::filesystem::path CheckpointDestination(const std::filesystem::path& out_dir);
+
+// The checks a folder writer starts with, for callers to run before hours of quantization:
+// `out_dir` is free (absent or an empty folder), `source_dir` is a Hugging Face folder whose
+// config.json describes `config`, and the model uses rotate-half RoPE. GGUF / llama2.c sources
+// (empty source_dir, adjacent-pair RoPE with permuted Q/K rows, no tokenizer files) cannot be
+// written as HF folders yet: Error saying so.
+void CheckQuantizedModelTarget(const ModelConfig& config, const std::filesystem::path& out_dir,
+                               const std::filesystem::path& source_dir);
+
+// Copies the tokenizer and generation files of `source_dir` that exist into `dest`.
+void CopySideFiles(const std::filesystem::path& source_dir, const std::filesystem::path& dest);
+
+// Builds the folder `out_dir` all or nothing: `fill` writes into the sibling `out_dir.tmp-<pid>`,
+// which is then renamed into place; on any exception the temporary folder is removed.
+void WriteFolderAtomic(const std::filesystem::path& out_dir, const std::function<void(const std::filesystem::path&)>& fill);
+
+}  // namespace lowbit

@@ -1,0 +1,53 @@
+// compressed-tensors (llm-compressor's checkpoint format, loaded by vLLM and transformers),
+// docs/formats.md section 5. lowbit writes and reads the "pack-quantized" format:
+//
+//   P.weight_packed     I32 [N, ceil(K*b/32)]  offset-binary codes, a dense LSB-first bitstream per
+//                                              row (compressed-tensors >= 0.17 packing: 3/5/6/7-bit
+//                                              values straddle words; 1/2/4/8-bit never do)
+//   P.weight_scale      scale dtype [N, groups] (channel: [N, 1]; tensor: [1])
+//   P.weight_zero_point I32 [ceil(N*b/32), groups], asymmetric only: offset-binary zero points
+//                                              packed the same way along the output dimension
+//   P.weight_shape      I64 [2] = {N, K}
+//
+// A lowbit integer code is compressed-tensors' stored value (q + 2^(b-1)), byte for byte: each
+// packed row is lowbit's row padded to whole int32 words.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "core/json_util.h"
+#include "io/checkpoint_folder.h"
+#include "io/safetensors.h"
+#include "quant/quantized_tensor.h"
+
+namespace lowbit {
+
+// The version of compressed-tensors whose packing lowbit writes (recorded as "version").
+inline constexpr std::string_view kCompressedTensorsVersion = "0.20.1";
+
+// compressed-tensors QuantizationArgs for a weight scheme (formats.md 5.1), or nullopt when the
+// scheme has no counterpart there (NF4, ternary, FP6, FP8 E5M2, MXINT8, float zero-points,
+// per-token weights, unscaled casts).
+std::optional<nlohmann::ordered_json> CompressedTensorsArgs(const QuantScheme& s);
+
+// Throws Error naming the field when `scheme` cannot be written as pack-quantized (integer codes of
+// 1..8 bits, tensor / channel / group scales in f32, f16 or bf16, integer zero points).
+void CheckPackQuantized(const QuantScheme& scheme, const std::string& where);
+
+// Appends P.weight_packed, P.weight_scale, P.weight_zero_point (asymmetric) and P.weight_shape.
+void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q);
+
+// The lowbit scheme a pack-quantized config group's "weights" QuantizationArgs describe, given the
+// dtype its weight_scale is stored in. Throws Error naming the key for anything lowbit cannot run
+// (float types here, act-order "group", block / token strategies).
+QuantScheme PackQuantizedScheme(const JsonView& weights, DType scale_dtype);
+
+// Reads linear `prefix` [rows x cols] of scheme `s` (from PackQuantizedScheme), validating every
+// tensor's dtype and shape (either packing of 3/5/6/7-bit values, told apart by the row width).
+QuantizedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
+                                        uint64_t cols, const QuantScheme& s);
+
+}  // namespace lowbit

@@ -1,0 +1,171 @@
+#include "io/engine_checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <regex>
+
+#include "core/error.h"
+#include "core/json_util.h"
+#include "io/compressed_tensors.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string MethodOf(const nlohmann::json& qc) {
+  if (!qc.is_object()) return "";
+  for (const char* key : {"quant_method", "method"})
+    if (qc.contains(key) && qc[key].is_string()) return Lower(qc[key].get<std::string>());
+  return "";
+}
+
+// compressed-tensors' matcher: the class name "Linear" matches every linear, "re:<regex>" matches
+// from the start of the module name (Python's re.match), anything else the exact name.
+bool Matches(const std::string& target, std::string_view prefix) {
+  if (target == "Linear") return true;
+  if (target.starts_with("re:")) {
+    const std::string name(prefix);
+    return std::regex_search(name, std::regex(target.substr(3)), std::regex_constants::match_continuous);
+  }
+  return target == prefix;
+}
+
+// GPTQ / AWQ fields under their AutoGPTQ, AutoAWQ and transformers spellings.
+int64_t FirstInt(const JsonView& v, std::initializer_list<std::string_view> keys, int64_t fallback) {
+  for (std::string_view k : keys)
+    if (v.Has(k)) return v.Get<int64_t>(k);
+  return fallback;
+}
+
+}  // namespace
+
+bool IsEngineQuantizationConfig(const nlohmann::json& qc) {
+  if (qc.is_object() && qc.contains("lowbit")) return false;  // lowbit's own folder (io/quantized_checkpoint.h)
+  const std::string m = MethodOf(qc);
+  return m == "gptq" || m == "awq" || m == "compressed-tensors";
+}
+
+std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
+  // config.json's quantization_config first (as vLLM and transformers), then the quantizers' own files.
+  nlohmann::json doc;
+  std::string path;
+  std::optional<JsonView> found;
+  const fs::path config = folder / "config.json";
+  if (fs::exists(config)) {
+    doc = ReadJsonFile(config);
+    path = config.string();
+    if (doc.is_object() && doc.contains("quantization_config") && IsEngineQuantizationConfig(doc["quantization_config"]))
+      found = JsonView(doc, path)["quantization_config"];
+  }
+  if (!found) {
+    for (const char* name : {"quantize_config.json", "quant_config.json"}) {
+      if (!fs::exists(folder / name)) continue;
+      doc = ReadJsonFile(folder / name);
+      path = (folder / name).string();
+      const bool awq_native = doc.is_object() && doc.contains("w_bit");  // AutoAWQ's quant_config.json
+      if (!IsEngineQuantizationConfig(doc) && !awq_native && !(doc.is_object() && doc.contains("bits"))) return std::nullopt;
+      if (awq_native && !doc.contains("quant_method")) doc["quant_method"] = "awq";
+      if (!doc.contains("quant_method") && !doc.contains("method")) doc["quant_method"] = "gptq";  // AutoGPTQ
+      found = JsonView(doc, path);
+      break;
+    }
+  }
+  if (!found) return std::nullopt;
+  const JsonView qc = found->ExpectObject();
+
+  EngineLinears e;
+  e.method_ = MethodOf(qc.value());
+  e.config_path_ = path;
+  if (e.method_ == "gptq") {
+    QweightParams& p = e.qweight_;
+    p.bits = static_cast<int>(FirstInt(qc, {"bits", "w_bit"}, 4));
+    if (p.bits != 2 && p.bits != 3 && p.bits != 4 && p.bits != 8) qc["bits"].Fail("GPTQ codes are 2, 3, 4 or 8 bits");
+    p.group_size = FirstInt(qc, {"group_size", "q_group_size"}, -1);
+    if (p.group_size == 0 || p.group_size < -1) qc["group_size"].Fail("must be -1 (per channel) or a positive group size");
+    p.sym = qc.Get<bool>("sym", true);
+    const std::string format = Lower(qc.Has("checkpoint_format") ? qc.Get<std::string>("checkpoint_format")
+                                                                  : qc.Get<std::string>("format", "gptq"));
+    if (format != "gptq" && format != "gptq_v2")
+      qc[qc.Has("checkpoint_format") ? "checkpoint_format" : "format"].Fail(
+          fmt::format("is '{}'; lowbit reads GPTQ checkpoints in the gptq (v1) and gptq_v2 formats", format));
+    p.gptq_v2 = format == "gptq_v2";
+    if (qc.Has("dynamic")) {
+      for (const auto& [key, value] : qc["dynamic"].ExpectObject().value().items())
+        if (!key.starts_with("-:"))
+          qc["dynamic"][key].Fail("per-module overrides of bits or group size are not supported yet (only \"-:\" "
+                                  "exclusions)");
+    }
+    e.suffixes_ = {".qweight", ".qzeros", ".scales", ".g_idx"};
+  } else if (e.method_ == "awq") {
+    QweightParams& p = e.qweight_;
+    p.bits = static_cast<int>(FirstInt(qc, {"bits", "w_bit"}, 4));
+    if (p.bits != 4) qc[qc.Has("bits") ? "bits" : "w_bit"].Fail("AWQ GEMM checkpoints are 4-bit");
+    p.group_size = FirstInt(qc, {"group_size", "q_group_size"}, 128);
+    if (p.group_size <= 0) qc[qc.Has("group_size") ? "group_size" : "q_group_size"].Fail("must be a positive group size");
+    if (!qc.Get<bool>("zero_point", true)) qc["zero_point"].Fail("is false; lowbit reads AWQ GEMM with zero points");
+    const std::string version = Lower(qc.Get<std::string>("version", "gemm"));
+    if (version != "gemm") qc["version"].Fail(fmt::format("is '{}'; lowbit reads the GEMM layout only", version));
+    p.sym = false;
+    e.suffixes_ = {".qweight", ".qzeros", ".scales"};
+  } else {
+    const std::string format = qc.Get<std::string>("format", "dense");
+    const JsonView groups = qc["config_groups"].ExpectObject();
+    for (const auto& [name, unused] : groups.value().items()) {
+      const JsonView g = groups[name].ExpectObject();
+      const std::string group_format = g.Get<std::string>("format", format);
+      if (group_format != "pack-quantized")
+        (g.Has("format") ? g["format"] : qc["format"])
+            .Fail(fmt::format("is '{}'; lowbit reads compressed-tensors pack-quantized checkpoints (int-quantized, "
+                              "float-quantized and nvfp4-pack-quantized are not supported yet)", group_format));
+      if (g.Has("input_activations"))
+        g["input_activations"].Fail("activation quantization (W8A8) is not supported yet");
+      Group group;
+      group.targets = g.Get<std::vector<std::string>>("targets");
+      group.weights = g["weights"].ExpectObject().value();
+      group.path = g["weights"].path();
+      (void)PackQuantizedScheme(g["weights"], DType::kF16);  // every field checked once, up front
+      e.groups_.push_back(std::move(group));
+    }
+    e.ignore_ = qc.Get<std::vector<std::string>>("ignore", {});
+    e.suffixes_ = {".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape"};
+  }
+  return e;
+}
+
+bool EngineLinears::Has(const SafetensorsModel& st, std::string_view prefix) const {
+  const std::string name = std::string(prefix) + (method_ == "compressed-tensors" ? ".weight_packed" : ".qweight");
+  return st.Find(name) != nullptr;
+}
+
+const EngineLinears::Group& EngineLinears::GroupOf(std::string_view prefix) const {
+  for (const std::string& target : ignore_)
+    if (target != "Linear" && Matches(target, prefix))
+      Fail("{}: '{}' is in quantization_config.ignore, but the checkpoint holds it quantized ({}.weight_packed)",
+           config_path_, prefix, prefix);
+  for (const Group& g : groups_)
+    for (const std::string& target : g.targets)
+      if (Matches(target, prefix)) return g;
+  Fail("{}: no config group of quantization_config targets '{}', but the checkpoint holds it quantized", config_path_,
+       prefix);
+}
+
+QuantizedTensor EngineLinears::Load(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
+                                    uint64_t cols) const {
+  if (method_ == "gptq") return ReadGptqLinear(st, prefix, rows, cols, qweight_);
+  if (method_ == "awq") return ReadAwqLinear(st, prefix, rows, cols, qweight_);
+  const Group& g = GroupOf(prefix);
+  const TensorView* scale = st.Find(prefix + ".weight_scale");
+  if (!scale) Fail("{}: tensor '{}.weight_scale' is missing", st.path().string(), prefix);
+  const QuantScheme s = PackQuantizedScheme(JsonView(g.weights, config_path_, g.path), scale->dtype);
+  return ReadPackQuantizedLinear(st, prefix, rows, cols, s);
+}
+
+}  // namespace lowbit

@@ -1,0 +1,56 @@
+// Reads the engines' quantized checkpoints, lowbit's exports or anyone's: GPTQ (v1 / v2 zeros),
+// AWQ GEMM and compressed-tensors pack-quantized. Each quantized linear is repacked at load into a
+// QuantizedTensor (no fp32 copy of the matrix), so ppl, compare, generate, bench and inspect run
+// them through lowbit's fast kernels.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/gptq_awq.h"
+#include "io/safetensors.h"
+#include "quant/quantized_tensor.h"
+
+namespace lowbit {
+
+// True when `quantization_config` names a format this reader takes (quant_method gptq, awq or
+// compressed-tensors), so that the lowbit-format reader leaves the folder to this one.
+bool IsEngineQuantizationConfig(const nlohmann::json& quantization_config);
+
+class EngineLinears {
+ public:
+  // The config of `folder` (config.json's quantization_config, or quantize_config.json /
+  // quant_config.json beside it); nullopt when it has none of these formats. Error naming the key
+  // for variants lowbit cannot run (GPTQ marlin / per-module overrides, AWQ gemv, compressed-tensors
+  // formats other than pack-quantized, act-order).
+  static std::optional<EngineLinears> FromFolder(const std::filesystem::path& folder);
+
+  std::string_view quant_method() const { return method_; }
+  // Whether linear `prefix` is stored quantized (its packed tensor is in the checkpoint).
+  bool Has(const SafetensorsModel& st, std::string_view prefix) const;
+  // The tensor suffixes a quantized linear may have (for the consistency check).
+  const std::vector<std::string>& suffixes() const { return suffixes_; }
+  QuantizedTensor Load(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols) const;
+
+ private:
+  struct Group {  // a compressed-tensors config group
+    std::vector<std::string> targets;
+    nlohmann::json weights;
+    std::string path;  // "quantization_config.config_groups.group_0.weights", for messages
+  };
+  const Group& GroupOf(std::string_view prefix) const;
+
+  std::string method_;  // "gptq", "awq" or "compressed-tensors"
+  std::string config_path_;
+  std::vector<std::string> suffixes_;
+  QweightParams qweight_;       // GPTQ / AWQ
+  std::vector<Group> groups_;   // compressed-tensors
+  std::vector<std::string> ignore_;
+};
+
+}  // namespace lowbit

@@ -1,0 +1,275 @@
+#include "io/engine_export.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <utility>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "io/compressed_tensors.h"
+#include "io/gptq_awq.h"
+#include "model/quantize_weights.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+using OrderedJson = nlohmann::ordered_json;
+
+// An exact-name regex for GPTQ's "dynamic" map and vLLM's matcher (dots escaped).
+std::string ExactRegex(const std::string& name) {
+  std::string out = "^";
+  for (char c : name) {
+    if (c == '.') out += '\\';
+    out += c;
+  }
+  return out + "$";
+}
+
+// The input transforms no engine format carries; an exported linear must have none.
+void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
+  const Linear& l = *nl.linear;
+  const std::string_view format = EngineFormatName(f);
+  if (l.input_quant)
+    Fail("{}: input_quant ({} activations): a {} export holds weight-only quantization; W8A8 (int-quantized) export "
+         "is not supported yet", nl.prefix, l.input_quant->scheme.ToString(), format);
+  if (l.input_hadamard != 0)
+    Fail("{}: input_hadamard {}: the engines have no online Hadamard rotation before this linear, so the exported "
+         "model would compute something else", nl.prefix, l.input_hadamard);
+  if (l.outliers)
+    Fail("{}: outlier_columns: {} has no LLM.int8() full-precision columns", nl.prefix, format);
+}
+
+// Checks that the quantized linears of `linears` share one GPTQ / AWQ parameter set and returns it.
+QweightParams SharedParams(const std::vector<NamedLinear>& linears, EngineFormat f) {
+  std::optional<QweightParams> shared;
+  std::string first;
+  for (const NamedLinear& nl : linears) {
+    const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight);
+    if (!q) continue;
+    const QweightParams p =
+        f == EngineFormat::kGptq ? GptqParamsOf(q->scheme(), nl.prefix) : AwqParamsOf(q->scheme(), nl.prefix);
+    if (!shared) {
+      shared = p;
+      first = nl.prefix;
+    } else if (!(*shared == p)) {
+      Fail("{}: scheme '{}' differs from {}'s; a {} checkpoint holds one scheme for every quantized linear (export "
+           "with --to compressed-tensors, which keeps one config group per scheme)", nl.prefix, q->scheme().ToString(),
+           first, EngineFormatName(f));
+    }
+  }
+  if (!shared) Fail("no linear is quantized; give --scheme to quantize a float model while exporting");
+  return *shared;
+}
+
+OrderedJson GptqConfig(const QweightParams& p, bool v2, const std::vector<NamedLinear>& linears) {
+  OrderedJson qc;
+  qc["quant_method"] = "gptq";
+  qc["bits"] = p.bits;
+  qc["group_size"] = p.group_size;
+  qc["desc_act"] = false;
+  qc["sym"] = p.sym;
+  qc["static_groups"] = false;
+  qc["true_sequential"] = true;
+  qc["lm_head"] = false;
+  qc["checkpoint_format"] = v2 ? "gptq_v2" : "gptq";
+  qc["format"] = v2 ? "gptq_v2" : "gptq";  // GPTQModel's canonical spelling of the same field
+  qc["pack_dtype"] = "int32";
+  OrderedJson dynamic = OrderedJson::object();  // GPTQModel / vLLM: "-:regex" leaves a module unquantized
+  for (const NamedLinear& nl : linears) {
+    if (nl.prefix == "lm_head") {
+      qc["lm_head"] = nl.linear->quantized();
+    } else if (!nl.linear->quantized()) {
+      dynamic["-:" + ExactRegex(nl.prefix)] = OrderedJson::object();
+    }
+  }
+  if (!dynamic.empty()) qc["dynamic"] = std::move(dynamic);
+  return qc;
+}
+
+OrderedJson AwqConfig(const QweightParams& p, const std::vector<NamedLinear>& linears) {
+  OrderedJson qc;
+  qc["quant_method"] = "awq";
+  qc["bits"] = p.bits;
+  qc["group_size"] = p.group_size;
+  qc["zero_point"] = true;
+  qc["version"] = "gemm";
+  OrderedJson keep = OrderedJson::array();
+  for (const NamedLinear& nl : linears)
+    if (!nl.linear->quantized()) keep.push_back(nl.prefix);
+  qc["modules_to_not_convert"] = keep.empty() ? OrderedJson(nullptr) : std::move(keep);
+  return qc;
+}
+
+OrderedJson CompressedTensorsConfig(const std::vector<NamedLinear>& linears) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_scheme;  // first-seen order
+  OrderedJson ignore = OrderedJson::array();
+  for (const NamedLinear& nl : linears) {
+    const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight);
+    if (!q) {
+      ignore.push_back(nl.prefix);
+      continue;
+    }
+    const std::string text = q->scheme().ToString();
+    auto it = std::find_if(by_scheme.begin(), by_scheme.end(), [&](const auto& e) { return e.first == text; });
+    if (it == by_scheme.end()) it = by_scheme.emplace(by_scheme.end(), text, std::vector<std::string>{});
+    it->second.push_back(nl.prefix);
+  }
+  OrderedJson groups = OrderedJson::object();
+  for (const auto& [text, targets] : by_scheme) {
+    OrderedJson g;
+    // One scheme: every Linear not ignored, as llm-compressor writes it; several: exact names.
+    g["targets"] = by_scheme.size() == 1 ? OrderedJson::array({"Linear"}) : OrderedJson(targets);
+    g["weights"] = *CompressedTensorsArgs(ParseScheme(text));  // CheckPackQuantized passed
+    g["input_activations"] = nullptr;
+    g["output_activations"] = nullptr;
+    g["format"] = "pack-quantized";
+    groups[fmt::format("group_{}", groups.size())] = std::move(g);
+  }
+  OrderedJson qc;
+  qc["quant_method"] = "compressed-tensors";
+  qc["format"] = "pack-quantized";
+  qc["quantization_status"] = "compressed";
+  qc["version"] = kCompressedTensorsVersion;
+  qc["global_compression_ratio"] = nullptr;
+  qc["ignore"] = std::move(ignore);
+  qc["kv_cache_scheme"] = nullptr;
+  qc["sparsity_config"] = OrderedJson::object();
+  qc["transform_config"] = OrderedJson::object();
+  qc["config_groups"] = std::move(groups);
+  return qc;
+}
+
+// Appends linear `nl` in format `f` (dense linears as F32 .weight) and its bias.
+void AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOptions& o, EngineExportResult& r) {
+  const Linear& l = *nl.linear;
+  if (const auto* q = std::get_if<QuantizedTensor>(&l.weight)) {
+    const uint64_t before = list.bytes();
+    switch (o.format) {
+      case EngineFormat::kGptq: AddGptqLinear(list, nl.prefix, *q, o.gptq_v2); break;
+      case EngineFormat::kAwq: AddAwqLinear(list, nl.prefix, *q); break;
+      case EngineFormat::kCompressedTensors: AddPackQuantizedLinear(list, nl.prefix, *q); break;
+    }
+    r.quantized_bytes += list.bytes() - before;
+    r.quantized_weights += q->numel();
+    ++r.quantized_linears;
+  } else {
+    const DenseMatrix& d = std::get<DenseMatrix>(l.weight);
+    list.Add(nl.prefix + ".weight", DType::kF32, {d.rows(), d.cols()}, std::span(d.values));
+    ++r.dense_linears;
+  }
+  if (!l.bias.empty()) list.Add(nl.prefix + ".bias", DType::kF32, {l.bias.size()}, std::span(l.bias));
+}
+
+}  // namespace
+
+EngineFormat ParseEngineFormat(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "gptq") return EngineFormat::kGptq;
+  if (lower == "awq") return EngineFormat::kAwq;
+  if (lower == "compressed-tensors" || lower == "compressed_tensors") return EngineFormat::kCompressedTensors;
+  Fail("unknown engine format '{}' (known: gptq, awq, compressed-tensors)", name);
+}
+
+std::string_view EngineFormatName(EngineFormat f) {
+  switch (f) {
+    case EngineFormat::kGptq: return "gptq";
+    case EngineFormat::kAwq: return "awq";
+    case EngineFormat::kCompressedTensors: return "compressed-tensors";
+  }
+  return "?";
+}
+
+void CheckEngineScheme(EngineFormat f, const QuantScheme& scheme, const std::string& where) {
+  switch (f) {
+    case EngineFormat::kGptq: (void)GptqParamsOf(scheme, where); break;
+    case EngineFormat::kAwq: (void)AwqParamsOf(scheme, where); break;
+    case EngineFormat::kCompressedTensors: CheckPackQuantized(scheme, where); break;
+  }
+}
+
+EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& source_dir, const fs::path& out_dir,
+                                          const nlohmann::json& recipe_card, const EngineExportOptions& o) {
+  Model& model = s.model;
+  const ModelConfig& c = model.config;
+  const fs::path dest = CheckpointDestination(out_dir);
+  CheckQuantizedModelTarget(c, dest, source_dir);
+  if (o.gptq_v2 && o.format != EngineFormat::kGptq) Fail("gptq_v2 zero points apply to --to gptq only");
+  if (o.scheme) CheckEngineScheme(o.format, *o.scheme, fmt::format("--scheme {}", o.scheme->ToString()));
+  if (c.tie_embeddings && model.weights.lm_head.quantized())
+    Fail("{}: lm_head is quantized but tie_word_embeddings is true, so it would not be stored", dest.string());
+  if (o.format == EngineFormat::kAwq && !c.tie_embeddings && model.weights.lm_head.quantized())
+    Fail("lm_head: AWQ checkpoints keep lm_head in full precision; this model's is quantized");
+
+  for (size_t i = 0; i < c.n_layers; ++i) {
+    if (s.read_layer) model.weights.layers[i] = s.read_layer(i);
+    if (o.scheme) QuantizeBlockLinears(model.weights.layers[i], i, *o.scheme);
+    for (const NamedLinear& nl : BlockLinears(model.weights.layers[i], i)) CheckPlainLinear(nl, o.format);
+    if (o.progress) o.progress(i + 1, c.n_layers);
+  }
+  s.read_layer = nullptr;  // every block is in memory now
+  ValidateWeights(c, model.weights, model.source);
+  const std::vector<NamedLinear> linears = ModelLinears(model, c.n_layers);
+  if (!c.tie_embeddings) CheckPlainLinear(linears.back(), o.format);
+
+  EngineExportResult r;
+  OrderedJson qc;
+  switch (o.format) {
+    case EngineFormat::kGptq:
+      qc = GptqConfig(SharedParams(linears, o.format), o.gptq_v2, linears);
+      r.quant_method = "gptq";
+      r.format = o.gptq_v2 ? "gptq_v2" : "gptq";
+      break;
+    case EngineFormat::kAwq:
+      qc = AwqConfig(SharedParams(linears, o.format), linears);
+      r.quant_method = "awq";
+      r.format = "gemm";
+      break;
+    case EngineFormat::kCompressedTensors:
+      for (const NamedLinear& nl : linears)
+        if (const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight)) CheckPackQuantized(q->scheme(), nl.prefix);
+      qc = CompressedTensorsConfig(linears);
+      r.quant_method = "compressed-tensors";
+      r.format = "pack-quantized";
+      break;
+  }
+
+  TensorList list;
+  list.Add("model.embed_tokens.weight", DType::kF32, {c.vocab_size, c.dim}, std::span<const float>(model.weights.embed));
+  list.Add("model.norm.weight", DType::kF32, {c.dim}, std::span<const float>(model.weights.final_norm));
+  for (size_t i = 0; i < c.n_layers; ++i) {
+    const LayerWeights& l = model.weights.layers[i];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    list.Add(p + "input_layernorm.weight", DType::kF32, {l.attn_norm.size()}, std::span(l.attn_norm));
+    list.Add(p + "post_attention_layernorm.weight", DType::kF32, {l.ffn_norm.size()}, std::span(l.ffn_norm));
+  }
+  for (const NamedLinear& nl : linears) AddLinear(list, nl, o, r);
+  r.file_bytes = list.bytes();
+  const std::vector<TensorToWrite> tensors = std::move(list).Sorted();
+
+  std::string config_text, quantize_config_text, recipe_text;
+  try {
+    OrderedJson config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
+    config["quantization_config"] = qc;
+    if (!c.tie_embeddings && config.contains("tie_word_embeddings")) config["tie_word_embeddings"] = false;
+    config_text = config.dump(2) + "\n";
+    if (o.format == EngineFormat::kGptq) quantize_config_text = qc.dump(2) + "\n";  // AutoGPTQ's own file
+    if (!recipe_card.is_null()) recipe_text = recipe_card.dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    Fail("{}: cannot write config.json: {}", dest.string(), e.what());
+  }
+  WriteFolderAtomic(dest, [&](const fs::path& tmp) {
+    r.shards = WriteShardedSafetensors(tmp, tensors, {{"format", "pt"}}, o.max_shard_bytes);
+    WriteFileAtomic(tmp / "config.json", config_text);
+    if (!quantize_config_text.empty()) WriteFileAtomic(tmp / "quantize_config.json", quantize_config_text);
+    if (!recipe_text.empty()) WriteFileAtomic(tmp / "recipe.json", recipe_text);
+    CopySideFiles(source_dir, tmp);
+  });
+  return r;
+}
+
+}  // namespace lowbit
