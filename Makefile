@@ -36,11 +36,13 @@ FUZZ_BUILD ?= build-fuzz
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) BUILD_DIR=$(FUZZ_BUILD) scripts/fuzz.sh
 
-# lowbit's files checked by their real consumers (llama.cpp via llama-cpp-python, gguf-py), in a Python venv
+# lowbit's files checked by their real consumers (llama.cpp via llama-cpp-python, gguf-py; transformers +
+# compressed-tensors for the engine exports), in a Python venv
 # inside the build folder made by scripts/setup-interop.sh. `make test` stays free of Python.
 test-interop: build
 	@scripts/setup-interop.sh $(BUILD)/interop-venv
 	$(BUILD)/interop-venv/bin/python tests/interop/gguf_llamacpp.py --lowbit $(BUILD)/lowbit
+	$(BUILD)/interop-venv/bin/python tests/interop/engine_exports.py --lowbit $(BUILD)/lowbit
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

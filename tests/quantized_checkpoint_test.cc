@@ -391,6 +391,35 @@ TEST(QuantizedCheckpoint, ForeignQuantizedCheckpointsAreNotSupportedYet) {
   Scratch scratch;
   const json base = ReadJson(kModelDir / "config.json");
   const std::pair<std::string, json> configs[] = {
+      {"fp8", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}},
+      {"bitsandbytes", {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}},
+  };
+  for (const auto& [name, qc] : configs) {
+    const fs::path dir = scratch / name;
+    fs::create_directory(dir);
+    fs::create_symlink(kModelDir / "model.safetensors", dir / "model.safetensors");
+    json config = base;
+    config["quantization_config"] = qc;
+    WriteFileAtomic(dir / "config.json", config.dump());
+    ExpectLoadError(dir, {"not supported yet", qc["quant_method"].get<std::string>()});
+  }
+  // compressed-tensors formats other than pack-quantized name the format.
+  const fs::path ct = scratch / "ct-float";
+  fs::create_directory(ct);
+  fs::create_symlink(kModelDir / "model.safetensors", ct / "model.safetensors");
+  json config = base;
+  config["quantization_config"] = json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}}})");
+  WriteFileAtomic(ct / "config.json", config.dump());
+  ExpectLoadError(ct, {"float-quantized", "not supported yet", "quantization_config.format"});
+}
+
+// A GPTQ / AWQ / compressed-tensors config over weights that hold no quantized linear is an error,
+// not a dense model run under a quantized name.
+TEST(QuantizedCheckpoint, EngineConfigOverDenseWeightsIsAnError) {
+  Scratch scratch;
+  const json base = json::parse(ReadTextFile(kModelDir / "config.json"));
+  const std::map<std::string, json> configs = {
       {"ct", {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"config_groups", json::object()}}},
       {"gptq", {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}},
       {"awq", {{"quant_method", "awq"}, {"bits", 4}, {"version", "gemm"}}},
@@ -402,13 +431,14 @@ TEST(QuantizedCheckpoint, ForeignQuantizedCheckpointsAreNotSupportedYet) {
     json config = base;
     config["quantization_config"] = qc;
     WriteFileAtomic(dir / "config.json", config.dump());
-    ExpectLoadError(dir, {"not supported yet", qc["quant_method"].get<std::string>()});
+    ExpectLoadError(dir, {"config.json", "no linear", qc["quant_method"].get<std::string>()});
   }
   const fs::path legacy = scratch / "autogptq";  // quantize_config.json beside a plain config
   fs::create_directory(legacy);
   fs::copy_file(kModelDir / "config.json", legacy / "config.json");
+  fs::create_symlink(kModelDir / "model.safetensors", legacy / "model.safetensors");
   WriteFileAtomic(legacy / "quantize_config.json", R"({"bits": 4})");
-  ExpectLoadError(legacy, {"quantize_config.json", "not supported yet"});
+  ExpectLoadError(legacy, {"quantize_config.json", "no linear"});
 }
 
 }  // namespace

@@ -141,8 +141,7 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
 }
 
 bool EngineLinears::Has(const SafetensorsModel& st, std::string_view prefix) const {
-  const std::string name = std::string(prefix) + (method_ == "compressed-tensors" ? ".weight_packed" : ".qweight");
-  return st.Find(name) != nullptr;
+  return st.Find(std::string(prefix) + std::string(packed_suffix())) != nullptr;
 }
 
 const EngineLinears::Group& EngineLinears::GroupOf(std::string_view prefix) const {

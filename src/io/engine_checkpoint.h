@@ -31,6 +31,9 @@ class EngineLinears {
   static std::optional<EngineLinears> FromFolder(const std::filesystem::path& folder);
 
   std::string_view quant_method() const { return method_; }
+  const std::string& config_path() const { return config_path_; }
+  // The tensor that marks a quantized linear: ".qweight" (GPTQ, AWQ) or ".weight_packed".
+  std::string_view packed_suffix() const { return method_ == "compressed-tensors" ? ".weight_packed" : ".qweight"; }
   // Whether linear `prefix` is stored quantized (its packed tensor is in the checkpoint).
   bool Has(const SafetensorsModel& st, std::string_view prefix) const;
   // The tensor suffixes a quantized linear may have (for the consistency check).

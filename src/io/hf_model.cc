@@ -110,6 +110,14 @@ class HfTensors {
     // Tied: a stored lm_head.weight is accepted only when it equals the embeddings (SameAsEmbeddings).
     if (c.tie_embeddings && Has("lm_head.weight")) tied_lm_head_ = true;
 
+    if (engine_) {  // a quantized config over dense weights would run a model the config does not describe
+      const bool any = std::ranges::any_of(model_.names(), [&](const std::string& name) {
+        return name.ends_with(engine_->packed_suffix());
+      });
+      if (!any)
+        Fail("{}: quantization_config says {}, but no linear of {} is stored quantized (no '*{}' tensor)",
+             engine_->config_path(), engine_->quant_method(), model_.path().string(), engine_->packed_suffix());
+    }
     for (const auto& [name, shape] : dense) {
       const TensorView& t = model_.Get(name);  // "no tensor" naming the checkpoint
       if (t.shape != shape)

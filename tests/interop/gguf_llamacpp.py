@@ -19,7 +19,6 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import numpy as np
 
 import gguf
 import llama_cpp
+
+from klbase import write_kl_base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIXES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L",
@@ -117,32 +118,6 @@ def compare_tensors(ours, theirs, label):
     return same, len(a)
 
 
-_FNV_SOURCE = r"""
-#include <stddef.h>
-#include <stdint.h>
-uint64_t fnv1a64(const unsigned char* p, size_t n, uint64_t h) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-"""
-_fnv = None
-
-
-def fnv1a(data, h=1469598103934665603):
-    """FNV-1a 64 (core/checksum.h) continued from h; in C, as base files run to tens of MB."""
-    global _fnv
-    if _fnv is None:
-        folder = tempfile.mkdtemp(prefix="lowbit-fnv-")
-        with open(os.path.join(folder, "fnv.c"), "w") as f:
-            f.write(_FNV_SOURCE)
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", os.path.join(folder, "fnv.so"),
-                        os.path.join(folder, "fnv.c")], check=True)
-        _fnv = ctypes.CDLL(os.path.join(folder, "fnv.so")).fnv1a64
-        _fnv.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
-        _fnv.restype = ctypes.c_uint64
-    return _fnv(data, len(data), h)
-
-
 class LlamaCppScorer:
     """llama-perplexity's protocol on lowbit's token ids, written as a lowbit --kl-base file."""
 
@@ -153,38 +128,15 @@ class LlamaCppScorer:
     def write_base(self, model_path, out_path):
         llm = llama_cpp.Llama(model_path=model_path, n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True,
                               n_threads=2, verbose=False)
-        vocab = llm.n_vocab()
-        first = CTX // 2
-        positions = self.chunks * (CTX - 1 - first)
-        nll, records = 0.0, []
-        record = np.dtype([("top", [("id", "<i4"), ("lp", "<f4")], TOP_K), ("tail", "<f4"), ("target", "<f4")])
-        for c in range(self.chunks):
-            chunk = list(self.tokens[c * CTX:(c + 1) * CTX])
-            chunk[0] = self.bos
+
+        def logits(chunk):
             llm.reset()
             llm.eval(chunk)
-            logits = np.array(llm.scores[first:CTX - 1], dtype=np.float64)  # predicting chunk[first + 1:]
-            lp = logits - logits.max(axis=1, keepdims=True)
-            lp -= np.log(np.exp(lp).sum(axis=1, keepdims=True))
-            rows = np.arange(lp.shape[0])[:, None]
-            top = np.argpartition(-lp, TOP_K - 1, axis=1)[:, :TOP_K]
-            top = np.take_along_axis(top, np.argsort(-lp[rows, top], axis=1, kind="stable"), axis=1)
-            targets = np.array(chunk[first + 1:])
-            target_lp = lp[np.arange(lp.shape[0]), targets]
-            nll -= target_lp.sum()
-            r = np.zeros(lp.shape[0], dtype=record)
-            r["top"]["id"], r["top"]["lp"] = top, lp[rows, top]
-            r["tail"] = np.log(np.maximum(1.0 - np.exp(lp[rows, top]).sum(axis=1), 1e-30))
-            r["target"] = target_lp
-            records.append(r.tobytes())
-        # Version 2: the header, then the checksum of the header and records (eval/compare.cc).
-        header = b"LBKLBASE" + struct.pack("<IIIIQQ", 2, vocab, CTX, TOP_K, positions,
-                                           fnv1a(struct.pack(f"<{len(self.tokens)}i", *self.tokens)))
-        body = b"".join(records)
-        with open(out_path, "wb") as f:
-            f.write(header + struct.pack("<Q", fnv1a(body, fnv1a(header))) + body)
+            return np.array(llm.scores[:CTX], dtype=np.float64)
+
+        ppl = write_kl_base(out_path, self.tokens, self.bos, CTX, TOP_K, llm.n_vocab(), logits)
         del llm
-        return math.exp(nll / positions)
+        return ppl
 
 
 def main():

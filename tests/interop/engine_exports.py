@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""GPTQ, AWQ and compressed-tensors folders written by `lowbit export --to` / `quantize --save-as`,
+checked by their consumers (make test-interop).
+
+Each export starts from a lowbit quantized folder of the bundled model, whose codes it repacks:
+  * the reference is that folder's own tensors decoded as lowbit defines them (W = (code - zero) * scale);
+  * compressed-tensors exports: transformers + compressed-tensors load the folder and decompress every
+    linear; each must equal the reference exactly (max abs difference 0). transformers' fp32 logits on
+    the KJV windows are written as a lowbit --kl-base file, and lowbit, running the same export,
+    must agree: KL(transformers || lowbit) < 1e-6 and top-1 >= 99 %.
+  * GPTQ and AWQ exports: every linear decoded from qweight / qzeros / scales / g_idx by the formats'
+    definitions (docs/formats.md sections 3 and 4, independent of lowbit's code) equals the reference
+    exactly, and lowbit reads the export back to the source folder's perplexity, to the last digit.
+Prints a table; exits 1 on any failure.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from safetensors.torch import load_file as load_torch
+from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+
+from klbase import write_kl_base
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CTX = 128
+WINDOWS = 32
+TOP_K = 64
+LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+           "mlp.up_proj", "mlp.down_proj"]
+# name, lowbit scheme, export arguments
+EXPORTS = [
+    ("ct-w4a16-g128", "int4:g128", ["--to", "compressed-tensors"]),
+    ("ct-w4a16-asym-g128", "int4:g128:asym", ["--to", "compressed-tensors"]),
+    ("ct-w8a16-channel", "int8:channel", ["--to", "compressed-tensors"]),
+    ("ct-int3-g64-bf16", "int3:g64:scale=bf16", ["--to", "compressed-tensors"]),  # 3-bit values straddle words
+    ("gptq-v1-int4-g128", "int4:g128", ["--to", "gptq"]),
+    ("gptq-v2-int4-asym-g128", "int4:g128:asym", ["--to", "gptq", "--format", "gptq_v2"]),
+    ("gptq-v1-int3-g64", "int3:g64", ["--to", "gptq"]),
+    ("gptq-v1-int8-channel", "int8:channel", ["--to", "gptq"]),
+    ("awq-int4-asym-g128", "int4:g128:asym", ["--to", "awq"]),
+]
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+    return ok
+
+
+def run(*args):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"command failed ({r.returncode}): {' '.join(map(str, args))}\n{r.stderr}")
+    return r.stdout
+
+
+def lowbit_json(lowbit, *args):
+    return json.loads(run(lowbit, *args, "--json"))
+
+
+def load_file(path):
+    """A safetensors file as numpy arrays (bf16 widened to fp32, exactly)."""
+    return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in load_torch(path).items()}
+
+
+def unpack_lsb(data, count, bits):
+    """Codes 0..count-1 of each row of an LSB-first bitstream (bytes, little-endian words)."""
+    data = np.ascontiguousarray(data).view(np.uint8)
+    bitstream = np.unpackbits(data, axis=-1, bitorder="little")[..., :count * bits]
+    weights = (1 << np.arange(bits)).astype(np.int64)
+    return (bitstream.reshape(*bitstream.shape[:-1], count, bits).astype(np.int64) * weights).sum(-1)
+
+
+def lowbit_reference(folder, config):
+    """Every quantized linear of a lowbit folder, decoded from its own tensors: (code - zero) * scale."""
+    t = load_file(os.path.join(folder, "model.safetensors"))
+    out = {}
+    for prefix, scheme in config["quantization_config"]["lowbit"]["tensors"].items():
+        element, *options = scheme.split(":")
+        bits = int(element[3:])
+        n, _ = t[prefix + ".weight_packed"].shape
+        scale = t[prefix + ".weight_scale"].astype(np.float32)
+        groups = scale.shape[1]
+        k = next(int(o[1:]) for o in options if o.startswith("g")) * groups if any(
+            o.startswith("g") for o in options) else None
+        k = k or (t[prefix + ".weight_packed"].shape[1] * 8 // bits)
+        codes = unpack_lsb(t[prefix + ".weight_packed"], k, bits)[:, :k]
+        if "asym" in options:
+            zeros = unpack_lsb(t[prefix + ".weight_zero_point"], groups, bits)
+        else:
+            zeros = np.full((n, groups), 1 << (bits - 1))
+        group = -(-k // groups)
+        z = np.repeat(zeros, group, axis=1)[:, :k]
+        s = np.repeat(scale.astype(np.float64), group, axis=1)[:, :k]
+        out[prefix] = ((codes - z) * s).astype(np.float32)
+    return out
+
+
+def decode_gptq(t, prefix, q):
+    """formats.md 3.2: W[n, i] = scales[g, n] * (q - z), z = zero field (+1 in v1), g = g_idx[i]."""
+    bits = q["bits"]
+    qweight, qzeros, scales, g_idx = (t[prefix + s] for s in (".qweight", ".qzeros", ".scales", ".g_idx"))
+    k, n = qweight.shape[0] * 32 // bits, qweight.shape[1]
+    codes = unpack_lsb(np.ascontiguousarray(qweight.T), k, bits).T  # [K, N]: each column a bitstream along K
+    zeros = unpack_lsb(qzeros, n, bits)  # [groups, N]
+    if q.get("checkpoint_format", "gptq") != "gptq_v2":
+        zeros = (zeros & ((1 << bits) - 1)) + 1
+    w = scales.astype(np.float64)[g_idx] * (codes - zeros[g_idx])
+    return w.T.astype(np.float32)
+
+
+def decode_awq(t, prefix, q):
+    """formats.md 4: nibble slot k of word c holds output channel 8c + ORDER[k]; W = (q - z) * s."""
+    order = [0, 2, 4, 6, 1, 3, 5, 7]
+    qweight, qzeros, scales = (t[prefix + s] for s in (".qweight", ".qzeros", ".scales"))
+
+    def unpack(words):
+        out = np.zeros((words.shape[0], words.shape[1] * 8), dtype=np.int64)
+        u = words.view(np.uint32).astype(np.int64)
+        for slot in range(8):
+            out[:, order[slot]::8] = (u >> (4 * slot)) & 15
+        return out
+
+    codes, zeros = unpack(qweight), unpack(qzeros)  # [K, N], [K/G, N]
+    group = qweight.shape[0] // scales.shape[0]
+    w = (codes - np.repeat(zeros, group, axis=0)) * np.repeat(scales.astype(np.float64), group, axis=0)
+    return w.T.astype(np.float32)
+
+
+def max_diff(a, b):
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.shape == b.shape else float("inf")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lowbit", default=os.path.join(ROOT, "build", "lowbit"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "kjv-llama-7m"))
+    ap.add_argument("--text", default=os.path.join(ROOT, "data", "kjv-test.txt"))
+    args = ap.parse_args()
+    lowbit = args.lowbit
+    torch.set_num_threads(2)
+    tmp = tempfile.mkdtemp(prefix="lowbit-engine-interop-")
+    # About WINDOWS windows of CTX tokens from the start of the test text (the base file covers the whole file).
+    with open(args.text, encoding="utf-8") as f:
+        text = f.read()
+    window_text = os.path.join(tmp, "windows.txt")
+
+    def tokenize(chars):
+        with open(window_text, "w", encoding="utf-8") as f:
+            f.write(text[:chars])
+        return lowbit_json(lowbit, "tokenize", "--model", args.model, "--file", window_text)["ids"]
+
+    sample = 20000
+    chars_per_token = sample / len(tokenize(sample))
+    ids = tokenize(int(chars_per_token * CTX * (WINDOWS + 0.5)))
+    bos = json.load(open(os.path.join(args.model, "config.json"))).get("bos_token_id", 1)
+    rows = []
+    for name, scheme, export_args in EXPORTS:
+        source = os.path.join(tmp, f"lowbit-{name}")
+        out = os.path.join(tmp, name)
+        run(lowbit, "quantize", args.model, "-o", source, "--format", scheme)
+        exported = lowbit_json(lowbit, "export", source, "-o", out, *export_args)
+        config = json.load(open(os.path.join(out, "config.json")))
+        q = config["quantization_config"]
+        reference = lowbit_reference(source, json.load(open(os.path.join(source, "config.json"))))
+        ppl_source = lowbit_json(lowbit, "ppl", "--model", source, "--text", window_text, "--ctx", CTX)["ppl"]
+        ppl_export = lowbit_json(lowbit, "ppl", "--model", out, "--text", window_text, "--ctx", CTX)["ppl"]
+        check(ppl_export == ppl_source, f"{name}: lowbit reads the export to PPL {ppl_export}, the source folder to {ppl_source}")
+        worst, consumer, kl, top1 = 0.0, "", float("nan"), float("nan")
+        if q["quant_method"] == "compressed-tensors":
+            consumer = "transformers + compressed-tensors"
+            model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                         quantization_config=CompressedTensorsConfig(dequantize=True))
+            for prefix, ref in reference.items():
+                module = model.get_submodule(prefix)
+                worst = max(worst, max_diff(module.weight.detach().float().numpy(), ref))
+            base = os.path.join(tmp, f"{name}.klbase")
+
+            def logits(chunk):
+                with torch.no_grad():
+                    return model(torch.tensor([chunk])).logits[0].double().numpy()
+
+            write_kl_base(base, ids, bos, CTX, TOP_K, model.config.vocab_size, logits)
+            agree = lowbit_json(lowbit, "ppl", "--model", out, "--text", window_text, "--ctx", CTX, "--kl-base", base)["kl"]
+            kl, top1 = agree["kld_mean"], agree["top1_agreement"]
+            check(kl < 1e-6, f"{name}: KL(transformers || lowbit) = {kl:.3g}, must be < 1e-6")
+            check(top1 >= 0.99, f"{name}: top-1 agreement {top1:.4f} < 0.99")
+            del model
+        else:
+            consumer = "formats.md decode"
+            t = load_file(os.path.join(out, "model.safetensors"))
+            decode = decode_gptq if q["quant_method"] == "gptq" else decode_awq
+            for prefix, ref in reference.items():
+                worst = max(worst, max_diff(decode(t, prefix, q), ref))
+        check(worst == 0.0, f"{name}: {consumer} decodes a linear differently from lowbit: max abs difference {worst}")
+        rows.append((name, q["quant_method"], exported["format"], f"{exported['bits_per_weight']:.4f}",
+                     f"{exported['file_bytes'] / 2**20:.2f}", f"{ppl_export:.4f}", consumer, f"{worst:g}",
+                     f"{kl:.2e}" if kl == kl else "-", f"{top1:.4f}" if top1 == top1 else "-"))
+        print(f"{name}: done", flush=True)
+
+    # quantize --save-as writes the same tensors as quantize + export.
+    direct = os.path.join(tmp, "direct-ct")
+    run(lowbit, "quantize", args.model, "-o", direct, "--format", "int4:g128", "--save-as", "compressed-tensors")
+    a = load_file(os.path.join(direct, "model.safetensors"))
+    b = load_file(os.path.join(tmp, "ct-w4a16-g128", "model.safetensors"))
+    check(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a),
+          "quantize --save-as compressed-tensors differs from quantize + export --to compressed-tensors")
+
+    header = ("export", "quant_method", "format", "bits/w", "MiB", "lowbit PPL", "checked by", "max |dW|",
+              "KL", "top-1")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    for r in [header] + rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    print(f"({len(ids) // CTX} windows of {CTX} tokens of {args.text})")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        sys.exit(f"{len(failures)} check(s) failed")
+    print("engine exports: all checks passed")
+
+
+if __name__ == "__main__":
+    main()

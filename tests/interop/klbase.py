@@ -1,0 +1,71 @@
+"""lowbit's top-K base file (`lowbit ppl --kl-base`, eval/compare.cc), written from any engine's
+logits, so that lowbit measures KL(engine || lowbit) on the same checkpoint and the same windows."""
+import ctypes
+import math
+import os
+import struct
+import subprocess
+import tempfile
+
+import numpy as np
+
+_FNV_SOURCE = r"""
+#include <stddef.h>
+#include <stdint.h>
+uint64_t fnv1a64(const unsigned char* p, size_t n, uint64_t h) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+"""
+_fnv = None
+
+
+def fnv1a(data, h=1469598103934665603):
+    """FNV-1a 64 (core/checksum.h) continued from h; in C, as base files run to tens of MB."""
+    global _fnv
+    if _fnv is None:
+        folder = tempfile.mkdtemp(prefix="lowbit-fnv-")
+        with open(os.path.join(folder, "fnv.c"), "w") as f:
+            f.write(_FNV_SOURCE)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", os.path.join(folder, "fnv.so"),
+                        os.path.join(folder, "fnv.c")], check=True)
+        _fnv = ctypes.CDLL(os.path.join(folder, "fnv.so")).fnv1a64
+        _fnv.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+        _fnv.restype = ctypes.c_uint64
+    return _fnv(data, len(data), h)
+
+
+def write_kl_base(out_path, tokens, bos, ctx, top_k, vocab, logits_of):
+    """llama-perplexity's protocol on lowbit's token ids: chunks of `ctx` tokens starting with `bos`,
+    scored on their second half. `logits_of(chunk)` returns the engine's [ctx, vocab] logits.
+    Writes a version 2 base file (header, checksum of header and records, records) and returns the
+    engine's perplexity over the scored positions."""
+    chunks = len(tokens) // ctx
+    first = ctx // 2
+    positions = chunks * (ctx - 1 - first)
+    nll, records = 0.0, []
+    record = np.dtype([("top", [("id", "<i4"), ("lp", "<f4")], top_k), ("tail", "<f4"), ("target", "<f4")])
+    for c in range(chunks):
+        chunk = list(tokens[c * ctx:(c + 1) * ctx])
+        chunk[0] = bos
+        logits = np.asarray(logits_of(chunk), dtype=np.float64)[first:ctx - 1]  # predicting chunk[first + 1:]
+        lp = logits - logits.max(axis=1, keepdims=True)
+        lp -= np.log(np.exp(lp).sum(axis=1, keepdims=True))
+        rows = np.arange(lp.shape[0])[:, None]
+        top = np.argpartition(-lp, top_k - 1, axis=1)[:, :top_k]
+        top = np.take_along_axis(top, np.argsort(-lp[rows, top], axis=1, kind="stable"), axis=1)
+        targets = np.array(chunk[first + 1:])
+        target_lp = lp[np.arange(lp.shape[0]), targets]
+        nll -= target_lp.sum()
+        r = np.zeros(lp.shape[0], dtype=record)
+        r["top"]["id"], r["top"]["lp"] = top, lp[rows, top]
+        r["tail"] = np.log(np.maximum(1.0 - np.exp(lp[rows, top]).sum(axis=1), 1e-30))
+        r["target"] = target_lp
+        records.append(r.tobytes())
+    # The token checksum covers the whole file lowbit tokenizes, as `lowbit ppl` computes it.
+    header = b"LBKLBASE" + struct.pack("<IIIIQQ", 2, vocab, ctx, top_k, positions,
+                                       fnv1a(struct.pack(f"<{len(tokens)}i", *tokens)))
+    body = b"".join(records)
+    with open(out_path, "wb") as f:
+        f.write(header + struct.pack("<Q", fnv1a(body, fnv1a(header))) + body)
+    return math.exp(nll / positions)
