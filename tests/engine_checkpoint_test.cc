@@ -284,5 +284,68 @@ TEST(EngineFormats, ExportedModelsLoadBackToTheSameTensors) {
   EXPECT_FALSE(fs::exists(dir / "mixed"));
 }
 
+TEST(EngineFormats, UnpackedFormatsStoreSignedInt8AndE4M3Bytes) {
+  Scratch dir;
+  // int8 code 128 + v is compressed-tensors' signed int8 v: row i holds -4 .. 3.
+  const QuantizedTensor q8 = Make("int8:channel", 2, 8, [](uint64_t, uint64_t i) { return 124 + i; }, [](uint64_t, uint64_t) { return 0; });
+  const InputQuant token{ParseScheme("int8:token"), 0};
+  EXPECT_EQ(CompressedTensorsFormatOf(q8.scheme(), token, "p"), "int-quantized");
+  const SafetensorsModel st = Written(dir, "i8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", q8, token); });
+  const TensorView& w = st.Get("p.weight");
+  ASSERT_EQ(w.dtype, DType::kI8);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<int8_t>(w.data[8 + i]), i - 4);
+  EXPECT_EQ(st.Get("p.weight_scale").shape, (std::vector<uint64_t>{2, 1}));
+  EXPECT_EQ(st.Find("p.input_scale"), nullptr);  // dynamic per token: nothing stored
+  ExpectSame(q8, ReadUnpackedLinear(st, "p", 2, 8, q8.scheme()));
+
+  // FP8 weight-only is naive-quantized; the E4M3 byte is stored as is. Static inputs store input_scale.
+  const QuantizedTensor f8 = Random("fp8_e4m3:block128x128:scale=f32", 256, 384, 11);
+  EXPECT_EQ(CompressedTensorsFormatOf(f8.scheme(), std::nullopt, "p"), "naive-quantized");
+  const InputQuant fixed{ParseScheme("fp8_e4m3:tensor:scale=f32"), 0.25f};
+  EXPECT_EQ(CompressedTensorsFormatOf(f8.scheme(), fixed, "p"), "float-quantized");
+  const SafetensorsModel fs8 = Written(dir, "f8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", f8, fixed); });
+  EXPECT_EQ(fs8.Get("p.weight").dtype, DType::kF8E4M3);
+  EXPECT_EQ(0, std::memcmp(fs8.Get("p.weight").data.data(), f8.codes().data(), f8.codes().size()));
+  EXPECT_EQ(fs8.Get("p.weight_scale").shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(ToFloat32(fs8.Get("p.input_scale"))[0], 0.25f);
+  ExpectSame(f8, ReadUnpackedLinear(fs8, "p", 256, 384, f8.scheme()));
+
+  ExpectError([&] { (void)CompressedTensorsFormatOf(q8.scheme(), InputQuant{ParseScheme("fp8_e4m3:token"), 0}, "p"); },
+              {"int8 weights with int8 inputs"});
+  ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("nvfp4"), std::nullopt, "p"); }, {"fp4_e2m1"});
+}
+
+TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
+  Scratch dir;
+  Model m = LoadHfModel(kModelDir);
+  QuantizeLinears(m.weights, ParseScheme("int8:channel"));
+  for (LayerWeights& l : m.weights.layers) {
+    l.wq.input_quant = l.wk.input_quant = l.wv.input_quant = InputQuant{ParseScheme("int8:token"), 0};
+    l.wo.input_quant = l.w_gate.input_quant = l.w_up.input_quant = l.w_down.input_quant =
+        InputQuant{ParseScheme("int8:tensor:scale=f32"), 0.0625f};
+  }
+  const Model expected = m;
+  StreamedModel s{std::move(m), nullptr};
+  EngineExportOptions o;
+  o.format = EngineFormat::kCompressedTensors;
+  const EngineExportResult r = ExportEngineCheckpoint(s, kModelDir, dir / "w8a8", nullptr, o);
+  EXPECT_EQ(r.format, "int-quantized");
+  const Model back = LoadHfModel(dir / "w8a8");
+  for (size_t i = 0; i < back.weights.layers.size(); ++i) {
+    const LayerWeights& a = expected.weights.layers[i];
+    const LayerWeights& b = back.weights.layers[i];
+    ExpectSame(std::get<QuantizedTensor>(a.w_down.weight), std::get<QuantizedTensor>(b.w_down.weight));
+    ASSERT_TRUE(b.wq.input_quant && b.w_down.input_quant);
+    EXPECT_EQ(b.wq.input_quant->scheme.ToString(), a.wq.input_quant->scheme.ToString());
+    EXPECT_EQ(b.w_down.input_quant->scheme.granularity.kind, GranularityKind::kTensor);
+    EXPECT_EQ(b.w_down.input_quant->static_scale, 0.0625f);
+  }
+  // GPTQ is weight-only: the error says where W8A8 goes.
+  StreamedModel again{expected, nullptr};
+  o.format = EngineFormat::kGptq;
+  ExpectError([&] { (void)ExportEngineCheckpoint(again, kModelDir, dir / "gptq", nullptr, o); },
+              {"input_quant", "compressed-tensors"});
+}
+
 }  // namespace
 }  // namespace lowbit

@@ -403,15 +403,15 @@ TEST(QuantizedCheckpoint, ForeignQuantizedCheckpointsAreNotSupportedYet) {
     WriteFileAtomic(dir / "config.json", config.dump());
     ExpectLoadError(dir, {"not supported yet", qc["quant_method"].get<std::string>()});
   }
-  // compressed-tensors formats other than pack-quantized name the format.
-  const fs::path ct = scratch / "ct-float";
+  // compressed-tensors formats lowbit does not read yet name the format.
+  const fs::path ct = scratch / "ct-nvfp4";
   fs::create_directory(ct);
   fs::create_symlink(kModelDir / "model.safetensors", ct / "model.safetensors");
   json config = base;
-  config["quantization_config"] = json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
-      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"}}}})");
+  config["quantization_config"] = json::parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float"}}}})");
   WriteFileAtomic(ct / "config.json", config.dump());
-  ExpectLoadError(ct, {"float-quantized", "not supported yet", "quantization_config.format"});
+  ExpectLoadError(ct, {"nvfp4-pack-quantized", "not supported yet", "quantization_config.format"});
 }
 
 // A GPTQ / AWQ / compressed-tensors config over weights that hold no quantized linear is an error,

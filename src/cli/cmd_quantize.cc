@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "eval/compare.h"
+#include "io/compressed_tensors.h"
 #include "io/engine_export.h"
 #include "io/gguf_export.h"
 #include "io/gguf_mix.h"
@@ -117,10 +118,19 @@ void CheckGgufRecipe(const Recipe& r, const GgufFileType& t) {
 // simulate what the engines do not run (activation quantization, online rotations, outlier columns).
 void CheckEngineRecipe(const Recipe& r, const EngineExportOptions& e) {
   const std::string target = fmt::format("--save-as {}", EngineFormatName(e.format));
-  CheckEngineScheme(e.format, ParseScheme(r.format), fmt::format("{}: format", target));
-  for (size_t i = 0; i < r.overrides.size(); ++i)
-    CheckEngineScheme(e.format, ParseScheme(r.overrides[i].format), fmt::format("{}: overrides[{}].format", target, i));
-  if (!r.act_format.empty()) Fail("{}: act_format '{}': weight-only formats have no activation quantization", target, r.act_format);
+  std::optional<InputQuant> input;
+  if (!r.act_format.empty()) {
+    if (e.format != EngineFormat::kCompressedTensors)
+      Fail("{}: act_format '{}': GPTQ and AWQ are weight-only; W8A8 goes to --save-as compressed-tensors", target,
+           r.act_format);
+    input = InputQuant{ParseScheme(r.act_format), 0};
+  }
+  auto check = [&](const std::string& format, const std::string& where) {
+    if (e.format == EngineFormat::kCompressedTensors) (void)CompressedTensorsFormatOf(ParseScheme(format), input, where);
+    else CheckEngineScheme(e.format, ParseScheme(format), where);
+  };
+  check(r.format, fmt::format("{}: format", target));
+  for (size_t i = 0; i < r.overrides.size(); ++i) check(r.overrides[i].format, fmt::format("{}: overrides[{}].format", target, i));
   if (r.rotate) Fail("{}: rotate: the engines have no online Hadamard rotation of down_proj's input", target);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -204,6 +205,176 @@ QuantizedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::s
   if (st.Find(prefix + ".weight_g_idx"))
     Fail("{}: tensor '{}.weight_g_idx': act-order checkpoints are not supported yet", st.path().string(), prefix);
   return q;
+}
+
+namespace {
+
+bool FloatScale(ScaleType t) { return t == ScaleType::kF32 || t == ScaleType::kF16 || t == ScaleType::kBF16; }
+
+// The weight_scale shape compressed-tensors gives each strategy.
+std::vector<uint64_t> ScaleShape(const QuantScheme& s, const ScaleGrid& g) {
+  if (s.granularity.kind == GranularityKind::kTensor) return {1};
+  return {g.grid_rows, g.grid_cols};
+}
+
+std::string_view ScaleSuffix(DType scale_dtype, const JsonView& where) {
+  switch (scale_dtype) {
+    case DType::kF32: return ":scale=f32";
+    case DType::kF16: return ":scale=f16";
+    case DType::kBF16: return ":scale=bf16";
+    default: where.Fail(fmt::format("weight_scale is {}; compressed-tensors scales are F32, F16 or BF16", DTypeName(scale_dtype)));
+  }
+}
+
+}  // namespace
+
+std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<InputQuant>& input, const std::string& where) {
+  const std::string scheme = w.ToString();
+  const bool fp8 = w.element->name == "fp8_e4m3";
+  const bool int8 = w.element->kind == ElementKind::kInt && w.element->bits == 8;
+  if (!input) {
+    if (w.element->kind == ElementKind::kInt) {
+      CheckPackQuantized(w, where);
+      return "pack-quantized";
+    }
+    if (!fp8)
+      Fail("{}: scheme '{}': element format {}: compressed-tensors exports hold integer and fp8_e4m3 weights (NVFP4 "
+           "and MXFP4 are not supported yet)", where, scheme, w.element->name);
+  } else {
+    const QuantScheme& a = input->scheme;
+    const GranularityKind g = a.granularity.kind;
+    if ((a.element->name != "fp8_e4m3" && !(a.element->kind == ElementKind::kInt && a.element->bits == 8)) ||
+        a.asymmetric() || (g != GranularityKind::kToken && g != GranularityKind::kTensor))
+      Fail("{}: input_quant '{}': compressed-tensors quantizes inputs to symmetric int8 or fp8_e4m3, per token "
+           "(dynamic) or per tensor (static)", where, a.ToString());
+    if (!(int8 && a.element->kind == ElementKind::kInt) && !(fp8 && a.element->name == "fp8_e4m3"))
+      Fail("{}: scheme '{}' with input_quant '{}': compressed-tensors pairs int8 weights with int8 inputs and fp8 "
+           "with fp8", where, scheme, a.ToString());
+    if (int8 && w.asymmetric())
+      Fail("{}: scheme '{}': int-quantized W8A8 weights are symmetric", where, scheme);
+  }
+  if (!FloatScale(w.scale_type) || w.tensor_scale)
+    Fail("{}: scheme '{}': scale type {}: compressed-tensors stores f32, f16 or bf16 scales here", where, scheme,
+         ScaleTypeName(w.scale_type));
+  const GranularityKind g = w.granularity.kind;
+  if (g != GranularityKind::kTensor && g != GranularityKind::kChannel && g != GranularityKind::kGroup &&
+      g != GranularityKind::kBlock)
+    Fail("{}: scheme '{}': granularity: compressed-tensors weights have tensor, channel, group or block scales", where, scheme);
+  if (!input) return "naive-quantized";
+  return int8 ? "int-quantized" : "float-quantized";
+}
+
+nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
+  const bool token = input.scheme.granularity.kind == GranularityKind::kToken;
+  OrderedJson a;
+  a["num_bits"] = 8;
+  a["type"] = input.scheme.element->kind == ElementKind::kInt ? "int" : "float";
+  a["symmetric"] = true;
+  a["group_size"] = nullptr;
+  a["strategy"] = token ? "token" : "tensor";
+  a["block_structure"] = nullptr;
+  a["dynamic"] = token;
+  a["actorder"] = nullptr;
+  a["observer"] = token ? OrderedJson(nullptr) : OrderedJson("minmax");
+  // The dtype dynamic scales are rounded to, so that a reader computes lowbit's numbers.
+  a["scale_dtype"] = TorchScaleDType(input.scheme.scale_type);
+  a["zp_dtype"] = nullptr;
+  return a;
+}
+
+void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
+                                const std::optional<InputQuant>& input) {
+  const std::string format = CompressedTensorsFormatOf(q.scheme(), input, prefix);
+  if (format == "pack-quantized") return AddPackQuantizedLinear(out, prefix, q);
+  const QuantScheme& s = q.scheme();
+  const uint64_t n_out = q.rows(), k_in = q.cols();
+  std::vector<std::byte> weight(n_out * k_in);
+  for (uint64_t n = 0; n < n_out; ++n) {
+    const uint8_t* row = q.codes().data() + n * q.row_bytes();
+    for (uint64_t i = 0; i < k_in; ++i)  // int8: offset binary to two's complement; fp8: the E4M3 byte as is
+      weight[n * k_in + i] = static_cast<std::byte>(s.element->kind == ElementKind::kInt ? row[i] ^ 0x80 : row[i]);
+  }
+  out.AddOwnedBytes(prefix + ".weight", s.element->kind == ElementKind::kInt ? DType::kI8 : DType::kF8E4M3, {n_out, k_in},
+                    std::move(weight));
+  const auto scales = std::as_bytes(q.scale_bytes());
+  out.AddOwnedBytes(prefix + ".weight_scale", ScaleDType(s.scale_type), ScaleShape(s, q.grid()), {scales.begin(), scales.end()});
+  if (input && input->scheme.granularity.kind == GranularityKind::kTensor)
+    out.AddOwned(prefix + ".input_scale", DType::kF32, {1}, std::vector<float>{input->static_scale});
+}
+
+QuantScheme UnpackedScheme(const JsonView& w, DType scale_dtype) {
+  const std::string type = w.Get<std::string>("type", "int");
+  if (w.Get<int>("num_bits", 8) != 8) w["num_bits"].Fail("int-, float- and naive-quantized weights here are 8-bit");
+  if (!w.Get<bool>("symmetric", true)) w["symmetric"].Fail("asymmetric unpacked weights are not supported yet");
+  std::string text;
+  if (type == "int") text = "int8";
+  else if (type == "float") text = "fp8_e4m3";
+  else w["type"].Fail(fmt::format("is '{}'; expected int or float", type));
+  const int64_t group = w.Get<int64_t>("group_size", 0);
+  const std::string strategy = w.Get<std::string>("strategy", group > 0 ? "group" : group == -1 ? "channel" : "tensor");
+  if (strategy == "group") {
+    if (group <= 0) w["group_size"].Fail("must be a positive group size with strategy \"group\"");
+    text += fmt::format(":g{}", group);
+  } else if (strategy == "block") {
+    const std::vector<uint32_t> block = w.Get<std::vector<uint32_t>>("block_structure");
+    if (block.size() != 2 || block[0] == 0 || block[1] == 0) w["block_structure"].Fail("must be [rows, cols]");
+    text += fmt::format(":block{}x{}", block[0], block[1]);
+  } else if (strategy == "channel" || strategy == "tensor") {
+    text += ":" + strategy;
+  } else {
+    w["strategy"].Fail(fmt::format("is '{}'; lowbit reads tensor, channel, group and block weights", strategy));
+  }
+  return ParseScheme(text + std::string(ScaleSuffix(scale_dtype, w)));
+}
+
+QuantizedTensor ReadUnpackedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
+                                   const QuantScheme& s) {
+  const std::string what = fmt::format("{} for a [{} x {}] linear", s.ToString(), rows, cols);
+  const bool is_int = s.element->kind == ElementKind::kInt;
+  QuantizedTensor q(s, rows, cols);
+  const std::span<const std::byte> weight =
+      ExpectTensor(st, prefix + ".weight", is_int ? DType::kI8 : DType::kF8E4M3, {rows, cols}, what);
+  for (uint64_t n = 0; n < rows; ++n)
+    for (uint64_t i = 0; i < cols; ++i) {
+      const auto b = static_cast<uint8_t>(weight[n * cols + i]);
+      q.codes()[n * q.row_bytes() + i] = is_int ? b ^ 0x80 : b;
+    }
+  const std::span<const std::byte> scales =
+      ExpectTensor(st, prefix + ".weight_scale", ScaleDType(s.scale_type), ScaleShape(s, q.grid()), what);
+  std::memcpy(q.scale_bytes().data(), scales.data(), q.scale_bytes().size());
+  if (st.Find(prefix + ".weight_zero_point"))
+    Fail("{}: tensor '{}.weight_zero_point': asymmetric unpacked weights are not supported yet", st.path().string(), prefix);
+  return q;
+}
+
+InputQuant CompressedTensorsInput(const JsonView& a, const SafetensorsModel& st, const std::string& prefix) {
+  const std::string type = a.Get<std::string>("type", "int");
+  if (a.Get<int>("num_bits", 8) != 8) a["num_bits"].Fail("lowbit runs 8-bit input quantization");
+  if (!a.Get<bool>("symmetric", true)) a["symmetric"].Fail("asymmetric input quantization is not supported yet");
+  if (type != "int" && type != "float") a["type"].Fail(fmt::format("is '{}'; expected int or float", type));
+  const std::string element = type == "int" ? "int8" : "fp8_e4m3";
+  const std::string strategy = a.Get<std::string>("strategy", "tensor");
+  const bool dynamic = a.Has("dynamic") && a["dynamic"].value() == true;
+  if (strategy == "token") {
+    if (!dynamic) a["dynamic"].Fail("per-token input quantization must be dynamic");
+    // Dynamic scales in scale_dtype when given (lowbit writes it), else fp32 as vLLM computes them.
+    const std::string dtype = a.Get<std::string>("scale_dtype", "torch.float32");
+    const char* scale = dtype == "torch.float16" ? "f16" : dtype == "torch.bfloat16" ? "bf16" : "f32";
+    if (dtype != "torch.float16" && dtype != "torch.bfloat16" && dtype != "torch.float32")
+      a["scale_dtype"].Fail(fmt::format("is '{}'; expected torch.float32, torch.float16 or torch.bfloat16", dtype));
+    return InputQuant{ParseScheme(fmt::format("{}:token:scale={}", element, scale)), 0};
+  }
+  if (strategy != "tensor" || dynamic)
+    a["strategy"].Fail(fmt::format("is '{}'{}; lowbit reads per-token dynamic and per-tensor static inputs", strategy,
+                                   dynamic ? " (dynamic)" : ""));
+  const TensorView* scale = st.Find(prefix + ".input_scale");
+  if (!scale || scale->numel() != 1)
+    Fail("{}: tensor '{}.input_scale' (one value) is missing; {} says static per-tensor inputs", st.path().string(),
+         prefix, a.path());
+  const float value = ToFloat32(*scale)[0];
+  if (!(value > 0) || !std::isfinite(value))
+    Fail("{}: tensor '{}.input_scale' is {}, not a positive scale", st.path().string(), prefix, value);
+  return InputQuant{ParseScheme(element + ":tensor:scale=f32"), value};
 }
 
 }  // namespace lowbit

@@ -11,6 +11,13 @@
 //
 // A lowbit integer code is compressed-tensors' stored value (q + 2^(b-1)), byte for byte: each
 // packed row is lowbit's row padded to whole int32 words.
+//
+// Weights with quantized inputs (W8A8, SmoothQuant's output) and FP8 weights are stored unpacked:
+//   "int-quantized"   P.weight I8 [N, K] (signed: lowbit's code - 128), int8 inputs
+//   "float-quantized" P.weight F8_E4M3 [N, K] (lowbit's codes), fp8 inputs
+//   "naive-quantized" P.weight F8_E4M3 [N, K], FP8 weight-only
+// with P.weight_scale [N, 1] / [1] / [groups] / [blocks] and, for static per-tensor inputs,
+// P.input_scale F32 [1]. Per-token inputs are dynamic (no tensor).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +28,7 @@
 #include "core/json_util.h"
 #include "io/checkpoint_folder.h"
 #include "io/safetensors.h"
+#include "model/weights.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
@@ -32,6 +40,17 @@ inline constexpr std::string_view kCompressedTensorsVersion = "0.20.1";
 // scheme has no counterpart there (NF4, ternary, FP6, FP8 E5M2, MXINT8, float zero-points,
 // per-token weights, unscaled casts).
 std::optional<nlohmann::ordered_json> CompressedTensorsArgs(const QuantScheme& s);
+
+// The compressed-tensors format a linear of these weights and inputs is written in, as
+// compressed-tensors itself picks it; Error naming the field when it has none (float zero points,
+// NF4, FP6, asymmetric W8A8, inputs other than int8 / fp8 per token or per tensor, ...).
+std::string CompressedTensorsFormatOf(const QuantScheme& weights, const std::optional<InputQuant>& input,
+                                      const std::string& where);
+// QuantizationArgs of a linear's quantized input (always symmetric; token = dynamic).
+nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input);
+// Appends the tensors of linear `prefix` in the format CompressedTensorsFormatOf names.
+void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
+                                const std::optional<InputQuant>& input);
 
 // Throws Error naming the field when `scheme` cannot be written as pack-quantized (integer codes of
 // 1..8 bits, tensor / channel / group scales in f32, f16 or bf16, integer zero points).
@@ -49,5 +68,14 @@ QuantScheme PackQuantizedScheme(const JsonView& weights, DType scale_dtype);
 // tensor's dtype and shape (either packing of 3/5/6/7-bit values, told apart by the row width).
 QuantizedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
                                         uint64_t cols, const QuantScheme& s);
+
+// The same for the unpacked formats (int-quantized, float-quantized, naive-quantized): 8-bit int or
+// fp8_e4m3 weights, tensor / channel / group / block scales.
+QuantScheme UnpackedScheme(const JsonView& weights, DType scale_dtype);
+QuantizedTensor ReadUnpackedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
+                                   const QuantScheme& s);
+// The quantized input a config group's "input_activations" describe (int8 / fp8, symmetric, per token
+// dynamic or per tensor static with P.input_scale); Error naming the key otherwise.
+InputQuant CompressedTensorsInput(const JsonView& args, const SafetensorsModel& st, const std::string& prefix);
 
 }  // namespace lowbit

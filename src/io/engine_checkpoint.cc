@@ -120,35 +120,59 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
     const JsonView groups = qc["config_groups"].ExpectObject();
     for (const auto& [name, unused] : groups.value().items()) {
       const JsonView g = groups[name].ExpectObject();
-      const std::string group_format = g.Get<std::string>("format", format);
-      if (group_format != "pack-quantized")
-        (g.Has("format") ? g["format"] : qc["format"])
-            .Fail(fmt::format("is '{}'; lowbit reads compressed-tensors pack-quantized checkpoints (int-quantized, "
-                              "float-quantized and nvfp4-pack-quantized are not supported yet)", group_format));
-      if (g.Has("input_activations"))
-        g["input_activations"].Fail("activation quantization (W8A8) is not supported yet");
       Group group;
+      group.format = g.Get<std::string>("format", format);
+      if (group.format != "pack-quantized" && group.format != "int-quantized" && group.format != "float-quantized" &&
+          group.format != "naive-quantized")
+        (g.Has("format") ? g["format"] : qc["format"])
+            .Fail(fmt::format("is '{}'; lowbit reads compressed-tensors pack-quantized, int-quantized, float-quantized "
+                              "and naive-quantized checkpoints (nvfp4-pack-quantized and the MX formats are not "
+                              "supported yet)", group.format));
       group.targets = g.Get<std::vector<std::string>>("targets");
       group.weights = g["weights"].ExpectObject().value();
       group.path = g["weights"].path();
-      (void)PackQuantizedScheme(g["weights"], DType::kF16);  // every field checked once, up front
+      if (g.Has("input_activations")) {
+        if (group.format == "pack-quantized" || group.format == "naive-quantized")
+          g["input_activations"].Fail(fmt::format("quantized inputs with format '{}' are not supported", group.format));
+        group.input = g["input_activations"].ExpectObject().value();
+        group.input_path = g["input_activations"].path();
+      }
+      // Every field checked once, up front.
+      if (group.format == "pack-quantized") (void)PackQuantizedScheme(g["weights"], DType::kF16);
+      else (void)UnpackedScheme(g["weights"], DType::kF32);
       e.groups_.push_back(std::move(group));
     }
     e.ignore_ = qc.Get<std::vector<std::string>>("ignore", {});
-    e.suffixes_ = {".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape"};
+    e.suffixes_ = {".weight", ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".input_scale"};
   }
   return e;
 }
 
+bool EngineLinears::AnyQuantized(const SafetensorsModel& st) const {
+  return std::ranges::any_of(st.names(), [&](const std::string& name) {
+    return method_ == "compressed-tensors" ? name.ends_with(".weight_packed") || name.ends_with(".weight_scale")
+                                           : name.ends_with(".qweight");
+  });
+}
+
 bool EngineLinears::Has(const SafetensorsModel& st, std::string_view prefix) const {
-  return st.Find(std::string(prefix) + std::string(packed_suffix())) != nullptr;
+  const std::string p(prefix);
+  if (st.Find(p + (method_ == "compressed-tensors" ? ".weight_packed" : ".qweight"))) return true;
+  // compressed-tensors' unpacked formats keep P.weight, told from a dense weight by its scale.
+  return method_ == "compressed-tensors" && st.Find(p + ".weight_scale") && st.Find(p + ".weight");
+}
+
+std::optional<InputQuant> EngineLinears::InputQuantOf(const SafetensorsModel& st, const std::string& prefix) const {
+  if (method_ != "compressed-tensors" || !Has(st, prefix)) return std::nullopt;
+  const Group& g = GroupOf(prefix);
+  if (g.input.is_null()) return std::nullopt;
+  return CompressedTensorsInput(JsonView(g.input, config_path_, g.input_path), st, prefix);
 }
 
 const EngineLinears::Group& EngineLinears::GroupOf(std::string_view prefix) const {
   for (const std::string& target : ignore_)
     if (target != "Linear" && Matches(target, prefix))
-      Fail("{}: '{}' is in quantization_config.ignore, but the checkpoint holds it quantized ({}.weight_packed)",
-           config_path_, prefix, prefix);
+      Fail("{}: '{}' is in quantization_config.ignore, but the checkpoint holds it quantized", config_path_, prefix);
   for (const Group& g : groups_)
     for (const std::string& target : g.targets)
       if (Matches(target, prefix)) return g;
@@ -163,8 +187,10 @@ QuantizedTensor EngineLinears::Load(const SafetensorsModel& st, const std::strin
   const Group& g = GroupOf(prefix);
   const TensorView* scale = st.Find(prefix + ".weight_scale");
   if (!scale) Fail("{}: tensor '{}.weight_scale' is missing", st.path().string(), prefix);
-  const QuantScheme s = PackQuantizedScheme(JsonView(g.weights, config_path_, g.path), scale->dtype);
-  return ReadPackQuantizedLinear(st, prefix, rows, cols, s);
+  const JsonView weights(g.weights, config_path_, g.path);
+  if (g.format == "pack-quantized")
+    return ReadPackQuantizedLinear(st, prefix, rows, cols, PackQuantizedScheme(weights, scale->dtype));
+  return ReadUnpackedLinear(st, prefix, rows, cols, UnpackedScheme(weights, scale->dtype));
 }
 
 }  // namespace lowbit

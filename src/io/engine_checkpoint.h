@@ -1,5 +1,5 @@
 // Reads the engines' quantized checkpoints, lowbit's exports or anyone's: GPTQ (v1 / v2 zeros),
-// AWQ GEMM and compressed-tensors pack-quantized. Each quantized linear is repacked at load into a
+// AWQ GEMM and compressed-tensors (pack-quantized, int-quantized W8A8, float- and naive-quantized FP8). Each quantized linear is repacked at load into a
 // QuantizedTensor (no fp32 copy of the matrix), so ppl, compare, generate, bench and inspect run
 // them through lowbit's fast kernels.
 #pragma once
@@ -14,6 +14,7 @@
 
 #include "io/gptq_awq.h"
 #include "io/safetensors.h"
+#include "model/weights.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
@@ -32,19 +33,22 @@ class EngineLinears {
 
   std::string_view quant_method() const { return method_; }
   const std::string& config_path() const { return config_path_; }
-  // The tensor that marks a quantized linear: ".qweight" (GPTQ, AWQ) or ".weight_packed".
-  std::string_view packed_suffix() const { return method_ == "compressed-tensors" ? ".weight_packed" : ".qweight"; }
+  // Whether any tensor of `st` belongs to a quantized linear of this format.
+  bool AnyQuantized(const SafetensorsModel& st) const;
   // Whether linear `prefix` is stored quantized (its packed tensor is in the checkpoint).
   bool Has(const SafetensorsModel& st, std::string_view prefix) const;
   // The tensor suffixes a quantized linear may have (for the consistency check).
   const std::vector<std::string>& suffixes() const { return suffixes_; }
   QuantizedTensor Load(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols) const;
+  // The quantized input of linear `prefix` (compressed-tensors W8A8: int8 / fp8 per token or per tensor).
+  std::optional<InputQuant> InputQuantOf(const SafetensorsModel& st, const std::string& prefix) const;
 
  private:
   struct Group {  // a compressed-tensors config group
+    std::string format;  // pack-quantized, int-quantized, float-quantized or naive-quantized
     std::vector<std::string> targets;
-    nlohmann::json weights;
-    std::string path;  // "quantization_config.config_groups.group_0.weights", for messages
+    nlohmann::json weights, input;  // input: null when the inputs are not quantized
+    std::string path, input_path;   // "quantization_config.config_groups.group_0.weights", for messages
   };
   const Group& GroupOf(std::string_view prefix) const;
 

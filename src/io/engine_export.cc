@@ -33,9 +33,12 @@ std::string ExactRegex(const std::string& name) {
 void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
   const Linear& l = *nl.linear;
   const std::string_view format = EngineFormatName(f);
-  if (l.input_quant)
-    Fail("{}: input_quant ({} activations): a {} export holds weight-only quantization; W8A8 (int-quantized) export "
-         "is not supported yet", nl.prefix, l.input_quant->scheme.ToString(), format);
+  if (l.input_quant && f != EngineFormat::kCompressedTensors)
+    Fail("{}: input_quant ({} activations): {} holds weight-only quantization; export W8A8 with --to "
+         "compressed-tensors (int-quantized / float-quantized)", nl.prefix, l.input_quant->scheme.ToString(), format);
+  if (l.input_quant && !l.quantized())
+    Fail("{}: input_quant ({} activations) on a dense weight has no compressed-tensors form", nl.prefix,
+         l.input_quant->scheme.ToString());
   if (l.input_hadamard != 0)
     Fail("{}: input_hadamard {}: the engines have no online Hadamard rotation before this linear, so the exported "
          "model would compute something else", nl.prefix, l.input_hadamard);
@@ -105,7 +108,12 @@ OrderedJson AwqConfig(const QweightParams& p, const std::vector<NamedLinear>& li
 }
 
 OrderedJson CompressedTensorsConfig(const std::vector<NamedLinear>& linears) {
-  std::vector<std::pair<std::string, std::vector<std::string>>> by_scheme;  // first-seen order
+  struct Group {
+    std::string key, format;  // key: weight scheme + input scheme
+    const Linear* first;
+    std::vector<std::string> targets;
+  };
+  std::vector<Group> groups;  // first-seen order
   OrderedJson ignore = OrderedJson::array();
   for (const NamedLinear& nl : linears) {
     const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight);
@@ -113,25 +121,30 @@ OrderedJson CompressedTensorsConfig(const std::vector<NamedLinear>& linears) {
       ignore.push_back(nl.prefix);
       continue;
     }
-    const std::string text = q->scheme().ToString();
-    auto it = std::find_if(by_scheme.begin(), by_scheme.end(), [&](const auto& e) { return e.first == text; });
-    if (it == by_scheme.end()) it = by_scheme.emplace(by_scheme.end(), text, std::vector<std::string>{});
-    it->second.push_back(nl.prefix);
+    const std::optional<InputQuant>& input = nl.linear->input_quant;
+    const std::string key = q->scheme().ToString() + "|" + (input ? input->scheme.ToString() : "");
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
+    if (it == groups.end())
+      it = groups.insert(groups.end(), {key, CompressedTensorsFormatOf(q->scheme(), input, nl.prefix), nl.linear, {}});
+    it->targets.push_back(nl.prefix);
   }
-  OrderedJson groups = OrderedJson::object();
-  for (const auto& [text, targets] : by_scheme) {
-    OrderedJson g;
+  OrderedJson config_groups = OrderedJson::object();
+  bool one_format = true;
+  for (const Group& g : groups) {
+    one_format = one_format && g.format == groups.front().format;
+    const QuantizedTensor& q = std::get<QuantizedTensor>(g.first->weight);
+    OrderedJson j;
     // One scheme: every Linear not ignored, as llm-compressor writes it; several: exact names.
-    g["targets"] = by_scheme.size() == 1 ? OrderedJson::array({"Linear"}) : OrderedJson(targets);
-    g["weights"] = *CompressedTensorsArgs(ParseScheme(text));  // CheckPackQuantized passed
-    g["input_activations"] = nullptr;
-    g["output_activations"] = nullptr;
-    g["format"] = "pack-quantized";
-    groups[fmt::format("group_{}", groups.size())] = std::move(g);
+    j["targets"] = groups.size() == 1 ? OrderedJson::array({"Linear"}) : OrderedJson(g.targets);
+    j["weights"] = *CompressedTensorsArgs(q.scheme());  // CompressedTensorsFormatOf passed
+    j["input_activations"] = g.first->input_quant ? CompressedTensorsInputArgs(*g.first->input_quant) : OrderedJson(nullptr);
+    j["output_activations"] = nullptr;
+    j["format"] = g.format;
+    config_groups[fmt::format("group_{}", config_groups.size())] = std::move(j);
   }
   OrderedJson qc;
   qc["quant_method"] = "compressed-tensors";
-  qc["format"] = "pack-quantized";
+  qc["format"] = groups.empty() || !one_format ? "mixed-precision" : groups.front().format;
   qc["quantization_status"] = "compressed";
   qc["version"] = kCompressedTensorsVersion;
   qc["global_compression_ratio"] = nullptr;
@@ -139,7 +152,7 @@ OrderedJson CompressedTensorsConfig(const std::vector<NamedLinear>& linears) {
   qc["kv_cache_scheme"] = nullptr;
   qc["sparsity_config"] = OrderedJson::object();
   qc["transform_config"] = OrderedJson::object();
-  qc["config_groups"] = std::move(groups);
+  qc["config_groups"] = std::move(config_groups);
   return qc;
 }
 
@@ -151,7 +164,7 @@ void AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOption
     switch (o.format) {
       case EngineFormat::kGptq: AddGptqLinear(list, nl.prefix, *q, o.gptq_v2); break;
       case EngineFormat::kAwq: AddAwqLinear(list, nl.prefix, *q); break;
-      case EngineFormat::kCompressedTensors: AddPackQuantizedLinear(list, nl.prefix, *q); break;
+      case EngineFormat::kCompressedTensors: AddCompressedTensorsLinear(list, nl.prefix, *q, l.input_quant); break;
     }
     r.quantized_bytes += list.bytes() - before;
     r.quantized_weights += q->numel();
@@ -188,7 +201,7 @@ void CheckEngineScheme(EngineFormat f, const QuantScheme& scheme, const std::str
   switch (f) {
     case EngineFormat::kGptq: (void)GptqParamsOf(scheme, where); break;
     case EngineFormat::kAwq: (void)AwqParamsOf(scheme, where); break;
-    case EngineFormat::kCompressedTensors: CheckPackQuantized(scheme, where); break;
+    case EngineFormat::kCompressedTensors: (void)CompressedTensorsFormatOf(scheme, std::nullopt, where); break;
   }
 }
 
@@ -230,11 +243,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       r.format = "gemm";
       break;
     case EngineFormat::kCompressedTensors:
-      for (const NamedLinear& nl : linears)
-        if (const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight)) CheckPackQuantized(q->scheme(), nl.prefix);
       qc = CompressedTensorsConfig(linears);
       r.quant_method = "compressed-tensors";
-      r.format = "pack-quantized";
+      r.format = qc["format"].get<std::string>();
       break;
   }
 

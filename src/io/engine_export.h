@@ -1,5 +1,5 @@
 // Exports a model as a checkpoint the serving engines load: GPTQ (v1 or v2 zeros), AWQ GEMM or
-// compressed-tensors pack-quantized, each a Hugging Face folder (safetensors shards of at most
+// compressed-tensors (pack-quantized integers, int-quantized W8A8, float-/naive-quantized FP8), each a Hugging Face folder (safetensors shards of at most
 // 5 GB with model.safetensors.index.json, config.json with the engine's quantization_config,
 // tokenizer and generation files, and lowbit's recipe card as recipe.json).
 //
@@ -7,9 +7,9 @@
 // engine serves. Dense linears of a float source are first quantized with `scheme` (RTN) when one
 // is given; linears left dense are listed as unquantized (GPTQ "dynamic" exclusions, AWQ
 // modules_to_not_convert, compressed-tensors "ignore"). Anything the format cannot express exactly
-// (element format, bits, granularity, scale or zero type, shapes that do not pack, simulated
-// activation quantization, online Hadamard rotations, LLM.int8() columns) is an Error naming the
-// linear and the field, before anything is written.
+// (element format, bits, granularity, scale or zero type, shapes that do not pack, activation
+// quantization outside compressed-tensors' W8A8 forms, online Hadamard rotations, LLM.int8()
+// columns) is an Error naming the linear and the field, before anything is written.
 #pragma once
 
 #include <cstdint>

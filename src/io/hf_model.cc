@@ -110,14 +110,9 @@ class HfTensors {
     // Tied: a stored lm_head.weight is accepted only when it equals the embeddings (SameAsEmbeddings).
     if (c.tie_embeddings && Has("lm_head.weight")) tied_lm_head_ = true;
 
-    if (engine_) {  // a quantized config over dense weights would run a model the config does not describe
-      const bool any = std::ranges::any_of(model_.names(), [&](const std::string& name) {
-        return name.ends_with(engine_->packed_suffix());
-      });
-      if (!any)
-        Fail("{}: quantization_config says {}, but no linear of {} is stored quantized (no '*{}' tensor)",
-             engine_->config_path(), engine_->quant_method(), model_.path().string(), engine_->packed_suffix());
-    }
+    if (engine_ && !engine_->AnyQuantized(model_))  // a dense model must not run under a quantized config
+      Fail("{}: quantization_config says {}, but no linear of {} is stored quantized", engine_->config_path(),
+           engine_->quant_method(), model_.path().string());
     for (const auto& [name, shape] : dense) {
       const TensorView& t = model_.Get(name);  // "no tensor" naming the checkpoint
       if (t.shape != shape)
@@ -210,7 +205,7 @@ class HfTensors {
       l.weight = DenseMatrix{rows, cols, ToFloat32Releasing(t)};
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
-    l.input_quant = quantized_.InputQuantOf(name);
+    l.input_quant = engine_ ? engine_->InputQuantOf(model_, name) : quantized_.InputQuantOf(name);
     l.input_hadamard = quantized_.InputHadamardOf(name);
     l.outliers = quantized_.LoadOutliers(model_, name, rows, cols);
     if (l.outliers && !options_.allow_nonfinite)
