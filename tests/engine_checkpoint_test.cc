@@ -2,6 +2,7 @@
 // from the formats' definitions (docs/formats.md sections 3-5), round trips through safetensors files
 // to identical codes, scales and zeros, every "cannot be expressed" error naming its field, and a
 // whole-model export that loads back to the same quantized tensors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "io/hf_model.h"
 #include "io/model_loader.h"
 #include "io/safetensors.h"
+#include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
 
 namespace lowbit {
@@ -345,6 +347,33 @@ TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
   o.format = EngineFormat::kGptq;
   ExpectError([&] { (void)ExportEngineCheckpoint(again, kModelDir, dir / "gptq", nullptr, o); },
               {"input_quant", "compressed-tensors"});
+}
+
+TEST(EngineFormats, CalibratedKvScalesTravelAsKScaleAndVScale) {
+  Scratch dir;
+  const fs::path source = dir / "source";
+  fs::create_directories(source);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.model"}) fs::create_symlink(kModelDir / f, source / f);
+  KvScales kv;
+  for (int i = 0; i < 6; ++i) {
+    kv.k.push_back(0.01f * (i + 1));
+    kv.v.push_back(0.02f * (i + 1));
+  }
+  WriteKvScales(kv, KvScalesPathFor(source));
+  StreamedModel s = OpenModel(source);
+  EngineExportOptions o;
+  o.scheme = ParseScheme("int4:g128");
+  (void)ExportEngineCheckpoint(s, source, dir / "out", nullptr, o);
+  const SafetensorsModel st = SafetensorsModel::Open(dir / "out");
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(ToFloat32(st.Get(fmt::format("model.layers.{}.self_attn.k_scale", i)))[0], kv.k[i]);
+    EXPECT_EQ(ToFloat32(st.Get(fmt::format("model.layers.{}.self_attn.v_scale", i)))[0], kv.v[i]);
+  }
+  const nlohmann::json config = nlohmann::json::parse(ReadTextFile(dir / "out" / "config.json"));
+  EXPECT_EQ(config["quantization_config"]["kv_cache_scheme"]["type"], "float");
+  EXPECT_EQ(config["quantization_config"]["kv_cache_scheme"]["strategy"], "tensor");
+  EXPECT_EQ(ReadKvScales(KvScalesPathFor(dir / "out"), 6).k, kv.k);  // lowbit's own file travels too
+  (void)LoadHfModel(dir / "out");  // the scale tensors belong to the checkpoint
 }
 
 }  // namespace

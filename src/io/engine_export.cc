@@ -11,6 +11,7 @@
 #include "core/file_util.h"
 #include "io/compressed_tensors.h"
 #include "io/gptq_awq.h"
+#include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
 
 namespace lowbit {
@@ -249,7 +250,25 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       break;
   }
 
+  // Calibrated FP8 KV-cache scales (`lowbit calibrate-kv`): compressed-tensors carries them as per-layer
+  // k_scale / v_scale with a kv_cache_scheme, as vLLM loads them; the file itself travels for lowbit.
+  const fs::path kv_file = KvScalesPathFor(source_dir);
+  std::optional<KvScales> kv;
+  if (fs::exists(kv_file)) kv = ReadKvScales(kv_file, c.n_layers);
   TensorList list;
+  if (kv && o.format == EngineFormat::kCompressedTensors) {
+    if (kv->dtype != KvDtype::kFp8E4M3)
+      Fail("{}: dtype {}: compressed-tensors' kv_cache_scheme describes an FP8 E4M3 cache", kv_file.string(),
+           KvDtypeName(kv->dtype));
+    for (size_t i = 0; i < c.n_layers; ++i) {
+      const std::string p = fmt::format("model.layers.{}.self_attn.", i);
+      list.AddOwned(p + "k_scale", DType::kF32, {1}, std::vector<float>{kv->k[i]});
+      list.AddOwned(p + "v_scale", DType::kF32, {1}, std::vector<float>{kv->v[i]});
+    }
+    qc["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"group_size", nullptr},
+                             {"strategy", "tensor"}, {"block_structure", nullptr}, {"dynamic", false},
+                             {"actorder", nullptr}, {"observer", "minmax"}};
+  }
   list.Add("model.embed_tokens.weight", DType::kF32, {c.vocab_size, c.dim}, std::span<const float>(model.weights.embed));
   list.Add("model.norm.weight", DType::kF32, {c.dim}, std::span<const float>(model.weights.final_norm));
   for (size_t i = 0; i < c.n_layers; ++i) {
@@ -278,6 +297,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     WriteFileAtomic(tmp / "config.json", config_text);
     if (!quantize_config_text.empty()) WriteFileAtomic(tmp / "quantize_config.json", quantize_config_text);
     if (!recipe_text.empty()) WriteFileAtomic(tmp / "recipe.json", recipe_text);
+    if (kv) WriteKvScales(*kv, KvScalesPathFor(tmp));
     CopySideFiles(source_dir, tmp);
   });
   return r;

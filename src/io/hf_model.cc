@@ -93,6 +93,8 @@ class HfTensors {
     dense["model.norm.weight"] = {c.dim};
     for (uint32_t i = 0; i < c.n_layers; ++i) {
       const std::string p = fmt::format("model.layers.{}.", i);
+      if (engine_ && engine_->quant_method() == "compressed-tensors")  // FP8 KV-cache scales (vLLM's; lowbit reads kv_cache_scales.json)
+        for (const char* s : {"self_attn.k_scale", "self_attn.v_scale"}) optional.insert(p + s);
       dense[p + "input_layernorm.weight"] = {c.dim};
       dense[p + "post_attention_layernorm.weight"] = {c.dim};
       linear(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);

@@ -41,6 +41,7 @@ EXPORTS = [
     ("ct-w4a16-g128", ["--format", "int4:g128"], ["--to", "compressed-tensors"]),
     ("ct-w4a16-asym-g128", ["--format", "int4:g128:asym"], ["--to", "compressed-tensors"]),
     ("ct-w8a16-channel", ["--format", "int8:channel"], ["--to", "compressed-tensors"]),
+    ("ct-w4a16-g128-fp8-kv", ["--format", "int4:g128"], ["--to", "compressed-tensors"]),  # + calibrate-kv scales
     ("ct-int3-g64-bf16", ["--format", "int3:g64:scale=bf16"], ["--to", "compressed-tensors"]),  # 3-bit values straddle words
     ("ct-w8a8-smoothquant-dynamic", ["--method", "smoothquant", "--format", "int8:channel", "--act-format", "int8:token",
                                      *CALIB], ["--to", "compressed-tensors"]),
@@ -179,6 +180,9 @@ def main():
         source = os.path.join(tmp, f"lowbit-{name}")
         out = os.path.join(tmp, name)
         run(lowbit, "quantize", args.model, "-o", source, *quantize_args)
+        kv = name.endswith("-fp8-kv")
+        if kv:
+            run(lowbit, "calibrate-kv", "--model", source, "--calib", CALIB[1], "--samples", "8")
         exported = lowbit_json(lowbit, "export", source, "-o", out, *export_args)
         config = json.load(open(os.path.join(out, "config.json")))
         q = config["quantization_config"]
@@ -194,6 +198,14 @@ def main():
             for prefix, ref in reference.items():
                 module = model.get_submodule(prefix)
                 worst = max(worst, max_diff(module.weight.detach().float().numpy(), ref))
+            if kv:  # the calibrated FP8 KV scales arrive as each attention's k_scale / v_scale
+                scales = json.load(open(os.path.join(source, "kv_cache_scales.json")))
+                for i, layer in enumerate(model.model.layers):
+                    for which in ("k", "v"):
+                        got = float(getattr(layer.self_attn, f"{which}_scale").detach().float().reshape(-1)[0])
+                        check(got == float(np.float32(scales[f"{which}_scales"][i])),
+                              f"{name}: layer {i} {which}_scale is {got} in transformers, "
+                              f"{scales[f'{which}_scales'][i]} in kv_cache_scales.json")
             base = os.path.join(tmp, f"{name}.klbase")
 
             def logits(chunk):
