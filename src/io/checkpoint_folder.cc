@@ -57,6 +57,13 @@ std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks) {
   return out;
 }
 
+void TensorList::Append(TensorList&& other) {
+  for (std::vector<std::byte>& buffer : other.owned_) owned_.push_back(std::move(buffer));  // heap blocks stay put
+  tensors_.insert(tensors_.end(), other.tensors_.begin(), other.tensors_.end());
+  other.tensors_.clear();
+  other.owned_.clear();
+}
+
 uint64_t TensorList::bytes() const {
   uint64_t total = 0;
   for (const TensorToWrite& t : tensors_) total += t.data.size();
@@ -82,36 +89,43 @@ DType ScaleDType(ScaleType t) {
   return DType::kU8;
 }
 
-size_t WriteShardedSafetensors(const fs::path& dir, std::span<const TensorToWrite> tensors,
-                               const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes) {
-  std::vector<std::span<const TensorToWrite>> shards;
-  uint64_t total = 0;
-  size_t begin = 0;
-  uint64_t in_shard = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t size = tensors[i].data.size();
-    total += size;
-    if (i > begin && in_shard + size > max_shard_bytes) {
-      shards.push_back(tensors.subspan(begin, i - begin));
-      begin = i;
-      in_shard = 0;
-    }
-    in_shard += size;
-  }
-  shards.push_back(tensors.subspan(begin));
-  if (shards.size() == 1) {
-    WriteSafetensors(dir / "model.safetensors", tensors, metadata);
+ShardedSafetensorsWriter::ShardedSafetensorsWriter(fs::path dir, uint64_t max_shard_bytes,
+                                                   std::map<std::string, std::string> metadata)
+    : dir_(std::move(dir)), max_shard_bytes_(max_shard_bytes), metadata_(std::move(metadata)) {}
+
+void ShardedSafetensorsWriter::Add(TensorList list) {
+  const uint64_t size = list.bytes();
+  if (pending_.size() > 0 && pending_.bytes() + size > max_shard_bytes_) Flush();
+  total_ += size;
+  pending_.Append(std::move(list));
+}
+
+void ShardedSafetensorsWriter::Flush() {
+  std::vector<std::string> names;
+  const std::vector<TensorToWrite> tensors = std::move(pending_).Sorted();
+  for (const TensorToWrite& t : tensors) names.push_back(t.name);
+  const fs::path path = dir_ / fmt::format("shard-{}.partial", written_.size());
+  WriteSafetensors(path, tensors, metadata_);
+  written_.emplace_back(path, std::move(names));
+  pending_ = TensorList();
+}
+
+size_t ShardedSafetensorsWriter::Finish() {
+  if (pending_.size() > 0 || written_.empty()) Flush();
+  const size_t n = written_.size();
+  if (n == 1) {
+    fs::rename(written_[0].first, dir_ / "model.safetensors");
     return 1;
   }
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string name = fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, shards.size());
-    WriteSafetensors(dir / name, shards[s], metadata);
-    for (const TensorToWrite& t : shards[s]) weight_map[t.name] = name;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string name = fmt::format("model-{:05}-of-{:05}.safetensors", i + 1, n);
+    fs::rename(written_[i].first, dir_ / name);
+    for (const std::string& tensor : written_[i].second) weight_map[tensor] = name;
   }
-  const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", std::move(weight_map)}};
-  WriteFileAtomic(dir / "model.safetensors.index.json", index.dump(2) + "\n");
-  return shards.size();
+  const nlohmann::ordered_json index = {{"metadata", {{"total_size", total_}}}, {"weight_map", std::move(weight_map)}};
+  WriteFileAtomic(dir_ / "model.safetensors.index.json", index.dump(2) + "\n");
+  return n;
 }
 
 fs::path CheckpointDestination(const fs::path& out_dir) {

@@ -49,6 +49,8 @@ class TensorList {
     owned_.push_back(std::move(bytes));
     tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});
   }
+  // Moves the tensors of `other` (and the buffers behind them, which stay where they are) to the end.
+  void Append(TensorList&& other);
   uint64_t bytes() const;
   size_t size() const { return tensors_.size(); }
   // The official writer's order (widest element first, then by name) keeps every tensor aligned
@@ -66,12 +68,30 @@ DType ScaleDType(ScaleType t);
 // Hugging Face's safetensors shard limit (transformers' save_pretrained default).
 inline constexpr uint64_t kDefaultShardBytes = uint64_t{5} << 30;
 
-// Writes `tensors` into `dir` as model.safetensors, or, when they exceed `max_shard_bytes`, as
-// model-0000i-of-0000n.safetensors shards (a tensor larger than the limit gets a shard of its own)
-// with model.safetensors.index.json (metadata.total_size and weight_map), as transformers does.
-// Returns the number of shards.
-size_t WriteShardedSafetensors(const std::filesystem::path& dir, std::span<const TensorToWrite> tensors,
-                               const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes);
+// Writes safetensors shards into `dir` as tensors arrive, so a model is streamed to disk a block at
+// a time: a shard is written as soon as the next list of tensors would take it past
+// `max_shard_bytes` (a list larger than the limit gets a shard of its own). Finish names them
+// model.safetensors, or model-0000i-of-0000n.safetensors with model.safetensors.index.json
+// (metadata.total_size and weight_map), as transformers does.
+class ShardedSafetensorsWriter {
+ public:
+  ShardedSafetensorsWriter(std::filesystem::path dir, uint64_t max_shard_bytes, std::map<std::string, std::string> metadata);
+  // The tensors of `list` go into one shard together.
+  void Add(TensorList list);
+  // Writes the last shard and the index; returns the number of shards.
+  size_t Finish();
+  uint64_t bytes() const { return total_; }
+
+ private:
+  void Flush();
+
+  std::filesystem::path dir_;
+  uint64_t max_shard_bytes_;
+  std::map<std::string, std::string> metadata_;
+  TensorList pending_;
+  uint64_t total_ = 0;
+  std::vector<std::pair<std::filesystem::path, std::vector<std::string>>> written_;  // temporary name, tensors
+};
 
 // The destination folder without a trailing separator ("out/" would otherwise give the temp dir
 // "out/.tmp-N", inside the destination).

@@ -30,6 +30,13 @@ std::string ExactRegex(const std::string& name) {
   return out + "$";
 }
 
+// What the config needs of a written linear, kept after its block is written and freed.
+struct LinearRecord {
+  std::string prefix;
+  std::optional<QuantScheme> scheme;  // nullopt: left dense
+  std::optional<InputQuant> input;
+};
+
 // The input transforms no engine format carries; an exported linear must have none.
 void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
   const Linear& l = *nl.linear;
@@ -47,21 +54,19 @@ void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
     Fail("{}: outlier_columns: {} has no LLM.int8() full-precision columns", nl.prefix, format);
 }
 
-// Checks that the quantized linears of `linears` share one GPTQ / AWQ parameter set and returns it.
-QweightParams SharedParams(const std::vector<NamedLinear>& linears, EngineFormat f) {
+// Checks that the quantized linears share one GPTQ / AWQ parameter set and returns it.
+QweightParams SharedParams(const std::vector<LinearRecord>& linears, EngineFormat f) {
   std::optional<QweightParams> shared;
   std::string first;
-  for (const NamedLinear& nl : linears) {
-    const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight);
-    if (!q) continue;
-    const QweightParams p =
-        f == EngineFormat::kGptq ? GptqParamsOf(q->scheme(), nl.prefix) : AwqParamsOf(q->scheme(), nl.prefix);
+  for (const LinearRecord& l : linears) {
+    if (!l.scheme) continue;
+    const QweightParams p = f == EngineFormat::kGptq ? GptqParamsOf(*l.scheme, l.prefix) : AwqParamsOf(*l.scheme, l.prefix);
     if (!shared) {
       shared = p;
-      first = nl.prefix;
+      first = l.prefix;
     } else if (!(*shared == p)) {
       Fail("{}: scheme '{}' differs from {}'s; a {} checkpoint holds one scheme for every quantized linear (export "
-           "with --to compressed-tensors, which keeps one config group per scheme)", nl.prefix, q->scheme().ToString(),
+           "with --to compressed-tensors, which keeps one config group per scheme)", l.prefix, l.scheme->ToString(),
            first, EngineFormatName(f));
     }
   }
@@ -69,7 +74,7 @@ QweightParams SharedParams(const std::vector<NamedLinear>& linears, EngineFormat
   return *shared;
 }
 
-OrderedJson GptqConfig(const QweightParams& p, bool v2, const std::vector<NamedLinear>& linears) {
+OrderedJson GptqConfig(const QweightParams& p, bool v2, const std::vector<LinearRecord>& linears) {
   OrderedJson qc;
   qc["quant_method"] = "gptq";
   qc["bits"] = p.bits;
@@ -83,18 +88,18 @@ OrderedJson GptqConfig(const QweightParams& p, bool v2, const std::vector<NamedL
   qc["format"] = v2 ? "gptq_v2" : "gptq";  // GPTQModel's canonical spelling of the same field
   qc["pack_dtype"] = "int32";
   OrderedJson dynamic = OrderedJson::object();  // GPTQModel / vLLM: "-:regex" leaves a module unquantized
-  for (const NamedLinear& nl : linears) {
-    if (nl.prefix == "lm_head") {
-      qc["lm_head"] = nl.linear->quantized();
-    } else if (!nl.linear->quantized()) {
-      dynamic["-:" + ExactRegex(nl.prefix)] = OrderedJson::object();
+  for (const LinearRecord& l : linears) {
+    if (l.prefix == "lm_head") {
+      qc["lm_head"] = l.scheme.has_value();
+    } else if (!l.scheme) {
+      dynamic["-:" + ExactRegex(l.prefix)] = OrderedJson::object();
     }
   }
   if (!dynamic.empty()) qc["dynamic"] = std::move(dynamic);
   return qc;
 }
 
-OrderedJson AwqConfig(const QweightParams& p, const std::vector<NamedLinear>& linears) {
+OrderedJson AwqConfig(const QweightParams& p, const std::vector<LinearRecord>& linears) {
   OrderedJson qc;
   qc["quant_method"] = "awq";
   qc["bits"] = p.bits;
@@ -102,43 +107,40 @@ OrderedJson AwqConfig(const QweightParams& p, const std::vector<NamedLinear>& li
   qc["zero_point"] = true;
   qc["version"] = "gemm";
   OrderedJson keep = OrderedJson::array();
-  for (const NamedLinear& nl : linears)
-    if (!nl.linear->quantized()) keep.push_back(nl.prefix);
+  for (const LinearRecord& l : linears)
+    if (!l.scheme) keep.push_back(l.prefix);
   qc["modules_to_not_convert"] = keep.empty() ? OrderedJson(nullptr) : std::move(keep);
   return qc;
 }
 
-OrderedJson CompressedTensorsConfig(const std::vector<NamedLinear>& linears) {
+OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears) {
   struct Group {
     std::string key, format;  // key: weight scheme + input scheme
-    const Linear* first;
+    const LinearRecord* first;
     std::vector<std::string> targets;
   };
   std::vector<Group> groups;  // first-seen order
   OrderedJson ignore = OrderedJson::array();
-  for (const NamedLinear& nl : linears) {
-    const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight);
-    if (!q) {
-      ignore.push_back(nl.prefix);
+  for (const LinearRecord& l : linears) {
+    if (!l.scheme) {
+      ignore.push_back(l.prefix);
       continue;
     }
-    const std::optional<InputQuant>& input = nl.linear->input_quant;
-    const std::string key = q->scheme().ToString() + "|" + (input ? input->scheme.ToString() : "");
+    const std::string key = l.scheme->ToString() + "|" + (l.input ? l.input->scheme.ToString() : "");
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
     if (it == groups.end())
-      it = groups.insert(groups.end(), {key, CompressedTensorsFormatOf(q->scheme(), input, nl.prefix), nl.linear, {}});
-    it->targets.push_back(nl.prefix);
+      it = groups.insert(groups.end(), {key, CompressedTensorsFormatOf(*l.scheme, l.input, l.prefix), &l, {}});
+    it->targets.push_back(l.prefix);
   }
   OrderedJson config_groups = OrderedJson::object();
   bool one_format = true;
   for (const Group& g : groups) {
     one_format = one_format && g.format == groups.front().format;
-    const QuantizedTensor& q = std::get<QuantizedTensor>(g.first->weight);
     OrderedJson j;
     // One scheme: every Linear not ignored, as llm-compressor writes it; several: exact names.
     j["targets"] = groups.size() == 1 ? OrderedJson::array({"Linear"}) : OrderedJson(g.targets);
-    j["weights"] = *CompressedTensorsArgs(q.scheme());  // CompressedTensorsFormatOf passed
-    j["input_activations"] = g.first->input_quant ? CompressedTensorsInputArgs(*g.first->input_quant) : OrderedJson(nullptr);
+    j["weights"] = *CompressedTensorsArgs(*g.first->scheme);  // CompressedTensorsFormatOf passed
+    j["input_activations"] = g.first->input ? CompressedTensorsInputArgs(*g.first->input) : OrderedJson(nullptr);
     j["output_activations"] = nullptr;
     j["format"] = g.format;
     config_groups[fmt::format("group_{}", config_groups.size())] = std::move(j);
@@ -157,9 +159,12 @@ OrderedJson CompressedTensorsConfig(const std::vector<NamedLinear>& linears) {
   return qc;
 }
 
-// Appends linear `nl` in format `f` (dense linears as F32 .weight) and its bias.
-void AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOptions& o, EngineExportResult& r) {
+// Appends linear `nl` in format `o.format` (dense linears as F32 .weight) and its bias, as copies: the
+// block they come from is freed once its tensors are in the shard being assembled.
+LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOptions& o, EngineExportResult& r) {
   const Linear& l = *nl.linear;
+  CheckPlainLinear(nl, o.format);
+  LinearRecord record{nl.prefix, std::nullopt, l.input_quant};
   if (const auto* q = std::get_if<QuantizedTensor>(&l.weight)) {
     const uint64_t before = list.bytes();
     switch (o.format) {
@@ -170,12 +175,14 @@ void AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOption
     r.quantized_bytes += list.bytes() - before;
     r.quantized_weights += q->numel();
     ++r.quantized_linears;
+    record.scheme = q->scheme();
   } else {
     const DenseMatrix& d = std::get<DenseMatrix>(l.weight);
-    list.Add(nl.prefix + ".weight", DType::kF32, {d.rows(), d.cols()}, std::span(d.values));
+    list.AddOwned(nl.prefix + ".weight", DType::kF32, {d.rows(), d.cols()}, d.values);
     ++r.dense_linears;
   }
-  if (!l.bias.empty()) list.Add(nl.prefix + ".bias", DType::kF32, {l.bias.size()}, std::span(l.bias));
+  if (!l.bias.empty()) list.AddOwned(nl.prefix + ".bias", DType::kF32, {l.bias.size()}, l.bias);
+  return record;
 }
 
 }  // namespace
@@ -218,85 +225,77 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     Fail("{}: lm_head is quantized but tie_word_embeddings is true, so it would not be stored", dest.string());
   if (o.format == EngineFormat::kAwq && !c.tie_embeddings && model.weights.lm_head.quantized())
     Fail("lm_head: AWQ checkpoints keep lm_head in full precision; this model's is quantized");
-
-  for (size_t i = 0; i < c.n_layers; ++i) {
-    if (s.read_layer) model.weights.layers[i] = s.read_layer(i);
-    if (o.scheme) QuantizeBlockLinears(model.weights.layers[i], i, *o.scheme);
-    for (const NamedLinear& nl : BlockLinears(model.weights.layers[i], i)) CheckPlainLinear(nl, o.format);
-    if (o.progress) o.progress(i + 1, c.n_layers);
-  }
-  s.read_layer = nullptr;  // every block is in memory now
-  ValidateWeights(c, model.weights, model.source);
-  const std::vector<NamedLinear> linears = ModelLinears(model, c.n_layers);
-  if (!c.tie_embeddings) CheckPlainLinear(linears.back(), o.format);
-
-  EngineExportResult r;
-  OrderedJson qc;
-  switch (o.format) {
-    case EngineFormat::kGptq:
-      qc = GptqConfig(SharedParams(linears, o.format), o.gptq_v2, linears);
-      r.quant_method = "gptq";
-      r.format = o.gptq_v2 ? "gptq_v2" : "gptq";
-      break;
-    case EngineFormat::kAwq:
-      qc = AwqConfig(SharedParams(linears, o.format), linears);
-      r.quant_method = "awq";
-      r.format = "gemm";
-      break;
-    case EngineFormat::kCompressedTensors:
-      qc = CompressedTensorsConfig(linears);
-      r.quant_method = "compressed-tensors";
-      r.format = qc["format"].get<std::string>();
-      break;
-  }
-
+  ValidateEnds(c, model.weights, model.source);
   // Calibrated FP8 KV-cache scales (`lowbit calibrate-kv`): compressed-tensors carries them as per-layer
   // k_scale / v_scale with a kv_cache_scheme, as vLLM loads them; the file itself travels for lowbit.
   const fs::path kv_file = KvScalesPathFor(source_dir);
   std::optional<KvScales> kv;
   if (fs::exists(kv_file)) kv = ReadKvScales(kv_file, c.n_layers);
-  TensorList list;
-  if (kv && o.format == EngineFormat::kCompressedTensors) {
-    if (kv->dtype != KvDtype::kFp8E4M3)
-      Fail("{}: dtype {}: compressed-tensors' kv_cache_scheme describes an FP8 E4M3 cache", kv_file.string(),
-           KvDtypeName(kv->dtype));
-    for (size_t i = 0; i < c.n_layers; ++i) {
-      const std::string p = fmt::format("model.layers.{}.self_attn.", i);
-      list.AddOwned(p + "k_scale", DType::kF32, {1}, std::vector<float>{kv->k[i]});
-      list.AddOwned(p + "v_scale", DType::kF32, {1}, std::vector<float>{kv->v[i]});
-    }
-    qc["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"group_size", nullptr},
-                             {"strategy", "tensor"}, {"block_structure", nullptr}, {"dynamic", false},
-                             {"actorder", nullptr}, {"observer", "minmax"}};
-  }
-  list.Add("model.embed_tokens.weight", DType::kF32, {c.vocab_size, c.dim}, std::span<const float>(model.weights.embed));
-  list.Add("model.norm.weight", DType::kF32, {c.dim}, std::span<const float>(model.weights.final_norm));
-  for (size_t i = 0; i < c.n_layers; ++i) {
-    const LayerWeights& l = model.weights.layers[i];
-    const std::string p = fmt::format("model.layers.{}.", i);
-    list.Add(p + "input_layernorm.weight", DType::kF32, {l.attn_norm.size()}, std::span(l.attn_norm));
-    list.Add(p + "post_attention_layernorm.weight", DType::kF32, {l.ffn_norm.size()}, std::span(l.ffn_norm));
-  }
-  for (const NamedLinear& nl : linears) AddLinear(list, nl, o, r);
-  r.file_bytes = list.bytes();
-  const std::vector<TensorToWrite> tensors = std::move(list).Sorted();
+  if (kv && o.format == EngineFormat::kCompressedTensors && kv->dtype != KvDtype::kFp8E4M3)
+    Fail("{}: dtype {}: compressed-tensors' kv_cache_scheme describes an FP8 E4M3 cache", kv_file.string(),
+         KvDtypeName(kv->dtype));
+  const OrderedJson source_config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
 
-  std::string config_text, quantize_config_text, recipe_text;
-  try {
-    OrderedJson config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
+  EngineExportResult r;
+  WriteFolderAtomic(dest, [&](const fs::path& tmp) {
+    // Streaming: each block is read (and RTN-quantized), packed into the shard being assembled and freed;
+    // a shard is written as soon as the next block would overflow it.
+    ShardedSafetensorsWriter shards(tmp, o.max_shard_bytes, {{"format", "pt"}});
+    std::vector<LinearRecord> linears;
+    for (size_t i = 0; i < c.n_layers; ++i) {
+      LayerWeights block = s.read_layer ? s.read_layer(i) : std::move(model.weights.layers[i]);
+      if (o.scheme) QuantizeBlockLinears(block, i, *o.scheme);
+      ValidateLayer(c, block, i, model.source);
+      TensorList list;
+      const std::string p = fmt::format("model.layers.{}.", i);
+      list.AddOwned(p + "input_layernorm.weight", DType::kF32, {block.attn_norm.size()}, block.attn_norm);
+      list.AddOwned(p + "post_attention_layernorm.weight", DType::kF32, {block.ffn_norm.size()}, block.ffn_norm);
+      for (const NamedLinear& nl : BlockLinears(block, i)) linears.push_back(AddLinear(list, nl, o, r));
+      if (kv && o.format == EngineFormat::kCompressedTensors) {
+        list.AddOwned(p + "self_attn.k_scale", DType::kF32, {1}, std::vector<float>{kv->k[i]});
+        list.AddOwned(p + "self_attn.v_scale", DType::kF32, {1}, std::vector<float>{kv->v[i]});
+      }
+      shards.Add(std::move(list));
+      model.weights.layers[i] = LayerWeights{};  // freed: the shard holds its packed copy
+      if (o.progress) o.progress(i + 1, c.n_layers);
+    }
+    s.read_layer = nullptr;
+    TensorList ends;
+    ends.Add("model.embed_tokens.weight", DType::kF32, {c.vocab_size, c.dim}, std::span<const float>(model.weights.embed));
+    ends.Add("model.norm.weight", DType::kF32, {c.dim}, std::span<const float>(model.weights.final_norm));
+    if (!c.tie_embeddings) linears.push_back(AddLinear(ends, {"lm_head", &model.weights.lm_head}, o, r));
+    shards.Add(std::move(ends));
+    r.shards = shards.Finish();
+    r.file_bytes = shards.bytes();
+
+    OrderedJson qc;
+    switch (o.format) {
+      case EngineFormat::kGptq:
+        qc = GptqConfig(SharedParams(linears, o.format), o.gptq_v2, linears);
+        r.quant_method = "gptq";
+        r.format = o.gptq_v2 ? "gptq_v2" : "gptq";
+        break;
+      case EngineFormat::kAwq:
+        qc = AwqConfig(SharedParams(linears, o.format), linears);
+        r.quant_method = "awq";
+        r.format = "gemm";
+        break;
+      case EngineFormat::kCompressedTensors:
+        qc = CompressedTensorsConfig(linears);
+        r.quant_method = "compressed-tensors";
+        r.format = qc["format"].get<std::string>();
+        if (kv)
+          qc["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"group_size", nullptr},
+                                   {"strategy", "tensor"}, {"block_structure", nullptr}, {"dynamic", false},
+                                   {"actorder", nullptr}, {"observer", "minmax"}};
+        break;
+    }
+    OrderedJson config = source_config;
     config["quantization_config"] = qc;
     if (!c.tie_embeddings && config.contains("tie_word_embeddings")) config["tie_word_embeddings"] = false;
-    config_text = config.dump(2) + "\n";
-    if (o.format == EngineFormat::kGptq) quantize_config_text = qc.dump(2) + "\n";  // AutoGPTQ's own file
-    if (!recipe_card.is_null()) recipe_text = recipe_card.dump(2) + "\n";
-  } catch (const nlohmann::json::exception& e) {
-    Fail("{}: cannot write config.json: {}", dest.string(), e.what());
-  }
-  WriteFolderAtomic(dest, [&](const fs::path& tmp) {
-    r.shards = WriteShardedSafetensors(tmp, tensors, {{"format", "pt"}}, o.max_shard_bytes);
-    WriteFileAtomic(tmp / "config.json", config_text);
-    if (!quantize_config_text.empty()) WriteFileAtomic(tmp / "quantize_config.json", quantize_config_text);
-    if (!recipe_text.empty()) WriteFileAtomic(tmp / "recipe.json", recipe_text);
+    WriteFileAtomic(tmp / "config.json", config.dump(2) + "\n");
+    if (o.format == EngineFormat::kGptq) WriteFileAtomic(tmp / "quantize_config.json", qc.dump(2) + "\n");  // AutoGPTQ's
+    if (!recipe_card.is_null()) WriteFileAtomic(tmp / "recipe.json", recipe_card.dump(2) + "\n");
     if (kv) WriteKvScales(*kv, KvScalesPathFor(tmp));
     CopySideFiles(source_dir, tmp);
   });
