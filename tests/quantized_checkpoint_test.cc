@@ -387,52 +387,43 @@ TEST(QuantizedCheckpoint, CorruptedCheckpointsAreErrorsNamingTheTensor) {
   ExpectLoadError(scratch / "regroup2", {q + ".weight_scale", "[256, 2]", "[256, 4]", "g64"});
 }
 
+// A folder `dir` of the bundled model's dense weights under a config.json whose quantization_config is `qc`.
+fs::path DenseWeightsWithConfig(const fs::path& dir, const json& qc) {
+  fs::create_directory(dir);
+  fs::create_symlink(kModelDir / "model.safetensors", dir / "model.safetensors");
+  json config = ReadJson(kModelDir / "config.json");
+  config["quantization_config"] = qc;
+  WriteFileAtomic(dir / "config.json", config.dump());
+  return dir;
+}
+
 TEST(QuantizedCheckpoint, ForeignQuantizedCheckpointsAreNotSupportedYet) {
   Scratch scratch;
-  const json base = ReadJson(kModelDir / "config.json");
   const std::pair<std::string, json> configs[] = {
       {"fp8", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}},
       {"bitsandbytes", {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}},
   };
-  for (const auto& [name, qc] : configs) {
-    const fs::path dir = scratch / name;
-    fs::create_directory(dir);
-    fs::create_symlink(kModelDir / "model.safetensors", dir / "model.safetensors");
-    json config = base;
-    config["quantization_config"] = qc;
-    WriteFileAtomic(dir / "config.json", config.dump());
-    ExpectLoadError(dir, {"not supported yet", qc["quant_method"].get<std::string>()});
-  }
+  for (const auto& [name, qc] : configs)
+    ExpectLoadError(DenseWeightsWithConfig(scratch / name, qc), {"not supported yet", qc["quant_method"].get<std::string>()});
   // compressed-tensors formats lowbit does not read yet name the format.
-  const fs::path ct = scratch / "ct-nvfp4";
-  fs::create_directory(ct);
-  fs::create_symlink(kModelDir / "model.safetensors", ct / "model.safetensors");
-  json config = base;
-  config["quantization_config"] = json::parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+  const json nvfp4 = json::parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float"}}}})");
-  WriteFileAtomic(ct / "config.json", config.dump());
-  ExpectLoadError(ct, {"nvfp4-pack-quantized", "not supported yet", "quantization_config.format"});
+  ExpectLoadError(DenseWeightsWithConfig(scratch / "ct-nvfp4", nvfp4),
+                  {"nvfp4-pack-quantized", "not supported yet", "quantization_config.format"});
 }
 
 // A GPTQ / AWQ / compressed-tensors config over weights that hold no quantized linear is an error,
 // not a dense model run under a quantized name.
 TEST(QuantizedCheckpoint, EngineConfigOverDenseWeightsIsAnError) {
   Scratch scratch;
-  const json base = json::parse(ReadTextFile(kModelDir / "config.json"));
   const std::map<std::string, json> configs = {
       {"ct", {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"config_groups", json::object()}}},
       {"gptq", {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}},
       {"awq", {{"quant_method", "awq"}, {"bits", 4}, {"version", "gemm"}}},
   };
-  for (const auto& [name, qc] : configs) {
-    const fs::path dir = scratch / name;
-    fs::create_directory(dir);
-    fs::create_symlink(kModelDir / "model.safetensors", dir / "model.safetensors");
-    json config = base;
-    config["quantization_config"] = qc;
-    WriteFileAtomic(dir / "config.json", config.dump());
-    ExpectLoadError(dir, {"config.json", "no linear", qc["quant_method"].get<std::string>()});
-  }
+  for (const auto& [name, qc] : configs)
+    ExpectLoadError(DenseWeightsWithConfig(scratch / name, qc),
+                    {"config.json", "no linear", qc["quant_method"].get<std::string>()});
   const fs::path legacy = scratch / "autogptq";  // quantize_config.json beside a plain config
   fs::create_directory(legacy);
   fs::copy_file(kModelDir / "config.json", legacy / "config.json");

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <map>
 #include <utility>
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "formats/codec.h"
 #include "io/compressed_tensors.h"
 #include "io/gptq_awq.h"
 #include "model/kv_calibration.h"
@@ -159,9 +161,44 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears) {
   return qc;
 }
 
+// Dense tensors go out in the source's torch_dtype (bf16 / fp16) when every value survives it exactly,
+// as a 16-bit source read into fp32 does; otherwise in F32. Never lossy, and no larger than the source.
+void AddDense(TensorList& list, std::string name, std::vector<uint64_t> shape, std::span<const float> values, DType dtype) {
+  if (dtype == DType::kBF16 || dtype == DType::kF16) {
+    std::vector<uint16_t> half(values.size());
+    constexpr size_t kSlice = 1 << 14;  // checked slice by slice: no second full-size copy
+    float back[kSlice];
+    bool exact = true;
+    for (size_t begin = 0; exact && begin < values.size(); begin += kSlice) {
+      const size_t n = std::min(kSlice, values.size() - begin);
+      if (dtype == DType::kBF16) {
+        Fp32ToBf16Row(values.data() + begin, n, half.data() + begin);
+        Bf16ToFp32Row(half.data() + begin, n, back);
+      } else {
+        Fp32ToFp16Row(values.data() + begin, n, half.data() + begin);
+        Fp16ToFp32Row(half.data() + begin, n, back);
+      }
+      exact = std::memcmp(back, values.data() + begin, n * 4) == 0;
+    }
+    if (exact) return list.AddOwned(std::move(name), dtype, std::move(shape), half);
+  }
+  list.AddOwned(std::move(name), DType::kF32, std::move(shape), std::vector<float>(values.begin(), values.end()));
+}
+
+DType SourceDType(const OrderedJson& config) {
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!config.contains(key) || !config[key].is_string()) continue;
+    const std::string v = config[key].get<std::string>();
+    if (v == "bfloat16") return DType::kBF16;
+    if (v == "float16") return DType::kF16;
+  }
+  return DType::kF32;
+}
+
 // Appends linear `nl` in format `o.format` (dense linears as F32 .weight) and its bias, as copies: the
 // block they come from is freed once its tensors are in the shard being assembled.
-LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOptions& o, EngineExportResult& r) {
+LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOptions& o, DType dense,
+                       EngineExportResult& r) {
   const Linear& l = *nl.linear;
   CheckPlainLinear(nl, o.format);
   LinearRecord record{nl.prefix, std::nullopt, l.input_quant};
@@ -178,10 +215,10 @@ LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExpo
     record.scheme = q->scheme();
   } else {
     const DenseMatrix& d = std::get<DenseMatrix>(l.weight);
-    list.AddOwned(nl.prefix + ".weight", DType::kF32, {d.rows(), d.cols()}, d.values);
+    AddDense(list, nl.prefix + ".weight", {d.rows(), d.cols()}, d.values, dense);
     ++r.dense_linears;
   }
-  if (!l.bias.empty()) list.AddOwned(nl.prefix + ".bias", DType::kF32, {l.bias.size()}, l.bias);
+  if (!l.bias.empty()) AddDense(list, nl.prefix + ".bias", {l.bias.size()}, l.bias, dense);
   return record;
 }
 
@@ -235,6 +272,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     Fail("{}: dtype {}: compressed-tensors' kv_cache_scheme describes an FP8 E4M3 cache", kv_file.string(),
          KvDtypeName(kv->dtype));
   const OrderedJson source_config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
+  const DType dense = SourceDType(source_config);
 
   EngineExportResult r;
   WriteFolderAtomic(dest, [&](const fs::path& tmp) {
@@ -248,9 +286,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       ValidateLayer(c, block, i, model.source);
       TensorList list;
       const std::string p = fmt::format("model.layers.{}.", i);
-      list.AddOwned(p + "input_layernorm.weight", DType::kF32, {block.attn_norm.size()}, block.attn_norm);
-      list.AddOwned(p + "post_attention_layernorm.weight", DType::kF32, {block.ffn_norm.size()}, block.ffn_norm);
-      for (const NamedLinear& nl : BlockLinears(block, i)) linears.push_back(AddLinear(list, nl, o, r));
+      AddDense(list, p + "input_layernorm.weight", {block.attn_norm.size()}, block.attn_norm, dense);
+      AddDense(list, p + "post_attention_layernorm.weight", {block.ffn_norm.size()}, block.ffn_norm, dense);
+      for (const NamedLinear& nl : BlockLinears(block, i)) linears.push_back(AddLinear(list, nl, o, dense, r));
       if (kv && o.format == EngineFormat::kCompressedTensors) {
         list.AddOwned(p + "self_attn.k_scale", DType::kF32, {1}, std::vector<float>{kv->k[i]});
         list.AddOwned(p + "self_attn.v_scale", DType::kF32, {1}, std::vector<float>{kv->v[i]});
@@ -261,9 +299,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     }
     s.read_layer = nullptr;
     TensorList ends;
-    ends.Add("model.embed_tokens.weight", DType::kF32, {c.vocab_size, c.dim}, std::span<const float>(model.weights.embed));
-    ends.Add("model.norm.weight", DType::kF32, {c.dim}, std::span<const float>(model.weights.final_norm));
-    if (!c.tie_embeddings) linears.push_back(AddLinear(ends, {"lm_head", &model.weights.lm_head}, o, r));
+    AddDense(ends, "model.embed_tokens.weight", {c.vocab_size, c.dim}, model.weights.embed, dense);
+    AddDense(ends, "model.norm.weight", {c.dim}, model.weights.final_norm, dense);
+    if (!c.tie_embeddings) linears.push_back(AddLinear(ends, {"lm_head", &model.weights.lm_head}, o, dense, r));
     shards.Add(std::move(ends));
     r.shards = shards.Finish();
     r.file_bytes = shards.bytes();

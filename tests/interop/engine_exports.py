@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -27,7 +26,7 @@ import torch
 from safetensors.torch import load_file as load_torch
 from transformers import AutoModelForCausalLM, CompressedTensorsConfig
 
-from klbase import write_kl_base
+from common import check, failures, lowbit_json, run, write_kl_base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTX = 128
@@ -55,27 +54,6 @@ EXPORTS = [
     ("gptq-v1-int8-channel", ["--format", "int8:channel"], ["--to", "gptq"]),
     ("awq-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "awq"]),
 ]
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return ok
-
-
-def run(*args):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"command failed ({r.returncode}): {' '.join(map(str, args))}\n{r.stderr}")
-    return r.stdout
-
-
-def lowbit_json(lowbit, *args):
-    return json.loads(run(lowbit, *args, "--json"))
-
-
 def load_file(path):
     """A safetensors file as numpy arrays (bf16 widened to fp32, exactly)."""
     return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in load_torch(path).items()}
@@ -213,7 +191,10 @@ def main():
                     return model(torch.tensor([chunk])).logits[0].double().numpy()
 
             write_kl_base(base, ids, bos, CTX, TOP_K, model.config.vocab_size, logits)
-            agree = lowbit_json(lowbit, "ppl", "--model", out, "--text", window_text, "--ctx", CTX, "--kl-base", base)["kl"]
+            # With a kv_cache_scheme transformers runs an FP8 KV cache on the calibrated scales: so does lowbit.
+            kv_args = ["--kv-cache-dtype", "fp8_e4m3"] if kv else []
+            agree = lowbit_json(lowbit, "ppl", "--model", out, "--text", window_text, "--ctx", CTX, "--kl-base", base,
+                                *kv_args)["kl"]
             kl, top1 = agree["kld_mean"], agree["top1_agreement"]
             # transformers runs decompressed weights on unquantized inputs; lowbit quantizes the inputs of
             # W8A8 exports as the engines do, so there the KL also holds the activation quantization.

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -28,7 +27,7 @@ import numpy as np
 import gguf
 import llama_cpp
 
-from klbase import write_kl_base
+from common import check, failures, lowbit_json, run, write_kl_base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIXES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L",
@@ -42,27 +41,6 @@ IMATRIX_TYPES = ["Q4_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL",
 GGUF_PY_QUANTIZERS = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4", "BF16", "F16"}
 CTX = 256
 TOP_K = 512
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return ok
-
-
-def run(*args):
-    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"command failed ({r.returncode}): {' '.join(map(str, args))}\n{r.stderr}")
-    return r.stdout
-
-
-def lowbit_json(lowbit, *args):
-    return json.loads(run(lowbit, *args, "--json"))
-
-
 def tensors_of(path):
     return {t.name: t for t in gguf.GGUFReader(path).tensors}
 

@@ -1,13 +1,37 @@
-"""lowbit's top-K base file (`lowbit ppl --kl-base`, eval/compare.cc), written from any engine's
-logits, so that lowbit measures KL(engine || lowbit) on the same checkpoint and the same windows."""
+"""What the interop checks share: failure bookkeeping, running lowbit, and lowbit's top-K base file
+(`lowbit ppl --kl-base`, eval/compare.cc) written from any engine's logits, so that lowbit measures
+KL(engine || lowbit) on the same checkpoint and the same windows."""
 import ctypes
+import json
 import math
 import os
 import struct
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
+
+failures = []
+
+
+def check(ok, what):
+    """Records a failed check (the script exits 1 at the end) and says so at once."""
+    if not ok:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+    return ok
+
+
+def run(*args):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"command failed ({r.returncode}): {' '.join(map(str, args))}\n{r.stderr}")
+    return r.stdout
+
+
+def lowbit_json(lowbit, *args):
+    return json.loads(run(lowbit, *args, "--json"))
 
 _FNV_SOURCE = r"""
 #include <stddef.h>
