@@ -289,6 +289,8 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       AddDense(list, p + "input_layernorm.weight", {block.attn_norm.size()}, block.attn_norm, dense);
       AddDense(list, p + "post_attention_layernorm.weight", {block.ffn_norm.size()}, block.ffn_norm, dense);
       for (const NamedLinear& nl : BlockLinears(block, i)) linears.push_back(AddLinear(list, nl, o, dense, r));
+      if (o.format != EngineFormat::kCompressedTensors && r.quantized_linears > 0)
+        (void)SharedParams(linears, o.format);  // mixed schemes fail at the block that brings them, not at the end
       if (kv && o.format == EngineFormat::kCompressedTensors) {
         list.AddOwned(p + "self_attn.k_scale", DType::kF32, {1}, std::vector<float>{kv->k[i]});
         list.AddOwned(p + "self_attn.v_scale", DType::kF32, {1}, std::vector<float>{kv->v[i]});
