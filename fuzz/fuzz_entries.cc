@@ -17,6 +17,7 @@
 #include "io/gguf.h"
 #include "io/gguf_model.h"
 #include "io/llama2c.h"
+#include "io/engine_checkpoint.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -159,6 +160,8 @@ void QuantizedConfig(FuzzInput data) {
     (void)q.InputQuantOf(prefix);
     (void)q.InputHadamardOf(prefix);
   }
+  // The GPTQ / AWQ / compressed-tensors reading of the same quantization_config.
+  if (const std::optional<EngineLinears> engine = EngineLinears::FromFolder(folder)) (void)engine->quant_method();
 }
 
 void KvScales(FuzzInput data) {

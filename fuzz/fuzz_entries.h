@@ -28,7 +28,7 @@ void Gguf(FuzzInput data);               // GgufFile::Open, typed getters, ReadG
 void Llama2c(FuzzInput data);            // LoadLlama2cModel
 void HfConfig(FuzzInput data);           // ReadHfConfig (config.json -> ModelConfig)
 void Recipe(FuzzInput data);             // ReadRecipe (quantize --recipe FILE) and its card
-void QuantizedConfig(FuzzInput data);    // QuantizedLinears::FromFolder (quantization_config)
+void QuantizedConfig(FuzzInput data);    // QuantizedLinears / EngineLinears::FromFolder (quantization_config)
 void KvScales(FuzzInput data);           // ReadKvScales (kv_cache_scales.json)
 void SentencePiece(FuzzInput data);      // LoadTokenizer of a tokenizer.model, encode/decode
 void GgufVocab(FuzzInput data);          // LoadTokenizer of a .gguf vocabulary, encode/decode
