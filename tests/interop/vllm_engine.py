@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "kjv-llama-7m"))
     ap.add_argument("--text", default=os.path.join(ROOT, "data", "kjv-test.txt"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="bfloat16", help="vLLM's activation dtype (bfloat16 as its CPU path runs)")
+    ap.add_argument("--only", help="comma-separated export names to run")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
@@ -94,10 +96,12 @@ def main():
     prompt = ids[:32]
     rows = []
     for name, quantize_args, export_args in EXPORTS:
+        if args.only and name not in args.only.split(","):
+            continue
         source, out = os.path.join(tmp, f"lowbit-{name}"), os.path.join(tmp, name)
         run(lowbit, "quantize", args.model, "-o", source, *quantize_args)
         run(lowbit, "export", source, "-o", out, *export_args)
-        llm = LLM(model=out, dtype="bfloat16", enforce_eager=True, max_model_len=2 * CTX, seed=0)
+        llm = LLM(model=out, dtype=args.dtype, enforce_eager=True, max_model_len=2 * CTX, seed=0)
         vocab = llm.llm_engine.model_config.get_vocab_size()
 
         def logprobs_of(chunk):
