@@ -21,6 +21,7 @@
 #include "io/engine_export.h"
 #include "io/gptq_awq.h"
 #include "io/hf_model.h"
+#include "test_util.h"
 #include "io/model_loader.h"
 #include "io/safetensors.h"
 #include "model/kv_calibration.h"
@@ -33,25 +34,13 @@ namespace fs = std::filesystem;
 
 const fs::path kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
 
-class Scratch {
+// A fresh scratch folder per test, removed afterwards.
+class Scratch : public testing_util::ScratchDir {
  public:
-  Scratch() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("lowbit-engine-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
+  Scratch() : ScratchDir("lowbit-engine-test") {}
 };
 
-// A [rows x cols] tensor of `scheme` with code(n, i) = code(n, i), every scale `scale`, zeros zero(n, c).
+// A [rows x cols] tensor of `scheme` whose codes are code(n, i), every scale `scale`, zero points zero(n, c).
 template <class Code, class Zero>
 QuantizedTensor Make(const std::string& scheme, uint64_t rows, uint64_t cols, Code code, Zero zero, float scale = 1.0f) {
   QuantizedTensor q(ParseScheme(scheme), rows, cols);

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "io/hf_model.h"
+#include "test_util.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "model/quantize_weights.h"
@@ -48,30 +49,9 @@ json Recipe(const std::string& scheme) {
 }
 
 // A fresh scratch folder per test, removed afterwards.
-class Scratch {
+class Scratch : public testing_util::ScratchDir {
  public:
-  Scratch() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("lowbit-qckpt-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  // Names in the scratch folder, so tests can see that no temp folder was left behind.
-  std::vector<std::string> Entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  fs::path path_;
+  Scratch() : ScratchDir("lowbit-qckpt-test") {}
 };
 
 std::vector<float> Logits(const Model& m) {

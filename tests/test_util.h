@@ -4,11 +4,49 @@
 #include <hwy/targets.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
+#include <vector>
 
 namespace lowbit::testing_util {
+
+// A fresh scratch folder per test (under the temp directory, named after `prefix`, the pid and a counter),
+// removed afterwards.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix) {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  // Names in the scratch folder, so tests can see that no temp folder was left behind.
+  std::vector<std::string> Entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // Runs `fn(target_name)` once for every SIMD target this CPU supports and this binary contains,
 // forcing dynamic dispatch to that target; restores the default choice afterwards.

@@ -30,6 +30,13 @@ def run(*args):
     return r.stdout
 
 
+def print_table(header, rows):
+    """Left-aligned columns, the header first."""
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    for r in [header] + rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+
+
 def lowbit_json(lowbit, *args):
     return json.loads(run(lowbit, *args, "--json"))
 
@@ -86,10 +93,30 @@ def write_kl_base(out_path, tokens, bos, ctx, top_k, vocab, logits_of):
         r["tail"] = np.log(np.maximum(1.0 - np.exp(lp[rows, top]).sum(axis=1), 1e-30))
         r["target"] = target_lp
         records.append(r.tobytes())
-    # The token checksum covers the whole file lowbit tokenizes, as `lowbit ppl` computes it.
+    write_base_file(out_path, tokens, vocab, ctx, top_k, positions, b"".join(records))
+    return math.exp(nll / positions)
+
+
+def write_base_file(out_path, tokens, vocab, ctx, top_k, positions, body):
+    """A version 2 base file: the header, the checksum of header and records, the records (`body`). The token
+    checksum covers the whole file lowbit tokenizes, as `lowbit ppl` computes it."""
     header = b"LBKLBASE" + struct.pack("<IIIIQQ", 2, vocab, ctx, top_k, positions,
                                        fnv1a(struct.pack(f"<{len(tokens)}i", *tokens)))
-    body = b"".join(records)
     with open(out_path, "wb") as f:
         f.write(header + struct.pack("<Q", fnv1a(body, fnv1a(header))) + body)
-    return math.exp(nll / positions)
+
+
+def window_token_ids(lowbit, model, text_path, window_text, ctx, windows):
+    """lowbit's token ids of the shortest prefix of `text_path` holding about `windows` windows of `ctx` tokens,
+    written to `window_text` (the file lowbit then scores)."""
+    with open(text_path, encoding="utf-8") as f:
+        text = f.read()
+
+    def tokenize(chars):
+        with open(window_text, "w", encoding="utf-8") as f:
+            f.write(text[:chars])
+        return lowbit_json(lowbit, "tokenize", "--model", model, "--file", window_text)["ids"]
+
+    sample = 20000
+    chars_per_token = sample / len(tokenize(sample))
+    return tokenize(int(chars_per_token * ctx * (windows + 0.5)))

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file as load_torch
 from transformers import AutoModelForCausalLM, CompressedTensorsConfig
 
-from common import check, failures, lowbit_json, run, write_kl_base
+from common import check, failures, lowbit_json, print_table, run, window_token_ids, write_kl_base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTX = 128
@@ -139,19 +139,8 @@ def main():
     lowbit = args.lowbit
     torch.set_num_threads(2)
     tmp = tempfile.mkdtemp(prefix="lowbit-engine-interop-")
-    # About WINDOWS windows of CTX tokens from the start of the test text (the base file covers the whole file).
-    with open(args.text, encoding="utf-8") as f:
-        text = f.read()
     window_text = os.path.join(tmp, "windows.txt")
-
-    def tokenize(chars):
-        with open(window_text, "w", encoding="utf-8") as f:
-            f.write(text[:chars])
-        return lowbit_json(lowbit, "tokenize", "--model", args.model, "--file", window_text)["ids"]
-
-    sample = 20000
-    chars_per_token = sample / len(tokenize(sample))
-    ids = tokenize(int(chars_per_token * CTX * (WINDOWS + 0.5)))
+    ids = window_token_ids(lowbit, args.model, args.text, window_text, CTX, WINDOWS)
     bos = json.load(open(os.path.join(args.model, "config.json"))).get("bos_token_id", 1)
     rows = []
     for name, quantize_args, export_args in EXPORTS:
@@ -224,9 +213,7 @@ def main():
 
     header = ("export", "quant_method", "format", "bits/w", "MiB", "lowbit PPL", "checked by", "max |dW|",
               "KL", "top-1")
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    for r in [header] + rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    print_table(header, rows)
     print(f"({len(ids) // CTX} windows of {CTX} tokens of {args.text})")
     shutil.rmtree(tmp, ignore_errors=True)
     if failures:

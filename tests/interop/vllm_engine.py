@@ -18,14 +18,13 @@ import json
 import math
 import os
 import shutil
-import struct
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-from common import check, failures, fnv1a, lowbit_json, run
+from common import check, failures, lowbit_json, print_table, run, window_token_ids, write_base_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CTX = 128
@@ -60,11 +59,7 @@ def write_base(path, tokens, bos, vocab, logprobs_of):
             r["target"][row] = per_position[j][chunk[j]]
             nll -= per_position[j][chunk[j]]
         body.append(r.tobytes())
-    header = b"LBKLBASE" + struct.pack("<IIIIQQ", 2, vocab, CTX, TOP_K, positions,
-                                       fnv1a(struct.pack(f"<{len(tokens)}i", *tokens)))
-    data = b"".join(body)
-    with open(path, "wb") as f:
-        f.write(header + struct.pack("<Q", fnv1a(data, fnv1a(header))) + data)
+    write_base_file(path, tokens, vocab, CTX, TOP_K, positions, b"".join(body))
     return math.exp(nll / positions)
 
 
@@ -82,16 +77,10 @@ def main():
     from vllm import LLM, SamplingParams  # noqa: E402 (after the environment is set)
     lowbit = args.lowbit
     tmp = tempfile.mkdtemp(prefix="lowbit-vllm-")
-    with open(args.text, encoding="utf-8") as f:
-        text = f.read()
     window_text = os.path.join(tmp, "windows.txt")
-
-    def tokenize(chars):
-        with open(window_text, "w", encoding="utf-8") as f:
-            f.write(text[:chars])
-        return lowbit_json(lowbit, "tokenize", "--model", args.model, "--file", window_text)["ids"]
-
-    ids = tokenize(int(20000 / len(tokenize(20000)) * CTX * (WINDOWS + 0.5)))
+    ids = window_token_ids(lowbit, args.model, args.text, window_text, CTX, WINDOWS)
+    with open(window_text, encoding="utf-8") as f:
+        prompt_text = f.read(120)
     bos = json.load(open(os.path.join(args.model, "config.json"))).get("bos_token_id", 1)
     prompt = ids[:32]
     rows = []
@@ -121,15 +110,13 @@ def main():
         llm.generate([{"prompt_token_ids": prompt}], greedy, use_tqdm=False)
         vllm_tps = 64 / (time.perf_counter() - start)
         del llm
-        ours = lowbit_json(lowbit, "generate", "--model", out, "--prompt", text[:120], "-n", 64, "--threads",
+        ours = lowbit_json(lowbit, "generate", "--model", out, "--prompt", prompt_text, "-n", 64, "--threads",
                            args.threads)
         rows.append((name, f"{ppl_vllm:.4f}", f"{agree['ppl']:.4f}", f"{kl:.2e}", f"{top1:.4f}", f"{vllm_tps:.1f}",
                      f"{ours['decode_tokens_per_second']:.1f}"))
         print(f"{name}: done", flush=True)
     header = ("export", "vLLM PPL", "lowbit PPL", "KL(vLLM||lowbit)", "top-1", "vLLM tok/s", "lowbit tok/s")
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    for r in [header] + rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    print_table(header, rows)
     shutil.rmtree(tmp, ignore_errors=True)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
