@@ -38,10 +38,11 @@ fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) BUILD_DIR=$(FUZZ_BUILD) scripts/fuzz.sh
 
 # lowbit's files checked by their real consumers (llama.cpp via llama-cpp-python, gguf-py; transformers +
-# compressed-tensors for the engine exports), in a Python venv
+# compressed-tensors for the engine exports; the tokenizers library for tokenizer.json), in a Python venv
 # inside the build folder made by scripts/setup-interop.sh. `make test` stays free of Python.
 test-interop: build
 	@scripts/setup-interop.sh $(BUILD)/interop-venv
+	$(BUILD)/interop-venv/bin/python tests/interop/hf_tokenizers.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/gguf_llamacpp.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/engine_exports.py --lowbit $(BUILD)/lowbit
 

@@ -3,7 +3,7 @@
 set -euo pipefail
 # chromium: the report test renders report.html headless (it skips when chromium is absent).
 # clang + libclang-rt-14-dev (libFuzzer and the sanitizer runtimes of Debian 12's clang 14): `make fuzz`.
-packages=(build-essential cmake pkg-config libhwy-dev libsentencepiece-dev nlohmann-json3-dev
+packages=(build-essential cmake pkg-config libhwy-dev libsentencepiece-dev libpcre2-dev libicu-dev nlohmann-json3-dev
           libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev chromium clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

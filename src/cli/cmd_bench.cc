@@ -1,6 +1,7 @@
 // `lowbit bench codecs`: single-core throughput of quantize (fp32 in) and dequantize (fp32 out)
 // for every format, on a 512 x 4096 weight (8 MiB of fp32). The runtime benchmarks (memory, gemv,
-// decode, prefill, attention) are in cmd_bench_runtime.cc.
+// decode, prefill, attention) are in cmd_bench_runtime.cc. `lowbit bench tokenize`: a tokenizer's
+// load time and encode speed on a text file.
 #include <unistd.h>
 
 #include <chrono>
@@ -12,7 +13,9 @@
 
 #include "cli/output.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "quant/rtn.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit::cli {
 namespace {
@@ -75,6 +78,35 @@ void RunCodecs(const std::vector<std::string>& formats, double seconds, bool jso
   std::puts("\nOne core; GB/s of fp32 consumed (quantize) or produced (dequantize), 512 x 4096 weight.");
 }
 
+void RunTokenize(const std::string& model, const std::string& file, int rounds, bool json) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto start = Clock::now();
+  const auto tokenizer = LoadTokenizer(model);
+  const double load_s = seconds_since(start);
+  const std::string text = ReadTextFile(file);
+  double best_s = 0;
+  size_t tokens = 0;
+  for (int round = 0; round < rounds; ++round) {
+    start = Clock::now();
+    tokens = tokenizer->Encode(text, /*add_bos=*/false).size();
+    const double s = seconds_since(start);
+    if (round == 0 || s < best_s) best_s = s;
+  }
+  const double mb_s = text.size() / best_s / 1e6, tok_s = tokens / best_s;
+  if (json) {
+    const nlohmann::json out = {{"model", model}, {"file", file}, {"bytes", text.size()}, {"tokens", tokens},
+                                {"load_seconds", load_s}, {"encode_seconds", best_s}, {"mb_per_s", mb_s},
+                                {"tokens_per_s", tok_s}};
+    std::puts(out.dump(2).c_str());
+    return;
+  }
+  PrintTable({"tokens", "load s", "encode s", "MB/s", "tokens/s"},
+             {{std::to_string(tokens), fmt::format("{:.3f}", load_s), fmt::format("{:.3f}", best_s),
+               fmt::format("{:.2f}", mb_s), fmt::format("{:.0f}", tok_s)}});
+  std::printf("\nOne thread; encode time is the best of %d rounds.\n", rounds);
+}
+
 }  // namespace
 
 void AddBenchCommand(CLI::App& app) {
@@ -88,6 +120,14 @@ void AddBenchCommand(CLI::App& app) {
   codecs->add_option("--seconds", *seconds, "Minimum time per measurement")->default_val(0.3);
   codecs->add_flag("--json", *json, "Print JSON");
   codecs->callback([formats, seconds, json] { RunCodecs(*formats, *seconds, *json); });
+  auto* tokenize = bench->add_subcommand("tokenize", "A tokenizer's load time and encode speed on a text file");
+  auto model = std::make_shared<std::string>(), file = std::make_shared<std::string>();
+  auto rounds = std::make_shared<int>(3);
+  tokenize->add_option("--model", *model, "Model folder, tokenizer.json, tokenizer.model or GGUF file")->required();
+  tokenize->add_option("--file", *file, "Text to encode")->required();
+  tokenize->add_option("--rounds", *rounds, "Encode this many times, best of them")->default_val(3)->check(CLI::PositiveNumber);
+  tokenize->add_flag("--json", *json, "Print JSON");
+  tokenize->callback([model, file, rounds, json] { RunTokenize(*model, *file, *rounds, *json); });
   AddBenchRuntimeCommands(*bench);
 }
 

@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "tokenizer/utf8.h"
 
 namespace lowbit {
 namespace {
@@ -119,92 +120,6 @@ CharClass Classify(uint32_t c) {
   return std::prev(it)->cls;
 }
 
-// ---- UTF-8, decoded the way llama.cpp's unicode_cpts_from_utf8 does -----------------------------
-
-// Decodes one code point at `offset` and advances past it. Like llama.cpp, only the lead byte and
-// the continuation bits are checked (overlong forms and surrogates pass); an invalid sequence
-// yields U+FFFD and skips one byte.
-uint32_t NextCodePoint(std::string_view s, size_t& offset) {
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(s[offset + i]); };
-  const auto continuation = [&](size_t n) {
-    if (offset + n >= s.size()) return false;
-    for (size_t i = 1; i <= n; ++i)
-      if ((byte(i) & 0xC0) != 0x80) return false;
-    return true;
-  };
-  const uint8_t b0 = byte(0);
-  if (b0 < 0x80) {
-    offset += 1;
-    return b0;
-  }
-  if ((b0 & 0xE0) == 0xC0 && continuation(1)) {
-    const uint32_t c = (uint32_t{b0 & 0x1Fu} << 6) | (byte(1) & 0x3F);
-    offset += 2;
-    return c;
-  }
-  if ((b0 & 0xF0) == 0xE0 && continuation(2)) {
-    const uint32_t c = (uint32_t{b0 & 0x0Fu} << 12) | ((byte(1) & 0x3Fu) << 6) | (byte(2) & 0x3F);
-    offset += 3;
-    return c;
-  }
-  if ((b0 & 0xF8) == 0xF0 && continuation(3)) {
-    const uint32_t c = (uint32_t{b0 & 0x07u} << 18) | ((byte(1) & 0x3Fu) << 12) |
-                       ((byte(2) & 0x3Fu) << 6) | (byte(3) & 0x3F);
-    offset += 4;
-    return c;
-  }
-  offset += 1;
-  return 0xFFFD;
-}
-
-void AppendUtf8(uint32_t c, std::string& out) {
-  // F5..F7 lead bytes decode past U+10FFFF; llama.cpp throws on re-encoding those, we substitute.
-  if (c > 0x10FFFF) c = 0xFFFD;
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
-
-// ---- GPT-2 byte-to-unicode alphabet (formats.md 8.3) -------------------------------------------
-
-// Printable bytes stand for themselves; the other 68, in byte order, take U+0100.. so that no
-// vocabulary string contains whitespace or control characters.
-const std::array<uint32_t, 256>& ByteToCodePoint() {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    uint32_t next = 0x100;
-    for (uint32_t b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      t[b] = printable ? b : next++;
-    }
-    return t;
-  }();
-  return table;
-}
-
-// The inverse, or -1 for code points outside the alphabet.
-int ByteOfCodePoint(uint32_t c) {
-  if (c < 0x100) {
-    const bool printable = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
-    if (printable) return static_cast<int>(c);
-  }
-  if (c < 0x100 || c >= 0x100 + 68) return -1;
-  const auto& table = ByteToCodePoint();
-  return static_cast<int>(std::find(table.begin(), table.end(), c) - table.begin());
-}
-
 // ---- BPE merge queue ---------------------------------------------------------------------------
 
 struct Symbol {
@@ -238,7 +153,7 @@ constexpr std::string_view kGpt2Pre[] = {
 std::vector<std::string> BpeTokenizer::PreTokenize(std::string_view text) {
   std::vector<uint32_t> cpts;
   cpts.reserve(text.size());
-  for (size_t offset = 0; offset < text.size();) cpts.push_back(NextCodePoint(text, offset));
+  for (size_t offset = 0; offset < text.size();) cpts.push_back(NextCodePointLenient(text, offset));
 
   const size_t n = cpts.size();
   // The class at `pos`, with positions past the end reading as "nothing" (no class matches).
@@ -385,7 +300,6 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool add_bos) c
     if (bos_id_ < 0) Fail("{}: the vocabulary has no BOS token", source_);
     out.push_back(bos_id_);
   }
-  const auto& byte_cp = ByteToCodePoint();
   std::string encoded;
   for (const TextFragment& fragment : index_.Partition(text)) {
     if (fragment.token >= 0) {
@@ -394,7 +308,7 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool add_bos) c
     }
     for (const std::string& word : PreTokenize(fragment.text)) {
       encoded.clear();
-      for (const char c : word) AppendUtf8(byte_cp[static_cast<uint8_t>(c)], encoded);
+      AppendByteLevel(word, encoded);
       EncodeWord(encoded, out);
     }
   }
@@ -412,7 +326,7 @@ std::string BpeTokenizer::DecodeToken(int32_t id, int32_t previous) const {
     case TokenAttr::kNormal:
       for (size_t offset = 0; offset < piece.size();) {
         const size_t begin = offset;
-        const int byte = ByteOfCodePoint(NextCodePoint(piece, offset));
+        const int byte = ByteOfByteLevelCodePoint(NextCodePointLenient(piece, offset));
         if (byte >= 0) {
           text += static_cast<char>(byte);
         } else {

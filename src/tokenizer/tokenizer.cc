@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 #include "tokenizer/vocab.h"
 
@@ -20,10 +21,13 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   if (fs::is_directory(path)) {
+    // tokenizer.json first, as transformers' AutoTokenizer loads the fast tokenizer.
+    if (fs::exists(path / "tokenizer.json")) return std::make_unique<HfTokenizer>(path / "tokenizer.json");
     if (fs::exists(path / "tokenizer.model")) return LoadSentencePiece(path / "tokenizer.model");
-    Fail("{}: no tokenizer.model in this folder", path.string());
+    Fail("{}: no tokenizer.json or tokenizer.model in this folder", path.string());
   }
   if (!fs::exists(path)) Fail("{}: no such file or folder", path.string());
+  if (path.extension() == ".json") return std::make_unique<HfTokenizer>(path);
   if (path.extension() == ".gguf") return MakeGgufTokenizer(ReadGgufVocab(GgufFile::Open(path)));
   if (path.extension() == ".bin")
     Fail("{}: llama2.c checkpoints carry no tokenizer; pass --tokenizer with a tokenizer.model", path.string());

@@ -1,6 +1,6 @@
-// Text <-> token ids. Implementations: SentencePiece models (tokenizer.model, through Debian's
-// libsentencepiece) and the vocabularies embedded in GGUF files (llama.cpp's "llama" SPM-style
-// and "gpt2" byte-level BPE).
+// Text <-> token ids. Implementations: Hugging Face tokenizer.json (BPE), SentencePiece models
+// (tokenizer.model, through Debian's libsentencepiece) and the vocabularies embedded in GGUF files
+// (llama.cpp's "llama" SPM-style and "gpt2" byte-level BPE).
 #pragma once
 
 #include <cstdint>
@@ -27,11 +27,12 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
 
-  std::string Decode(const std::vector<int32_t>& ids) const;  // concatenated DecodeToken
+  virtual std::string Decode(const std::vector<int32_t>& ids) const;  // concatenated DecodeToken
 };
 
-// PATH may be a model folder (uses its tokenizer.model), a tokenizer.model file, or a GGUF file
-// (its embedded vocabulary, including vocabulary-only GGUF files). Throws Error naming the path.
+// PATH may be a model folder (its tokenizer.json, else its tokenizer.model), a Hugging Face
+// tokenizer.json, a tokenizer.model file, or a GGUF file (its embedded vocabulary, including
+// vocabulary-only GGUF files). Throws Error naming the path.
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::filesystem::path& path);
 
 }  // namespace lowbit

@@ -1,0 +1,217 @@
+// Hugging Face tokenizer.json: lowbit's ids against the `tokenizers` library's, recorded in
+// tests/data/hf_tokenizer_cases.json by tests/interop/hf_tokenizers.py (which `make test-interop`
+// reruns with the pinned library). The cases are Phi-3.5's real file (and a Metaspace rewrite of
+// it) and files built from llama.cpp's GGUF vocabularies with each family's pre-tokenizer; on
+// llama.cpp's strings those also equal llama.cpp's own vectors, checked here too. Then BOS from
+// tokenizer_config.json, folder loading, and errors that name the file and key path.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json_util.h"
+#include "io/gguf.h"
+#include "test_util.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::ScratchDir;
+
+const fs::path kShared = LOWBIT_SOURCE_DIR "/../shared/tokenizers";
+const fs::path kFixture = LOWBIT_SOURCE_DIR "/tests/data/hf_tokenizer_cases.json";
+const fs::path kPhi = kShared / "hf/phi-3.5-mini/tokenizer.json";
+
+void WriteJson(const fs::path& path, const nlohmann::json& value) {
+  std::ofstream(path, std::ios::binary) << value.dump();
+}
+
+// What tests/interop/hf_tokenizers.py's tokenizer_json_from_gguf writes for a GGUF vocabulary.
+nlohmann::json TokenizerJsonFromGguf(const fs::path& path) {
+  const VocabData vocab = ReadGgufVocab(GgufFile::Open(path));
+  nlohmann::json ids = nlohmann::json::object(), added = nlohmann::json::array();
+  for (size_t i = 0; i < vocab.tokens.size(); ++i) {
+    ids[vocab.tokens[i]] = i;
+    const int32_t type = vocab.token_types.empty() ? kTokenNormal : vocab.token_types[i];
+    if (type == kTokenControl || type == kTokenUserDefined)
+      added.push_back({{"id", i}, {"content", vocab.tokens[i]}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", false}, {"special", type == kTokenControl}});
+  }
+  return {{"version", "1.0"},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", nullptr},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"model",
+           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
+            {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", ids}, {"merges", vocab.merges}}}};
+}
+
+struct FixtureCase {
+  std::string name;
+  fs::path tokenizer_json;
+};
+
+class HfTokenizerCases : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kPhi)) GTEST_SKIP() << kShared << " is not available";
+    fixture_ = ReadJsonFile(kFixture);
+  }
+  // Builds the case's tokenizer.json as the script did.
+  fs::path Build(const nlohmann::json& spec) {
+    nlohmann::json data = spec["vocab"].is_null() ? ReadJsonFile(kPhi)
+                                                  : TokenizerJsonFromGguf(kShared / "ggml-vocab" / spec["vocab"].get<std::string>());
+    for (const auto& [key, value] : spec["stages"].items()) data[key] = value;
+    const fs::path path = dir_ / spec["name"].get<std::string>();
+    fs::create_directories(path);
+    WriteJson(path / "tokenizer.json", data);
+    return path / "tokenizer.json";
+  }
+
+  ScratchDir dir_{"lowbit-hf-tokenizer"};
+  nlohmann::json fixture_;
+};
+
+TEST_F(HfTokenizerCases, IdsAndDecodedTextMatchTheTokenizersLibrary) {
+  const auto strings = fixture_["strings"].get<std::vector<std::string>>();
+  ASSERT_GE(strings.size(), 50u);
+  for (const nlohmann::json& spec : fixture_["cases"]) {
+    const std::string name = spec["name"];
+    const HfTokenizer tokenizer(Build(spec));
+    const auto ids = spec["ids"].get<std::vector<std::vector<int32_t>>>();
+    const auto decoded = spec["decoded"].get<std::vector<std::string>>();
+    int mismatches = 0;
+    for (size_t i = 0; i < strings.size(); ++i) {
+      const std::vector<int32_t> ours = tokenizer.Encode(strings[i], /*add_bos=*/false);
+      if (ours != ids[i]) {
+        ++mismatches;
+        ADD_FAILURE() << name << " string " << i << " '" << strings[i] << "': " << ::testing::PrintToString(ours)
+                      << " vs the library's " << ::testing::PrintToString(ids[i]);
+      }
+      EXPECT_EQ(tokenizer.Decode(ids[i]), decoded[i]) << name << " string " << i;
+    }
+    EXPECT_EQ(mismatches, 0) << name;
+  }
+}
+
+// The GGUF-derived files on llama.cpp's own test vectors: the same ids as llama.cpp.
+TEST_F(HfTokenizerCases, ByteLevelFilesMatchLlamaCppVectors) {
+  for (const nlohmann::json& spec : fixture_["cases"]) {
+    if (spec["vocab"].is_null() || spec["name"] == "llama3-split" || spec["name"] == "qwen2-split-nfc") continue;
+    const fs::path gguf = kShared / "ggml-vocab" / spec["vocab"].get<std::string>();
+    std::ifstream inp(gguf.string() + ".inp", std::ios::binary), out(gguf.string() + ".out");
+    const std::string text{std::istreambuf_iterator<char>(inp), std::istreambuf_iterator<char>()};
+    const HfTokenizer tokenizer(Build(spec));
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    int cases = 0;
+    for (size_t pos = 0; pos < text.size(); ++cases) {
+      const size_t next = text.find(sep, pos);
+      ASSERT_NE(next, std::string::npos);
+      std::string line;
+      std::getline(out, line);
+      std::vector<int32_t> expected;
+      std::istringstream numbers(line);
+      for (int32_t id; numbers >> id;) expected.push_back(id);
+      EXPECT_EQ(tokenizer.Encode(text.substr(pos, next - pos), false), expected)
+          << spec["name"] << " case " << cases;
+      pos = next + sep.size();
+    }
+    EXPECT_EQ(cases, 46) << spec["name"];
+  }
+}
+
+TEST(HfTokenizer, BosComesFromThePostProcessorOrTokenizerConfig) {
+  if (!fs::exists(kPhi)) GTEST_SKIP();
+  ScratchDir dir("lowbit-hf-bos");
+  nlohmann::json data = ReadJsonFile(kPhi);
+  // Phi-3.5's template adds nothing; a Llama-style template adds <s>.
+  EXPECT_EQ(HfTokenizer(kPhi).Encode("Hi", true), HfTokenizer(kPhi).Encode("Hi", false));
+  data["post_processor"] = {{"type", "TemplateProcessing"},
+                            {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}};
+  WriteJson(dir / "tokenizer.json", data);
+  {
+    const HfTokenizer tokenizer(dir / "tokenizer.json");
+    EXPECT_EQ(tokenizer.Encode("Hi", true).front(), 1);
+    EXPECT_EQ(tokenizer.bos_id(), 1);
+    EXPECT_EQ(tokenizer.eos_id(), 32000);  // <|endoftext|>: Phi-3.5's </s> is not special
+    EXPECT_EQ(tokenizer.Decode(tokenizer.Encode("Hello world", true)), "Hello world");
+  }
+  // tokenizer_config.json's add_bos_token wins, as in transformers.
+  WriteJson(dir / "tokenizer_config.json", {{"add_bos_token", false}, {"bos_token", "<s>"}, {"eos_token", "<|end|>"}});
+  {
+    const HfTokenizer tokenizer(dir / "tokenizer.json");
+    EXPECT_NE(tokenizer.Encode("Hi", true).front(), 1);
+    EXPECT_EQ(tokenizer.eos_id(), 32007);
+  }
+  // A folder with tokenizer.json loads it (before any tokenizer.model).
+  EXPECT_EQ(LoadTokenizer(dir.path())->vocab_size(), 32011);
+}
+
+void ExpectError(const std::function<void()>& f, std::initializer_list<std::string_view> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected lowbit::Error";
+  } catch (const Error& e) {
+    for (std::string_view needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfTokenizer, ErrorsNameTheFileAndKeyPath) {
+  ScratchDir dir("lowbit-hf-errors");
+  const fs::path path = dir / "tokenizer.json";
+  const nlohmann::json base = {
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"decoder", {{"type", "ByteLevel"}}}};
+  WriteJson(path, base);
+  EXPECT_EQ(HfTokenizer(path).Encode("abab", false), (std::vector<int32_t>{2, 2}));
+
+  const auto with = [&](const std::string& pointer, const nlohmann::json& value) {
+    nlohmann::json data = base;
+    data[nlohmann::json::json_pointer(pointer)] = value;
+    WriteJson(path, data);
+    return [path] { HfTokenizer tokenizer(path); };
+  };
+  ExpectError(with("/model/type", "Unigram"), {"tokenizer.json", "model.type", "'Unigram'", "'BPE'"});
+  ExpectError(with("/model/merges/0", "a c"), {"model.merges", "merges[0] 'a c'", "not in model.vocab"});
+  ExpectError(with("/model/merges/0", "a b c"), {"merges[0]", "one space"});
+  ExpectError(with("/model/vocab/b", -1), {"model.vocab.b", "token id"});
+  ExpectError(with("/model/dropout", 0.1), {"model.dropout"});
+  ExpectError(with("/pre_tokenizer/type", "BertPreTokenizer"), {"pre_tokenizer.type", "'BertPreTokenizer'", "Split"});
+  ExpectError(with("/pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(a"}}}, {"behavior", "Isolated"}}),
+              {"pre_tokenizer.pattern.Regex", "(a"});
+  ExpectError(with("/pre_tokenizer", {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}}),
+              {"pre_tokenizer.behavior", "'Sideways'"});
+  ExpectError(with("/normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Precompiled"}}}}}),
+              {"normalizer.normalizers[0].type", "'Precompiled'"});
+  ExpectError(with("/decoder", {{"type", "WordPiece"}}), {"decoder.type", "'WordPiece'"});
+  ExpectError(with("/post_processor", {{"type", "TemplateProcessing"}, {"single", nlohmann::json::array()}}),
+              {"post_processor.single", "Sequence A"});
+  ExpectError([&] { HfTokenizer tokenizer(dir / "missing.json"); }, {"missing.json"});
+}
+
+// Invalid UTF-8 reaches the library as U+FFFD (Python decodes with errors="replace"); lowbit
+// substitutes the same way instead of failing or splitting inside a character.
+TEST(HfTokenizer, InvalidUtf8BecomesReplacementCharacters) {
+  if (!fs::exists(kPhi)) GTEST_SKIP();
+  const HfTokenizer tokenizer(kPhi);
+  EXPECT_EQ(tokenizer.Encode("a\xFF" "b\xE2\x82", false), tokenizer.Encode("a\xEF\xBF\xBD" "b\xEF\xBF\xBD", false));
+}
+
+}  // namespace
+}  // namespace lowbit
