@@ -112,6 +112,12 @@ void RunConformance(const std::string& name) {
 
 TEST(GgufVocab, LlamaSpmMatchesLlamaCpp) { RunConformance("ggml-vocab-llama-spm.gguf"); }
 TEST(GgufVocab, Gpt2MatchesLlamaCpp) { RunConformance("ggml-vocab-gpt-2.gguf"); }
+// The pre-tokenizers run as regex lists.
+TEST(GgufVocab, DeepseekLlmMatchesLlamaCpp) { RunConformance("ggml-vocab-deepseek-llm.gguf"); }
+TEST(GgufVocab, FalconMatchesLlamaCpp) { RunConformance("ggml-vocab-falcon.gguf"); }
+TEST(GgufVocab, StarcoderMatchesLlamaCpp) { RunConformance("ggml-vocab-starcoder.gguf"); }
+TEST(GgufVocab, RefactMatchesLlamaCpp) { RunConformance("ggml-vocab-refact.gguf"); }
+TEST(GgufVocab, MptMatchesLlamaCpp) { RunConformance("ggml-vocab-mpt.gguf"); }
 
 TEST(GgufVocab, ReadsLlamaSpmKeysAndDefaults) {
   const fs::path path = kVocabDir / "ggml-vocab-llama-spm.gguf";
@@ -270,8 +276,8 @@ TEST(GgufVocab, RejectsWhatItCannotTokenizeFaithfully) {
   ExpectError([&] { SpmTokenizer tok(v); }, {"bos", "99"});
   v.model = "gpt2";
   v.bos_id = 1;
-  v.pre = "llama-bpe";
-  ExpectError([&] { MakeGgufTokenizer(v); }, {"tokenizer.ggml.pre", "'llama-bpe'", "'gpt-2'"});
+  v.pre = "tekken";
+  ExpectError([&] { MakeGgufTokenizer(v); }, {"tokenizer.ggml.pre", "'tekken'", "'gpt-2'", "'llama-bpe'", "'qwen2'"});
 }
 
 // Writes a GGUF file with only metadata: string, u32, bool and array values.

@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "tokenizer/gguf_pre_tokenizers.h"
 #include "tokenizer/utf8.h"
 
 namespace lowbit {
@@ -218,11 +219,16 @@ BpeTokenizer::BpeTokenizer(const VocabData& vocab)
       eos_id_(vocab.eos_id),
       add_space_prefix_(vocab.add_space_prefix) {
   if (std::find(std::begin(kGpt2Pre), std::end(kGpt2Pre), vocab.pre) == std::end(kGpt2Pre)) {
-    std::string supported;
-    for (std::string_view pre : kGpt2Pre)
-      supported += fmt::format("{}'{}'", supported.empty() ? "" : ", ", pre);
-    Fail("{}: tokenizer.ggml.pre '{}' is not supported for the gpt2 tokenizer (supported: {})",
-         source_, vocab.pre, supported);
+    const GgufPreTokenizer* pre = FindGgufPreTokenizer(vocab.pre);
+    if (pre == nullptr) {
+      std::string supported;
+      for (std::string_view name : kGpt2Pre)
+        supported += fmt::format("{}'{}'", supported.empty() ? "" : ", ", name);
+      Fail("{}: tokenizer.ggml.pre '{}' is not supported for the gpt2 tokenizer (supported: {}, {})",
+           source_, vocab.pre, supported, KnownGgufPreTokenizers());
+    }
+    for (const std::string_view regex : pre->regexes) regexes_.emplace_back(regex, source_ + ": tokenizer.ggml.pre");
+    ignore_merges_ = pre->ignore_merges;
   }
   ranks_.reserve(vocab.merges.size());
   for (size_t i = 0; i < vocab.merges.size(); ++i) {
@@ -243,7 +249,32 @@ int32_t BpeTokenizer::Rank(std::string_view left, std::string_view right) const 
   return it == ranks_.end() ? -1 : it->second;
 }
 
+std::vector<std::string> BpeTokenizer::RegexPreTokenize(std::string_view text) const {
+  // llama.cpp splits code points decoded leniently; PCRE2 needs them re-encoded as valid UTF-8.
+  std::string valid;
+  valid.reserve(text.size());
+  for (size_t offset = 0; offset < text.size();) {
+    const uint32_t c = NextCodePointLenient(text, offset);
+    AppendUtf8(c >= 0xD800 && c <= 0xDFFF ? kReplacementChar : c, valid);
+  }
+  std::vector<std::string> pieces{std::move(valid)}, next;
+  for (const Regex& regex : regexes_) {
+    next.clear();
+    for (const std::string& piece : pieces)
+      for (const auto& [begin, end] : SplitAtMatches(piece.size(), regex.FindAll(piece), SplitBehavior::kIsolated, false))
+        next.push_back(piece.substr(begin, end - begin));
+    pieces.swap(next);
+  }
+  return pieces;
+}
+
 void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {
+    if (const int32_t id = index_.Find(word); id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
   std::vector<Symbol> symbols;
   for (size_t offset = 0; offset < word.size();) {
     // `word` is valid UTF-8 (built from the byte-level alphabet), so lead bytes give lengths.
@@ -306,7 +337,7 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool add_bos) c
       out.push_back(fragment.token);
       continue;
     }
-    for (const std::string& word : PreTokenize(fragment.text)) {
+    for (const std::string& word : regexes_.empty() ? PreTokenize(fragment.text) : RegexPreTokenize(fragment.text)) {
       encoded.clear();
       AppendByteLevel(word, encoded);
       EncodeWord(encoded, out);

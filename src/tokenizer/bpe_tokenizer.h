@@ -1,12 +1,14 @@
 // llama.cpp's "gpt2" byte-level BPE tokenizer over a GGUF vocabulary. The text is first split by
-// the GPT-2 pre-tokenizer regex
+// the pre-tokenizer tokenizer.ggml.pre names: for the GPT-2 regex
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// (implemented by hand over code points, with Unicode 15.1 letter/number classes as llama.cpp
-// uses), each piece's UTF-8 bytes are mapped to the GPT-2 byte-to-unicode alphabet (formats.md
-// 8.3), and adjacent symbols merge by merge rank (lowest first, leftmost on ties). Ids match
-// llama.cpp's llama_tokenize with add_special = false, parse_special = false (plus BOS when
-// asked). Only the pre-tokenizers that use exactly this regex are accepted (tokenizer.ggml.pre
-// "gpt-2", "phi-2", "mpt", "olmo", ...); others throw Error rather than tokenize differently.
+// ("gpt-2", "phi-2", "mpt", "olmo", ...) by hand over code points, with the Unicode 15.1
+// letter/number classes llama.cpp uses; for the other families llama.cpp knows (llama-bpe, qwen2,
+// deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, ...) by their regex lists
+// (gguf_pre_tokenizers.h) through PCRE2. Each piece's UTF-8 bytes are mapped to the GPT-2
+// byte-to-unicode alphabet (formats.md 8.3), and adjacent symbols merge by merge rank (lowest
+// first, leftmost on ties). Ids match llama.cpp's llama_tokenize with add_special = false,
+// parse_special = false (plus BOS when asked). An unknown pre-tokenizer throws Error rather than
+// tokenize differently.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 
@@ -34,6 +37,8 @@ class BpeTokenizer final : public Tokenizer {
   // The GPT-2 pre-tokenizer split of `text` (UTF-8 in, UTF-8 pieces out; invalid bytes become
   // U+FFFD as in llama.cpp). Exposed for tests.
   static std::vector<std::string> PreTokenize(std::string_view text);
+  // The split by regexes_ (the families other than GPT-2's).
+  std::vector<std::string> RegexPreTokenize(std::string_view text) const;
 
  private:
   // Appends the ids of one pre-token, already mapped to the byte-level alphabet.
@@ -44,6 +49,8 @@ class BpeTokenizer final : public Tokenizer {
   std::string source_;
   int32_t bos_id_, eos_id_;
   bool add_space_prefix_;
+  std::vector<Regex> regexes_;  // empty: the GPT-2 split
+  bool ignore_merges_ = false;
   // "left right" -> rank. Symbols of the byte-level alphabet never contain a space, so joining a
   // pair with one space is unambiguous.
   std::unordered_map<std::string, int32_t> ranks_;

@@ -1,0 +1,24 @@
+// The pre-tokenizer of a GGUF "gpt2" vocabulary by its tokenizer.ggml.pre name: the regexes
+// llama.cpp applies in turn (each splits the pieces the previous one left, keeping matches and
+// the text between them), written as the model families' own tokenizer.json files have them.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lowbit {
+
+struct GgufPreTokenizer {
+  std::vector<std::string_view> names;    // tokenizer.ggml.pre values
+  std::vector<std::string_view> regexes;  // PCRE2 syntax, applied in order
+  bool ignore_merges = false;             // a piece that is a whole token is not merged (Llama-3)
+};
+
+// The pre-tokenizer for `pre`, or nullptr when llama.cpp's name is not one lowbit knows.
+const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre);
+
+// The names GgufPreTokenizerRegexes knows, for error messages.
+std::string KnownGgufPreTokenizers();
+
+}  // namespace lowbit
