@@ -3,6 +3,8 @@
 #   llama-cpp-python  llama.cpp itself (its bundled llama.cpp built from source, CPU backend)
 #   gguf              llama.cpp's own Python GGUF reader/writer and reference quantizers
 #   tokenizers        Hugging Face's tokenizer.json implementation (what AutoTokenizer runs)
+#   sentencepiece, protobuf
+#                     transformers' tokenizer.model -> tokenizer.json converter
 #   transformers, compressed-tensors, torch
 #                     load and decompress the compressed-tensors folders of `lowbit export --to`
 #                     (torch is PyPI's CUDA build, some GB: the CPU is all these checks use)
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 venv="${1:-build/interop-venv}"
 llama_version=0.3.36
 pins=(numpy==2.2.6 gguf==0.19.0 torch==2.15.0 transformers==5.19.0 tokenizers==0.23.3 compressed-tensors==0.20.1
-      safetensors==0.8.0)
+      safetensors==0.8.0 sentencepiece==0.2.1 protobuf==7.36.2)
 # -march=native, but no AMX: these VMs list amx_tile in /proc/cpuinfo yet fault on tile instructions,
 # and llama.cpp's AMX matmul dies with SIGILL. pip's own wheel cache ignores CMAKE_ARGS, so the wheel
 # is built once into a cache folder named after the flags and installed from there.

@@ -18,6 +18,7 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -180,6 +181,56 @@ def texts():
     return {"kjv": kjv_file, "wikitext-2": os.path.join(SHARED, "data", "wikitext-2", "wiki.test.raw")}
 
 
+def check_converted(lowbit, folder):
+    """SentencePiece tokenizer.model files converted to tokenizer.json by transformers (as a user's
+    AutoTokenizer.save_pretrained does): lowbit on the tokenizer.json, the library on it, and
+    lowbit's SentencePiece path on the tokenizer.model give the same ids; and the bundled model
+    with only the tokenizer.json has the same perplexity as with its tokenizer.model."""
+    from transformers import AutoTokenizer
+    rows = []
+    for name, src in [("kjv-llama-7m", os.path.join(SHARED, "models", "kjv-llama-7m")),
+                      ("llama-2", os.path.join(SHARED, "tokenizers", "llama2"))]:
+        slow = os.path.join(folder, f"{name}-slow")
+        os.makedirs(slow, exist_ok=True)
+        shutil.copy(os.path.join(src, "tokenizer.model"), slow)
+        config = os.path.join(src, "tokenizer_config.json")
+        if os.path.exists(config):
+            shutil.copy(config, slow)
+        else:
+            with open(os.path.join(slow, "tokenizer_config.json"), "w") as f:
+                json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True}, f)
+        fast = os.path.join(folder, f"{name}-fast")
+        AutoTokenizer.from_pretrained(slow).save_pretrained(fast)
+        tok = Tokenizer.from_file(os.path.join(fast, "tokenizer.json"))
+        for text_name, text_path in texts().items():
+            with open(text_path, encoding="utf-8", newline="") as f:
+                theirs = tok.encode(f.read(), add_special_tokens=True).ids
+            ours = json.loads(run(lowbit, "tokenize", "--model", fast, "--file", text_path, "--json"))["ids"]
+            spm = json.loads(run(lowbit, "tokenize", "--model", os.path.join(slow, "tokenizer.model"), "--file",
+                                 text_path, "--json"))["ids"]
+            check(ours == theirs, f"{name} tokenizer.json on {text_name}: lowbit differs from the tokenizers library")
+            # Not a check: the converter's merge-rank BPE can split a rare piece differently from
+            # SentencePiece's score order (WikiText-2's "  hr": '▁▁' 'hr' against '▁' '▁hr').
+            differing = sum(a != b for a, b in zip(spm, theirs)) + abs(len(spm) - len(theirs))
+            rows.append([name, text_name, len(theirs), "yes" if ours == theirs else "no", differing])
+    print_table(["converted tokenizer.model", "text", "tokens (BOS too)", "lowbit = tokenizers",
+                 "SentencePiece ids that differ"], rows)
+
+    model = os.path.join(SHARED, "models", "kjv-llama-7m")
+    json_only = os.path.join(folder, "kjv-json-only")
+    os.makedirs(json_only, exist_ok=True)
+    for f in os.listdir(model):
+        if f not in ("tokenizer.model", "tokenizer_config.json"):
+            os.symlink(os.path.join(model, f), os.path.join(json_only, f))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(folder, "kjv-llama-7m-fast", f), json_only)
+    text = os.path.join(SHARED, "data", "kjv", "kjv-test.txt")
+    ppl = [json.loads(run(lowbit, "ppl", "--model", m, "--text", text, "--ctx", "128", "--json"))["ppl"]
+           for m in (model, json_only)]
+    check(ppl[0] == ppl[1], f"kjv-llama-7m: PPL {ppl[0]} with tokenizer.model, {ppl[1]} with tokenizer.json only")
+    print(f"kjv-llama-7m on kjv-test.txt: PPL {ppl[0]:.4f} with tokenizer.model, {ppl[1]:.4f} with only tokenizer.json")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lowbit", default="build/lowbit")
@@ -222,6 +273,7 @@ def main():
                          f"{ours_tps / 1e3:.0f}", f"{theirs_tps / 1e3:.0f}", f"{ours_tps / theirs_tps:.2f}x"])
     print_table(["tokenizer", "text", "tokens", "identical", "lowbit ktok/s", "tokenizers ktok/s", "ratio"], rows)
     print("(encode only, one thread, best of 3 each: `lowbit bench tokenize` and Tokenizer.encode)")
+    check_converted(args.lowbit, folder)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
     print("hf_tokenizers: all checks passed")
