@@ -288,6 +288,10 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       const std::string p = fmt::format("model.layers.{}.", i);
       AddDense(list, p + "input_layernorm.weight", {block.attn_norm.size()}, block.attn_norm, dense);
       AddDense(list, p + "post_attention_layernorm.weight", {block.ffn_norm.size()}, block.ffn_norm, dense);
+      if (!block.q_norm.empty()) {
+        AddDense(list, p + "self_attn.q_norm.weight", {block.q_norm.size()}, block.q_norm, dense);
+        AddDense(list, p + "self_attn.k_norm.weight", {block.k_norm.size()}, block.k_norm, dense);
+      }
       for (const NamedLinear& nl : BlockLinears(block, i)) linears.push_back(AddLinear(list, nl, o, dense, r));
       if (o.format != EngineFormat::kCompressedTensors && r.quantized_linears > 0)
         (void)SharedParams(linears, o.format);  // mixed schemes fail at the block that brings them, not at the end

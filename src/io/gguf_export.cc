@@ -26,9 +26,10 @@ struct Architecture {
 };
 
 Architecture ArchitectureOf(const ModelConfig& c) {
-  // llama.cpp runs Qwen2 with NEOX (rotate-half) RoPE and no permutation; everything lowbit
-  // reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
+  // llama.cpp runs Qwen2 and Qwen3 with NEOX (rotate-half) RoPE and no permutation; everything
+  // lowbit reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
   if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "gguf:qwen2") return {"qwen2", false};
+  if (c.architecture == "Qwen3ForCausalLM" || c.architecture == "gguf:qwen3") return {"qwen3", false};
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -115,6 +116,10 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_q.bias", c.q_dim(), layer, [](const LayerWeights* l) { return &l->wq.bias; }, q_heads);
       vector(p + "attn_k.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wk.bias; }, k_heads);
       vector(p + "attn_v.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wv.bias; });
+    }
+    if (c.qk_norm) {
+      vector(p + "attn_q_norm.weight", c.head_dim, layer, [](const LayerWeights* l) { return &l->q_norm; });
+      vector(p + "attn_k_norm.weight", c.head_dim, layer, [](const LayerWeights* l) { return &l->k_norm; });
     }
     matrix(p + "attn_output.weight", c.dim, c.q_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
     plan.back().linear = 3;

@@ -16,7 +16,7 @@
 namespace lowbit {
 namespace {
 
-constexpr std::string_view kSupportedArchitectures = "llama, qwen2";
+constexpr std::string_view kSupportedArchitectures = "llama, qwen2, qwen3";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -114,7 +114,7 @@ class TensorLoader {
   void CheckAllUsed() const {
     for (const GgufTensorInfo& t : file_.tensors())
       if (!used_.count(t.name))
-        Fail("{}: unexpected tensor '{}' for a llama / qwen2 model (not supported)", source_, t.name);
+        Fail("{}: unexpected tensor '{}' for a llama / qwen2 / qwen3 model (not supported)", source_, t.name);
   }
 
   void MarkUsed(const std::string& name) { used_.insert(name); }
@@ -159,7 +159,7 @@ int32_t TokenId(const GgufFile& f, std::string_view key, int32_t fallback) {
 ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
-  if (arch != "llama" && arch != "qwen2")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0)
@@ -171,8 +171,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
 
   ModelConfig c;
   c.architecture = "gguf:" + arch;
-  // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 is converted
-  // without the permutation and runs NEOX (rotate-half) RoPE in llama.cpp.
+  // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
+  // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
   c.rope_style = arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kHalf;
   c.dim = f.GetU32(p + "embedding_length");
   c.n_layers = f.GetU32(p + "block_count");
@@ -216,6 +216,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
+  c.qk_norm = arch == "qwen3";
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
@@ -257,6 +258,10 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.wq.bias = t.Vector(p + "attn_q.bias", c.q_dim());
       l.wk.bias = t.Vector(p + "attn_k.bias", c.kv_dim());
       l.wv.bias = t.Vector(p + "attn_v.bias", c.kv_dim());
+    }
+    if (c.qk_norm) {
+      l.q_norm = t.Vector(p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = t.Vector(p + "attn_k_norm.weight", c.head_dim);
     }
     l.wo = t.Weight(p + "attn_output.weight", c.dim, c.q_dim());
     l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);

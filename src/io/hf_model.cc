@@ -97,6 +97,7 @@ class HfTensors {
         for (const char* s : {"self_attn.k_scale", "self_attn.v_scale"}) optional.insert(p + s);
       dense[p + "input_layernorm.weight"] = {c.dim};
       dense[p + "post_attention_layernorm.weight"] = {c.dim};
+      if (c.qk_norm) dense[p + "self_attn.q_norm.weight"] = dense[p + "self_attn.k_norm.weight"] = {c.head_dim};
       linear(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
       linear(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
       linear(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
@@ -253,6 +254,10 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
     l.wk = t->Matrix(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
     l.wv = t->Matrix(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
     l.wo = t->Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
+    if (c.qk_norm) {
+      l.q_norm = t->Vector(p + "self_attn.q_norm.weight", c.head_dim);
+      l.k_norm = t->Vector(p + "self_attn.k_norm.weight", c.head_dim);
+    }
     l.ffn_norm = t->Vector(p + "post_attention_layernorm.weight", c.dim);
     l.w_gate = t->Matrix(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
     l.w_up = t->Matrix(p + "mlp.up_proj", c.ffn_dim, c.dim, false);

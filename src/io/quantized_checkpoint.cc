@@ -156,6 +156,10 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
     const std::string p = fmt::format("model.layers.{}.", i);
     list.Add(p + "input_layernorm.weight", DType::kF32, {l.attn_norm.size()}, std::span(l.attn_norm));
     list.Add(p + "post_attention_layernorm.weight", DType::kF32, {l.ffn_norm.size()}, std::span(l.ffn_norm));
+    if (!l.q_norm.empty()) {
+      list.Add(p + "self_attn.q_norm.weight", DType::kF32, {l.q_norm.size()}, std::span(l.q_norm));
+      list.Add(p + "self_attn.k_norm.weight", DType::kF32, {l.k_norm.size()}, std::span(l.k_norm));
+    }
   }
   for (const NamedLinear& nl : linears) {
     const Linear& l = *nl.linear;

@@ -38,7 +38,7 @@ void ModelConfig::Validate(const std::string& source) const {
 
 namespace {
 
-constexpr const char* kSupported = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
+constexpr const char* kSupported = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
 
 }  // namespace
 
@@ -51,7 +51,7 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
   c.architecture = archs[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "Qwen2ForCausalLM")
+      c.architecture != "Qwen2ForCausalLM" && c.architecture != "Qwen3ForCausalLM")
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   c.vocab_size = j.Get<uint32_t>("vocab_size");
   c.dim = j.Get<uint32_t>("hidden_size");
@@ -65,6 +65,7 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   c.norm_eps = j.Get<float>("rms_norm_eps", 1e-6f);
   c.tie_embeddings = j.Get<bool>("tie_word_embeddings", false);
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM" || j.Get<bool>("attention_bias", false);
+  c.qk_norm = c.architecture == "Qwen3ForCausalLM";
   c.bos_id = j.Get<int32_t>("bos_token_id", 1);
   // Llama 3 lists several end tokens; generation stops at the first.
   if (j.Has("eos_token_id") && j["eos_token_id"].value().is_array()) {
@@ -76,14 +77,22 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   }
   const std::string hidden_act = j.Get<std::string>("hidden_act", "silu");
   if (hidden_act != "silu") Fail("{}: hidden_act '{}' is not supported (only silu)", source, hidden_act);
-  if (j.Has("rope_scaling")) {
-    const JsonView rs = j["rope_scaling"].ExpectObject();
+  // transformers >= 5 writes rope_parameters {rope_theta, rope_type, ...}; older files have
+  // rope_theta beside an optional rope_scaling {rope_type or type, ...}.
+  const bool v5 = j.Has("rope_parameters");
+  const std::string scaling_key = v5 ? "rope_parameters" : "rope_scaling";
+  if (v5) c.rope_theta = j["rope_parameters"].ExpectObject().Get<float>("rope_theta", c.rope_theta);
+  if (j.Has(scaling_key)) {
+    const JsonView rs = j[scaling_key].ExpectObject();
     const std::string type = rs.Has("rope_type") ? rs.Get<std::string>("rope_type") : rs.Get<std::string>("type", "");
-    if (type != "llama3") Fail("{}: rope_scaling type '{}' is not supported (only llama3)", source, type);
-    c.rope_scaling.factor = rs.Get<float>("factor");
-    c.rope_scaling.low_freq_factor = rs.Get<float>("low_freq_factor", 1.0f);
-    c.rope_scaling.high_freq_factor = rs.Get<float>("high_freq_factor", 4.0f);
-    c.rope_scaling.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings", 8192);
+    if (type == "llama3") {
+      c.rope_scaling.factor = rs.Get<float>("factor");
+      c.rope_scaling.low_freq_factor = rs.Get<float>("low_freq_factor", 1.0f);
+      c.rope_scaling.high_freq_factor = rs.Get<float>("high_freq_factor", 4.0f);
+      c.rope_scaling.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings", 8192);
+    } else if (!(v5 && type == "default")) {
+      Fail("{}: {} type '{}' is not supported (only llama3{})", source, scaling_key, type, v5 ? " and default" : "");
+    }
   }
   c.Validate(source);
   return c;

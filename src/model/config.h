@@ -36,6 +36,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool qkv_bias = false;     // Qwen2
+  bool qk_norm = false;      // Qwen3: RMSNorm over each head of q and k, before RoPE
   int32_t bos_id = 1;
   int32_t eos_id = 2;
 
@@ -45,7 +46,7 @@ struct ModelConfig {
   void Validate(const std::string& source) const;
 };
 
-// Reads a Hugging Face config.json (Llama / Mistral / Qwen2). Unknown architectures are errors
+// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 / Qwen3). Unknown architectures are errors
 // that list the supported ones.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
 

@@ -129,6 +129,20 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       MatMul(lw.wq, input.data(), total, q_.data(), pool_, activations_);
       MatMul(lw.wk, input.data(), total, k_.data(), pool_, activations_);
       MatMul(lw.wv, input.data(), total, v_.data(), pool_, activations_);
+      if (c.qk_norm) {  // Qwen3: each head of q and k normalized on its own
+        ForTokens(total, [&](size_t begin, size_t end) {
+          for (size_t row = begin; row < end; ++row) {
+            for (size_t h = 0; h < c.n_heads; ++h) {
+              float* head = &q_[row * c.q_dim() + h * c.head_dim];
+              RmsNorm(head, lw.q_norm.data(), c.head_dim, c.norm_eps, head);
+            }
+            for (size_t h = 0; h < c.n_kv_heads; ++h) {
+              float* head = &k_[row * c.kv_dim() + h * c.head_dim];
+              RmsNorm(head, lw.k_norm.data(), c.head_dim, c.norm_eps, head);
+            }
+          }
+        });
+      }
       std::vector<size_t> position;  // of each stacked row in its sequence
       for (const BatchItem& item : batch)
         for (size_t t = 0; t < item.tokens.size(); ++t) position.push_back(item.cache->size() + t);

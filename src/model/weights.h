@@ -59,6 +59,7 @@ struct Linear {
 struct LayerWeights {
   std::vector<float> attn_norm;   // [dim]
   Linear wq, wk, wv, wo;          // [q_dim x dim], [kv_dim x dim] x2, [dim x q_dim]
+  std::vector<float> q_norm, k_norm;  // [head_dim] each when config.qk_norm (Qwen3), else empty
   std::vector<float> ffn_norm;    // [dim]
   Linear w_gate, w_up, w_down;    // [ffn x dim] x2, [dim x ffn]
 };

@@ -1,0 +1,77 @@
+// One tiny random model per architecture, built by transformers from a config and committed with
+// transformers' own fp32 logits (tests/interop/hf_architectures.py writes them; `make test-interop`
+// checks transformers still gives the same): Llama with Llama-3.1 rope scaling and tied
+// embeddings, Mistral, Qwen2 (q/k/v biases), Qwen3 (q/k norms, head_dim apart from hidden / heads).
+// lowbit's logits must match at every position within 1e-4 of the logit scale, loaded from the
+// folder and after a round trip through lowbit's quantized folder and GGUF (F32).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "io/gguf_export.h"
+#include "io/model_loader.h"
+#include "io/quantized_checkpoint.h"
+#include "model/forward.h"
+#include "test_util.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = LOWBIT_SOURCE_DIR "/tests/data/architectures";
+
+// Max |lowbit - reference| over every logit, relative to the largest |reference logit|.
+double RelativeError(const Model& model, const nlohmann::json& reference) {
+  const auto tokens = reference["tokens"].get<std::vector<int32_t>>();
+  const auto expected = reference["logits"].get<std::vector<std::vector<float>>>();
+  Engine engine(model, 2);
+  KvCache cache = engine.NewCache(tokens.size());
+  const std::vector<float> logits = engine.Forward(cache, tokens, /*all_logits=*/true);
+  const size_t vocab = model.config.vocab_size;
+  EXPECT_EQ(logits.size(), tokens.size() * vocab);
+  double max_diff = 0, scale = 0;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (size_t v = 0; v < vocab; ++v) {
+      max_diff = std::max(max_diff, std::abs(double(logits[t * vocab + v]) - expected[t][v]));
+      scale = std::max(scale, std::abs(double(expected[t][v])));
+    }
+  return max_diff / std::max(scale, 1.0);
+}
+
+class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ArchitectureFixture, LogitsMatchTransformers) {
+  const fs::path folder = kFixtures / GetParam();
+  const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
+  const Model model = LoadModel(folder.string());
+  EXPECT_EQ(model.config.architecture, reference["architecture"].get<std::string>());
+  const double error = RelativeError(model, reference);
+  std::cout << GetParam() << ": max |logit difference| / max |logit| = " << error << "\n";
+  EXPECT_LT(error, 1e-4) << GetParam();
+}
+
+TEST_P(ArchitectureFixture, SameLogitsAfterSavingAsLowbitFolderAndGguf) {
+  const fs::path folder = kFixtures / GetParam();
+  const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
+  const Model model = LoadModel(folder.string());
+  testing_util::ScratchDir dir("lowbit-arch-fixture");
+  SaveQuantizedModel(model, dir / "saved", folder, nlohmann::json::object());
+  EXPECT_LT(RelativeError(LoadModel((dir / "saved").string()), reference), 1e-4) << GetParam() << " lowbit folder";
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel streamed = OpenModel(folder);
+  ExportGguf(streamed, dir / "model.gguf", options);
+  EXPECT_LT(RelativeError(LoadModel((dir / "model.gguf").string()), reference), 1e-4) << GetParam() << " GGUF";
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
+
+}  // namespace
+}  // namespace lowbit

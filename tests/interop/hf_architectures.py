@@ -1,0 +1,94 @@
+"""Tiny random models of each architecture lowbit runs, built by transformers from a config
+(AutoModelForCausalLM.from_config, seeded), with transformers' own fp32 logits as the reference.
+
+    --write     writes tests/data/architectures/<name>/{config.json, model.safetensors, reference.json}:
+                the fixtures `make test` checks without Python (lowbit's logits within 1e-4 of the
+                logit scale). Weights are rounded to bf16 and stored as bf16, so the files stay small
+                and the fp32 reference is computed from exactly the stored values.
+    (default)   rebuilds every fixture with the pinned transformers in a temp folder and checks its
+                reference logits equal the committed ones (the library still computes the same).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import check, failures, print_table  # noqa: E402
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "data", "architectures")
+VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 96, 32, 64, 2, 4, 2
+TOKENS = [1, 5, 17, 42, 9, 88, 3, 60, 60, 14, 95, 0, 33, 71, 2, 50]
+
+COMMON = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+              num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=256,
+              rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)
+ARCHITECTURES = {
+    # Llama 3.1-style rope scaling, tied embeddings (as Llama 3.2 1B/3B).
+    "llama": ("llama", dict(rope_theta=500000.0, tie_word_embeddings=True,
+                            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    "mistral": ("mistral", dict(rope_theta=1000000.0, tie_word_embeddings=False, sliding_window=4096)),
+    "qwen2": ("qwen2", dict(rope_theta=1000000.0, tie_word_embeddings=False)),
+    # Qwen3: q/k norms, head_dim decoupled from hidden_size / heads, no q/k/v bias.
+    "qwen3": ("qwen3", dict(rope_theta=1000000.0, tie_word_embeddings=True, head_dim=16, attention_bias=False)),
+}
+
+
+def build(name, folder):
+    model_type, extra = ARCHITECTURES[name]
+    torch.manual_seed(1234)
+    config = AutoConfig.for_model(model_type, **COMMON, **extra)
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            # Norm weights near 1 with some spread, so a wrong norm shows in the logits.
+            p.copy_((torch.randn_like(p) * (0.3 if p.dim() == 1 else 0.2) + (1.0 if p.dim() == 1 else 0.0))
+                    .to(torch.bfloat16).to(torch.float32))
+        logits = model(torch.tensor([TOKENS])).logits[0].numpy()
+    out = os.path.join(folder, name)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    for extra_file in ("generation_config.json",):
+        if os.path.exists(os.path.join(out, extra_file)):
+            os.remove(os.path.join(out, extra_file))
+    reference = {"architecture": config.architectures[0], "tokens": TOKENS,
+                 "note": "transformers fp32 logits at every position (weights are the stored bf16 values)",
+                 "logits": [[round(float(v), 6) for v in row] for row in logits]}
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(reference, f)
+        f.write("\n")
+    return out, logits
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    if args.write:
+        for name in ARCHITECTURES:
+            out, _ = build(name, FIXTURES)
+            print(f"wrote {out}")
+        return
+    folder = tempfile.mkdtemp(prefix="lowbit-arch-")
+    rows = []
+    for name in ARCHITECTURES:
+        _, logits = build(name, folder)
+        with open(os.path.join(FIXTURES, name, "reference.json")) as f:
+            committed = np.array(json.load(f)["logits"], dtype=np.float32)
+        diff = float(np.abs(committed - logits).max())
+        scale = float(np.abs(logits).max())
+        check(diff <= 1e-5 * max(scale, 1.0), f"{name}: transformers' logits moved by {diff} from the committed fixture")
+        rows.append([name, f"{scale:.3f}", f"{diff:.2e}"])
+    print_table(["fixture", "max |logit|", "max diff to committed"], rows)
+    if failures:
+        sys.exit(f"{len(failures)} check(s) failed")
+    print("hf_architectures: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
