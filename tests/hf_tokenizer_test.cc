@@ -19,6 +19,9 @@
 #include "core/json_util.h"
 #include "io/gguf.h"
 #include "test_util.h"
+#include "io/gguf_writer.h"
+#include "model/config.h"
+#include "tokenizer/gguf_vocab_export.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
@@ -155,6 +158,37 @@ TEST_F(HfTokenizerCases, GgufPreTokenizerRegexesMatchTheLibrary) {
     }
   }
   EXPECT_GE(compared, 85);
+}
+
+// `lowbit export --to gguf` of a folder with a byte-level tokenizer.json writes llama.cpp's gpt2
+// vocabulary with the family's pre-tokenizer name; lowbit's GGUF tokenizer (which matches
+// llama.cpp's vectors) then gives the tokenizer.json's ids.
+TEST_F(HfTokenizerCases, GgufVocabularyFromTokenizerJsonTokenizesAlike) {
+  const auto strings = fixture_["strings"].get<std::vector<std::string>>();
+  ModelConfig config;
+  config.vocab_size = 50304;  // padded past GPT-2's 50257, as models often are
+  config.bos_id = config.eos_id = 50256;
+  for (const nlohmann::json& spec : fixture_["cases"]) {
+    const std::string name = spec["name"];
+    if (name != "gpt-2" && name != "llama3-split" && name != "qwen2-split-nfc" && name != "falcon") continue;
+    const fs::path json = Build(spec);
+    if (name == "falcon") {  // three Splits: no single llama.cpp name says that
+      EXPECT_THROW(GgufVocabularyFor(json, config), Error);
+      continue;
+    }
+    GgufWriter writer(dir_ / (name + ".gguf"));
+    for (GgufKeyValue& kv : GgufVocabularyFor(json, config)) writer.Set(kv.key, std::move(kv.value));
+    writer.Commit();
+    const VocabData vocab = ReadGgufVocab(GgufFile::Open(dir_ / (name + ".gguf")));
+    EXPECT_EQ(vocab.pre, name == "gpt-2" ? "gpt-2" : name == "llama3-split" ? "llama-bpe" : "qwen2");
+    EXPECT_EQ(vocab.tokens.size(), 50304u);
+    const auto gguf = MakeGgufTokenizer(vocab);
+    const HfTokenizer hf(json);
+    for (size_t i = 0; i < 46; ++i) {
+      if (name == "qwen2-split-nfc" && strings[i].find("\xCC") != std::string::npos) continue;  // no NFC in llama.cpp
+      EXPECT_EQ(gguf->Encode(strings[i], false), hf.Encode(strings[i], false)) << name << " string " << i;
+    }
+  }
 }
 
 TEST(HfTokenizer, BosComesFromThePostProcessorOrTokenizerConfig) {

@@ -30,7 +30,8 @@ constexpr std::string_view kCjkHangul = R"([\x{4e00}-\x{9fa5}\x{800}-\x{4e00}\x{
 
 const std::vector<GgufPreTokenizer>& Table() {
   static const std::vector<GgufPreTokenizer> table = {
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx", "smaug-bpe"}, {kLlama3}, true},
+      // The first name of each entry is what lowbit writes for a tokenizer.json with that regex.
+      {{"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral", "dbrx", "smaug-bpe"}, {kLlama3}, true},
       {{"qwen2", "deepseek-r1-qwen", "megrez"}, {kQwen2}},
       {{"deepseek-llm"},
        {R"([\r\n])", kDeepseekLetters, R"(\s?[!-/:-~\x{ff01}-\x{ff0f}\x{ff1a}-\x{ff5e}\x{2018}-\x{201f}\x{3000}-\x{3002}]+)",
@@ -49,6 +50,12 @@ const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre) {
     for (const std::string_view name : entry.names)
       if (name == pre) return &entry;
   return nullptr;
+}
+
+std::string_view GgufPreNameOfRegex(std::string_view regex) {
+  for (const GgufPreTokenizer& entry : Table())
+    if (entry.regexes.size() == 1 && entry.regexes[0] == regex) return entry.names.front();
+  return {};
 }
 
 std::string KnownGgufPreTokenizers() {

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/file_util.h"
+#include "tokenizer/gguf_pre_tokenizers.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace lowbit {
 namespace {
@@ -55,6 +57,76 @@ std::vector<GgufKeyValue> FromSentencePiece(const std::filesystem::path& file, c
   return kvs;
 }
 
+// The llama.cpp name of a tokenizer.json pre_tokenizer: ByteLevel alone (GPT-2's regex), or a
+// Split by one known family regex followed by ByteLevel without its own regex.
+std::string PreNameOf(const JsonView& pre) {
+  const auto byte_level = [](const JsonView& step, bool with_regex) {
+    return step.Get<std::string>("type") == "ByteLevel" && step.Get<bool>("use_regex", true) == with_regex &&
+           !step.Get<bool>("add_prefix_space", true);
+  };
+  if (!pre.is_null()) {
+    pre.ExpectObject();
+    if (byte_level(pre, true)) return "gpt-2";
+    if (pre.Get<std::string>("type") == "Sequence") {
+      const std::vector<JsonView> steps = pre["pretokenizers"].Items();
+      if (steps.size() == 2 && steps[0].Get<std::string>("type") == "Split" && steps[0]["pattern"].Has("Regex") &&
+          byte_level(steps[1], false)) {
+        const std::string regex = steps[0]["pattern"].Get<std::string>("Regex");
+        if (const std::string_view name = GgufPreNameOfRegex(regex); !name.empty()) return std::string(name);
+      }
+    }
+  }
+  pre.Fail(fmt::format("this pre-tokenizer has no llama.cpp name lowbit knows (GPT-2's ByteLevel, or a Split by "
+                       "the regex of: {}); llama.cpp could not tokenize like it",
+                       KnownGgufPreTokenizers()));
+}
+
+std::vector<GgufKeyValue> FromTokenizerJson(const std::filesystem::path& file, const ModelConfig& c) {
+  const HfTokenizer tokenizer(file);  // validates the whole file first
+  const nlohmann::json parsed = ReadJsonFile(file);
+  const JsonView root(parsed, file.string());
+  const JsonView decoder = root["decoder"];
+  if (decoder.is_null() || decoder.Get<std::string>("type") != "ByteLevel")
+    decoder.Fail("only byte-level BPE tokenizer.json files (decoder ByteLevel) become a GGUF vocabulary here; for a "
+                 "SentencePiece-style one, pass --tokenizer with its tokenizer.model");
+  static const nlohmann::json kNull;
+  const std::string pre = PreNameOf(root.Has("pre_tokenizer") ? root["pre_tokenizer"] : JsonView(kNull, file.string(), "pre_tokenizer"));
+  if (static_cast<uint32_t>(tokenizer.vocab_size()) > c.vocab_size)
+    Fail("{}: {} tokens, more than the model's vocab_size {}", file.string(), tokenizer.vocab_size(), c.vocab_size);
+
+  std::vector<std::string> tokens(c.vocab_size);
+  std::vector<int32_t> types(c.vocab_size, kUnused);
+  for (uint32_t id = 0; id < c.vocab_size; ++id) tokens[id] = "[PAD" + std::to_string(id) + "]";
+  for (const auto& [token, id] : parsed["model"]["vocab"].items()) {
+    tokens[id.get<uint32_t>()] = token;
+    types[id.get<uint32_t>()] = kNormal;
+  }
+  for (const JsonView& added : root["added_tokens"].Items()) {
+    const auto id = added.Get<uint32_t>("id");
+    tokens[id] = added.Get<std::string>("content");
+    types[id] = added.Get<bool>("special", false) ? kControl : kUserDefined;
+  }
+  std::vector<std::string> merges;
+  for (const nlohmann::json& merge : parsed["model"]["merges"])
+    merges.push_back(merge.is_string() ? merge.get<std::string>()
+                                       : merge[0].get<std::string>() + " " + merge[1].get<std::string>());
+
+  std::vector<GgufKeyValue> kvs;
+  kvs.push_back({"tokenizer.ggml.model", std::string("gpt2")});
+  kvs.push_back({"tokenizer.ggml.pre", pre});
+  kvs.push_back({"tokenizer.ggml.tokens", GgufArray{std::move(tokens)}});
+  kvs.push_back({"tokenizer.ggml.token_type", GgufArray{std::move(types)}});
+  kvs.push_back({"tokenizer.ggml.merges", GgufArray{std::move(merges)}});
+  const int32_t bos = tokenizer.bos_id() >= 0 ? tokenizer.bos_id() : c.bos_id;
+  const int32_t eos = tokenizer.eos_id() >= 0 ? tokenizer.eos_id() : c.eos_id;
+  if (bos >= 0 && static_cast<uint32_t>(bos) < c.vocab_size)
+    kvs.push_back({"tokenizer.ggml.bos_token_id", static_cast<uint32_t>(bos)});
+  if (eos >= 0 && static_cast<uint32_t>(eos) < c.vocab_size)
+    kvs.push_back({"tokenizer.ggml.eos_token_id", static_cast<uint32_t>(eos)});
+  kvs.push_back({"tokenizer.ggml.add_bos_token", tokenizer.adds_bos()});
+  return kvs;
+}
+
 std::vector<GgufKeyValue> FromGguf(const std::filesystem::path& file, const ModelConfig& c) {
   const GgufFile f = GgufFile::Open(file);
   std::vector<GgufKeyValue> kvs;
@@ -73,13 +145,12 @@ std::vector<GgufKeyValue> GgufVocabularyFor(const std::filesystem::path& tokeniz
   namespace fs = std::filesystem;
   if (fs::is_directory(tokenizer)) {
     if (fs::exists(tokenizer / "tokenizer.model")) return FromSentencePiece(tokenizer / "tokenizer.model", config);
-    if (fs::exists(tokenizer / "tokenizer.json"))
-      Fail("{}: only a tokenizer.json here; writing a GGUF vocabulary from tokenizer.json is not supported yet "
-           "(pass --tokenizer with a tokenizer.model or a .gguf vocabulary)", tokenizer.string());
-    Fail("{}: no tokenizer.model in this folder (pass --tokenizer)", tokenizer.string());
+    if (fs::exists(tokenizer / "tokenizer.json")) return FromTokenizerJson(tokenizer / "tokenizer.json", config);
+    Fail("{}: no tokenizer.model or tokenizer.json in this folder (pass --tokenizer)", tokenizer.string());
   }
   if (!fs::exists(tokenizer)) Fail("{}: no such file or folder", tokenizer.string());
   if (tokenizer.extension() == ".gguf") return FromGguf(tokenizer, config);
+  if (tokenizer.extension() == ".json") return FromTokenizerJson(tokenizer, config);
   if (tokenizer.extension() == ".bin")
     Fail("{}: llama2.c checkpoints carry no tokenizer; pass --tokenizer with a tokenizer.model", tokenizer.string());
   return FromSentencePiece(tokenizer, config);

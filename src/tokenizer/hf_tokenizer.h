@@ -80,6 +80,8 @@ class HfTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return vocab_size_; }
   int32_t bos_id() const override { return bos_id_; }
   int32_t eos_id() const override { return eos_id_; }
+  // Whether Encode(text, true) puts anything in front (the model expects a BOS).
+  bool adds_bos() const { return !prefix_ids_.empty(); }
 
  private:
   // A stretch of input: text still to tokenize, or an added token found in it (token >= 0).
