@@ -6,11 +6,15 @@
                 logit scale). Weights are rounded to bf16 and stored as bf16, so the files stay small
                 and the fp32 reference is computed from exactly the stored values.
     (default)   rebuilds every fixture with the pinned transformers in a temp folder and checks its
-                reference logits equal the committed ones (the library still computes the same).
+                reference logits equal the committed ones (the library still computes the same); then
+                exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
+                beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
+                tokens against transformers' (llama, qwen2 and qwen3 architectures in llama.cpp).
 """
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -19,7 +23,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, failures, print_table  # noqa: E402
+from common import check, failures, print_table, run  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "data", "architectures")
 VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 96, 32, 64, 2, 4, 2
@@ -65,8 +69,44 @@ def build(name, folder):
     return out, logits
 
 
+def byte_level_tokenizer(folder):
+    """A tokenizer.json of VOCAB single-byte tokens (llama.cpp will not load a GGUF without a vocabulary)."""
+    alphabet = [chr(b) for b in range(0x21, 0x21 + VOCAB)]
+    data = {"version": "1.0", "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+            "post_processor": None, "decoder": {"type": "ByteLevel"},
+            "model": {"type": "BPE", "vocab": {t: i for i, t in enumerate(alphabet)}, "merges": []}}
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(data, f)
+
+
+def check_llama_cpp(lowbit, folder):
+    import llama_cpp
+    rows = []
+    for name in ARCHITECTURES:
+        src = os.path.join(folder, f"{name}-gguf")
+        shutil.copytree(os.path.join(FIXTURES, name), src)
+        byte_level_tokenizer(src)
+        gguf = os.path.join(folder, f"{name}.gguf")
+        run(lowbit, "export", src, "-o", gguf, "--type", "F32")
+        # An F32 KV cache (llama.cpp defaults to F16, which alone moves logits by ~1e-3).
+        llm = llama_cpp.Llama(model_path=gguf, n_ctx=64, n_batch=64, logits_all=True, verbose=False,
+                              type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+        llm.eval(TOKENS)
+        theirs = np.array(llm.scores[:len(TOKENS)], dtype=np.float64)
+        del llm
+        with open(os.path.join(FIXTURES, name, "reference.json")) as f:
+            reference = np.array(json.load(f)["logits"], dtype=np.float64)
+        rel = float(np.abs(theirs - reference).max() / max(np.abs(reference).max(), 1.0))
+        check(rel < 1e-4, f"{name}: llama.cpp's logits on lowbit's GGUF differ from transformers' by {rel:.2e} of the "
+                          f"logit scale")
+        rows.append([name, f"{rel:.2e}"])
+    print_table(["fixture exported to GGUF F32", "llama.cpp vs transformers (max diff / max |logit|)"], rows)
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--lowbit", default="build/lowbit")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     if args.write:
@@ -85,6 +125,7 @@ def main():
         check(diff <= 1e-5 * max(scale, 1.0), f"{name}: transformers' logits moved by {diff} from the committed fixture")
         rows.append([name, f"{scale:.3f}", f"{diff:.2e}"])
     print_table(["fixture", "max |logit|", "max diff to committed"], rows)
+    check_llama_cpp(args.lowbit, folder)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
     print("hf_architectures: all checks passed")
