@@ -106,6 +106,7 @@ constexpr FuzzEntry kEntries[] = {
     {"kv_scales", KvScales},
     {"sentencepiece", SentencePiece},
     {"gguf_vocab", GgufVocab},
+    {"hf_tokenizer", HfTokenizer},
     {"topk_base", TopkBase},
 };
 
@@ -172,6 +173,8 @@ void KvScales(FuzzInput data) {
 void SentencePiece(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("tokenizer.model", data))); }
 
 void GgufVocab(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("vocab.gguf", data))); }
+
+void HfTokenizer(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("tokenizer.json", data))); }
 
 void TopkBase(FuzzInput data) {
   // The run's own expectations come from the file's header fields (vocab @12, ctx @16,

@@ -52,9 +52,11 @@ HfBpeModel::HfBpeModel(const JsonView& model) {
   const JsonView vocab = model["vocab"];
   vocab.ExpectObject();
   ids_.reserve(vocab.size());
+  // Ids are dense in real files; the bound keeps a hostile id from sizing the table.
+  const int64_t max_id = 2 * static_cast<int64_t>(vocab.size()) + 65536;
   for (const auto& [token, value] : vocab.value().items()) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > (int64_t{1} << 30))
-      vocab[token].Fail("expected a token id (an integer from 0 to 2^30)");
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > max_id)
+      vocab[token].Fail(fmt::format("expected a token id from 0 to {} (twice the entries, plus 65536)", max_id));
     const auto id = value.get<int32_t>();
     if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);
     if (!tokens_[static_cast<size_t>(id)].empty())

@@ -202,14 +202,12 @@ void SplitPieces(std::vector<HfPiece>& pieces, const Find& find, SplitBehavior b
 }
 
 SplitBehavior ParseBehavior(const JsonView& json) {
-  const std::string name = json.As<std::string>();
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "isolated") return SplitBehavior::kIsolated;
-  if (lower == "removed") return SplitBehavior::kRemoved;
-  if (lower == "mergedwithprevious") return SplitBehavior::kMergedWithPrevious;
-  if (lower == "mergedwithnext") return SplitBehavior::kMergedWithNext;
-  if (lower == "contiguous") return SplitBehavior::kContiguous;
+  const std::string name = json.As<std::string>();  // case-sensitive, as the library reads it
+  if (name == "Isolated") return SplitBehavior::kIsolated;
+  if (name == "Removed") return SplitBehavior::kRemoved;
+  if (name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
+  if (name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
+  if (name == "Contiguous") return SplitBehavior::kContiguous;
   json.Fail(fmt::format("unknown split behavior '{}' (Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous)", name));
 }
 

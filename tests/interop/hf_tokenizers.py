@@ -29,7 +29,8 @@ from tokenizers import Tokenizer
 sys.path.insert(0, os.path.dirname(__file__))
 from common import check, failures, print_table, run  # noqa: E402
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+SHARED = os.path.join(ROOT, "..", "shared")
 VOCABS = os.path.join(SHARED, "tokenizers", "ggml-vocab")
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "data", "hf_tokenizer_cases.json")
 
@@ -86,6 +87,12 @@ CASES = {
     "qwen2-split-nfc": ("ggml-vocab-gpt-2.gguf", {"normalizer": {"type": "NFC"},
                                                   "pre_tokenizer": splits_then_bytes([QWEN2])}),
     "phi-3.5": (None, {}),
+    # The fuzz seeds, small files that reach the rarer components: added tokens with lstrip/rstrip/
+    # single_word, ignore_merges, fused unknowns, Lowercase/Strip/NFC, Digits, Punctuation,
+    # Metaspace with split, a Sequence post-processor.
+    "seed-byte-level": ("fuzz/corpus/hf_tokenizer/byte_level.json", {}),
+    "seed-sentencepiece-style": ("fuzz/corpus/hf_tokenizer/sentencepiece_style.json", {}),
+    "seed-metaspace": ("fuzz/corpus/hf_tokenizer/metaspace.json", {}),
     "phi-3.5-metaspace": (None, {
         "normalizer": None,
         "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
@@ -98,6 +105,8 @@ SPLIT_VARIANTS = {"llama3-split", "qwen2-split-nfc"}
 # Beyond llama.cpp's strings: added tokens in text (special, with lstrip/rstrip), normalization
 # forms, scripts and digits the regexes treat differently, runs of white space and newlines.
 EXTRA_STRINGS = [
+    "The thin 123 in<|eot_id|>  x </s> <tool> \u00e9 a<tool>b <|begin_of_text|>",
+    "  Hello,, world!! 4567 \u00c9COLE e\u0301 end  ",
     "Hello<|endoftext|>world <|endoftext|> again",
     "<|end|>\n<|user|> hi <|assistant|>",
     "caf\u0065\u0301 vs caf\u00e9, \uff21\uff22 \u00bd \ufb01",
@@ -143,8 +152,10 @@ def tokenizer_json_from_gguf(path):
 def build_case(name, folder):
     """Writes the case's tokenizer.json into `folder`; returns its path."""
     vocab, stages = CASES[name]
-    if vocab is None:
-        with open(os.path.join(SHARED, "tokenizers", "hf", "phi-3.5-mini", "tokenizer.json"), encoding="utf-8") as f:
+    if vocab is None or vocab.endswith(".json"):
+        path = (os.path.join(SHARED, "tokenizers", "hf", "phi-3.5-mini", "tokenizer.json") if vocab is None
+                else os.path.join(ROOT, vocab))
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
     else:
         data = tokenizer_json_from_gguf(os.path.join(VOCABS, vocab))
@@ -163,9 +174,12 @@ def make_fixture(folder):
     for name, (vocab, stages) in CASES.items():
         tok = Tokenizer.from_file(build_case(name, folder))
         ids = [tok.encode(s, add_special_tokens=False).ids for s in strings]
-        decoded = [tok.decode(i, skip_special_tokens=True) for i in ids]
+        # Special tokens decode to nothing, as transformers' decode(skip_special_tokens=True) renders
+        # them; the library alone keeps special tokens whose `normalized` is true.
+        special = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+        decoded = [tok.decode([t for t in i if t not in special], skip_special_tokens=False) for i in ids]
         case = {"name": name, "vocab": vocab, "stages": stages, "ids": ids, "decoded": decoded}
-        if vocab is not None and name not in SPLIT_VARIANTS:
+        if vocab is not None and vocab.endswith(".gguf") and name not in SPLIT_VARIANTS:
             # The library agrees with llama.cpp's vectors on llama.cpp's strings.
             inputs, expected = vectors[vocab]
             agree = sum(ids[i] == expected[i] for i in range(len(inputs)))
