@@ -266,25 +266,30 @@ def main():
 
     rows = []
     for name in CASES:
+        if name.startswith("seed-"):  # toy vocabularies: their strings are the test
+            continue
         path = os.path.join(folder, name, "tokenizer.json")
         tok = Tokenizer.from_file(path)
         for text_name, text_path in texts().items():
             with open(text_path, encoding="utf-8", newline="") as f:  # keep \r\n as lowbit reads it
                 text = f.read()
+            timed = text_name == "wikitext-2"  # speed on the larger text only
             their_s = []
-            for _ in range(3):
+            for _ in range(3 if timed else 1):
                 start = time.perf_counter()
                 theirs = tok.encode(text, add_special_tokens=False).ids
                 their_s.append(time.perf_counter() - start)
             ours = json.loads(run(args.lowbit, "tokenize", "--model", path, "--file", text_path, "--no-bos", "--json"))["ids"]
-            bench = json.loads(run(args.lowbit, "bench", "tokenize", "--model", path, "--file", text_path, "--json"))
             same = ours == theirs
             first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
             check(same, f"{name} on {text_name}: lowbit {len(ours)} ids, tokenizers {len(theirs)}, first difference "
                         f"at {first}")
-            ours_tps, theirs_tps = bench["tokens_per_s"], len(theirs) / min(their_s)
-            rows.append([name, text_name, len(theirs), "yes" if same else f"no (at {first})",
-                         f"{ours_tps / 1e3:.0f}", f"{theirs_tps / 1e3:.0f}", f"{ours_tps / theirs_tps:.2f}x"])
+            speed = ["", "", ""]
+            if timed:
+                bench = json.loads(run(args.lowbit, "bench", "tokenize", "--model", path, "--file", text_path, "--json"))
+                ours_tps, theirs_tps = bench["tokens_per_s"], len(theirs) / min(their_s)
+                speed = [f"{ours_tps / 1e3:.0f}", f"{theirs_tps / 1e3:.0f}", f"{ours_tps / theirs_tps:.2f}x"]
+            rows.append([name, text_name, len(theirs), "yes" if same else f"no (at {first})"] + speed)
     print_table(["tokenizer", "text", "tokens", "identical", "lowbit ktok/s", "tokenizers ktok/s", "ratio"], rows)
     print("(encode only, one thread, best of 3 each: `lowbit bench tokenize` and Tokenizer.encode)")
     check_converted(args.lowbit, folder)
