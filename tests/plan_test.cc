@@ -252,7 +252,7 @@ TEST(Hardware, UnknownNameListsKnownOnes) {
 }
 
 TEST(Presets, ShapesReproducePublishedParameterCounts) {
-  EXPECT_EQ(ModelPresets().size(), 11u);
+  EXPECT_EQ(ModelPresets().size(), 12u);
   for (const ModelArch& a : ModelPresets()) {
     const ModelSpec s = SpecFromArch(a);
     if (a.name == "deepseek-v3") {  // published as 671B / 37B
@@ -265,6 +265,7 @@ TEST(Presets, ShapesReproducePublishedParameterCounts) {
   EXPECT_EQ(Preset("llama-2-7b").TotalParams(), 6'738'415'616u);
   EXPECT_EQ(Preset("llama-3-8b").TotalParams(), 8'030'261'248u);
   EXPECT_EQ(Preset("qwen2.5-7b").TotalParams(), 7'615'616'512u);
+  EXPECT_EQ(Preset("qwen3-8b").TotalParams(), 8'190'735'360u);  // q/k norms included
   EXPECT_EQ(Preset("mixtral-8x7b").TotalParams(), 46'702'792'704u);
   EXPECT_NEAR(Preset("mixtral-8x7b").ActiveParams() / 1e9, 12.9, 0.05);
 }

@@ -18,6 +18,7 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
   a.vocab = config.vocab_size;
   a.tied = config.tie_embeddings;
   a.qkv_bias = config.qkv_bias;
+  a.qk_norm = config.qk_norm;
   a.source = config.architecture;
   return a;
 }

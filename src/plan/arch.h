@@ -23,6 +23,7 @@ struct ModelArch {
   uint32_t vocab = 0;
   bool tied = false;      // lm_head shares the embedding matrix
   bool qkv_bias = false;  // Qwen2: biases on q/k/v
+  bool qk_norm = false;   // Qwen3: RMSNorm weights over each q and k head
 
   // Mixture of experts (n_experts == 0: dense). The first `dense_layers` layers keep a dense MLP of
   // `ffn`; every later layer routes each token to `experts_per_token` of `n_experts` experts and

@@ -65,6 +65,7 @@ ModelSpec SpecFromArch(const ModelArch& a) {
     add("attn.v_proj", TensorRole::kLinear, kv_dim, h, L, L);
     add("attn.o_proj", TensorRole::kLinear, h, q_dim, L, L);
     if (a.qkv_bias) s.other_params += (q_dim + 2 * kv_dim) * L;
+    if (a.qk_norm) s.other_params += uint64_t{2} * a.head_dim * L;
     s.kv_rows = 2 * uint64_t{a.n_kv_heads};  // K and V, one row per KV head
     s.kv_cols = a.head_dim;
     s.attn_flops_per_cached_token = L * 4 * q_dim;  // q.k and p.v, 2 FLOPs per multiply-add

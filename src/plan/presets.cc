@@ -37,6 +37,9 @@ std::vector<ModelArch> BuildPresets() {
   // Qwen/Qwen2.5-7B and -72B config.json: untied embeddings, biases on q/k/v.
   p.push_back(Dense("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 7615616512.0, "Qwen/Qwen2.5-7B"));
   p.back().qkv_bias = true;
+  // Qwen/Qwen3-8B config.json: q/k norms, no biases, untied.
+  p.push_back(Dense("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 8190735360.0, "Qwen/Qwen3-8B"));
+  p.back().qk_norm = true;
   p.push_back(Dense("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 72706203648.0, "Qwen/Qwen2.5-72B"));
   p.back().qkv_bias = true;
   // mistralai/Mistral-7B-v0.1 config.json.

@@ -42,6 +42,8 @@ std::vector<TensorSpec> TensorsOf(const ModelArch& a) {
     if (a.qkv_bias)
       for (const auto& [name, n] : {std::pair{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}})
         t.push_back({p + "self_attn." + name + ".bias", {n}, TensorSpec::kZeros});
+    if (a.qk_norm)
+      for (const char* name : {"q_norm", "k_norm"}) t.push_back({p + "self_attn." + name + ".weight", {a.head_dim}, TensorSpec::kOnes});
     t.push_back({p + "self_attn.o_proj.weight", {dim, q}});
     t.push_back({p + "post_attention_layernorm.weight", {dim}, TensorSpec::kOnes});
     t.push_back({p + "mlp.gate_proj.weight", {a.ffn, dim}});
@@ -102,8 +104,8 @@ SynthResult WriteSynthModel(const SynthOptions& o, const std::filesystem::path& 
   }
   std::filesystem::create_directories(out);
   const nlohmann::json config = {
-      {"architectures", {a.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", a.qkv_bias ? "qwen2" : "llama"},
+      {"architectures", {a.qk_norm ? "Qwen3ForCausalLM" : a.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", a.qk_norm ? "qwen3" : a.qkv_bias ? "qwen2" : "llama"},
       {"hidden_size", a.hidden},
       {"intermediate_size", a.ffn},
       {"num_hidden_layers", a.n_layers},
