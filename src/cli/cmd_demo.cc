@@ -75,7 +75,7 @@ void Run(const std::string& model_path) {
   std::printf("\nfp32 perplexity on %s (ctx %zu, %zu tokens scored): %.4f +/- %.4f  [%.0f tokens/s]\n", kTestText,
               kCtx, nll.count, nll.ppl(), nll.ppl_stderr(), static_cast<double>(plan.chunks * kCtx) / seconds);
   std::printf("\ngreedy generation:\n");
-  const GenerationResult g = Generate(m, kPrompt, 48, SamplerOptions{}, 0, stdout);
+  const GenerationResult g = Generate(m, kPrompt, /*chat=*/false, 48, SamplerOptions{}, 0, stdout);
   std::printf("\n[prompt %.0f tokens/s, decode %.0f tokens/s]\n", g.prompt_tps, g.decode_tps);
 }
 

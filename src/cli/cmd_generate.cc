@@ -15,7 +15,8 @@ namespace lowbit::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, prompt, tokenizer;
+  std::string model, prompt, tokenizer, system;
+  bool chat = false;
   size_t n = 64, threads = 0;
   SamplerOptions sampler;
   bool json = false;
@@ -24,10 +25,10 @@ struct GenerateOptions {
 
 }  // namespace
 
-GenerationResult Generate(const LoadedModel& m, const std::string& prompt, size_t n, const SamplerOptions& so,
+GenerationResult Generate(const LoadedModel& m, const std::string& prompt, bool chat, size_t n, const SamplerOptions& so,
                           size_t threads, std::FILE* stream) {
   using Clock = std::chrono::steady_clock;
-  const std::vector<int32_t> ids = m.tokenizer->Encode(prompt, /*add_bos=*/true);
+  const std::vector<int32_t> ids = m.tokenizer->Encode(prompt, /*add_bos=*/!chat);
   Engine engine(m.model, threads, {}, Activations::kFast);
   const size_t capacity = std::min<size_t>(m.model.config.max_position, ids.size() + n);
   if (ids.size() >= capacity)
@@ -44,7 +45,8 @@ GenerationResult Generate(const LoadedModel& m, const std::string& prompt, size_
   int32_t previous = ids.back();
   while (r.generated < n && cache.size() < capacity) {
     const int32_t next = sampler.Sample(logits);
-    if (next == m.model.config.eos_id) break;
+    // config.json's end token, or the tokenizer's (a chat model's end of turn, e.g. <|im_end|>).
+    if (next == m.model.config.eos_id || next == m.tokenizer->eos_id()) break;
     ++r.generated;
     const std::string piece = m.tokenizer->DecodeToken(next, previous);
     r.text += piece;
@@ -64,6 +66,10 @@ void AddGenerateCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text from a prompt");
   cmd->add_option("--model", o->model, "Model folder or file")->required();
   cmd->add_option("--prompt", o->prompt, "Prompt text")->required();
+  cmd->add_flag("--chat", o->chat,
+                "Send the prompt as a user message through the model's chat template (tokenizer_config.json, "
+                "chat_template.jinja or the GGUF's tokenizer.chat_template), with the assistant's turn opened");
+  cmd->add_option("--system", o->system, "With --chat: a system message first");
   cmd->add_option("-n,--tokens", o->n, "Tokens to generate")->default_val(64);
   cmd->add_option("--temp", o->sampler.temperature, "Temperature (0 = greedy)")->default_val(0.0f);
   cmd->add_option("--top-k", o->sampler.top_k, "Top-k filter (0 = off)")->default_val(40);
@@ -74,10 +80,14 @@ void AddGenerateCommand(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print JSON instead of streaming");
   AddAllowNonfiniteFlag(cmd, o->load);
   cmd->callback([o] {
+    if (!o->system.empty() && !o->chat) Fail("generate: --system needs --chat");
     const LoadedModel m = LoadModelWithTokenizer(o->model, o->tokenizer, "", o->load);
-    const GenerationResult r = Generate(m, o->prompt, o->n, o->sampler, o->threads, o->json ? nullptr : stdout);
+    const std::string prompt =
+        o->chat ? ChatPrompt(o->tokenizer.empty() ? o->model : o->tokenizer, o->system, o->prompt) : o->prompt;
+    const GenerationResult r = Generate(m, prompt, o->chat, o->n, o->sampler, o->threads, o->json ? nullptr : stdout);
     if (o->json) {
-      const nlohmann::json out = {{"text", r.text},
+      const nlohmann::json out = {{"prompt", prompt},
+                                  {"text", r.text},
                                   {"prompt_tokens", r.prompt_tokens},
                                   {"generated_tokens", r.generated},
                                   {"prompt_tokens_per_second", r.prompt_tps},

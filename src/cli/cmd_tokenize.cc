@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/session.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "tokenizer/tokenizer.h"
@@ -13,8 +14,8 @@ namespace lowbit::cli {
 
 void AddTokenizeCommand(CLI::App& app) {
   struct Options {
-    std::string model, text, file;
-    bool json = false, no_bos = false;
+    std::string model, text, file, system;
+    bool json = false, no_bos = false, chat = false;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("tokenize", "Token ids of a text under a model's tokenizer");
@@ -24,16 +25,23 @@ void AddTokenizeCommand(CLI::App& app) {
   auto* file = cmd->add_option("--file", o->file, "File to tokenize");
   text->excludes(file);
   cmd->add_flag("--no-bos", o->no_bos, "Do not prepend BOS");
+  cmd->add_flag("--chat", o->chat,
+                "Tokenize the text as a user message under the model's chat template, the assistant's turn opened "
+                "(the template's special tokens only; no BOS is added)");
+  cmd->add_option("--system", o->system, "With --chat: a system message first");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] {
     if (o->text.empty() && o->file.empty()) Fail("tokenize: give --text or --file");
+    if (!o->system.empty() && !o->chat) Fail("tokenize: --system needs --chat");
     const auto tokenizer = LoadTokenizer(o->model);
-    const std::string input = o->file.empty() ? o->text : ReadTextFile(o->file);
-    const std::vector<int32_t> ids = tokenizer->Encode(input, !o->no_bos);
+    const std::string text = o->file.empty() ? o->text : ReadTextFile(o->file);
+    const std::string input = o->chat ? ChatPrompt(o->model, o->system, text) : text;
+    const std::vector<int32_t> ids = tokenizer->Encode(input, !o->no_bos && !o->chat);
     if (o->json) {
       nlohmann::json pieces = nlohmann::json::array();
       for (const int32_t id : ids) pieces.push_back(tokenizer->Piece(id));
-      const nlohmann::json out = {{"ids", ids}, {"pieces", pieces}};
+      nlohmann::json out = {{"ids", ids}, {"pieces", pieces}};
+      if (o->chat) out["prompt"] = input;
       std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       return;
     }

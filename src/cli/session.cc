@@ -10,6 +10,7 @@
 #include "io/model_loader.h"
 #include "model/calibration.h"
 #include "model/kv_calibration.h"
+#include "tokenizer/chat_template.h"
 #include "model/quantize_weights.h"
 
 namespace lowbit::cli {
@@ -43,6 +44,13 @@ std::unique_ptr<Tokenizer> LoadTokenizerFor(const ModelConfig& config, const std
     Fail("{}: the tokenizer has {} tokens but the model only {}", model_path, tokenizer->vocab_size(),
          config.vocab_size);
   return tokenizer;
+}
+
+std::string ChatPrompt(const std::string& model_path, const std::string& system, const std::string& user) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+  messages.push_back({{"role", "user"}, {"content", user}});
+  return ApplyChatTemplate(LoadChatTemplate(model_path), messages, /*add_generation_prompt=*/true);
 }
 
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,

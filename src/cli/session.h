@@ -62,7 +62,13 @@ struct GenerationResult {
 
 // Prefills the prompt (with BOS), then samples up to n tokens (stopping at EOS), streaming each
 // piece to `stream` when it is not null.
-GenerationResult Generate(const LoadedModel& m, const std::string& prompt, size_t n, const SamplerOptions& sampler,
+// The prompt text for one user message (after an optional system message) under the chat template of
+// `model_path` (a folder, tokenizer_config.json or GGUF), with the assistant's turn opened.
+std::string ChatPrompt(const std::string& model_path, const std::string& system, const std::string& user);
+
+// `prompt` is plain text (BOS is added as the tokenizer's model expects) or, with `chat`, the output of
+// ApplyChatTemplate (which carries its own special tokens: nothing is added).
+GenerationResult Generate(const LoadedModel& m, const std::string& prompt, bool chat, size_t n, const SamplerOptions& sampler,
                           size_t threads, std::FILE* stream);
 
 }  // namespace lowbit::cli
