@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/kv_calibration.h"
 #include "model/recipe.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::fuzz {
@@ -107,6 +108,7 @@ constexpr FuzzEntry kEntries[] = {
     {"sentencepiece", SentencePiece},
     {"gguf_vocab", GgufVocab},
     {"hf_tokenizer", HfTokenizer},
+    {"chat_template", ChatTemplate},
     {"topk_base", TopkBase},
 };
 
@@ -175,6 +177,19 @@ void SentencePiece(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().
 void GgufVocab(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("vocab.gguf", data))); }
 
 void HfTokenizer(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("tokenizer.json", data))); }
+
+void ChatTemplate(FuzzInput data) {
+  // A conversation with every role, tool calls and a tools list, as apply_chat_template passes it.
+  static const nlohmann::ordered_json context = nlohmann::ordered_json::parse(R"({
+    "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi <think>"},
+                 {"role": "assistant", "content": "<think>\nr\n</think>\n\nok",
+                  "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"a": [1, 2.5, null]}}}]},
+                 {"role": "tool", "content": "{\"x\": 1}"}, {"role": "user", "content": ""}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "documents": null, "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": true})");
+  const std::string source(reinterpret_cast<const char*>(data.data()), data.size());
+  (void)RenderChatTemplate(source, context, "chat_template");
+}
 
 void TopkBase(FuzzInput data) {
   // The run's own expectations come from the file's header fields (vocab @12, ctx @16,

@@ -33,6 +33,7 @@ void KvScales(FuzzInput data);           // ReadKvScales (kv_cache_scales.json)
 void SentencePiece(FuzzInput data);      // LoadTokenizer of a tokenizer.model, encode/decode
 void GgufVocab(FuzzInput data);          // LoadTokenizer of a .gguf vocabulary, encode/decode
 void HfTokenizer(FuzzInput data);        // LoadTokenizer of a tokenizer.json, encode/decode
+void ChatTemplate(FuzzInput data);       // RenderChatTemplate of a Jinja chat template over a fixed conversation
 void TopkBase(FuzzInput data);           // ReadBaseFile (--kl-base top-K file)
 
 // Every entry, in the order above.

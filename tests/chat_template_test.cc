@@ -107,6 +107,15 @@ TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
   expect_error("{{ 1 + }}", "unexpected end");
   expect_error("{{ 'a' - 1 }}", "needs numbers");
   expect_error("{% break %}", "outside a loop");
+  // Hostile templates end in an Error, not a stack overflow or an endless render.
+  expect_error("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}", "nested deeper");
+  expect_error("{{ " + std::string(1000, '-') + "1 }}", "nested deeper");
+  std::string deep_blocks;
+  for (int i = 0; i < 1000; ++i) deep_blocks += "{% if true %}";
+  expect_error(deep_blocks, "nested deeper");
+  expect_error("{% set ns = namespace(s='xx') %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+               "MiB");
+  expect_error("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", "iterations");
 }
 
 }  // namespace

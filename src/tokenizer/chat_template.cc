@@ -17,6 +17,12 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Bounds that keep a hostile template (tokenizer_config.json comes from strangers) from overflowing
+// the stack or running without end. Real templates nest 3-5 deep and render a few KB.
+constexpr int kMaxNesting = 128;
+constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+constexpr uint64_t kMaxLoopIterations = 100'000;  // a conversation has tens of messages
+
 Json Undefined() { return Json(Json::value_t::discarded); }
 bool IsUndefined(const Json& v) { return v.is_discarded(); }
 constexpr const char* kNamespaceKey = "\x01namespace";
@@ -277,7 +283,17 @@ class ExprParser {
     while (AcceptName("and")) left = Binary(Expr::kAnd, std::move(left), Not());
     return left;
   }
+  // Counts nesting on the recursive paths (parentheses, brackets, prefix operators).
+  struct Nest {
+    explicit Nest(ExprParser& p) : parser(p) {
+      if (++parser.depth_ > kMaxNesting) parser.Error(fmt::format("nested deeper than {} levels", kMaxNesting));
+    }
+    ~Nest() { --parser.depth_; }
+    ExprParser& parser;
+  };
+
   ExprPtr Not() {
+    const Nest nest(*this);
     if (AcceptName("not")) {
       auto e = Make(Expr::kNot);
       e->args.push_back(Not());
@@ -345,6 +361,7 @@ class ExprParser {
     return left;
   }
   ExprPtr Unary() {
+    const Nest nest(*this);
     if (Accept("-")) {
       auto e = Make(Expr::kNeg);
       e->args.push_back(Unary());
@@ -421,6 +438,7 @@ class ExprParser {
     }
   }
   ExprPtr Primary() {
+    const Nest nest(*this);
     const Token t = token_;
     if (t.kind == Token::kString) {
       Advance();
@@ -494,6 +512,7 @@ class ExprParser {
   std::string where_;
   size_t pos_ = 0;
   Token token_;
+  int depth_ = 0;
 };
 
 // ---- template structure ------------------------------------------------------------------------
@@ -643,6 +662,12 @@ class TemplateParser {
 
   // Parses pieces into nodes until a tag whose first word is in `until` (left unconsumed).
   Body ParseBody(const std::vector<std::string_view>& until) {
+    if (until.size() > 0 && ++depth_ > kMaxNesting) Fail("{}: blocks nested deeper than {} levels", where_, kMaxNesting);
+    struct Leave {
+      int& depth;
+      bool counted;
+      ~Leave() { depth -= counted; }
+    } leave{depth_, !until.empty()};
     Body body;
     while (index_ < pieces_.size()) {
       const Piece& p = pieces_[index_];
@@ -736,6 +761,7 @@ class TemplateParser {
   std::string where_;
   std::vector<Piece> pieces_;
   size_t index_ = 0;
+  int depth_ = 0;
 };
 
 // ---- evaluation --------------------------------------------------------------------------------
@@ -767,9 +793,11 @@ class Renderer {
       switch (node->kind) {
         case Node::kText:
           out += node->text;
+          CheckSize(out);
           break;
         case Node::kOutput:
           out += ToText(Eval(*node->expr));
+          CheckSize(out);
           break;
         case Node::kIf: {
           bool taken = false;
@@ -847,6 +875,7 @@ class Renderer {
       loop["previtem"] = i > 0 ? items[i - 1] : Undefined();
       loop["nextitem"] = i + 1 < items.size() ? items[i + 1] : Undefined();
       scopes_.back()["loop"] = std::move(loop);
+      if (++iterations_ > kMaxLoopIterations) Error(fmt::format("more than {} loop iterations", kMaxLoopIterations));
       if (Exec(node.body, out) == Flow::kBreak) break;
     }
     scopes_.pop_back();
@@ -958,7 +987,11 @@ class Renderer {
   Json BinaryOp(const std::string& op, const Json& a, const Json& b) {
     if (op == "==") return Equal(a, b);
     if (op == "!=") return !Equal(a, b);
-    if (op == "~") return ToText(a) + ToText(b);
+    if (op == "~") {
+      std::string joined = ToText(a) + ToText(b);
+      CheckSize(joined);
+      return joined;
+    }
     if (op == "in") {
       if (b.is_string()) return a.is_string() && b.get<std::string>().find(a.get<std::string>()) != std::string::npos;
       if (b.is_array()) return std::any_of(b.begin(), b.end(), [&](const Json& x) { return Equal(x, a); });
@@ -967,8 +1000,13 @@ class Renderer {
       Error("'in' needs a string, list or dict on its right");
     }
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+      if (a.is_string() && b.is_string()) {
+        std::string joined = a.get<std::string>() + b.get<std::string>();
+        CheckSize(joined);
+        return joined;
+      }
       if (a.is_array() && b.is_array()) {
+        if (a.size() + b.size() > kMaxOutputBytes / 64) Error("a list grew past a million items");
         Json out = a;
         out.insert(out.end(), b.begin(), b.end());
         return out;
@@ -1062,7 +1100,7 @@ class Renderer {
         Json out = Json::array();
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
           out.push_back(i);
-          if (out.size() > 1'000'000) Error("range() longer than a million items");
+          if (out.size() > kMaxLoopIterations) Error(fmt::format("range() longer than {} items", kMaxLoopIterations));
         }
         return out;
       }
@@ -1262,8 +1300,13 @@ class Renderer {
     Error(fmt::format("unknown test '{}'", t));
   }
 
+  void CheckSize(const std::string& out) const {
+    if (out.size() > kMaxOutputBytes) Error(fmt::format("the rendered text passed {} MiB", kMaxOutputBytes >> 20));
+  }
+
   std::string where_;
   std::vector<std::map<std::string, Json>> scopes_;
+  uint64_t iterations_ = 0;
 };
 
 // A special-token entry of tokenizer_config.json: a string or an AddedToken object.
