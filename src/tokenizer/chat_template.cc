@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 #include <map>
 #include <memory>
 #include <optional>
@@ -454,10 +456,14 @@ class ExprParser {
     if (t.kind == Token::kInt || t.kind == Token::kFloat) {
       Advance();
       auto e = Make(Expr::kLiteral);
-      if (t.kind == Token::kInt) {
-        e->literal = std::stoll(t.text);
-      } else {
-        e->literal = std::stod(t.text);
+      try {
+        if (t.kind == Token::kInt) {
+          e->literal = std::stoll(t.text);
+        } else {
+          e->literal = std::stod(t.text);
+        }
+      } catch (const std::out_of_range&) {
+        Error(fmt::format("number {} is out of range", t.text));
       }
       return e;
     }
@@ -882,6 +888,12 @@ class Renderer {
     if (items.empty()) Exec(node.else_body, out);
   }
 
+  // An integer operand (slice bounds, range arguments): anything else is an Error, as in Python.
+  int64_t Int(const Json& v, std::string_view what) const {
+    if (!v.is_number_integer()) Error(fmt::format("{} must be an integer, not {}", what, IsUndefined(v) ? "undefined" : ToText(v)));
+    return v.get<int64_t>();
+  }
+
   static int64_t Index(int64_t i, size_t size) { return i < 0 ? i + static_cast<int64_t>(size) : i; }
 
   Json Item(const Json& obj, const Json& key) {
@@ -903,22 +915,23 @@ class Renderer {
     const bool is_string = obj.is_string();
     if (!is_string && !obj.is_array()) Error("only strings and lists can be sliced");
     const auto n = static_cast<int64_t>(is_string ? obj.get_ref<const std::string&>().size() : obj.size());
-    const int64_t step = step_value.is_null() ? 1 : step_value.get<int64_t>();
+    const int64_t step = step_value.is_null() ? 1 : Int(step_value, "a slice step");
     if (step == 0) Error("slice step cannot be zero");
     const auto bound = [&](const Json& v, int64_t fallback) {
       if (v.is_null()) return fallback;
-      int64_t i = v.get<int64_t>();
+      int64_t i = Int(v, "a slice bound");
       if (i < 0) i += n;
       return step > 0 ? std::clamp<int64_t>(i, 0, n) : std::clamp<int64_t>(i, -1, n - 1);
     };
     const int64_t from = bound(start, step > 0 ? 0 : n - 1), to = bound(stop, step > 0 ? n : -1);
     Json out = is_string ? Json("") : Json::array();
-    for (int64_t i = from; step > 0 ? i < to : i > to; i += step) {
+    for (int64_t i = from; step > 0 ? i < to : i > to;) {
       if (is_string) {
         out.get_ref<std::string&>() += obj.get_ref<const std::string&>()[static_cast<size_t>(i)];
       } else {
         out.push_back(obj[static_cast<size_t>(i)]);
       }
+      if (__builtin_add_overflow(i, step, &i)) break;
     }
     return out;
   }
@@ -963,7 +976,7 @@ class Renderer {
         return !Truthy(Eval(*e.args[0]));
       case Expr::kNeg: {
         const Json v = Eval(*e.args[0]);
-        if (v.is_number_integer()) return -v.get<int64_t>();
+        if (v.is_number_integer() && v.get<int64_t>() != std::numeric_limits<int64_t>::min()) return -v.get<int64_t>();
         if (v.is_number()) return -v.get<double>();
         Error("unary '-' needs a number");
       }
@@ -1030,9 +1043,13 @@ class Renderer {
     if (ints && op != "/") {
       const int64_t x = a.get<int64_t>(), y = b.get<int64_t>();
       if ((op == "//" || op == "%") && y == 0) Error("division by zero");
-      if (op == "+") return x + y;
-      if (op == "-") return x - y;
-      if (op == "*") return x * y;
+      int64_t r = 0;
+      // Python's integers do not overflow; 64 bits are plenty for templates, so overflow is an Error.
+      if ((op == "+" && __builtin_add_overflow(x, y, &r)) || (op == "-" && __builtin_sub_overflow(x, y, &r)) ||
+          (op == "*" && __builtin_mul_overflow(x, y, &r)) ||
+          ((op == "//" || op == "%") && x == std::numeric_limits<int64_t>::min() && y == -1))
+        Error(fmt::format("integer overflow in {} {} {}", x, op, y));
+      if (op == "+" || op == "-" || op == "*") return r;
       const int64_t q = x / y - ((x % y != 0) && ((x < 0) != (y < 0)) ? 1 : 0);  // Python floors
       if (op == "//") return q;
       if (op == "%") return x - q * y;
@@ -1093,13 +1110,18 @@ class Renderer {
         const std::vector<Json> a = Args(e, 1);
         if (a.empty() || a.size() > 3) Error("range() takes 1 to 3 arguments");
         int64_t start = 0, stop = 0, step = 1;
-        if (a.size() == 1) stop = a[0].get<int64_t>();
-        else start = a[0].get<int64_t>(), stop = a[1].get<int64_t>();
-        if (a.size() == 3) step = a[2].get<int64_t>();
+        if (a.size() == 1) {
+          stop = Int(a[0], "range()'s stop");
+        } else {
+          start = Int(a[0], "range()'s start");
+          stop = Int(a[1], "range()'s stop");
+        }
+        if (a.size() == 3) step = Int(a[2], "range()'s step");
         if (step == 0) Error("range() step cannot be zero");
         Json out = Json::array();
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
           out.push_back(i);
+          if (__builtin_add_overflow(i, step, &i)) break;
           if (out.size() > kMaxLoopIterations) Error(fmt::format("range() longer than {} items", kMaxLoopIterations));
         }
         return out;
@@ -1191,8 +1213,11 @@ class Renderer {
     if (f == "length" || f == "count") return size();
     if (f == "tojson") {
       const Json indent = Kwarg(e, "indent", a.empty() ? Json(nullptr) : a[0]);
+      if (indent.is_number_integer() && (indent.get<int64_t>() < 0 || indent.get<int64_t>() > 64))
+        Error("tojson's indent must be from 0 to 64");
       std::string out;
       DumpPython(v, indent.is_number_integer() ? static_cast<int>(indent.get<int64_t>()) : -1, 0, out);
+      CheckSize(out);
       return out;
     }
     if (f == "trim") return StripChars(ToText(v), Json(nullptr), true, true);
@@ -1210,7 +1235,12 @@ class Renderer {
       return s;
     }
     if (f == "int") {
-      if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+      if (v.is_number_integer()) return v;
+      if (v.is_number()) {
+        const double d = v.get<double>();
+        if (!(std::abs(d) < 9.2e18)) Error(fmt::format("int() of {} is out of range", PythonFloat(d)));
+        return static_cast<int64_t>(d);
+      }
       try {
         return std::stoll(ToText(v));
       } catch (const std::exception&) {
