@@ -119,6 +119,25 @@ TEST(GgufVocab, StarcoderMatchesLlamaCpp) { RunConformance("ggml-vocab-starcoder
 TEST(GgufVocab, RefactMatchesLlamaCpp) { RunConformance("ggml-vocab-refact.gguf"); }
 TEST(GgufVocab, MptMatchesLlamaCpp) { RunConformance("ggml-vocab-mpt.gguf"); }
 
+// A rendered chat template holds its special tokens as text: with parse_special (llama.cpp's, used
+// by --chat) control tokens become their ids; plain Encode keeps reading them as text.
+TEST(GgufVocab, SpecialTokensInTextBecomeIdsOnlyWhenAsked) {
+  const fs::path spm = kVocabDir / "ggml-vocab-llama-spm.gguf", gpt2 = kVocabDir / "ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(spm) || !fs::exists(gpt2)) GTEST_SKIP() << kVocabDir << " is not available";
+  const auto llama = LoadGguf(spm);
+  const std::vector<int32_t> special = llama->EncodeWithSpecialTokens("<s>[INST] Hi [/INST]</s>");
+  EXPECT_EQ(special.front(), 1);
+  EXPECT_EQ(special.back(), 2);
+  const std::vector<int32_t> plain = llama->Encode("<s>[INST] Hi [/INST]</s>", false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 1) + std::count(plain.begin(), plain.end(), 2), 0);
+  // Text after a special token gets the dummy-prefix space, as in llama.cpp.
+  EXPECT_EQ(std::vector<int32_t>(special.begin() + 1, special.end() - 1), llama->Encode("[INST] Hi [/INST]", false));
+  const auto bpe = LoadGguf(gpt2);
+  EXPECT_EQ(bpe->EncodeWithSpecialTokens("a<|endoftext|>b"),
+            (std::vector<int32_t>{bpe->Encode("a", false)[0], 50256, bpe->Encode("b", false)[0]}));
+  EXPECT_GT(bpe->Encode("a<|endoftext|>b", false).size(), 3u);
+}
+
 TEST(GgufVocab, ReadsLlamaSpmKeysAndDefaults) {
   const fs::path path = kVocabDir / "ggml-vocab-llama-spm.gguf";
   if (!fs::exists(path)) GTEST_SKIP() << path << " is not available";

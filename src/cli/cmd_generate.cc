@@ -28,7 +28,7 @@ struct GenerateOptions {
 GenerationResult Generate(const LoadedModel& m, const std::string& prompt, bool chat, size_t n, const SamplerOptions& so,
                           size_t threads, std::FILE* stream) {
   using Clock = std::chrono::steady_clock;
-  const std::vector<int32_t> ids = m.tokenizer->Encode(prompt, /*add_bos=*/!chat);
+  const std::vector<int32_t> ids = chat ? m.tokenizer->EncodeWithSpecialTokens(prompt) : m.tokenizer->Encode(prompt, true);
   Engine engine(m.model, threads, {}, Activations::kFast);
   const size_t capacity = std::min<size_t>(m.model.config.max_position, ids.size() + n);
   if (ids.size() >= capacity)

@@ -36,7 +36,7 @@ void AddTokenizeCommand(CLI::App& app) {
     const auto tokenizer = LoadTokenizer(o->model);
     const std::string text = o->file.empty() ? o->text : ReadTextFile(o->file);
     const std::string input = o->chat ? ChatPrompt(o->model, o->system, text) : text;
-    const std::vector<int32_t> ids = tokenizer->Encode(input, !o->no_bos && !o->chat);
+    const std::vector<int32_t> ids = o->chat ? tokenizer->EncodeWithSpecialTokens(input) : tokenizer->Encode(input, !o->no_bos);
     if (o->json) {
       nlohmann::json pieces = nlohmann::json::array();
       for (const int32_t id : ids) pieces.push_back(tokenizer->Piece(id));

@@ -325,14 +325,14 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) 
   }
 }
 
-std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> BpeTokenizer::EncodeText(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
   if (add_bos) {
     if (bos_id_ < 0) Fail("{}: the vocabulary has no BOS token", source_);
     out.push_back(bos_id_);
   }
   std::string encoded;
-  for (const TextFragment& fragment : index_.Partition(text)) {
+  for (const TextFragment& fragment : index_.Partition(text, parse_special)) {
     if (fragment.token >= 0) {
       out.push_back(fragment.token);
       continue;

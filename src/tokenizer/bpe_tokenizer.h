@@ -27,7 +27,12 @@ class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(const VocabData& vocab);
 
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override;
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override {
+    return EncodeText(text, add_bos, /*parse_special=*/false);
+  }
+  std::vector<int32_t> EncodeWithSpecialTokens(std::string_view text) const override {
+    return EncodeText(text, /*add_bos=*/false, /*parse_special=*/true);
+  }
   std::string DecodeToken(int32_t id, int32_t previous) const override;
   std::string Piece(int32_t id) const override;
   int32_t vocab_size() const override { return index_.size(); }
@@ -41,6 +46,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> RegexPreTokenize(std::string_view text) const;
 
  private:
+  std::vector<int32_t> EncodeText(std::string_view text, bool add_bos, bool parse_special) const;
   // Appends the ids of one pre-token, already mapped to the byte-level alphabet.
   void EncodeWord(std::string_view word, std::vector<int32_t>& out) const;
   int32_t Rank(std::string_view left, std::string_view right) const;

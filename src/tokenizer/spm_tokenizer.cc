@@ -119,7 +119,7 @@ void SpmTokenizer::EncodeFragment(std::string_view text, std::vector<int32_t>& o
   }
 }
 
-std::vector<int32_t> SpmTokenizer::Encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> SpmTokenizer::EncodeText(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
   if (add_bos) {
     if (bos_id_ < 0) Fail("{}: the vocabulary has no BOS token", source_);
@@ -128,7 +128,7 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view text, bool add_bos) c
   // The dummy-prefix space goes before the first text fragment and before any text that
   // follows a user-defined token, as in llama.cpp.
   bool after_special = true;
-  for (const TextFragment& fragment : index_.Partition(text)) {
+  for (const TextFragment& fragment : index_.Partition(text, parse_special)) {
     if (fragment.token >= 0) {
       out.push_back(fragment.token);
       after_special = true;

@@ -19,7 +19,12 @@ class SpmTokenizer final : public Tokenizer {
  public:
   explicit SpmTokenizer(const VocabData& vocab);
 
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override;
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override {
+    return EncodeText(text, add_bos, /*parse_special=*/false);
+  }
+  std::vector<int32_t> EncodeWithSpecialTokens(std::string_view text) const override {
+    return EncodeText(text, /*add_bos=*/false, /*parse_special=*/true);
+  }
   std::string DecodeToken(int32_t id, int32_t previous) const override;
   std::string Piece(int32_t id) const override;
   int32_t vocab_size() const override { return index_.size(); }
@@ -27,6 +32,7 @@ class SpmTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return eos_id_; }
 
  private:
+  std::vector<int32_t> EncodeText(std::string_view text, bool add_bos, bool parse_special) const;
   // Appends the ids of one text fragment (already space-escaped) to `out`.
   void EncodeFragment(std::string_view text, std::vector<int32_t>& out) const;
   // The id of byte `b` for byte fallback.

@@ -17,6 +17,10 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   // Token ids of `text`, with BOS first when add_bos; never appends EOS.
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos) const = 0;
+  // Token ids of a text with special tokens written in it (a rendered chat template): those become
+  // their ids, as with llama.cpp's parse_special and transformers' tokenizers; no BOS is added.
+  // tokenizer.json already reads them so; a SentencePiece tokenizer.model reads them as text.
+  virtual std::vector<int32_t> EncodeWithSpecialTokens(std::string_view text) const { return Encode(text, false); }
   // The text a token contributes when decoding a stream (byte-fallback tokens give their byte,
   // SentencePiece's U+2581 becomes a space). `previous` is the id before it (-1 at the start),
   // so a leading space after BOS can be dropped as SentencePiece does.

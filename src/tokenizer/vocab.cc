@@ -143,11 +143,13 @@ VocabIndex::VocabIndex(const VocabData& vocab) : tokens_(vocab.tokens), scores_(
   // there <|end|> is ordinary (user-defined) text rather than a control token.
   if (Find("<|return|>") >= 0 && Find("<|call|>") >= 0) force("<|end|>", TokenAttr::kUserDefined);
 
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n; ++i) {
     if (attrs_[i] == TokenAttr::kUserDefined) user_defined_.push_back(static_cast<int32_t>(i));
-  std::stable_sort(user_defined_.begin(), user_defined_.end(), [this](int32_t a, int32_t b) {
-    return text(a).size() > text(b).size();
-  });
+    if (attrs_[i] == TokenAttr::kUserDefined || attrs_[i] == TokenAttr::kControl || attrs_[i] == TokenAttr::kUnknown)
+      special_.push_back(static_cast<int32_t>(i));
+  }
+  for (auto* list : {&user_defined_, &special_})
+    std::stable_sort(list->begin(), list->end(), [this](int32_t a, int32_t b) { return text(a).size() > text(b).size(); });
 }
 
 int32_t VocabIndex::Find(std::string_view piece) const {
@@ -155,13 +157,13 @@ int32_t VocabIndex::Find(std::string_view piece) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
-std::vector<TextFragment> VocabIndex::Partition(std::string_view text) const {
+std::vector<TextFragment> VocabIndex::Partition(std::string_view text, bool parse_special) const {
   std::vector<TextFragment> fragments;
   if (text.empty()) return fragments;
   fragments.push_back({text, -1});
   // Each user-defined token, longest first, splits every text fragment left so far at each of
   // its non-overlapping occurrences, scanning left to right.
-  for (const int32_t id : user_defined_) {
+  for (const int32_t id : parse_special ? special_ : user_defined_) {
     const std::string& needle = this->text(id);
     std::vector<TextFragment> next;
     next.reserve(fragments.size());

@@ -82,8 +82,9 @@ class VocabIndex {
   // The id whose text is exactly `piece`, or -1.
   int32_t Find(std::string_view piece) const;
   // Splits `text` around occurrences of user-defined tokens (longest tokens first, then
-  // left to right), as llama.cpp does for input that is not parsed for special tokens.
-  std::vector<TextFragment> Partition(std::string_view text) const;
+  // left to right), as llama.cpp does for input that is not parsed for special tokens; with
+  // parse_special, around control and unknown tokens too (llama.cpp's parse_special).
+  std::vector<TextFragment> Partition(std::string_view text, bool parse_special = false) const;
 
  private:
   struct Hash {
@@ -95,6 +96,7 @@ class VocabIndex {
   std::vector<TokenAttr> attrs_;
   std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> ids_;
   std::vector<int32_t> user_defined_;  // longest text first
+  std::vector<int32_t> special_;       // user-defined, control and unknown tokens, longest text first
 };
 
 }  // namespace lowbit
