@@ -42,6 +42,8 @@ struct Pattern {
   std::string literal;
   std::unique_ptr<Regex> regex;
 
+  // A fixed regex (the pre-tokenizers that are Splits by another name); `where` names it in errors.
+  Pattern(std::string_view regex, const std::string& where) : regex(std::make_unique<Regex>(regex, where)) {}
   explicit Pattern(const JsonView& json) {
     json.ExpectObject();
     if (json.Has("Regex")) {
@@ -222,31 +224,19 @@ class PreTokenizerSequence final : public HfPreTokenizer {
   std::vector<std::unique_ptr<HfPreTokenizer>> steps_;
 };
 
+// Split, and the fixed splits Digits, Whitespace, WhitespaceSplit and Punctuation.
 class Split final : public HfPreTokenizer {
  public:
   explicit Split(const JsonView& json)
-      : pattern_(json["pattern"]), behavior_(ParseBehavior(json["behavior"])), invert_(json.Get<bool>("invert", false)) {}
+      : Split(Pattern(json["pattern"]), ParseBehavior(json["behavior"]), json.Get<bool>("invert", false)) {}
+  Split(Pattern pattern, SplitBehavior behavior, bool invert)
+      : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
   void Apply(std::vector<HfPiece>& pieces) const override {
     SplitPieces(pieces, [this](std::string_view t) { return pattern_.FindAll(t); }, behavior_, invert_);
   }
 
  private:
   Pattern pattern_;
-  SplitBehavior behavior_;
-  bool invert_;
-};
-
-// A fixed regex split (Digits, Whitespace, Punctuation, WhitespaceSplit).
-class RegexSplit final : public HfPreTokenizer {
- public:
-  RegexSplit(const JsonView& json, std::string_view pattern, SplitBehavior behavior, bool invert)
-      : regex_(pattern, Where(json)), behavior_(behavior), invert_(invert) {}
-  void Apply(std::vector<HfPiece>& pieces) const override {
-    SplitPieces(pieces, [this](std::string_view t) { return regex_.FindAll(t); }, behavior_, invert_);
-  }
-
- private:
-  Regex regex_;
   SplitBehavior behavior_;
   bool invert_;
 };
@@ -460,17 +450,18 @@ std::unique_ptr<HfPreTokenizer> ParseHfPreTokenizer(const JsonView& json) {
   if (type == "ByteLevel") return std::make_unique<ByteLevel>(json);
   if (type == "Split") return std::make_unique<Split>(json);
   if (type == "Metaspace") return std::make_unique<Metaspace>(json);
+  const auto fixed = [&](std::string_view regex, SplitBehavior behavior, bool invert) {
+    return std::make_unique<Split>(Pattern(regex, Where(json)), behavior, invert);
+  };
   if (type == "Digits")
-    return std::make_unique<RegexSplit>(json, R"(\p{N})",
-                                        json.Get<bool>("individual_digits", false) ? SplitBehavior::kIsolated
-                                                                                   : SplitBehavior::kContiguous,
-                                        false);
-  if (type == "WhitespaceSplit") return std::make_unique<RegexSplit>(json, R"(\s+)", SplitBehavior::kRemoved, false);
-  if (type == "Whitespace") return std::make_unique<RegexSplit>(json, R"(\w+|[^\w\s]+)", SplitBehavior::kRemoved, true);
+    return fixed(R"(\p{N})",
+                 json.Get<bool>("individual_digits", false) ? SplitBehavior::kIsolated : SplitBehavior::kContiguous,
+                 false);
+  if (type == "WhitespaceSplit") return fixed(R"(\s+)", SplitBehavior::kRemoved, false);
+  if (type == "Whitespace") return fixed(R"(\w+|[^\w\s]+)", SplitBehavior::kRemoved, true);
   if (type == "Punctuation")
-    return std::make_unique<RegexSplit>(json, R"([\p{P}!-/:-@\[-`{-~])",
-                                        json.Has("behavior") ? ParseBehavior(json["behavior"]) : SplitBehavior::kIsolated,
-                                        false);
+    return fixed(R"([\p{P}!-/:-@\[-`{-~])",
+                 json.Has("behavior") ? ParseBehavior(json["behavior"]) : SplitBehavior::kIsolated, false);
   Unsupported(json, "pre_tokenizer", type,
               "Sequence, ByteLevel, Split, Metaspace, Digits, WhitespaceSplit, Whitespace, Punctuation");
 }
