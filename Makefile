@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: setup configure build demo test asan fuzz test-interop clean
+.PHONY: setup configure build demo test asan fuzz test-interop test-python clean
 
 setup:
 	@scripts/setup.sh
@@ -49,6 +49,15 @@ test-interop: build
 	$(BUILD)/interop-venv/bin/python tests/interop/chat_templates.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/gguf_llamacpp.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/engine_exports.py --lowbit $(BUILD)/lowbit
+
+# The Python package: `pip install .` (scikit-build-core + nanobind, the same CMake project) into the Python
+# tiers' venv, then its pytest suite against the CLI. The same generator and compiler name as `make test`'s
+# build let ccache serve the package build the objects that build compiled.
+test-python: setup
+	@scripts/setup-interop.sh $(BUILD)/interop-venv
+	CXX="$${CXX:-c++}" CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+	  $(BUILD)/interop-venv/bin/pip install -q --no-build-isolation .
+	$(BUILD)/interop-venv/bin/python -m pytest -q -p no:cacheprovider tests/python
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

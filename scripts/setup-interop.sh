@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The interop tier's Python venv, inside the build folder (never committed): the real consumers of lowbit's files.
+# The Python tiers' venv (make test-interop, make test-python), inside the build folder (never committed): the real consumers of lowbit's files.
 #   llama-cpp-python  llama.cpp itself (its bundled llama.cpp built from source, CPU backend)
 #   gguf              llama.cpp's own Python GGUF reader/writer and reference quantizers
 #   tokenizers        Hugging Face's tokenizer.json implementation (what AutoTokenizer runs)
@@ -8,13 +8,16 @@
 #   transformers, compressed-tensors, torch
 #                     load and decompress the compressed-tensors folders of `lowbit export --to`
 #                     (torch is PyPI's CUDA build, some GB: the CPU is all these checks use)
+#   nanobind, scikit-build-core, pytest
+#                     the Python package's build (`pip install --no-build-isolation .`) and its tests (make test-python)
 # Usage: scripts/setup-interop.sh [VENV]   (default build/interop-venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-build/interop-venv}"
 llama_version=0.3.36
 pins=(numpy==2.2.6 gguf==0.19.0 torch==2.15.0 transformers==5.19.0 tokenizers==0.23.3 compressed-tensors==0.20.1
-      safetensors==0.8.0 sentencepiece==0.2.1 protobuf==7.36.2)
+      safetensors==0.8.0 sentencepiece==0.2.1 protobuf==7.36.2 nanobind==3.1.0 scikit-build-core==1.1.2
+      pytest==9.2.0)
 # -march=native, but no AMX: these VMs list amx_tile in /proc/cpuinfo yet fault on tile instructions,
 # and llama.cpp's AMX matmul dies with SIGILL. pip's own wheel cache ignores CMAKE_ARGS, so the wheel
 # is built once into a cache folder named after the flags and installed from there.

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/front_door.h"
 #include "cli/output.h"
-#include "cli/session.h"
+#include "pipeline/session.h"
 #include "core/error.h"
 #include "eval/speed.h"
 #include "io/model_loader.h"

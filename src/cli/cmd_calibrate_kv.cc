@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/front_door.h"
 #include "cli/output.h"
-#include "cli/session.h"
+#include "pipeline/session.h"
 #include "core/file_util.h"
 #include "model/calibration.h"
 #include "model/kv_calibration.h"

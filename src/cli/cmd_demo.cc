@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/output.h"
-#include "cli/session.h"
+#include "pipeline/generate.h"
 #include "eval/scoring.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -75,7 +75,10 @@ void Run(const std::string& model_path) {
   std::printf("\nfp32 perplexity on %s (ctx %zu, %zu tokens scored): %.4f +/- %.4f  [%.0f tokens/s]\n", kTestText,
               kCtx, nll.count, nll.ppl(), nll.ppl_stderr(), static_cast<double>(plan.chunks * kCtx) / seconds);
   std::printf("\ngreedy generation:\n");
-  const GenerationResult g = Generate(m, kPrompt, /*chat=*/false, 48, SamplerOptions{}, 0, stdout);
+  std::fputs(kPrompt, stdout);
+  const GenerationResult g = Generate(m, kPrompt, /*chat=*/false, 48, SamplerOptions{}, 0, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
+  });
   std::printf("\n[prompt %.0f tokens/s, decode %.0f tokens/s]\n", g.prompt_tps, g.decode_tps);
 }
 

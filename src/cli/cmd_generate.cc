@@ -1,15 +1,14 @@
 // `lowbit generate`: stream a continuation of a prompt, then report prompt and decode speed.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/session.h"
+#include "cli/front_door.h"
 #include "core/error.h"
-#include "model/forward.h"
 #include "model/sampler.h"
+#include "pipeline/generate.h"
 
 namespace lowbit::cli {
 namespace {
@@ -24,42 +23,6 @@ struct GenerateOptions {
 };
 
 }  // namespace
-
-GenerationResult Generate(const LoadedModel& m, const std::string& prompt, bool chat, size_t n, const SamplerOptions& so,
-                          size_t threads, std::FILE* stream) {
-  using Clock = std::chrono::steady_clock;
-  const std::vector<int32_t> ids = chat ? m.tokenizer->EncodeWithSpecialTokens(prompt) : m.tokenizer->Encode(prompt, true);
-  Engine engine(m.model, threads, {}, Activations::kFast);
-  const size_t capacity = std::min<size_t>(m.model.config.max_position, ids.size() + n);
-  if (ids.size() >= capacity)
-    Fail("the prompt has {} tokens; the model's context is {}", ids.size(), m.model.config.max_position);
-  KvCache cache = engine.NewCache(capacity);
-  Sampler sampler(so);
-  GenerationResult r;
-  r.prompt_tokens = ids.size();
-  if (stream) std::fputs(prompt.c_str(), stream), std::fflush(stream);
-  auto t0 = Clock::now();
-  std::vector<float> logits = engine.Forward(cache, ids, false);
-  const double prompt_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  t0 = Clock::now();
-  int32_t previous = ids.back();
-  while (r.generated < n && cache.size() < capacity) {
-    const int32_t next = sampler.Sample(logits);
-    // config.json's end token, or the tokenizer's (a chat model's end of turn, e.g. <|im_end|>).
-    if (next == m.model.config.eos_id || next == m.tokenizer->eos_id()) break;
-    ++r.generated;
-    const std::string piece = m.tokenizer->DecodeToken(next, previous);
-    r.text += piece;
-    if (stream) std::fputs(piece.c_str(), stream), std::fflush(stream);
-    previous = next;
-    if (cache.size() >= capacity) break;
-    logits = engine.Forward(cache, std::span(&next, 1), false);
-  }
-  const double decode_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.prompt_tps = static_cast<double>(ids.size()) / prompt_s;
-  r.decode_tps = r.generated ? static_cast<double>(r.generated) / decode_s : 0;
-  return r;
-}
 
 void AddGenerateCommand(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
@@ -84,7 +47,10 @@ void AddGenerateCommand(CLI::App& app) {
     const LoadedModel m = LoadModelWithTokenizer(o->model, o->tokenizer, "", o->load);
     const std::string prompt =
         o->chat ? ChatPrompt(o->tokenizer.empty() ? o->model : o->tokenizer, o->system, o->prompt) : o->prompt;
-    const GenerationResult r = Generate(m, prompt, o->chat, o->n, o->sampler, o->threads, o->json ? nullptr : stdout);
+    if (!o->json) std::fputs(prompt.c_str(), stdout), std::fflush(stdout);
+    const GenerationResult r = Generate(m, prompt, o->chat, o->n, o->sampler, o->threads, [&](std::string_view piece) {
+      if (!o->json) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
+    });
     if (o->json) {
       const nlohmann::json out = {{"prompt", prompt},
                                   {"text", r.text},

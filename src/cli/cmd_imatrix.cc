@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "cli/front_door.h"
 #include "cli/output.h"
-#include "cli/session.h"
+#include "pipeline/session.h"
 #include "core/error.h"
 #include "io/imatrix.h"
 #include "model/importance.h"

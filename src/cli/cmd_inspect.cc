@@ -14,7 +14,7 @@
 #include "cli/output.h"
 #include "core/error.h"
 #include "plan/hardware.h"
-#include "plan/inspect.h"
+#include "plan/inspect_report.h"
 #include "plan/kernel_rules.h"
 
 namespace lowbit::cli {
@@ -130,28 +130,15 @@ void PrintSummary(const CheckpointInfo& info) {
 }
 
 void RunInspect(const InspectFlags& f) {
-  const CheckpointInfo info = InspectCheckpoint(f.checkpoint);
-  const EngineFlags flags = ParseEngineFlags(f.engine_flags);
-  std::vector<Hardware> gpus;
-  for (const std::string& name : f.gpus.empty() ? DefaultInspectGpus() : f.gpus) gpus.push_back(FindHardware(name));
-  std::vector<KernelPath> paths;
-  for (const Hardware& hw : gpus) paths.push_back(ChooseKernel(info.summary, hw, flags));
-  const std::vector<Trap> traps = FindTraps(info.summary, gpus, flags);
-
+  const InspectReport report = InspectWithKernels(f.checkpoint, f.gpus, f.engine_flags);
   if (f.json) {
-    nlohmann::json out = CheckpointToJson(info);
-    nlohmann::json kernels = nlohmann::json::array(), trap_list = nlohmann::json::array();
-    for (const KernelPath& k : paths) kernels.push_back(KernelPathToJson(k));
-    for (const Trap& t : traps) trap_list.push_back(TrapToJson(t));
-    out["engine_flags"] = {{"quantization", flags.quantization},
-                           {"kv_cache_dtype", flags.kv_cache_dtype},
-                           {"tensor_parallel_size", flags.tensor_parallel},
-                           {"ignored", flags.ignored}};
-    out["kernels"] = kernels;
-    out["traps"] = trap_list;
-    std::puts(out.dump(2).c_str());
+    std::puts(InspectReportToJson(report).dump(2).c_str());
     return;
   }
+  const CheckpointInfo& info = report.info;
+  const EngineFlags& flags = report.flags;
+  const std::vector<KernelPath>& paths = report.kernels;
+  const std::vector<Trap>& traps = report.traps;
   std::printf("lowbit inspect: %s\n\n", info.path.c_str());
   PrintSummary(info);
   std::puts("");

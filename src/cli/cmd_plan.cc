@@ -161,14 +161,7 @@ void RunPlan(const PlanFlags& f) {
   std::vector<FormatPlan> plans;
   for (const std::string& format : f.formats) plans.push_back(PlanFormat(spec, hw, format, o));
   if (f.json) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const FormatPlan& p : plans) list.push_back(PlanToJson(p));
-    const nlohmann::json out = {{"model", ModelToJson(spec)}, {"hardware", HardwareToJson(hw)},
-                                {"ctx", o.ctx},              {"batch", o.batch},
-                                {"kv_cache_dtype", plans.front().kv_scheme},
-                                {"memory_utilization", o.memory_utilization},
-                                {"formats", list}};
-    std::puts(out.dump(2).c_str());
+    std::puts(PlanReportJson(spec, hw, o, plans).dump(2).c_str());
     return;
   }
   std::puts(fmt::format("lowbit plan: {}\nctx {} x batch {}, KV cache {}\n", Describe(spec, hw), o.ctx, o.batch,

@@ -2,33 +2,15 @@
 // calibration, an optional evaluation against the base, and a recipe card in the output folder.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
-#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "cli/commands.h"
 #include "cli/front_door.h"
 #include "cli/output.h"
-#include "cli/session.h"
-#include "io/model_loader.h"
-#include "core/checksum.h"
 #include "core/error.h"
-#include "core/file_util.h"
-#include "eval/compare.h"
-#include "io/compressed_tensors.h"
-#include "io/engine_export.h"
-#include "io/gguf_export.h"
-#include "io/gguf_mix.h"
-#include "io/gguf_pack.h"
-#include "io/quantized_checkpoint.h"
-#include "io/run_checkpoint.h"
-#include "model/calibration.h"
-#include "model/ptq.h"
 #include "model/recipe.h"
-#include "quant/registry.h"
-#include "tokenizer/gguf_vocab_export.h"
+#include "pipeline/quantize_job.h"
+#include "quant/scheme.h"
 
 namespace lowbit::cli {
 namespace {
@@ -58,9 +40,7 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   }
   if (o.format.empty()) Fail("quantize: give --recipe FILE or --format F (with --method M)");
   r.method = o.method;
-  r.format = o.format;
-  if (o.group != 0) r.format += o.group < 0 ? ":channel" : ":g" + std::to_string(o.group);
-  if (o.asym) r.format += ":asym";
+  r.format = SchemeTextFromFlags(o.format, o.group, o.asym);
   if (o.act_order) r.config["act_order"] = true;
   if (o.alpha >= 0) r.config["alpha"] = o.alpha;
   if (o.threshold >= 0) r.config["threshold"] = o.threshold;
@@ -74,235 +54,57 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   return r;
 }
 
-// --save-as gptq|gptq_v2|awq|compressed-tensors: the engine format to write; nullopt otherwise.
-std::optional<EngineExportOptions> EngineTarget(const QuantizeOptions& o) {
-  if (o.save_as != "gptq" && o.save_as != "gptq_v2" && o.save_as != "awq" && o.save_as != "compressed-tensors")
-    return std::nullopt;
-  EngineExportOptions e;
-  e.gptq_v2 = o.save_as == "gptq_v2";
-  e.format = ParseEngineFormat(e.gptq_v2 ? "gptq" : o.save_as);
-  return e;
-}
-
-// --save-as gguf:T: the GGUF file type, whose base type's grid the recipe must quantize onto exactly
-// (Q4_0 = int4:g32:scale=f16, ...), so the calibrated codes are the file's codes. nullptr for
-// --save-as lowbit.
-const GgufFileType* GgufTarget(const QuantizeOptions& o) {
-  if (o.save_as == "lowbit" || EngineTarget(o)) return nullptr;
-  if (!o.save_as.starts_with("gguf:"))
-    Fail("--save-as '{}': expected lowbit, gguf:TYPE (e.g. gguf:Q4_0), gptq, gptq_v2, awq or compressed-tensors",
-         o.save_as);
-  const GgufFileType& t = FindGgufFileType(o.save_as.substr(5));
-  if (!GgufGridScheme(t.base_type))
-    Fail("--save-as {}: --save-as writes the group-32 grids (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4); a calibrated {} is "
-         "`lowbit export MODEL -o OUT.gguf --type {} --calib FILE` (GPTQ onto ggml's super-blocks)",
-         o.save_as, t.name, t.name);
-  if (std::filesystem::path(o.out).extension() != ".gguf") Fail("--save-as {}: -o '{}' must end in .gguf", o.save_as, o.out);
-  return &t;
-}
-
-// Every format of the recipe must be the target's grid: anything else would be quantized again.
-void CheckGgufRecipe(const Recipe& r, const GgufFileType& t) {
-  const std::string grid = *GgufGridScheme(t.base_type);
-  auto check = [&](const std::string& format, const std::string& where) {
-    if (ParseScheme(format).ToString() != grid)
-      Fail("--save-as gguf:{}: {} '{}' has no exact home in {} (its grid is {}); drop --format to use it", t.name, where,
-           format, t.name, grid);
-  };
-  check(r.format, "format");
-  for (const RecipeOverride& ov : r.overrides) check(ov.format, "override '" + ov.match + "' format");
-  if (!r.act_format.empty()) Fail("--save-as gguf:{}: GGUF has no activation quantization (act_format)", t.name);
-}
-
-// Every scheme the recipe writes must have an exact home in the engine format, and the recipe may not
-// simulate what the engines do not run (activation quantization, online rotations, outlier columns).
-void CheckEngineRecipe(const Recipe& r, const EngineExportOptions& e) {
-  const std::string target = fmt::format("--save-as {}", EngineFormatName(e.format));
-  std::optional<InputQuant> input;
-  if (!r.act_format.empty()) {
-    if (e.format != EngineFormat::kCompressedTensors)
-      Fail("{}: act_format '{}': GPTQ and AWQ are weight-only; W8A8 goes to --save-as compressed-tensors", target,
-           r.act_format);
-    input = InputQuant{ParseScheme(r.act_format), 0};
-  }
-  auto check = [&](const std::string& format, const std::string& where) {
-    if (e.format == EngineFormat::kCompressedTensors) (void)CompressedTensorsFormatOf(ParseScheme(format), input, where);
-    else CheckEngineScheme(e.format, ParseScheme(format), where);
-  };
-  check(r.format, fmt::format("{}: format", target));
-  for (size_t i = 0; i < r.overrides.size(); ++i) check(r.overrides[i].format, fmt::format("{}: overrides[{}].format", target, i));
-  if (r.rotate) Fail("{}: rotate: the engines have no online Hadamard rotation of down_proj's input", target);
-}
-
-// Thrown by the block hook for --stop-after: the run's state is saved, the command ends cleanly.
-struct StopRequested {
-  size_t blocks;
-};
-
 void Run(QuantizeOptions o) {
-  const auto start = std::chrono::steady_clock::now();
-  const GgufFileType* gguf = GgufTarget(o);
-  const std::optional<EngineExportOptions> engine = EngineTarget(o);
-  if (gguf && o.recipe.empty() && o.format.empty()) o.format = *GgufGridScheme(gguf->base_type);
-  const Recipe recipe = RecipeFrom(o);
-  if (gguf) CheckGgufRecipe(recipe, *gguf);
-  if (engine) CheckEngineRecipe(recipe, *engine);
-  if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
-  const std::filesystem::path partial = o.out + ".partial";  // the state of an unfinished run
-  RemoveStaleTemporaries(o.out);  // OUT.tmp-<pid> of a run killed while writing OUT
-  // A state without progress.json is a run killed during its first save: nothing to continue.
-  if (std::filesystem::exists(partial / "progress.json") && !o.resume)
-    Fail("{}: an interrupted run left its state here; add --resume to continue it, or delete it", partial.string());
-  // A tokenizer is needed only to read calibration or evaluation text (synthetic models have none).
-  const bool needs_text = !recipe.calib_file.empty() || !o.eval.empty();
-  // The source is read block by block as the run reaches each block (one block in fp32 at a time).
-  StreamedModel source = OpenModel(o.model, o.load);
-  Model& model = source.model;
-  const std::filesystem::path source_dir = std::filesystem::is_directory(o.model) ? o.model : "";
-  // Before any work, not after it: the output can be written, and (GGUF) the vocabulary exists.
-  std::vector<GgufKeyValue> vocabulary;
-  if (gguf) vocabulary = GgufVocabularyFor(o.model, model.config);
-  else CheckQuantizedModelTarget(model.config, o.out, source_dir);
-  const std::unique_ptr<Tokenizer> tokenizer = needs_text ? LoadTokenizerFor(model.config, o.model, "") : nullptr;
-
-  QuantizeRequest req;
-  req.method = recipe.method;
-  req.method_config = recipe.config;
-  req.scheme = ParseScheme(recipe.format);
-  if (!recipe.act_format.empty()) req.act_scheme = ParseScheme(recipe.act_format);
-  req.threads = o.threads;
-  if (!o.max_ram.empty()) {
-    req.max_activation_bytes = ParseByteSize(o.max_ram, "--max-ram");
-    req.spill_dir = std::filesystem::absolute(o.out).parent_path();  // the output's disk, not a small /tmp
-  }
-  req.rotate = recipe.rotate;
-  req.rotate_seed = recipe.rotate_seed;
-  for (const RecipeOverride& ov : recipe.overrides)
-    req.overrides.push_back({ov.match, ParseScheme(ov.format),
-                             ov.method.empty() ? std::nullopt : std::optional<std::string>(ov.method), ov.config});
-  req.ignore = recipe.ignore;
-  req.read_layer = source.read_layer;
-  nlohmann::json calib_card = nullptr;
-  if (!recipe.calib_file.empty()) {
-    const std::string text = ReadTextFile(recipe.calib_file);
-    req.calibration = CalibrationWindows(*tokenizer, text, recipe.calib_file, recipe.calib_samples, recipe.calib_len,
-                                         recipe.seed);
-    calib_card = {{"file", recipe.calib_file}, {"bytes", text.size()}, {"fnv1a64", fmt::format("{:016x}", Fnv1a64(text))},
-                  {"samples", recipe.calib_samples}, {"length", recipe.calib_len}, {"seed", recipe.seed}};
-  }
-  const nlohmann::json run = {{"recipe", recipe.ToJson()}, {"calibration", calib_card}, {"source", o.model}};
-  std::optional<BlockCheckpoint> resumed;
-  if (o.resume) {
-    resumed = LoadRunCheckpoint(partial, run, model);
-    req.resume = &*resumed;
-  }
-  // A checkpoint writes the finished blocks so far: worth it once a crash would lose more work
-  // than the write costs, and never after the last block (the output follows at once).
-  auto last_save = std::chrono::steady_clock::now();
-  req.on_block_done = [&](const Model& model, const BlockCheckpoint& state) {
-    const bool stop = o.stop_after > 0 && state.next_layer >= o.stop_after;
-    const auto now = std::chrono::steady_clock::now();
-    const bool due = std::chrono::duration<double>(now - last_save).count() >= o.checkpoint_every &&
-                     state.next_layer < model.config.n_layers;
-    if (stop || due) {
-      SaveRunCheckpoint(partial, model, state, run, source_dir);
-      last_save = now;
-    }
-    if (stop) throw StopRequested{state.next_layer};
-  };
-  ProgressBar bar("quantize", model.config.n_layers);
-  req.progress = [&](size_t layer, const std::string& tensor) { bar.Update(layer, tensor); };
-  QuantizeReport report;
-  try {
-    report = QuantizeModel(model, req);
-  } catch (const StopRequested& stop) {
-    std::printf("stopped after block %zu of %u; the state is in %s: continue with --resume\n", stop.blocks,
-                model.config.n_layers, partial.string().c_str());
+  if (o.recipe.empty() && o.format.empty()) o.format = DefaultFormatFor(o.save_as, o.out);
+  QuantizeJob job;
+  job.model = o.model;
+  job.out = o.out;
+  job.recipe = RecipeFrom(o);
+  job.save_as = o.save_as;
+  job.eval = o.eval;
+  job.eval_ctx = o.eval_ctx;
+  job.threads = o.threads;
+  job.max_ram = o.max_ram;
+  job.resume = o.resume;
+  job.stop_after = o.stop_after;
+  job.checkpoint_every = o.checkpoint_every;
+  job.load = o.load;
+  ProgressBar bar("quantize");
+  job.progress = [&](size_t block, size_t blocks, const std::string& tensor) { bar.Update(block, blocks, tensor); };
+  const QuantizeOutcome outcome = RunQuantizeJob(job);
+  if (outcome.card.is_null()) {
+    std::printf("stopped after block %zu; the state is in %s: continue with --resume\n", outcome.stopped_after,
+                outcome.partial.string().c_str());
     return;
   }
-  bar.Update(model.config.n_layers);
-
-  nlohmann::json card = {{"lowbit_version", LOWBIT_VERSION}, {"recipe", recipe.ToJson()}, {"calibration", calib_card},
-                         {"source", o.model}, {"scheme", req.scheme.ToString()}};
-  double weights = 0, bits = 0;
-  nlohmann::json tensors = nlohmann::json::array();
-  for (const TensorReport& t : report.tensors) {
-    tensors.push_back({{"name", t.name}, {"scheme", t.scheme}, {"seconds", t.seconds}, {"weight_mse", t.weight_mse},
-                       {"output_mse", t.output_mse}});
-  }
-  for (const LayerWeights& lw : model.weights.layers)
-    for (const Linear* l : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) {
-      weights += static_cast<double>(l->rows() * l->cols());
-      bits += 8.0 * static_cast<double>(l->storage_bytes());
-    }
-  card["tensors"] = tensors;
-  if (report.rotated) card["rotation"] = {{"seed", recipe.rotate_seed}, {"down_proj_hadamard_block", report.rotation_down_block}};
-  if (report.outlier_columns > 0) card["outlier_columns"] = report.outlier_columns;
-  if (!report.awq_alphas.empty()) {
-    nlohmann::json alphas = nlohmann::json::object();
-    for (const auto& [input, alpha] : report.awq_alphas) alphas[input] = alpha;
-    card["awq_alpha"] = alphas;
-  }
-  card["bits_per_weight"] = bits / weights;
-  card["seconds"] = {{"total", report.total_seconds}, {"calibration", report.calibration_seconds},
-                     {"layers", report.layer_seconds}};
-  card["activations"] = {{"peak_bytes", report.activation_peak_bytes}, {"spilled_bytes", report.activation_spilled_bytes}};
-  if (!o.eval.empty()) {
-    // The base model is loaded whole, now that the quantization no longer needs the memory.
-    const Model base = LoadModel(o.model, o.load);
-    const std::vector<int32_t> tokens = TokenizeFile(*tokenizer, o.eval);
-    const ChunkPlan plan = PlanChunks(tokens.size(), o.eval_ctx);
-    Engine eb(base, o.threads), eq(model, o.threads);
-    const CompareResult r = CompareModels(eb, eq, tokens, plan, model.config.bos_id);
-    card["eval"] = {{"file", o.eval}, {"ctx", o.eval_ctx}, {"ppl_base", r.ppl_base}, {"ppl", r.ppl},
-                    {"kld_mean", r.kld_mean}, {"kld_median", r.kld_median}, {"kld_p99", r.kld_p99},
-                    {"top1_agreement", r.top1_agreement}, {"tokens", r.tokens}};
-  }
-  card["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (resumed) card["resumed_at_block"] = resumed->next_layer;
-  if (gguf) {
-    GgufExportOptions e;
-    e.type = std::string(gguf->name);
-    e.threads = o.threads;
-    e.keep_source_grids = true;
-    e.metadata = std::move(vocabulary);
-    e.metadata.push_back({"lowbit.recipe_card", card.dump()});  // the scores travel with the weights
-    StreamedModel quantized{std::move(model), nullptr};
-    const GgufExportResult written = ExportGguf(quantized, o.out, e);
-    size_t repacked = 0;
-    for (const GgufExportedTensor& t : written.tensors) repacked += t.repacked;
-    card["gguf"] = {{"type", gguf->name}, {"file_bytes", written.file_bytes}, {"repacked_tensors", repacked},
-                    {"bits_per_weight", written.bits_per_weight()}};
-  } else if (engine) {
-    StreamedModel quantized{std::move(model), nullptr};
-    const EngineExportResult written = ExportEngineCheckpoint(quantized, source_dir, o.out, card, *engine);
-    card["export"] = {{"quant_method", written.quant_method}, {"format", written.format},
-                      {"bits_per_weight", written.bits_per_weight()}, {"file_bytes", written.file_bytes}};
-  } else {
-    SaveQuantizedModel(model, o.out, source_dir, card);
-  }
-  std::filesystem::remove_all(partial);
+  const nlohmann::json& card = outcome.card;
   if (o.json) {
     std::puts(card.dump(2).c_str());
     return;
   }
+  const Recipe& recipe = job.recipe;
+  std::string written_as = "lowbit quantized folder";
+  if (card.contains("export"))
+    written_as = fmt::format("{} checkpoint ({}, {:.4f} bits/weight in the packed linears)",
+                             card["export"]["quant_method"].get<std::string>(), card["export"]["format"].get<std::string>(),
+                             card["export"]["bits_per_weight"].get<double>());
+  if (card.contains("gguf"))
+    written_as = fmt::format("GGUF {} ({} tensors repacked bit for bit, {:.4f} bits/weight in all)",
+                             card["gguf"]["type"].get<std::string>(), card["gguf"]["repacked_tensors"].get<size_t>(),
+                             card["gguf"]["bits_per_weight"].get<double>());
+  const nlohmann::json& seconds = card["seconds"];
+  const nlohmann::json& activations = card["activations"];
   std::vector<std::vector<std::string>> rows = {
       {"output", o.out},
       {"method", recipe.method + (recipe.rotate ? " + rotation" : "")},
-      {"scheme", req.scheme.ToString()},
-      {"bits/weight (linears)", fmt::format("{:.4f}", bits / weights)},
-      {"written as", engine ? fmt::format("{} checkpoint ({}, {:.4f} bits/weight in the packed linears)",
-                                          card["export"]["quant_method"].get<std::string>(),
-                                          card["export"]["format"].get<std::string>(),
-                                          card["export"]["bits_per_weight"].get<double>())
-                     : gguf ? fmt::format("GGUF {} ({} tensors repacked bit for bit, {:.4f} bits/weight in all)",
-                                        gguf->name, card["gguf"]["repacked_tensors"].get<size_t>(),
-                                        card["gguf"]["bits_per_weight"].get<double>())
-                          : std::string("lowbit quantized folder")},
-      {"quantize seconds", fmt::format("{:.2f} (calibration {:.2f})", report.total_seconds, report.calibration_seconds)},
+      {"scheme", card["scheme"].get<std::string>()},
+      {"bits/weight (linears)", fmt::format("{:.4f}", card["bits_per_weight"].get<double>())},
+      {"written as", written_as},
+      {"quantize seconds", fmt::format("{:.2f} (calibration {:.2f})", seconds["total"].get<double>(),
+                                       seconds["calibration"].get<double>())},
       {"calibration activations", fmt::format("{:.1f} MB peak in memory, {:.1f} MB spilled",
-                                              static_cast<double>(report.activation_peak_bytes) / 1e6,
-                                              static_cast<double>(report.activation_spilled_bytes) / 1e6)}};
+                                              activations["peak_bytes"].get<double>() / 1e6,
+                                              activations["spilled_bytes"].get<double>() / 1e6)}};
   if (card.contains("eval")) {
     const auto& e = card["eval"];
     rows.push_back({"PPL base -> quantized", fmt::format("{:.4f} -> {:.4f}", e["ppl_base"].get<double>(), e["ppl"].get<double>())});

@@ -32,11 +32,10 @@ std::string SchemeText(const Options& o) {
     } else {
       Fail("--granularity: unknown value '{}' (known: tensor, channel, group, block<R>x<C>, token)", o.granularity);
     }
-  } else if (o.group != 0) {
-    text += o.group < 0 ? ":channel" : ":g" + std::to_string(o.group);
+    if (o.asym) text += ":asym";
+    return text;
   }
-  if (o.asym) text += ":asym";
-  return text;
+  return SchemeTextFromFlags(text, o.group, o.asym);
 }
 
 void Run(const Options& o) {

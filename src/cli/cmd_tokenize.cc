@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/output.h"
-#include "cli/session.h"
+#include "pipeline/session.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "tokenizer/tokenizer.h"

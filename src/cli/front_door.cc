@@ -109,4 +109,9 @@ void PrintError(const std::string& message, const std::string& file, const std::
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
+void AddAllowNonfiniteFlag(CLI::App* cmd, LoadOptions& options) {
+  cmd->add_flag("--allow-nonfinite", options.allow_nonfinite,
+                "Load a model whose weights hold NaN or Inf (by default an error naming the tensor)");
+}
+
 }  // namespace lowbit::cli

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "io/model_loader.h"
+
 namespace lowbit::cli {
 
 // Adds a non-negative check to every unsigned option of `app` and its subcommands.
@@ -25,5 +27,8 @@ CLI::Validator GroupSize();
 // Prints `message` to stderr, or when `json` is set as {"error", "file", "field"} on stdout.
 // `file`/`field` empty: the file is the message's first "path: " prefix when that path exists.
 void PrintError(const std::string& message, const std::string& file, const std::string& field, bool json);
+
+// Adds --allow-nonfinite (load weights holding NaN / Inf instead of failing) to a model-loading command.
+void AddAllowNonfiniteFlag(CLI::App* cmd, LoadOptions& options);
 
 }  // namespace lowbit::cli

@@ -19,10 +19,15 @@ namespace lowbit::cli {
 // A progress bar on stderr, drawn only when stderr is a terminal (logs stay clean).
 class ProgressBar {
  public:
-  ProgressBar(std::string label, size_t total);
+  explicit ProgressBar(std::string label, size_t total = 0);
   ~ProgressBar();
   // `detail` names the item in progress (e.g. the tensor being quantized), after the count.
   void Update(size_t done, std::string_view detail = {});
+  // For work whose size is known only once it starts (a library call's progress callback).
+  void Update(size_t done, size_t total, std::string_view detail = {}) {
+    total_ = total;
+    Update(done, detail);
+  }
 
  private:
   std::string label_;

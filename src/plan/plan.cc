@@ -401,4 +401,15 @@ nlohmann::json HardwareToJson(const Hardware& hw) {
           {"source", hw.source}};
 }
 
+nlohmann::json PlanReportJson(const ModelSpec& spec, const Hardware& hw, const PlanOptions& options,
+                              const std::vector<FormatPlan>& plans) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const FormatPlan& p : plans) list.push_back(PlanToJson(p));
+  return {{"model", ModelToJson(spec)}, {"hardware", HardwareToJson(hw)},
+          {"ctx", options.ctx},         {"batch", options.batch},
+          {"kv_cache_dtype", plans.empty() ? std::string() : plans.front().kv_scheme},
+          {"memory_utilization", options.memory_utilization},
+          {"formats", list}};
+}
+
 }  // namespace lowbit

@@ -148,6 +148,9 @@ FormatPlan PlanFormat(const ModelSpec& spec, const Hardware& hw, std::string_vie
 double RoundTo(double v, int decimals);  // 4.15625 -> 4.156 at 3 decimals
 nlohmann::json PlanToJson(const FormatPlan& plan);
 nlohmann::json ModelToJson(const ModelSpec& spec);
+// What `lowbit plan --json` and `lowbit.plan()` return: the model, the hardware and one plan per format.
+nlohmann::json PlanReportJson(const ModelSpec& spec, const Hardware& hw, const PlanOptions& options,
+                              const std::vector<FormatPlan>& plans);
 nlohmann::json HardwareToJson(const Hardware& hw);
 
 }  // namespace lowbit

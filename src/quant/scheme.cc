@@ -319,4 +319,10 @@ QuantScheme ParseScheme(std::string_view text) {
   return s;
 }
 
+std::string SchemeTextFromFlags(std::string format, int group, bool asym) {
+  if (group != 0) format += group < 0 ? ":channel" : ":g" + std::to_string(group);
+  if (asym) format += ":asym";
+  return format;
+}
+
 }  // namespace lowbit

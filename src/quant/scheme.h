@@ -73,6 +73,11 @@ struct QuantScheme {
 // Parses the text form above. Throws Error listing the known formats on an unknown name.
 QuantScheme ParseScheme(std::string_view text);
 
+// The scheme text of the command-line flags (and the Python keywords) format, group (0 = the
+// format's own granularity, -1 = per channel, N = groups of N) and asym: ("int4", 128, true) ->
+// "int4:g128:asym".
+std::string SchemeTextFromFlags(std::string format, int group, bool asym);
+
 // Named presets with their typical granularity, in display order.
 struct SchemePreset {
   std::string_view name;

@@ -1,19 +1,17 @@
-#include "cli/session.h"
+#include "pipeline/session.h"
 
-#include <CLI/CLI.hpp>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/file_util.h"
-#include "io/model_loader.h"
 #include "model/calibration.h"
 #include "model/kv_calibration.h"
-#include "tokenizer/chat_template.h"
 #include "model/quantize_weights.h"
+#include "tokenizer/chat_template.h"
 
-namespace lowbit::cli {
+namespace lowbit {
 
 KvCacheOptions KvCacheOptionsFor(const std::string& dtype, const std::string& model_path,
                                  const std::string& scales_file, uint32_t n_layers) {
@@ -61,11 +59,6 @@ LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::str
   return m;
 }
 
-void AddAllowNonfiniteFlag(CLI::App* cmd, LoadOptions& options) {
-  cmd->add_flag("--allow-nonfinite", options.allow_nonfinite,
-                "Load a model whose weights hold NaN or Inf (by default an error naming the tensor)");
-}
-
 std::vector<int32_t> TokenizeFile(const Tokenizer& tokenizer, const std::string& path) {
   return tokenizer.Encode(ReadTextFile(path), /*add_bos=*/true);
 }
@@ -99,4 +92,4 @@ std::vector<std::vector<int32_t>> CalibrationWindows(const Tokenizer& tokenizer,
   }
 }
 
-}  // namespace lowbit::cli
+}  // namespace lowbit

@@ -1,0 +1,178 @@
+"""lowbit from Python: number formats, tensor quantization, whole-model PTQ, evaluation and running.
+
+The calls mirror the ``lowbit`` command's concepts and return what its ``--json`` prints::
+
+    import lowbit
+    q = lowbit.quantize_tensor(weights, lowbit.Scheme("int4:g128"))
+    card = lowbit.quantize("model/", "model-int4/", recipe={"method": "gptq", "format": "int4:g128",
+                                                             "calibration": {"file": "calib.txt"}})
+    print(lowbit.compare("model/", "model-int4/", text="wiki.test.raw")["kld_mean"])
+
+Errors raise ``lowbit.Error`` with the library's message (which names the file and field).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+
+from ._lowbit import (  # noqa: F401  (the public names)
+    Error,
+    Generation,
+    Model,
+    QuantizedTensor,
+    Scheme,
+    Token,
+    Tokenizer,
+    __version__,
+    _compare,
+    _default_format_for,
+    _formats_json,
+    _inspect,
+    _plan,
+    _ppl,
+    _quantize,
+    _scheme_text_from_flags,
+    quantize_tensor,
+)
+from ._progress import progress_or_bar
+
+PathLike = Union[str, "os.PathLike[str]"]
+Progress = Optional[Callable[[int, int, str], Any]]
+
+__all__ = [
+    "Error", "Generation", "Model", "QuantizedTensor", "Scheme", "Token", "Tokenizer", "__version__",
+    "compare", "dequantize", "formats", "inspect", "plan", "ppl", "quantize", "quantize_tensor",
+]
+
+
+def _path(p: Optional[PathLike]) -> Optional[str]:
+    return None if p is None else os.fspath(p)
+
+
+def formats() -> list[dict]:
+    """Every number format with its numeric facts (``lowbit formats --json``)."""
+    return json.loads(_formats_json())
+
+
+def dequantize(tensor: QuantizedTensor):
+    """float32 [rows, cols] NumPy array of a QuantizedTensor (a new array)."""
+    return tensor.dequantize()
+
+
+def quantize(
+    model: PathLike,
+    out: PathLike,
+    recipe: Union[Mapping[str, Any], PathLike, None] = None,
+    *,
+    format: Optional[str] = None,
+    method: str = "rtn",
+    group: int = 0,
+    asym: bool = False,
+    save_as: str = "lowbit",
+    eval: Optional[PathLike] = None,
+    eval_ctx: int = 256,
+    threads: int = 0,
+    max_ram: Optional[str] = None,
+    resume: bool = False,
+    stop_after: int = 0,
+    checkpoint_every: float = 60.0,
+    allow_nonfinite: bool = False,
+    progress: Progress = None,
+) -> Optional[dict]:
+    """Quantizes a whole model into ``out`` and returns its recipe card (what ``lowbit quantize --json`` prints).
+
+    ``recipe`` is what ``--recipe`` reads: a dict or the path of a JSON file. Without one, ``format`` (with
+    ``method``, ``group``, ``asym``) makes a one-line recipe, as the command's flags do. ``save_as`` is
+    ``lowbit``, ``gguf:TYPE``, ``gptq``, ``gptq_v2``, ``awq`` or ``compressed-tensors``. ``progress(block,
+    blocks, tensor)`` is called before each tensor; without it a bar is drawn when stderr is a terminal.
+    Ctrl-C stops the run with KeyboardInterrupt and writes no output. Returns None when ``stop_after``
+    stopped the run (its state is in ``out + '.partial'``; continue with ``resume=True``).
+    """
+    model, out = os.fspath(model), os.fspath(out)
+    recipe_path = ""
+    recipe_json = ""
+    if recipe is None:
+        if format is None:
+            format = _default_format_for(save_as, out)
+            if not format:
+                raise Error("quantize: give recipe= (a dict or a file) or format= (e.g. 'int4:g128')")
+        recipe_json = json.dumps({"method": method, "format": _scheme_text_from_flags(format, group, asym)})
+    elif isinstance(recipe, Mapping):
+        if format is not None:
+            raise Error("quantize: give recipe= or format=, not both")
+        recipe_json = json.dumps(recipe)
+    else:
+        recipe_path = os.fspath(recipe)
+    with progress_or_bar(progress, "quantize") as report:
+        result = json.loads(
+            _quantize(model, out, recipe_json, recipe_path, save_as, _path(eval), eval_ctx, threads, max_ram, resume,
+                      stop_after, checkpoint_every, allow_nonfinite, report))
+    return result["card"]
+
+
+def ppl(
+    model: PathLike,
+    text: PathLike,
+    *,
+    ctx: int = 256,
+    threads: int = 0,
+    tokenizer: Optional[PathLike] = None,
+    quantize: Optional[str] = None,
+    kv_cache_dtype: str = "fp32",
+    kv_scales: Optional[PathLike] = None,
+    save_base: Optional[PathLike] = None,
+    kl_base: Optional[PathLike] = None,
+    top_k: int = 32,
+    allow_nonfinite: bool = False,
+    progress: Progress = None,
+) -> dict:
+    """Perplexity with llama-perplexity's protocol; the fields of ``lowbit ppl --json``."""
+    with progress_or_bar(progress, "ppl") as report:
+        return json.loads(
+            _ppl(os.fspath(model), os.fspath(text), ctx, threads, _path(tokenizer), quantize, kv_cache_dtype,
+                 _path(kv_scales), _path(save_base), _path(kl_base), top_k, allow_nonfinite, report))
+
+
+def compare(
+    base: PathLike,
+    model: PathLike,
+    text: PathLike,
+    *,
+    ctx: int = 256,
+    threads: int = 0,
+    tokenizer: Optional[PathLike] = None,
+    quantize: Optional[str] = None,
+    kv_cache_dtype: str = "fp32",
+    kv_scales: Optional[PathLike] = None,
+    allow_nonfinite: bool = False,
+    progress: Progress = None,
+) -> dict:
+    """KL divergence, top-1 agreement and perplexities of ``model`` against ``base``; the fields of
+    ``lowbit compare --json``."""
+    with progress_or_bar(progress, "compare") as report:
+        return json.loads(
+            _compare(os.fspath(base), os.fspath(model), os.fspath(text), ctx, threads, _path(tokenizer), quantize,
+                     kv_cache_dtype, _path(kv_scales), allow_nonfinite, report))
+
+
+def inspect(path: PathLike, *, gpus: Sequence[str] = (), engine_flags: Sequence[str] = ()) -> dict:
+    """A checkpoint's quantization, layer by layer, with vLLM's kernel path per GPU (``lowbit inspect --json``)."""
+    return json.loads(_inspect(os.fspath(path), list(gpus), list(engine_flags)))
+
+
+def plan(
+    model: Union[PathLike, str],
+    formats: Iterable[str] = ("bf16", "int4:g128"),
+    *,
+    hardware: str = "H100-SXM",
+    ctx: int = 4096,
+    batch: int = 1,
+    kv_cache_dtype: str = "fp16",
+    quantize_embeddings: bool = False,
+) -> dict:
+    """Memory and decode roofline of a model (a folder, or a preset name such as 'llama-3-8b') in each format on
+    the given hardware (``lowbit plan --json``)."""
+    return json.loads(_plan(os.fspath(model), list(formats), hardware, ctx, batch, kv_cache_dtype,
+                            quantize_embeddings))

@@ -1,0 +1,148 @@
+// The whole-model calls: quantize, ppl, compare, inspect, plan. Each takes keywords, releases the GIL,
+// reports progress through a Python callable (and honours Ctrl-C between its steps), and returns the
+// JSON text the CLI's --json prints, which the package turns into a dict.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <filesystem>
+
+#include "bindings.h"
+#include "core/error.h"
+#include "core/json_util.h"
+#include "model/recipe.h"
+#include "pipeline/evaluate.h"
+#include "pipeline/quantize_job.h"
+#include "plan/arch.h"
+#include "plan/hardware.h"
+#include "plan/inspect_report.h"
+#include "plan/plan.h"
+#include "plan/presets.h"
+
+namespace lowbit::python {
+namespace {
+
+// By reference: the callback runs without the GIL, where a reference count must not change.
+ChunkProgress ChunkCallback(const nb::object& progress) {
+  return [&progress](size_t done, size_t total) { ReportProgress(progress, done, total, ""); };
+}
+
+void FillEval(EvalOptions& o, const std::string& model, const std::string& text, size_t ctx, size_t threads,
+              const std::optional<std::string>& tokenizer, const std::optional<std::string>& quantize,
+              const std::string& kv_cache_dtype, const std::optional<std::string>& kv_scales, bool allow_nonfinite) {
+  o.model = model;
+  o.text = text;
+  o.ctx = ctx;
+  o.threads = threads;
+  o.tokenizer = tokenizer.value_or("");
+  o.quantize = quantize.value_or("");
+  o.kv_dtype = kv_cache_dtype;
+  o.kv_scales = kv_scales.value_or("");
+  o.load.allow_nonfinite = allow_nonfinite;
+}
+
+}  // namespace
+
+void BindJobs(nb::module_& m) {
+  m.def(
+      "_quantize",
+      [](const std::string& model, const std::string& out, const std::string& recipe_json,
+         const std::string& recipe_path, const std::string& save_as, const std::optional<std::string>& eval,
+         size_t eval_ctx, size_t threads, const std::optional<std::string>& max_ram, bool resume, size_t stop_after,
+         double checkpoint_every, bool allow_nonfinite, nb::object progress) {
+        QuantizeJob job;
+        job.model = model;
+        job.out = out;
+        job.recipe = recipe_path.empty() ? ParseRecipe(ParseJson(recipe_json, "recipe"), "recipe")
+                                         : ReadRecipe(recipe_path);
+        job.save_as = save_as;
+        job.eval = eval.value_or("");
+        job.eval_ctx = eval_ctx;
+        job.threads = threads;
+        job.max_ram = max_ram.value_or("");
+        job.resume = resume;
+        job.stop_after = stop_after;
+        job.checkpoint_every = checkpoint_every;
+        job.load.allow_nonfinite = allow_nonfinite;
+        job.progress = [&progress](size_t block, size_t blocks, const std::string& tensor) {
+          ReportProgress(progress, block, blocks, tensor);
+        };
+        const QuantizeOutcome outcome = WithoutGil([&] { return RunQuantizeJob(job); });
+        nlohmann::json result = {{"card", outcome.card}};
+        if (outcome.card.is_null())
+          result["stopped"] = {{"blocks", outcome.stopped_after}, {"partial", outcome.partial.string()}};
+        return result.dump();
+      },
+      nb::arg("model"), nb::arg("out"), nb::arg("recipe_json"), nb::arg("recipe_path"), nb::arg("save_as"),
+      nb::arg("eval").none(), nb::arg("eval_ctx"), nb::arg("threads"), nb::arg("max_ram").none(), nb::arg("resume"),
+      nb::arg("stop_after"), nb::arg("checkpoint_every"), nb::arg("allow_nonfinite"), nb::arg("progress").none());
+
+  m.def("_default_format_for", &DefaultFormatFor, nb::arg("save_as"), nb::arg("out"));
+
+  m.def(
+      "_ppl",
+      [](const std::string& model, const std::string& text, size_t ctx, size_t threads,
+         const std::optional<std::string>& tokenizer, const std::optional<std::string>& quantize,
+         const std::string& kv_cache_dtype, const std::optional<std::string>& kv_scales,
+         const std::optional<std::string>& save_base, const std::optional<std::string>& kl_base, size_t top_k,
+         bool allow_nonfinite, nb::object progress) {
+        PplOptions o;
+        FillEval(o, model, text, ctx, threads, tokenizer, quantize, kv_cache_dtype, kv_scales, allow_nonfinite);
+        o.save_base = save_base.value_or("");
+        o.kl_base = kl_base.value_or("");
+        o.top_k = top_k;
+        const ChunkProgress report = ChunkCallback(progress);
+        const PplResult r = WithoutGil([&] { return RunPpl(o, report); });
+        return PplJson(r).dump();
+      },
+      nb::arg("model"), nb::arg("text"), nb::arg("ctx"), nb::arg("threads"), nb::arg("tokenizer").none(),
+      nb::arg("quantize").none(), nb::arg("kv_cache_dtype"), nb::arg("kv_scales").none(), nb::arg("save_base").none(),
+      nb::arg("kl_base").none(), nb::arg("top_k"), nb::arg("allow_nonfinite"), nb::arg("progress").none());
+
+  m.def(
+      "_compare",
+      [](const std::string& base, const std::string& model, const std::string& text, size_t ctx, size_t threads,
+         const std::optional<std::string>& tokenizer, const std::optional<std::string>& quantize,
+         const std::string& kv_cache_dtype, const std::optional<std::string>& kv_scales, bool allow_nonfinite,
+         nb::object progress) {
+        CompareOptions o;
+        FillEval(o, model, text, ctx, threads, tokenizer, quantize, kv_cache_dtype, kv_scales, allow_nonfinite);
+        o.base = base;
+        const ChunkProgress report = ChunkCallback(progress);
+        const CompareRun r = WithoutGil([&] { return RunCompare(o, report); });
+        return CompareJson(r.result).dump();
+      },
+      nb::arg("base"), nb::arg("model"), nb::arg("text"), nb::arg("ctx"), nb::arg("threads"),
+      nb::arg("tokenizer").none(), nb::arg("quantize").none(), nb::arg("kv_cache_dtype"), nb::arg("kv_scales").none(),
+      nb::arg("allow_nonfinite"), nb::arg("progress").none());
+
+  m.def(
+      "_inspect",
+      [](const std::string& path, const std::vector<std::string>& gpus, const std::vector<std::string>& engine_flags) {
+        return WithoutGil([&] { return InspectReportToJson(InspectWithKernels(path, gpus, engine_flags)).dump(); });
+      },
+      nb::arg("path"), nb::arg("gpus"), nb::arg("engine_flags"));
+
+  m.def(
+      "_plan",
+      [](const std::string& model, const std::vector<std::string>& formats, const std::string& hardware, uint64_t ctx,
+         uint64_t batch, const std::string& kv_cache_dtype, bool quantize_embeddings) {
+        if (formats.empty()) Fail("plan: formats needs at least one format");
+        const bool is_path = std::filesystem::exists(model);
+        ModelSpec spec = SpecFromArch(is_path ? ArchFromPath(model) : FindPreset(model));
+        spec.source = is_path ? "model" : "preset";
+        const Hardware hw = FindHardware(hardware);
+        PlanOptions o;
+        o.ctx = ctx;
+        o.batch = batch;
+        o.kv_cache_dtype = kv_cache_dtype;
+        o.quantize_embeddings = quantize_embeddings;
+        std::vector<FormatPlan> plans;
+        for (const std::string& f : formats) plans.push_back(PlanFormat(spec, hw, f, o));
+        return PlanReportJson(spec, hw, o, plans).dump();
+      },
+      nb::arg("model"), nb::arg("formats"), nb::arg("hardware"), nb::arg("ctx"), nb::arg("batch"),
+      nb::arg("kv_cache_dtype"), nb::arg("quantize_embeddings"));
+}
+
+}  // namespace lowbit::python

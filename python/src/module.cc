@@ -1,0 +1,48 @@
+// The extension module: lowbit.Error carries the library's message (which names the file and field)
+// and, as attributes, the file and field when the thrower knew them apart.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include "bindings.h"
+#include "core/error.h"
+
+namespace lowbit::python {
+
+void ReportProgress(const nb::object& progress, size_t done, size_t total, const std::string& detail) {
+  nb::gil_scoped_acquire acquire;
+  if (!progress.is_none()) {
+    try {
+      progress(done, total, detail);
+    } catch (nb::python_error& e) {
+      e.restore();
+      throw Interrupted{};
+    }
+  }
+  if (PyErr_CheckSignals() != 0) throw Interrupted{};
+}
+
+}  // namespace lowbit::python
+
+NB_MODULE(_lowbit, m) {
+  namespace nb = nanobind;
+  using namespace lowbit::python;
+  m.doc() = "lowbit: LLM quantization (formats, PTQ, runtime, evaluation) from Python";
+  m.attr("__version__") = LOWBIT_VERSION;
+  // Lives as long as the process (never destroyed after the interpreter is gone).
+  static nb::handle error_type = PyErr_NewExceptionWithDoc(
+      "lowbit.Error", "A lowbit error: bad input, with the file and field it concerns.", PyExc_Exception, nullptr);
+  m.attr("Error") = error_type;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const lowbit::Error& e) {
+      nb::object instance = error_type(e.what());
+      instance.attr("file") = e.file().empty() ? nb::none() : nb::cast(e.file());
+      instance.attr("field") = e.field().empty() ? nb::none() : nb::cast(e.field());
+      PyErr_SetObject(error_type.ptr(), instance.ptr());
+    }
+  });
+  BindTensors(m);
+  BindModel(m);
+  BindJobs(m);
+}

@@ -1,0 +1,144 @@
+// The library calls both front ends (the CLI and the Python package) stand on: text generation pulled a
+// token at a time, the quantization job with its stop and abandon paths, and the flags-to-scheme step.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include "core/error.h"
+#include "pipeline/generate.h"
+#include "pipeline/quantize_job.h"
+#include "pipeline/session.h"
+#include "quant/scheme.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kModel = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
+
+fs::path TempDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("lowbit_pipeline_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(TextGenerator, PullsTheSameTokensGenerateStreams) {
+  const LoadedModel m = LoadModelWithTokenizer(kModel, "");
+  std::string streamed;
+  const GenerationResult whole = Generate(m, "And God said", false, 10, SamplerOptions{}, 1,
+                                          [&](std::string_view piece) { streamed += piece; });
+  TextGenerator generator(m, "And God said", false, 10, SamplerOptions{}, 1);
+  std::string pulled;
+  size_t count = 0;
+  while (const auto token = generator.Next()) {
+    pulled += token->text;
+    ++count;
+  }
+  EXPECT_FALSE(generator.Next());  // stays finished
+  EXPECT_EQ(pulled, streamed);
+  EXPECT_EQ(pulled, whole.text);
+  EXPECT_EQ(count, whole.generated);
+  EXPECT_LE(count, 10u);
+  EXPECT_GT(count, 0u);
+  EXPECT_EQ(generator.result().prompt_tokens, m.tokenizer->Encode("And God said", true).size());
+}
+
+TEST(TextGenerator, ZeroBudgetGeneratesNothingAndLongPromptsAreErrors) {
+  const LoadedModel m = LoadModelWithTokenizer(kModel, "");
+  TextGenerator none(m, "And God said", false, 0, SamplerOptions{}, 1);
+  EXPECT_FALSE(none.Next());
+  std::string long_prompt;
+  for (size_t i = 0; i < m.model.config.max_position; ++i) long_prompt += " and";
+  EXPECT_THROW(TextGenerator(m, long_prompt, false, 4, SamplerOptions{}, 1), Error);
+}
+
+QuantizeJob RtnJob(const fs::path& out) {
+  QuantizeJob job;
+  job.model = kModel;
+  job.out = out.string();
+  job.recipe.format = "int4:g64";
+  job.threads = 1;
+  return job;
+}
+
+TEST(QuantizeJob, WritesTheFolderAndReturnsTheCard) {
+  const fs::path dir = TempDir("card");
+  std::vector<std::string> tensors;
+  QuantizeJob job = RtnJob(dir / "out");
+  job.progress = [&](size_t, size_t blocks, const std::string& tensor) {
+    EXPECT_EQ(blocks, 6u);  // the bundled model's blocks
+    tensors.push_back(tensor);
+  };
+  const QuantizeOutcome outcome = RunQuantizeJob(job);
+  EXPECT_EQ(outcome.card["scheme"], "int4:g64:scale=f16");
+  EXPECT_NEAR(outcome.card["bits_per_weight"].get<double>(), 4.25, 1e-12);  // 4 + 16 / 64
+  EXPECT_TRUE(fs::exists(dir / "out" / "recipe.json"));
+  EXPECT_EQ(tensors.back(), "");  // the final (blocks, blocks, "") call
+  EXPECT_EQ(tensors.size(), 6u * 7 + 1);  // 7 linears per block, then the end
+  fs::remove_all(dir);
+}
+
+TEST(QuantizeJob, AProgressCallbackThatThrowsAbandonsTheRunWithoutOutput) {
+  const fs::path dir = TempDir("abandon");
+  QuantizeJob job = RtnJob(dir / "out");
+  job.progress = [](size_t block, size_t, const std::string&) {
+    if (block == 2) throw std::runtime_error("stop");
+  };
+  EXPECT_THROW(RunQuantizeJob(job), std::runtime_error);
+  EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+TEST(QuantizeJob, StopAfterLeavesAResumableState) {
+  const fs::path dir = TempDir("stop");
+  QuantizeJob job = RtnJob(dir / "out");
+  job.stop_after = 2;
+  const QuantizeOutcome stopped = RunQuantizeJob(job);
+  EXPECT_TRUE(stopped.card.is_null());
+  EXPECT_EQ(stopped.stopped_after, 2u);
+  EXPECT_EQ(stopped.partial, dir / "out.partial");
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  job.stop_after = 0;
+  job.resume = true;
+  const QuantizeOutcome resumed = RunQuantizeJob(job);
+  EXPECT_EQ(resumed.card["resumed_at_block"], 2);
+  EXPECT_FALSE(fs::exists(dir / "out.partial"));
+  fs::remove_all(dir);
+}
+
+TEST(QuantizeJob, TargetsAreCheckedBeforeAnyWork) {
+  const fs::path dir = TempDir("targets");
+  QuantizeJob job = RtnJob(dir / "out.gguf");
+  job.save_as = "gguf:Q4_0";
+  job.recipe.format = "int4:g128";
+  EXPECT_THROW(
+      {
+        try {
+          RunQuantizeJob(job);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("no exact home in Q4_0"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  job.save_as = "gguf:nope";
+  EXPECT_THROW(RunQuantizeJob(job), Error);
+  EXPECT_EQ(DefaultFormatFor("gguf:q8_0", "x.gguf"), "int8:g32:scale=f16");
+  EXPECT_EQ(DefaultFormatFor("lowbit", "x"), "");
+  EXPECT_THROW(DefaultFormatFor("gguf:Q4_0", "x.bin"), Error);  // must end in .gguf
+  EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+TEST(SchemeTextFromFlags, FoldsGroupAndAsym) {
+  EXPECT_EQ(SchemeTextFromFlags("int4", 128, true), "int4:g128:asym");
+  EXPECT_EQ(SchemeTextFromFlags("int8", -1, false), "int8:channel");
+  EXPECT_EQ(SchemeTextFromFlags("nvfp4", 0, false), "nvfp4");
+}
+
+}  // namespace
+}  // namespace lowbit

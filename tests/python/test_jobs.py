@@ -1,0 +1,116 @@
+"""quantize, ppl, compare, inspect and plan: the same numbers as the CLI's --json, to the last digit;
+Ctrl-C and errors leave no output."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import lowbit
+from conftest import ROOT, run_cli_json
+
+RECIPE = {"method": "gptq", "format": "int4:g64", "calibration": {"samples": 16, "length": 128}}
+
+
+def test_ppl_matches_the_cli(model_path, eval_text):
+    py = lowbit.ppl(model_path, eval_text, ctx=128, threads=2)
+    cli = run_cli_json("ppl", "--model", model_path, "--text", eval_text, "--ctx", "128", "--threads", "2")
+    for key in ("ppl", "ppl_stderr", "tokens", "ctx", "chunks"):
+        assert py[key] == cli[key], key
+    assert py.keys() == cli.keys()
+
+
+def test_compare_matches_the_cli(model_path, eval_text):
+    calls = []
+    py = lowbit.compare(model_path, model_path, eval_text, ctx=128, threads=2, quantize="int4:g32",
+                        progress=lambda done, total, _: calls.append((done, total)))
+    cli = run_cli_json("compare", "--base", model_path, "--model", model_path, "--quantize", "int4:g32", "--text",
+                       eval_text, "--ctx", "128", "--threads", "2")
+    assert py == cli
+    assert py["kld_mean"] > 0 and calls[-1][0] == calls[-1][1] == py["tokens"] // 63
+
+
+def test_gptq_quantize_matches_the_cli(model_path, calib_text, eval_text, tmp_path):
+    recipe = dict(RECIPE, calibration=dict(RECIPE["calibration"], file=calib_text))
+    seen = []
+    card = lowbit.quantize(model_path, tmp_path / "py", recipe=recipe, eval=eval_text, eval_ctx=128, threads=2,
+                           progress=lambda block, blocks, tensor: seen.append((block, blocks, tensor)))
+    recipe_file = tmp_path / "recipe.json"
+    recipe_file.write_text(__import__("json").dumps(recipe))
+    cli = run_cli_json("quantize", model_path, "-o", str(tmp_path / "cli"), "--recipe", str(recipe_file), "--eval",
+                       eval_text, "--eval-ctx", "128", "--threads", "2")
+    assert card["eval"] == cli["eval"]  # the same KL, PPL and top-1, to the last digit
+    assert card["bits_per_weight"] == cli["bits_per_weight"] and card["recipe"] == cli["recipe"]
+    assert [t["weight_mse"] for t in card["tensors"]] == [t["weight_mse"] for t in cli["tensors"]]
+    files = sorted(p.name for p in (tmp_path / "py").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    for name in files:
+        if name.endswith(".safetensors"):
+            assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    assert seen[0][:2] == (0, 6) and seen[-1] == (6, 6, "") and any("q_proj" in t for _, _, t in seen)
+    # the folder it wrote loads and runs
+    assert lowbit.ppl(tmp_path / "py", eval_text, ctx=128)["ppl"] == pytest.approx(card["eval"]["ppl"], rel=1e-9)
+
+
+def test_quantize_with_format_keywords(model_path, tmp_path):
+    card = lowbit.quantize(model_path, tmp_path / "out", format="int8", group=-1)
+    assert card["scheme"] == "int8:channel:scale=f16" and card["recipe"]["method"] == "rtn"
+
+
+def test_quantize_errors_name_the_field_and_write_nothing(model_path, tmp_path):
+    with pytest.raises(lowbit.Error, match="bogus"):
+        lowbit.quantize(model_path, tmp_path / "a", recipe={"method": "rtn", "format": "int4", "bogus": 1})
+    with pytest.raises(lowbit.Error, match="int9"):
+        lowbit.quantize(model_path, tmp_path / "b", format="int9")
+    with pytest.raises(lowbit.Error, match="no-such-model"):
+        lowbit.quantize(tmp_path / "no-such-model", tmp_path / "c", format="int4")
+    with pytest.raises(ValueError, match="from the callback"):
+        def fail(*_):
+            raise ValueError("from the callback")
+        lowbit.quantize(model_path, tmp_path / "d", format="int4", progress=fail)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_during_quantize_leaves_no_output(model_path, calib_text, tmp_path):
+    out = tmp_path / "out"
+    script = textwrap.dedent(f"""
+        import sys, time, lowbit
+        def progress(block, blocks, tensor):
+            print("tensor", block, tensor, flush=True)
+            time.sleep(0.2)
+        try:
+            lowbit.quantize({model_path!r}, {str(out)!r}, recipe={{"method": "gptq", "format": "int4:g64",
+                            "calibration": {{"file": {calib_text!r}, "samples": 8, "length": 64}}}},
+                            checkpoint_every=1e9, progress=progress)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+        print("finished", flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    first = child.stdout.readline()
+    assert first.startswith("tensor"), first
+    child.send_signal(signal.SIGINT)
+    rest = child.stdout.read()
+    assert child.wait(timeout=120) == 3, rest
+    assert "interrupted" in rest and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_inspect_and_plan_match_the_cli(model_path):
+    assert lowbit.inspect(model_path) == run_cli_json("inspect", model_path)
+    py = lowbit.plan("llama-3-8b", ["bf16", "int4:g128"], hardware="H100-SXM", ctx=8192)
+    cli = run_cli_json("plan", "--preset", "llama-3-8b", "--formats", "bf16,int4:g128", "--hw", "H100-SXM", "--ctx",
+                       "8192")
+    assert py == cli
+
+
+def test_example_script_runs(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "quantize_and_compare.py"), "--out",
+                        str(tmp_path / "out"), "--ctx", "128"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "KL" in r.stdout
