@@ -4,9 +4,11 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace lowbit::python {
 
@@ -19,6 +21,9 @@ void BindJobs(nb::module_& m);
 // Thrown from inside a library call when Python has a pending signal (KeyboardInterrupt); the
 // binding turns it back into that Python exception once the call has unwound.
 struct Interrupted {};
+
+// A float32 [rows, cols] NumPy array that owns `values` (no copy: the vector moves into its capsule).
+nb::ndarray<nb::numpy, float> OwnedFloatArray(std::vector<float>&& values, size_t rows, size_t cols);
 
 // Called with the GIL released: takes it, calls `progress(done, total, detail)` when it is not None,
 // then checks for signals (throws Interrupted). A Python exception from `progress` propagates too.

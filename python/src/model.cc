@@ -63,13 +63,6 @@ class PyGenerator {
   TextGenerator generator_;
 };
 
-nb::ndarray<nb::numpy, float> LogitsArray(std::vector<float>&& values, size_t rows) {
-  auto* owned = new std::vector<float>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  const size_t cols = owned->size() / rows;
-  return nb::ndarray<nb::numpy, float>(owned->data(), {rows, cols}, owner);
-}
-
 nb::dict ConfigDict(const ModelConfig& c) {
   nb::dict d;
   d["architecture"] = c.architecture;
@@ -155,7 +148,8 @@ void BindModel(nb::module_& m) {
           "logits",
           [](PyModel& p, const std::vector<int32_t>& tokens) {
             std::vector<float> v = WithoutGil([&] { return p.Logits(tokens); });
-            return LogitsArray(std::move(v), tokens.size());
+            const size_t vocab = p.loaded().model.config.vocab_size;
+            return OwnedFloatArray(std::move(v), tokens.size(), vocab);
           },
           nb::arg("tokens"), "float32 [len(tokens), vocab]: the logits at every position of a fresh sequence")
       .def(

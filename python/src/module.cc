@@ -8,6 +8,12 @@
 
 namespace lowbit::python {
 
+nb::ndarray<nb::numpy, float> OwnedFloatArray(std::vector<float>&& values, size_t rows, size_t cols) {
+  auto* owned = new std::vector<float>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::ndarray<nb::numpy, float>(owned->data(), {rows, cols}, owner);
+}
+
 void ReportProgress(const nb::object& progress, size_t done, size_t total, const std::string& detail) {
   nb::gil_scoped_acquire acquire;
   if (!progress.is_none()) {

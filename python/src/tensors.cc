@@ -20,29 +20,6 @@ namespace {
 
 using AnyArray = nb::ndarray<nb::ro, nb::device::cpu>;
 
-std::string_view GranularityName(GranularityKind k) {
-  switch (k) {
-    case GranularityKind::kNone: return "none";
-    case GranularityKind::kTensor: return "tensor";
-    case GranularityKind::kChannel: return "channel";
-    case GranularityKind::kToken: return "token";
-    case GranularityKind::kGroup: return "group";
-    case GranularityKind::kBlock: return "block";
-  }
-  return "?";
-}
-
-std::string_view ZeroTypeName(ZeroType t) {
-  switch (t) {
-    case ZeroType::kNone: return "none";
-    case ZeroType::kInt: return "int";
-    case ZeroType::kF32: return "f32";
-    case ZeroType::kF16: return "f16";
-    case ZeroType::kBF16: return "bf16";
-  }
-  return "?";
-}
-
 bool IsCContiguous(const AnyArray& a) {
   int64_t expected = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
@@ -101,12 +78,6 @@ nb::ndarray<nb::numpy> GridArray(std::span<const uint8_t> bytes, uint64_t grid_r
   return nb::ndarray<nb::numpy>(const_cast<uint8_t*>(bytes.data()), 2, shape, owner, nullptr, t);
 }
 
-nb::ndarray<nb::numpy, float> NewFloatArray(std::vector<float>&& values, std::initializer_list<size_t> shape) {
-  auto* owned = new std::vector<float>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  return nb::ndarray<nb::numpy, float>(owned->data(), shape, owner);
-}
-
 nb::dict ErrorDict(const ErrorReport& e) {
   nb::dict d;
   d["mse"] = e.mse;
@@ -131,7 +102,7 @@ void BindTensors(nb::module_& m) {
       .def_prop_ro("preset", [](const QuantScheme& s) { return s.preset; })
       .def_prop_ro("format", [](const QuantScheme& s) { return std::string(s.element->name); }, "Element format")
       .def_prop_ro("bits", [](const QuantScheme& s) { return s.element->bits; }, "Bits per code")
-      .def_prop_ro("granularity", [](const QuantScheme& s) { return std::string(GranularityName(s.granularity.kind)); })
+      .def_prop_ro("granularity", [](const QuantScheme& s) { return std::string(GranularityKindName(s.granularity.kind)); })
       .def_prop_ro("group", [](const QuantScheme& s) { return s.granularity.group; }, "Group size (group granularity)")
       .def_prop_ro("block", [](const QuantScheme& s) {
         return std::vector<uint32_t>{s.granularity.block_rows, s.granularity.block_cols};
@@ -190,14 +161,14 @@ void BindTensors(nb::module_& m) {
             const ScaleGrid g = q.grid();
             std::vector<float> v(g.cells());
             for (uint64_t c = 0; c < g.cells(); ++c) v[c] = q.Scale(c);
-            return NewFloatArray(std::move(v), {static_cast<size_t>(g.grid_rows), static_cast<size_t>(g.grid_cols)});
+            return OwnedFloatArray(std::move(v), g.grid_rows, g.grid_cols);
           },
           "The scales decoded to float32 (a new array)")
       .def(
           "dequantize",
           [](const QuantizedTensor& q) {
             std::vector<float> v = WithoutGil([&] { return q.Dequantize(); });
-            return NewFloatArray(std::move(v), {static_cast<size_t>(q.rows()), static_cast<size_t>(q.cols())});
+            return OwnedFloatArray(std::move(v), q.rows(), q.cols());
           },
           "float32 [rows, cols] (a new array)")
       .def(

@@ -149,6 +149,8 @@ std::string_view GranularityText(const Granularity& g, std::string& buffer) {
   return "";
 }
 
+}  // namespace
+
 std::string_view ZeroTypeName(ZeroType z) {
   switch (z) {
     case ZeroType::kNone: return "none";
@@ -160,7 +162,17 @@ std::string_view ZeroTypeName(ZeroType z) {
   return "?";
 }
 
-}  // namespace
+std::string_view GranularityKindName(GranularityKind k) {
+  switch (k) {
+    case GranularityKind::kNone: return "none";
+    case GranularityKind::kTensor: return "tensor";
+    case GranularityKind::kChannel: return "channel";
+    case GranularityKind::kToken: return "token";
+    case GranularityKind::kGroup: return "group";
+    case GranularityKind::kBlock: return "block";
+  }
+  return "?";
+}
 
 std::string QuantScheme::ToString() const {
   std::string out(element->name);

@@ -38,6 +38,8 @@ enum class ZeroType : uint8_t { kNone, kInt, kF32, kF16, kBF16 };
 
 int ScaleBits(ScaleType t);
 std::string_view ScaleTypeName(ScaleType t);
+std::string_view ZeroTypeName(ZeroType t);
+std::string_view GranularityKindName(GranularityKind k);
 float DecodeScale(ScaleType t, const uint8_t* bytes);  // bytes of one stored scale
 void EncodeScale(ScaleType t, float value, uint8_t* bytes);
 float RoundScale(ScaleType t, float value);  // value after a store/load round trip
