@@ -160,7 +160,8 @@ void BindModel(nb::module_& m) {
             return WithoutGil([&] {
               const auto start = std::chrono::steady_clock::now();
               for (size_t i = 0; i < calls; ++i) (void)p.Logits(tokens);
-              return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+              const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+              return calls ? seconds / static_cast<double>(calls) : 0.0;
             });
           },
           nb::arg("token"), nb::arg("calls"))
