@@ -36,7 +36,7 @@ print(f"KL mean {result['kld_mean']:.5f}   top-1 agreement {100 * result['top1_a
       f"PPL {result['ppl_base']:.3f} -> {result['ppl']:.3f}")
 
 for path in (args.model, out):
-    model = lowbit.Model.load(str(path))
+    model = lowbit.Model.load(path)
     text = "".join(token.text for token in model.generate("And God said", max_tokens=16))
     print(f"{pathlib.Path(path).name:>16}: And God said{text}")
 

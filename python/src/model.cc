@@ -1,6 +1,7 @@
 // Models, tokenizers and generation. A Model keeps one engine (and its thread pool) for logits();
 // generate() returns an iterator that decodes one token per step with the GIL released.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -87,7 +88,7 @@ nb::dict ConfigDict(const ModelConfig& c) {
 void BindModel(nb::module_& m) {
   nb::class_<Tokenizer>(m, "Tokenizer", "A model's tokenizer (tokenizer.json, tokenizer.model or a GGUF vocabulary)")
       .def_static(
-          "load", [](const std::string& path) { return LoadTokenizer(path); }, nb::arg("path"),
+          "load", [](const std::filesystem::path& path) { return LoadTokenizer(path); }, nb::arg("path"),
           "A tokenizer.json, tokenizer.model, GGUF file, or a folder holding one")
       .def(
           "encode",
@@ -129,11 +130,11 @@ void BindModel(nb::module_& m) {
   nb::class_<PyModel>(m, "Model", "A model lowbit reads (Hugging Face folder, lowbit folder, GGUF, engine checkpoint, llama2.c)")
       .def_static(
           "load",
-          [](const std::string& path, std::optional<std::string> tokenizer, std::optional<std::string> quantize,
-             size_t threads, bool allow_nonfinite) {
+          [](const std::filesystem::path& path, std::optional<std::filesystem::path> tokenizer,
+             std::optional<std::string> quantize, size_t threads, bool allow_nonfinite) {
             return WithoutGil([&] {
-              return std::make_unique<PyModel>(path, tokenizer.value_or(""), quantize.value_or(""), threads,
-                                               allow_nonfinite);
+              return std::make_unique<PyModel>(path.string(), tokenizer.value_or("").string(), quantize.value_or(""),
+                                               threads, allow_nonfinite);
             });
           },
           nb::arg("path"), nb::arg("tokenizer") = nb::none(), nb::arg("quantize") = nb::none(), nb::arg("threads") = 0,

@@ -48,4 +48,13 @@ def test_generate_is_an_iterator_matching_the_cli(model, model_path):
 
 def test_missing_model_is_a_lowbit_error(tmp_path):
     with pytest.raises(lowbit.Error, match="nothing-here"):
-        lowbit.Model.load(str(tmp_path / "nothing-here"))
+        lowbit.Model.load(tmp_path / "nothing-here")
+
+
+def test_paths_may_be_path_objects(model_path):
+    import pathlib
+
+    folder = pathlib.Path(model_path)
+    tokenizer = lowbit.Tokenizer.load(folder)
+    model = lowbit.Model.load(folder, tokenizer=folder / "tokenizer.model", threads=1)
+    assert model.tokenizer.encode("And God") == tokenizer.encode("And God")
