@@ -7,6 +7,7 @@
 #include <nanobind/ndarray.h>
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct Interrupted {};
 
 // A float32 [rows, cols] NumPy array that owns `values` (no copy: the vector moves into its capsule).
 nb::ndarray<nb::numpy, float> OwnedFloatArray(std::vector<float>&& values, size_t rows, size_t cols);
+
+// A JSON value as the Python object json.loads gives (dict, list, ...): the library's field lists reach
+// Python unchanged.
+nb::object JsonToPython(const nlohmann::json& j);
 
 // Called with the GIL released: takes it, calls `progress(done, total, detail)` when it is not None,
 // then checks for signals (throws Interrupted). A Python exception from `progress` propagates too.

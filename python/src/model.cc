@@ -116,16 +116,7 @@ void BindModel(nb::module_& m) {
              if (!t) throw nb::stop_iteration();
              return *t;
            })
-      .def_prop_ro("result", [](PyGenerator& g) {
-        const GenerationResult r = g.generator().result();
-        nb::dict d;
-        d["text"] = r.text;
-        d["prompt_tokens"] = r.prompt_tokens;
-        d["generated_tokens"] = r.generated;
-        d["prompt_tokens_per_second"] = r.prompt_tps;
-        d["decode_tokens_per_second"] = r.decode_tps;
-        return d;
-      });
+      .def_prop_ro("result", [](PyGenerator& g) { return JsonToPython(GenerationResultJson(g.generator().result())); });
 
   nb::class_<PyModel>(m, "Model", "A model lowbit reads (Hugging Face folder, lowbit folder, GGUF, engine checkpoint, llama2.c)")
       .def_static(

@@ -14,6 +14,10 @@ nb::ndarray<nb::numpy, float> OwnedFloatArray(std::vector<float>&& values, size_
   return nb::ndarray<nb::numpy, float>(owned->data(), {rows, cols}, owner);
 }
 
+nb::object JsonToPython(const nlohmann::json& j) {
+  return nb::module_::import_("json").attr("loads")(j.dump());
+}
+
 void ReportProgress(const nb::object& progress, size_t done, size_t total, const std::string& detail) {
   nb::gil_scoped_acquire acquire;
   if (!progress.is_none()) {

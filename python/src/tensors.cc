@@ -78,16 +78,6 @@ nb::ndarray<nb::numpy> GridArray(std::span<const uint8_t> bytes, uint64_t grid_r
   return nb::ndarray<nb::numpy>(const_cast<uint8_t*>(bytes.data()), 2, shape, owner, nullptr, t);
 }
 
-nb::dict ErrorDict(const ErrorReport& e) {
-  nb::dict d;
-  d["mse"] = e.mse;
-  d["sqnr_db"] = e.sqnr_db;
-  d["max_abs_error"] = e.max_abs_error;
-  d["worst_channel"] = e.worst_channel;
-  d["worst_channel_mse"] = e.worst_channel_mse;
-  return d;
-}
-
 }  // namespace
 
 void BindTensors(nb::module_& m) {
@@ -178,7 +168,7 @@ void BindTensors(nb::module_& m) {
             if (in.rows != q.rows() || in.cols != q.cols())
               Fail("error_report: the original is {} x {}, the tensor {} x {}", in.rows, in.cols, q.rows(), q.cols());
             const ErrorReport e = WithoutGil([&] { return MeasureError(in.values, q.Dequantize(), in.rows, in.cols); });
-            return ErrorDict(e);
+            return JsonToPython(ErrorReportJson(e));
           },
           nb::arg("original"), "MSE, SQNR, max |error| and the worst row against the original weights")
       .def("__repr__", [](const QuantizedTensor& q) {

@@ -7,8 +7,8 @@
 #include "cli/commands.h"
 #include "cli/front_door.h"
 #include "cli/output.h"
-#include "pipeline/evaluate.h"
 #include "core/error.h"
+#include "pipeline/evaluate.h"
 
 namespace lowbit::cli {
 namespace {

@@ -52,12 +52,8 @@ void AddGenerateCommand(CLI::App& app) {
       if (!o->json) std::fwrite(piece.data(), 1, piece.size(), stdout), std::fflush(stdout);
     });
     if (o->json) {
-      const nlohmann::json out = {{"prompt", prompt},
-                                  {"text", r.text},
-                                  {"prompt_tokens", r.prompt_tokens},
-                                  {"generated_tokens", r.generated},
-                                  {"prompt_tokens_per_second", r.prompt_tps},
-                                  {"decode_tokens_per_second", r.decode_tps}};
+      nlohmann::json out = {{"prompt", prompt}};
+      out.update(GenerationResultJson(r));
       std::puts(out.dump(2).c_str());
       return;
     }

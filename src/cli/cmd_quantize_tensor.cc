@@ -52,16 +52,12 @@ void Run(const Options& o) {
   const std::vector<float> back = q.Dequantize();
   const ErrorReport e = MeasureError(w, back, rows, cols);
   if (o.json) {
-    const nlohmann::json out = {{"tensor", o.tensor},
-                                {"shape", {rows, cols}},
-                                {"format", scheme.ToString()},
-                                {"bits_per_weight", q.bits_per_weight()},
-                                {"bytes", q.storage_bytes()},
-                                {"mse", e.mse},
-                                {"sqnr_db", e.sqnr_db},
-                                {"max_abs_error", e.max_abs_error},
-                                {"worst_channel", e.worst_channel},
-                                {"worst_channel_mse", e.worst_channel_mse}};
+    nlohmann::json out = {{"tensor", o.tensor},
+                          {"shape", {rows, cols}},
+                          {"format", scheme.ToString()},
+                          {"bits_per_weight", q.bits_per_weight()},
+                          {"bytes", q.storage_bytes()}};
+    out.update(ErrorReportJson(e));
     std::puts(out.dump(2).c_str());
     return;
   }

@@ -69,6 +69,14 @@ GenerationResult TextGenerator::result() const {
   return r;
 }
 
+nlohmann::json GenerationResultJson(const GenerationResult& r) {
+  return {{"text", r.text},
+          {"prompt_tokens", r.prompt_tokens},
+          {"generated_tokens", r.generated},
+          {"prompt_tokens_per_second", r.prompt_tps},
+          {"decode_tokens_per_second", r.decode_tps}};
+}
+
 GenerationResult Generate(const LoadedModel& m, const std::string& prompt, bool chat, size_t max_tokens,
                           const SamplerOptions& sampler, size_t threads,
                           const std::function<void(std::string_view)>& on_piece) {

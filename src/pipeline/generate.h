@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,6 +54,9 @@ class TextGenerator {
   GenerationResult result_;
   double prompt_seconds_ = 0, decode_seconds_ = 0;
 };
+
+// The fields `lowbit generate --json` prints and Generation.result returns (text, token counts, speeds).
+nlohmann::json GenerationResultJson(const GenerationResult& r);
 
 // Runs a TextGenerator to the end; `on_piece` (may be empty) gets each piece as it is sampled.
 GenerationResult Generate(const LoadedModel& m, const std::string& prompt, bool chat, size_t max_tokens,

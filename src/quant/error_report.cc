@@ -33,4 +33,12 @@ ErrorReport MeasureError(std::span<const float> original, std::span<const float>
   return r;
 }
 
+nlohmann::json ErrorReportJson(const ErrorReport& e) {
+  return {{"mse", e.mse},
+          {"sqnr_db", e.sqnr_db},
+          {"max_abs_error", e.max_abs_error},
+          {"worst_channel", e.worst_channel},
+          {"worst_channel_mse", e.worst_channel_mse}};
+}
+
 }  // namespace lowbit

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 
 namespace lowbit {
@@ -17,5 +18,9 @@ struct ErrorReport {
 // `original` and `dequantized` are row-major [rows x cols].
 ErrorReport MeasureError(std::span<const float> original, std::span<const float> dequantized, uint64_t rows,
                          uint64_t cols);
+
+// mse, sqnr_db, max_abs_error, worst_channel, worst_channel_mse: what `quantize-tensor --json` and
+// QuantizedTensor.error_report() give.
+nlohmann::json ErrorReportJson(const ErrorReport& e);
 
 }  // namespace lowbit
