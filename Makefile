@@ -52,7 +52,8 @@ test-interop: build
 
 # The Python package: `pip install .` (scikit-build-core + nanobind, the same CMake project) into the Python
 # tiers' venv, then its pytest suite against the CLI. The same generator and compiler name as `make test`'s
-# build let ccache serve the package build the objects that build compiled.
+# build, and a build folder at the same depth (build-python, pyproject.toml), let ccache serve the package
+# build the objects that build compiled.
 test-python: setup
 	@scripts/setup-interop.sh $(BUILD)/interop-venv
 	CXX="$${CXX:-c++}" CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
@@ -60,4 +61,4 @@ test-python: setup
 	$(BUILD)/interop-venv/bin/python -m pytest -q -p no:cacheprovider tests/python
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) build-python
