@@ -78,7 +78,8 @@ TEST(QuantizeJob, WritesTheFolderAndReturnsTheCard) {
   EXPECT_NEAR(outcome.card["bits_per_weight"].get<double>(), 4.25, 1e-12);  // 4 + 16 / 64
   EXPECT_TRUE(fs::exists(dir / "out" / "recipe.json"));
   EXPECT_EQ(tensors.back(), "");  // the final (blocks, blocks, "") call
-  EXPECT_EQ(tensors.size(), 6u * 7 + 1);  // 7 linears per block, then the end
+  ASSERT_EQ(tensors.size(), 6u * 7 + 2);  // 7 linears per block, lm_head (int8 by default), then the end
+  EXPECT_EQ(tensors[6 * 7], "lm_head");
   fs::remove_all(dir);
 }
 

@@ -20,6 +20,7 @@
 #include "core/file_util.h"
 #include "io/hf_model.h"
 #include "test_util.h"
+#include "io/checkpoint_folder.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "model/quantize_weights.h"
@@ -201,6 +202,32 @@ INSTANTIATE_TEST_SUITE_P(
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return name;
     });
+
+// Dense tensors are stored in the narrowest float type that holds them exactly: a bf16 source's
+// embeddings stay 2 bytes a value, anything else keeps every bit.
+TEST(QuantizedCheckpoint, DenseTensorsTakeTheNarrowestExactDType) {
+  const std::vector<float> bf16_exact = {1.0f, -0.5f, 1.5f, 0.0f},
+                           f16_only = {1.0f + 0x1p-10f, -65504.0f, 0x1p-24f},  // 10 mantissa bits, subnormal
+                           neither = {1.0f + 0x1p-20f, 0.1f};
+  TensorList list;
+  list.AddFloats("a", {4}, bf16_exact);
+  list.AddFloats("b", {3}, f16_only);
+  list.AddFloats("c", {2}, neither);
+  const std::vector<TensorToWrite> tensors = std::move(list).Sorted();  // widest first, then by name
+  ASSERT_EQ(tensors.size(), 3u);
+  EXPECT_EQ(tensors[0].name, "c");
+  EXPECT_EQ(tensors[0].dtype, DType::kF32);
+  EXPECT_EQ(tensors[1].dtype, DType::kBF16);
+  EXPECT_EQ(tensors[2].dtype, DType::kF16);
+  const auto read = [](const TensorToWrite& t, size_t n) {
+    std::vector<float> out(n);
+    ToFloat32(TensorView{t.name, t.dtype, {n}, t.data}, out);
+    return out;
+  };
+  EXPECT_EQ(read(tensors[0], 2), neither);
+  EXPECT_EQ(read(tensors[1], 4), bf16_exact);
+  EXPECT_EQ(read(tensors[2], 3), f16_only);
+}
 
 TEST(QuantizedCheckpoint, QuantizedLmHeadAndEmptyOutputFolder) {
   Model model = Quantized("int4:g32");

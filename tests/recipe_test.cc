@@ -4,11 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/file_util.h"
+#include "io/safetensors.h"
+#include "model/recipe.h"
+#include "quant/registry.h"
 #include "io/hf_model.h"
 #include "test_util.h"
 
@@ -60,7 +64,7 @@ TEST_F(RecipeTest, OverridesAndIgnoreLandInTheCheckpoint) {
   EXPECT_EQ(SchemeOf(m.weights.layers[1].wk), int4);
   EXPECT_EQ(SchemeOf(m.weights.layers[0].wq), int4);
   for (size_t l = 1; l < m.weights.layers.size(); ++l) EXPECT_EQ(SchemeOf(m.weights.layers[l].w_down), int6) << l;
-  EXPECT_EQ(SchemeOf(m.weights.lm_head), "dense");
+  EXPECT_EQ(SchemeOf(m.weights.lm_head), ParseScheme(kDefaultLmHeadFormat).ToString());
   // The ignored q_proj is stored dense with its original values.
   const Model base = LoadHfModel(LOWBIT_SOURCE_DIR "/models/kjv-llama-7m");
   EXPECT_EQ(std::get<DenseMatrix>(m.weights.layers[1].wq.weight).values,
@@ -93,6 +97,106 @@ TEST_F(RecipeTest, BadRegexesAndKeysNameTheRecipeAndThePattern) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find(bad_method + ": overrides[0]: unknown quantization method 'nope'"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// lm_head's codes are RTN's on the source's output matrix, in the given format.
+void ExpectRtnLmHead(const Model& m, const std::vector<float>& source, const std::string& format) {
+  const auto* q = std::get_if<QuantizedTensor>(&m.weights.lm_head.weight);
+  ASSERT_NE(q, nullptr);
+  const QuantScheme scheme = ParseScheme(format);
+  const QuantizedTensor want = BuiltinMethods().Create("rtn", nlohmann::json::object(), scheme)->Quantize(
+      {"lm_head", source, m.config.vocab_size, m.config.dim, nullptr, nullptr}, scheme);
+  EXPECT_EQ(q->scheme().ToString(), scheme.ToString());
+  EXPECT_TRUE(std::ranges::equal(q->codes(), want.codes()));
+  EXPECT_TRUE(std::ranges::equal(q->scale_bytes(), want.scale_bytes()));
+}
+
+// The output matrix is quantized (RTN, after the blocks) to int8 on Q8_0's grid by default when the
+// output is a lowbit folder, to the recipe's lm_head when it names one, and kept when it says none.
+TEST_F(RecipeTest, LmHeadIsInt8ByDefaultTheRecipesFormatOrKept) {
+  const Model base = LoadHfModel(LOWBIT_SOURCE_DIR "/models/kjv-llama-7m");
+  const std::vector<float>& lm_head = std::get<DenseMatrix>(base.weights.lm_head.weight).values;
+  const std::string args = "quantize models/kjv-llama-7m --format int4:g64 ";
+  const std::string by_default = (dir_ / "default").string();
+  Result r = RunLowbit(args + "-o " + by_default);
+  ASSERT_EQ(r.status, 0) << r.out;
+  ExpectRtnLmHead(LoadHfModel(by_default), lm_head, "int8:g32:scale=f16");
+  const nlohmann::json card = nlohmann::json::parse(ReadTextFile(fs::path(by_default) / "recipe.json"));
+  EXPECT_EQ(card["recipe"]["lm_head"], "int8:g32:scale=f16");
+  EXPECT_EQ(card["tensors"].back()["name"], "lm_head");
+  EXPECT_GT(card["tensors"].back()["weight_mse"].get<double>(), 0);
+
+  const std::string recipe = Write("r.json", {{"format", "int4:g64"}, {"lm_head", "int6:g32"}});
+  const std::string by_recipe = (dir_ / "recipe").string();
+  r = RunLowbit("quantize models/kjv-llama-7m --recipe " + recipe + " -o " + by_recipe);
+  ASSERT_EQ(r.status, 0) << r.out;
+  ExpectRtnLmHead(LoadHfModel(by_recipe), lm_head, "int6:g32");
+
+  const std::string kept = (dir_ / "kept").string();
+  r = RunLowbit(args + "--lm-head none -o " + kept);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(std::get<DenseMatrix>(LoadHfModel(kept).weights.lm_head.weight).values, lm_head);
+
+  // A 16-bit body keeps lm_head as it is: the default never lowers the output matrix below the body.
+  const std::string wide = (dir_ / "wide").string();
+  r = RunLowbit("quantize models/kjv-llama-7m --format bf16 -o " + wide);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(LoadHfModel(wide).weights.lm_head.quantized());
+}
+
+TEST_F(RecipeTest, LmHeadOfATiedModelBecomesItsOwnTensorOnlyWhenAsked) {
+  // The bundled model with tied embeddings: no lm_head.weight, config.json says so.
+  const fs::path tied = dir_ / "tied";
+  fs::create_directories(tied);
+  const fs::path source = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
+  for (const auto& e : fs::directory_iterator(source))
+    if (e.path().filename() != "model.safetensors" && e.path().filename() != "config.json")
+      fs::copy_file(e.path(), tied / e.path().filename());
+  const SafetensorsFile st = SafetensorsFile::Open(source / "model.safetensors");
+  std::vector<TensorToWrite> tensors;
+  for (const TensorView& t : st.tensors())
+    if (t.name != "lm_head.weight") tensors.push_back({t.name, t.dtype, t.shape, t.data});
+  WriteSafetensors(tied / "model.safetensors", tensors, st.metadata());
+  nlohmann::json config = nlohmann::json::parse(ReadTextFile(source / "config.json"));
+  config["tie_word_embeddings"] = true;
+  WriteFileAtomic(tied / "config.json", config.dump(2));
+
+  const std::string args = "quantize " + tied.string() + " --format int4:g64 ";
+  const std::string kept = (dir_ / "kept").string(), own = (dir_ / "own").string();
+  Result r = RunLowbit(args + "-o " + kept);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const Model k = LoadHfModel(kept);
+  EXPECT_TRUE(k.config.tie_embeddings);
+  EXPECT_FALSE(k.weights.lm_head.quantized());
+  r = RunLowbit(args + "--lm-head int8:g32 -o " + own);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const Model o = LoadHfModel(own);
+  EXPECT_FALSE(o.config.tie_embeddings);
+  EXPECT_EQ(nlohmann::json::parse(ReadTextFile(fs::path(own) / "config.json"))["tie_word_embeddings"], false);
+  ExpectRtnLmHead(o, k.weights.embed, "int8:g32");
+  EXPECT_EQ(o.weights.embed, k.weights.embed);
+}
+
+TEST_F(RecipeTest, BadLmHeadFormatsAndTargetsThatCannotHoldOneAreErrors) {
+  const std::string args = "quantize models/kjv-llama-7m --format int4:g32 -o " + (dir_ / "out").string();
+  Result r = RunLowbit(args + " --lm-head int9");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("lm_head 'int9' (a format, or none)"), std::string::npos) << r.out;
+  const std::string recipe = Write("bad.json", {{"format", "int4"}, {"lm_head", "int9"}});
+  r = RunLowbit("quantize models/kjv-llama-7m -o " + (dir_ / "out").string() + " --recipe " + recipe);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find(recipe + ": lm_head"), std::string::npos) << r.out;
+  r = RunLowbit(args + " --save-as awq --lm-head int4:g32");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("--save-as awq: lm_head 'int4:g32': AWQ checkpoints keep lm_head in full precision"),
+            std::string::npos) << r.out;
+  r = RunLowbit("quantize models/kjv-llama-7m --save-as gguf:Q4_0 --lm-head int8:g32 -o " +
+                (dir_ / "out.gguf").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("lm_head 'int8:g32': the file type's mix chooses output.weight's type"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+  EXPECT_FALSE(fs::exists(dir_ / "out.gguf"));
 }
 
 // A rotated run resumes too: the finished blocks come from the checkpoint already rotated, the
@@ -167,7 +271,7 @@ TEST_F(RecipeTest, StoppedRunResumesToTheSameCheckpoint) {
   EXPECT_FALSE(fs::exists(resumed + ".partial"));
   const nlohmann::json card = nlohmann::json::parse(ReadTextFile(fs::path(resumed) / "recipe.json"));
   EXPECT_EQ(card["resumed_at_block"], 2);
-  EXPECT_EQ(card["tensors"].size(), 42u);  // the report of the first run's blocks is carried over
+  EXPECT_EQ(card["tensors"].size(), 43u);  // the first run's blocks are carried over; then lm_head
   EXPECT_GT(card["activations"]["spilled_bytes"].get<uint64_t>(), 0u);
 
   const Model a = LoadHfModel(full), b = LoadHfModel(resumed);

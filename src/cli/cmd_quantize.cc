@@ -16,7 +16,7 @@ namespace lowbit::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string model, out, recipe, method = "rtn", format, calib, eval, act_format, save_as = "lowbit";
+  std::string model, out, recipe, method = "rtn", format, calib, eval, act_format, save_as = "lowbit", lm_head;
   double alpha = -1, threshold = -1;
   int group = 0;
   bool asym = false, act_order = false, json = false, rotate = false, resume = false;
@@ -36,6 +36,7 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
       r.rotate_seed = o.rotate_seed;
     }
     if (!o.calib.empty()) r.calib_file = o.calib;
+    if (!o.lm_head.empty()) r.lm_head = o.lm_head;
     return r;
   }
   if (o.format.empty()) Fail("quantize: give --recipe FILE or --format F (with --method M)");
@@ -51,6 +52,7 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   r.calib_samples = o.calib_samples;
   r.calib_len = o.calib_len;
   r.seed = o.seed;
+  r.lm_head = o.lm_head;
   return r;
 }
 
@@ -134,6 +136,10 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--rotate-seed", o->rotate_seed, "Seed of the rotation's random signs")->default_val(0);
   cmd->add_option("--threshold", o->threshold, "llm_int8: calibration max |x| above which a column stays fp (default 6)");
   cmd->add_option("--alpha", o->alpha, "SmoothQuant migration strength (default 0.5)");
+  cmd->add_option("--lm-head", o->lm_head,
+                  fmt::format("lm_head's format (RTN after the blocks), or none (default for a lowbit folder: {} "
+                              "when the body is 8 bits or fewer and lm_head is untied; otherwise none)",
+                              kDefaultLmHeadFormat));
   cmd->add_option("--calib", o->calib, "Calibration text file");
   cmd->add_option("--calib-samples", o->calib_samples, "Calibration windows")->default_val(128)->check(Positive());
   cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration window")->default_val(256)->check(Positive());

@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "formats/minifloat.h"
 #include "model/config.h"
 
 namespace lowbit {
@@ -29,13 +31,16 @@ void CheckSameArchitecture(const ModelConfig& src, const ModelConfig& m, const s
       {"num_hidden_layers", {src.n_layers, m.n_layers}}, {"num_attention_heads", {src.n_heads, m.n_heads}},
       {"num_key_value_heads", {src.n_kv_heads, m.n_kv_heads}}, {"head_dim", {src.head_dim, m.head_dim}},
       {"intermediate_size", {src.ffn_dim, m.ffn_dim}},
-      // A rotated model unties lm_head (it absorbed the final norm); config.json then says so.
-      {"tie_word_embeddings", {src.tie_embeddings, src.tie_embeddings && m.tie_embeddings}},
       {"attention bias", {src.qkv_bias, m.qkv_bias}}};
   for (const auto& [name, v] : fields)
     if (v.first != v.second)
       Fail("{}: {} is {} but the model being saved has {}; config.json must come from the model's source", source,
            name, v.first, v.second);
+  // A model may untie lm_head (rotation folds the final norm into it; a quantized lm_head is its own
+  // tensor), and config.json then says so; it cannot tie one the source keeps apart.
+  if (m.tie_embeddings && !src.tie_embeddings)
+    Fail("{}: tie_word_embeddings is false but the model being saved ties lm_head to the embeddings; config.json "
+         "must come from the model's source", source);
 }
 
 }  // namespace
@@ -62,6 +67,23 @@ void TensorList::Append(TensorList&& other) {
   tensors_.insert(tensors_.end(), other.tensors_.begin(), other.tensors_.end());
   other.tensors_.clear();
   other.owned_.clear();
+}
+
+void TensorList::AddFloats(std::string name, std::vector<uint64_t> shape, std::span<const float> values) {
+  const auto exact = [&](auto narrow, auto widen) {
+    return std::all_of(values.begin(), values.end(), [&](float v) { return widen(narrow(v)) == v; });
+  };
+  const auto store16 = [&](DType dtype, auto narrow) {
+    std::vector<std::byte> bytes(values.size() * 2);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t h = narrow(values[i]);
+      std::memcpy(&bytes[2 * i], &h, 2);
+    }
+    AddOwnedBytes(std::move(name), dtype, std::move(shape), std::move(bytes));
+  };
+  if (exact(Fp32ToBf16, Bf16ToFp32)) store16(DType::kBF16, Fp32ToBf16);
+  else if (exact(Fp32ToFp16, Fp16ToFp32)) store16(DType::kF16, Fp32ToFp16);
+  else Add(std::move(name), DType::kF32, std::move(shape), values);
 }
 
 uint64_t TensorList::bytes() const {

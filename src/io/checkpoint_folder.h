@@ -45,6 +45,9 @@ class TensorList {
     owned_.emplace_back(bytes.begin(), bytes.end());
     tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});
   }
+  // fp32 values stored in the narrowest of BF16, F16 and F32 that holds every one of them exactly: a
+  // bf16 source's embeddings and norms keep their 16 bits on disk, and the round trip stays exact.
+  void AddFloats(std::string name, std::vector<uint64_t> shape, std::span<const float> values);
   void AddOwnedBytes(std::string name, DType dtype, std::vector<uint64_t> shape, std::vector<std::byte> bytes) {
     owned_.push_back(std::move(bytes));
     tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});

@@ -336,7 +336,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     }
     OrderedJson config = source_config;
     config["quantization_config"] = qc;
-    if (!c.tie_embeddings && config.contains("tie_word_embeddings")) config["tie_word_embeddings"] = false;
+    if (!c.tie_embeddings) config["tie_word_embeddings"] = false;
     WriteFileAtomic(tmp / "config.json", config.dump(2) + "\n");
     if (o.format == EngineFormat::kGptq) WriteFileAtomic(tmp / "quantize_config.json", qc.dump(2) + "\n");  // AutoGPTQ's
     if (!recipe_card.is_null()) WriteFileAtomic(tmp / "recipe.json", recipe_card.dump(2) + "\n");

@@ -148,17 +148,16 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
 
   TensorList list;
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {std::string(kVersionKey), "1"}};
-  list.Add("model.embed_tokens.weight", DType::kF32, {model.config.vocab_size, model.config.dim},
-           std::span(model.weights.embed));
-  list.Add("model.norm.weight", DType::kF32, {model.config.dim}, std::span(model.weights.final_norm));
+  list.AddFloats("model.embed_tokens.weight", {model.config.vocab_size, model.config.dim}, model.weights.embed);
+  list.AddFloats("model.norm.weight", {model.config.dim}, model.weights.final_norm);
   for (size_t i = 0; i < blocks; ++i) {
     const LayerWeights& l = model.weights.layers[i];
     const std::string p = fmt::format("model.layers.{}.", i);
-    list.Add(p + "input_layernorm.weight", DType::kF32, {l.attn_norm.size()}, std::span(l.attn_norm));
-    list.Add(p + "post_attention_layernorm.weight", DType::kF32, {l.ffn_norm.size()}, std::span(l.ffn_norm));
+    list.AddFloats(p + "input_layernorm.weight", {l.attn_norm.size()}, l.attn_norm);
+    list.AddFloats(p + "post_attention_layernorm.weight", {l.ffn_norm.size()}, l.ffn_norm);
     if (!l.q_norm.empty()) {
-      list.Add(p + "self_attn.q_norm.weight", DType::kF32, {l.q_norm.size()}, std::span(l.q_norm));
-      list.Add(p + "self_attn.k_norm.weight", DType::kF32, {l.k_norm.size()}, std::span(l.k_norm));
+      list.AddFloats(p + "self_attn.q_norm.weight", {l.q_norm.size()}, l.q_norm);
+      list.AddFloats(p + "self_attn.k_norm.weight", {l.k_norm.size()}, l.k_norm);
     }
   }
   for (const NamedLinear& nl : linears) {
@@ -168,9 +167,9 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
       metadata[std::string(kSchemeKeyPrefix) + nl.prefix] = q->scheme().ToString();
     } else {
       const DenseMatrix& d = std::get<DenseMatrix>(l.weight);
-      list.Add(nl.prefix + ".weight", DType::kF32, {d.rows(), d.cols()}, std::span(d.values));
+      list.AddFloats(nl.prefix + ".weight", {d.rows(), d.cols()}, d.values);
     }
-    if (!l.bias.empty()) list.Add(nl.prefix + ".bias", DType::kF32, {l.bias.size()}, std::span(l.bias));
+    if (!l.bias.empty()) list.AddFloats(nl.prefix + ".bias", {l.bias.size()}, l.bias);
     if (l.outliers) {
       const OutlierColumns& o = *l.outliers;
       std::vector<int32_t> columns(o.columns.begin(), o.columns.end());
@@ -184,7 +183,7 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
   try {
     OrderedJson config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
     config["quantization_config"] = QuantizationConfig(linears);
-    if (!model.config.tie_embeddings && config.contains("tie_word_embeddings")) config["tie_word_embeddings"] = false;
+    if (!model.config.tie_embeddings) config["tie_word_embeddings"] = false;
     if (blocks < model.config.n_layers) config["num_hidden_layers"] = blocks;
     config_text = config.dump(2) + "\n";
     recipe_text = recipe_card.dump(2) + "\n";

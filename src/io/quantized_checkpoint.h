@@ -2,9 +2,10 @@
 // keeps it in memory, so `lowbit ppl --model OUT` runs the same bits that were measured at
 // quantization time.
 //
-//   OUT/model.safetensors   dense tensors (embeddings, norms, unquantized linears, biases) as F32
-//                           (exact round trip of the in-memory fp32 values), and per quantized
-//                           linear P (e.g. model.layers.0.self_attn.q_proj):
+//   OUT/model.safetensors   dense tensors (embeddings, norms, unquantized linears, biases) in the
+//                           narrowest of BF16, F16 and F32 that holds their values exactly (a bf16
+//                           source stays bf16; the round trip of the in-memory fp32 values is exact),
+//                           and per quantized linear P (e.g. model.layers.0.self_attn.q_proj):
 //       P.weight_packed       U8  [rows, row_bytes]   codes exactly as QuantizedTensor holds them
 //       P.weight_scale        F32|F16|BF16 (U8 for e8m0 / ue4m3) [grid_rows, grid_cols]
 //       P.weight_zero_point   asymmetric only: U8 [grid_rows, packed bytes] for integer zeros,

@@ -268,6 +268,23 @@ std::optional<OutlierColumns> SplitOutlierColumns(std::vector<float>& values, si
   return o;
 }
 
+namespace {
+
+void QuantizeLmHead(Model& model, const QuantScheme& scheme, ThreadPool& pool, QuantizeReport& report) {
+  const auto* dense = std::get_if<DenseMatrix>(&model.weights.lm_head.weight);
+  if (!dense) Fail("lm_head: already quantized");
+  const auto t = Clock::now();
+  const auto rtn = BuiltinMethods().Create("rtn", nlohmann::json::object(), scheme);
+  QuantizedTensor q = rtn->Quantize({"lm_head", dense->values, dense->rows(), dense->cols(), nullptr, &pool}, scheme);
+  TensorReport tr{"lm_head", q.scheme().ToString(), Since(t)};
+  tr.weight_mse = MeasureError(*dense, q, std::nullopt, {}, pool).weight_mse;
+  report.tensors.push_back(tr);
+  model.weights.lm_head.weight = std::move(q);
+  model.config.tie_embeddings = false;
+}
+
+}  // namespace
+
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   const auto start = Clock::now();
   const auto method = BuiltinMethods().Create(req.method, req.method_config, req.scheme);
@@ -446,6 +463,10 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       };
       req.on_block_done(model, state);
     }
+  }
+  if (req.lm_head) {
+    if (req.progress) req.progress(model.config.n_layers, "lm_head");
+    QuantizeLmHead(model, *req.lm_head, engine.pool(), report);
   }
   report.activation_peak_bytes = std::max(report.activation_peak_bytes, store.peak_resident_bytes());
   report.activation_spilled_bytes += store.bytes_written();

@@ -76,6 +76,9 @@ struct QuantizeRequest {
   // linears matching an `ignore` pattern (ECMAScript regexes, searched) stay full precision.
   std::vector<TensorRule> overrides;
   std::vector<std::string> ignore;
+  // The output matrix, quantized by RTN after the last block (none: left as it is). A tied lm_head
+  // becomes a tensor of its own (config.tie_embeddings turns false); the embeddings stay as they are.
+  std::optional<QuantScheme> lm_head;
   size_t calibration_batch = 16;  // windows per forward call
   // Memory for the calibration activations (0 = no limit); batches past it go to a temp file in
   // spill_dir (the system temp folder when empty): model/activation_store.h.

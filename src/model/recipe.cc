@@ -25,6 +25,7 @@ nlohmann::json Recipe::ToJson() const {
     }
   }
   if (!ignore.empty()) j["ignore"] = ignore;
+  if (!lm_head.empty()) j["lm_head"] = lm_head;
   return j;
 }
 
@@ -75,7 +76,8 @@ void CheckMethod(const JsonView& where, const std::string& method, const JsonVie
 
 Recipe ParseRecipe(const nlohmann::json& json, const std::string& source) {
   const JsonView j(json, source);
-  CheckKeys(j, {"method", "format", "act_format", "config", "calibration", "rotate", "overrides", "ignore"});
+  CheckKeys(j, {"method", "format", "act_format", "config", "calibration", "rotate", "overrides", "ignore",
+                "lm_head"});
   Recipe r;
   r.method = j.Get<std::string>("method", r.method);
   r.format = Format(j["format"]);
@@ -117,7 +119,17 @@ Recipe ParseRecipe(const nlohmann::json& json, const std::string& source) {
   }
   if (j.Has("ignore"))
     for (const JsonView& pattern : j["ignore"].Items()) r.ignore.push_back(Pattern(pattern));
+  if (j.Has("lm_head")) {
+    r.lm_head = j["lm_head"].As<std::string>();
+    if (r.lm_head != "none") CheckMethod(j["lm_head"], "rtn", JsonView(kNoConfig, source), Format(j["lm_head"]));
+  }
   return r;
+}
+
+std::string ResolveLmHead(const Recipe& recipe, bool lowbit_folder, bool tied_embeddings) {
+  if (!recipe.lm_head.empty()) return recipe.lm_head;
+  const bool low_bit_body = !recipe.format.empty() && ParseScheme(recipe.format).element->bits <= 8;
+  return lowbit_folder && !tied_embeddings && low_bit_body ? kDefaultLmHeadFormat : "none";
 }
 
 Recipe ReadRecipe(const std::filesystem::path& path) { return ParseRecipe(ReadJsonFile(path), path.string()); }

@@ -27,6 +27,9 @@ struct Recipe {
   uint64_t rotate_seed = 0;
   std::vector<RecipeOverride> overrides;  // first match wins
   std::vector<std::string> ignore;        // regexes of tensors left in full precision
+  // The output matrix's format, quantized by RTN after the blocks: "" = the default of the target
+  // (ResolveLmHead), "none" = kept as it is.
+  std::string lm_head;
 
   nlohmann::json ToJson() const;
 };
@@ -34,5 +37,12 @@ struct Recipe {
 // `j` read from `source`: unknown keys are errors; see the README for the fields.
 Recipe ParseRecipe(const nlohmann::json& j, const std::string& source);
 Recipe ReadRecipe(const std::filesystem::path& path);
+
+// lm_head's default where the recipe names none: the body is 8 bits or fewer, the output is a lowbit
+// folder and the model's lm_head is its own tensor: int8 on Q8_0's grid (llama.cpp's mixes keep the
+// output matrix at 6-8 bits; read at every decode step, in full precision it would cost the quantized
+// model a third of its speed). Otherwise "none".
+inline constexpr const char* kDefaultLmHeadFormat = "int8:g32:scale=f16";
+std::string ResolveLmHead(const Recipe& recipe, bool lowbit_folder, bool tied_embeddings);
 
 }  // namespace lowbit

@@ -63,6 +63,8 @@ void CheckGgufRecipe(const Recipe& r, const GgufFileType& t) {
   check(r.format, "format");
   for (const RecipeOverride& ov : r.overrides) check(ov.format, "override '" + ov.match + "' format");
   if (!r.act_format.empty()) Fail("--save-as gguf:{}: GGUF has no activation quantization (act_format)", t.name);
+  if (r.lm_head != "none" && !r.lm_head.empty())
+    Fail("--save-as gguf:{}: lm_head '{}': the file type's mix chooses output.weight's type", t.name, r.lm_head);
 }
 
 // Every scheme the recipe writes must have an exact home in the engine format, and the recipe may not
@@ -80,6 +82,10 @@ void CheckEngineRecipe(const Recipe& r, const EngineExportOptions& e) {
     if (e.format == EngineFormat::kCompressedTensors) (void)CompressedTensorsFormatOf(ParseScheme(format), input, where);
     else CheckEngineScheme(e.format, ParseScheme(format), where);
   };
+  if (r.lm_head != "none" && !r.lm_head.empty()) {
+    if (e.format == EngineFormat::kAwq) Fail("{}: lm_head '{}': AWQ checkpoints keep lm_head in full precision", target, r.lm_head);
+    check(r.lm_head, fmt::format("{}: lm_head", target));
+  }
   check(r.format, fmt::format("{}: format", target));
   for (size_t i = 0; i < r.overrides.size(); ++i) check(r.overrides[i].format, fmt::format("{}: overrides[{}].format", target, i));
   if (r.rotate) Fail("{}: rotate: the engines have no online Hadamard rotation of down_proj's input", target);
@@ -104,6 +110,13 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
   Recipe recipe = o.recipe;
   if (gguf && recipe.format.empty()) recipe.format = *GgufGridScheme(gguf->base_type);
   if (recipe.format.empty()) Fail("quantize: the recipe has no format (e.g. int4:g128)");
+  if (!recipe.lm_head.empty() && recipe.lm_head != "none") {
+    try {
+      (void)ParseScheme(recipe.lm_head);
+    } catch (const Error& e) {
+      Fail("quantize: lm_head '{}' (a format, or none): {}", recipe.lm_head, e.what());
+    }
+  }
   if (gguf) CheckGgufRecipe(recipe, *gguf);
   if (engine) CheckEngineRecipe(recipe, *engine);
   if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
@@ -123,6 +136,7 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
   if (gguf) vocabulary = GgufVocabularyFor(o.model, model.config);
   else CheckQuantizedModelTarget(model.config, o.out, source_dir);
   const std::unique_ptr<Tokenizer> tokenizer = needs_text ? LoadTokenizerFor(model.config, o.model, "") : nullptr;
+  recipe.lm_head = ResolveLmHead(recipe, !gguf && !engine, model.config.tie_embeddings);
 
   QuantizeRequest req;
   req.method = recipe.method;
@@ -140,6 +154,7 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
     req.overrides.push_back({ov.match, ParseScheme(ov.format),
                              ov.method.empty() ? std::nullopt : std::optional<std::string>(ov.method), ov.config});
   req.ignore = recipe.ignore;
+  if (recipe.lm_head != "none") req.lm_head = ParseScheme(recipe.lm_head);
   req.read_layer = source.read_layer;
   nlohmann::json calib_card = nullptr;
   if (!recipe.calib_file.empty()) {
