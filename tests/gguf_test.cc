@@ -274,7 +274,7 @@ TEST_F(GgufFileTest, TinyLlamaLoads) {
 
   const ModelWeights& w = m.weights;
   const auto& want = tm.want;
-  EXPECT_EQ(w.embed, want.at("token_embd.weight"));
+  EXPECT_EQ(w.embed.values, want.at("token_embd.weight"));
   ASSERT_EQ(w.layers.size(), kLayers);
   for (uint32_t l = 0; l < kLayers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";

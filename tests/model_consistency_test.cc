@@ -23,6 +23,7 @@
 #include "io/hf_model.h"
 #include "io/model_loader.h"
 #include "io/safetensors.h"
+#include "model/forward.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -193,10 +194,52 @@ TEST_F(ModelConsistencyTest, TiedEmbeddingsBesideADifferentLmHeadAreAnError) {
     t.ToBf16("lm_head.weight", embed);
   }, tie);
   const Model loaded = LoadHfModel(same);
-  EXPECT_EQ(std::get<DenseMatrix>(loaded.weights.lm_head.weight).values, loaded.weights.embed);
+  EXPECT_EQ(std::get<DenseMatrix>(loaded.weights.lm_head.weight).values, loaded.weights.embed.Widened());
   // Without the tensor, tying uses the embeddings as before.
   const fs::path none = Fixture("tied_none", [](Tensors& t) { t.Remove("lm_head.weight"); }, tie);
-  EXPECT_EQ(std::get<DenseMatrix>(LoadHfModel(none).weights.lm_head.weight).values, LoadHfModel(none).weights.embed);
+  EXPECT_EQ(std::get<DenseMatrix>(LoadHfModel(none).weights.lm_head.weight).values, LoadHfModel(none).weights.embed.Widened());
+}
+
+// A 16-bit embedding table stays 16-bit in memory (half the bytes of fp32), and the model computes
+// exactly what the same values stored as F32 compute; a quantized checkpoint keeps it 16-bit on disk.
+TEST_F(ModelConsistencyTest, SixteenBitEmbeddingsStayPackedAndComputeTheSame) {
+  std::vector<float> exact;
+  const fs::path wide = Fixture("embed_f32", [&](Tensors& t) {
+    exact = t.F32("model.embed_tokens.weight");
+    for (float& x : exact) x = std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffff0000u);  // bf16-exact
+    t.SetF32("model.embed_tokens.weight", {4096, 256}, exact);
+  });
+  const fs::path narrow = Fixture("embed_bf16", [&](Tensors& t) { t.ToBf16("model.embed_tokens.weight", exact); });
+  const Model a = LoadHfModel(wide), b = LoadHfModel(narrow);
+  EXPECT_FALSE(a.weights.embed.packed);
+  ASSERT_TRUE(b.weights.embed.packed);
+  EXPECT_EQ(b.weights.embed.storage_bytes(), 4096u * 256 * 2);
+  EXPECT_EQ(b.weights.embed.Widened(), exact);
+  const std::vector<int32_t> ids = {1, 4095, 17, 1000};
+  Engine ea(a, 1), eb(b, 1);
+  KvCache ca = ea.NewCache(ids.size()), cb = eb.NewCache(ids.size());
+  EXPECT_EQ(ea.Forward(ca, ids, true), eb.Forward(cb, ids, true));
+
+  const fs::path out = dir_ / "quantized";
+  const auto r = RunLowbit("quantize " + narrow.string() + " --format int4:g64 -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(SafetensorsFile::Open(out / "model.safetensors").Get("model.embed_tokens.weight").dtype, DType::kBF16);
+  const Model q = LoadHfModel(out);
+  ASSERT_TRUE(q.weights.embed.packed);
+  EXPECT_EQ(q.weights.embed.Widened(), exact);
+
+  // The 16-bit table is checked for NaN / Inf as the widened one is.
+  std::vector<float> bad = exact;
+  bad[70001] = std::numeric_limits<float>::infinity();
+  const fs::path inf = Fixture("embed_inf", [&](Tensors& t) { t.ToBf16("model.embed_tokens.weight", bad); });
+  try {
+    (void)LoadHfModel(inf);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (inf / "model.safetensors").string() +
+                                         ": tensor 'model.embed_tokens.weight' has a non-finite value (inf) at element "
+                                         "70001; the model would compute NaN (pass --allow-nonfinite to load it anyway)");
+  }
 }
 
 TEST_F(ModelConsistencyTest, NonFiniteWeightsAreAnErrorUnlessAllowed) {
@@ -251,7 +294,7 @@ TEST_F(ModelConsistencyTest, NonFiniteWeightsInALlama2cFile) {
     EXPECT_EQ(std::string(e.what()), m.string() + ": tensor 'embedding' has a non-finite value (inf) at element 5; the "
                                                   "model would compute NaN (pass --allow-nonfinite to load it anyway)");
   }
-  EXPECT_TRUE(std::isinf(LoadModel(m, LoadOptions{.allow_nonfinite = true}).weights.embed[5]));
+  EXPECT_TRUE(std::isinf(LoadModel(m, LoadOptions{.allow_nonfinite = true}).weights.embed.values[5]));
 }
 
 // A pid that is gone: a child that has exited and been reaped.

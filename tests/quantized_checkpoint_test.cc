@@ -92,7 +92,7 @@ void ExpectSameLinear(const Linear& a, const Linear& b, const std::string& name)
 }
 
 void ExpectSameModel(const Model& a, const Model& b) {
-  EXPECT_TRUE(BitwiseEqual(a.weights.embed, b.weights.embed));
+  EXPECT_TRUE(BitwiseEqual(a.weights.embed.Widened(), b.weights.embed.Widened()));
   EXPECT_TRUE(BitwiseEqual(a.weights.final_norm, b.weights.final_norm));
   ASSERT_EQ(a.weights.layers.size(), b.weights.layers.size());
   for (size_t i = 0; i < a.weights.layers.size(); ++i) {

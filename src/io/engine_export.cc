@@ -305,7 +305,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     }
     s.read_layer = nullptr;
     TensorList ends;
-    AddDense(ends, "model.embed_tokens.weight", {c.vocab_size, c.dim}, model.weights.embed, dense);
+    AddDense(ends, "model.embed_tokens.weight", {c.vocab_size, c.dim}, model.weights.embed.MakeDense(), dense);
     AddDense(ends, "model.norm.weight", {c.dim}, model.weights.final_norm, dense);
     if (!c.tie_embeddings) linears.push_back(AddLinear(ends, {"lm_head", &model.weights.lm_head}, o, dense, r));
     shards.Add(std::move(ends));

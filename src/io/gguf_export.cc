@@ -100,7 +100,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   };
   if (!output_last) output();
   plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, -1,
-                  [&w](const LayerWeights*) { return TensorSource{nullptr, &w.embed, 0}; }});
+                  [&w](const LayerWeights*) { return TensorSource{nullptr, &w.embed.values, 0}; }});
   if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const int layer = static_cast<int>(i);
@@ -225,6 +225,7 @@ class TensorEncoder {
 }  // namespace
 
 GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_path, const GgufExportOptions& options) {
+  s.model.weights.embed.MakeDense();  // the encoders read fp32 rows
   const Model& m = s.model;
   const ModelConfig& c = m.config;
   const GgufFileType& file_type = FindGgufFileType(options.type);
@@ -323,7 +324,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     writer.WriteTensor(t.name, e.type, e.bytes);
     result.tensors.push_back({t.name, e.type, t.ne, e.bytes.size(), e.repacked, false});
     // Written and no longer needed (unless calibration still runs the model): make room for the blocks.
-    if (!calibrating && t.name == "token_embd.weight") std::vector<float>().swap(s.model.weights.embed);
+    if (!calibrating && t.name == "token_embd.weight") s.model.weights.embed = Embedding{};
     if (!calibrating && (t.name == "output.weight" || (t.name == "token_embd.weight" && c.tie_embeddings)))
       s.model.weights.lm_head.weight = DenseMatrix{};
   }

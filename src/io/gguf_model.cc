@@ -244,7 +244,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   TensorLoader t(f, options);
   if (f.FindTensor("rope_freqs.weight")) t.MarkUsed("rope_freqs.weight");  // read by the config
 
-  w.embed = t.Matrix("token_embd.weight", c.vocab_size, c.dim).values;
+  w.embed.values = t.Matrix("token_embd.weight", c.vocab_size, c.dim).values;
   // No reserve(n_layers): the count comes from the file, and a hostile one would allocate before
   // the first missing tensor is reported.
   for (uint32_t i = 0; i < c.n_layers; ++i) {
@@ -272,7 +272,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   }
   w.final_norm = t.Vector("output_norm.weight", c.dim);
   if (c.tie_embeddings) {
-    w.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, w.embed};
+    w.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, w.embed.values};
   } else {
     w.lm_head = t.Weight("output.weight", c.vocab_size, c.dim);
   }

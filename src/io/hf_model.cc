@@ -147,8 +147,9 @@ class HfTensors {
   // Tied embeddings beside a stored lm_head.weight (transformers ties and drops it, vLLM skips it):
   // fine when it holds the embeddings' values, an Error otherwise, since the model would silently
   // run another output layer than the checkpoint's.
-  void CheckTiedLmHead(const std::vector<float>& embed, const std::string& config) const {
+  void CheckTiedLmHead(const Embedding& table, const std::string& config) const {
     if (!tied_lm_head_) return;
+    const std::vector<float> embed = table.Widened();
     const TensorView& t = model_.Get("lm_head.weight");
     bool same = t.numel() == embed.size();
     constexpr uint64_t kSlice = uint64_t{1} << 16;  // elements
@@ -186,6 +187,26 @@ class HfTensors {
       ReleasePages(t.data.subspan(begin * width, count * width));
     }
     return out;
+  }
+
+  // A 16-bit table stays as stored (Embedding::packed: half the memory of fp32); others are widened.
+  Embedding EmbeddingTable(const std::string& name, uint64_t rows, uint64_t cols) const {
+    const TensorView& t = model_.Get(name);
+    if (t.dtype != DType::kBF16 && t.dtype != DType::kF16) return {Vector(name, rows * cols), std::nullopt};
+    if (t.numel() != rows * cols)
+      Fail("{}: tensor '{}' has {} values, expected {}", model_.path().string(), name, t.numel(), rows * cols);
+    QuantizedTensor table(ParseScheme(t.dtype == DType::kBF16 ? "bf16" : "fp16"), rows, cols);
+    LOWBIT_CHECK(table.codes().size() == t.data.size());
+    std::memcpy(table.codes().data(), t.data.data(), t.data.size());
+    ReleasePages(t.data);
+    if (!options_.allow_nonfinite) {
+      std::vector<float> row(cols);
+      for (uint64_t r = 0; r < rows; ++r) {
+        table.DequantizeRow(r, row.data());
+        CheckFinite(row, r * cols, name, FileOf(name));
+      }
+    }
+    return {{}, std::move(table)};
   }
 
   std::vector<float> Vector(const std::string& name, uint64_t n) const {
@@ -236,14 +257,14 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
   const ModelConfig c = m.config;
   auto t = std::make_shared<HfTensors>(folder, options);
   t->CheckConsistency(c, config_path.string());
-  m.weights.embed = t->Vector("model.embed_tokens.weight", uint64_t{c.vocab_size} * c.dim);
+  m.weights.embed = t->EmbeddingTable("model.embed_tokens.weight", c.vocab_size, c.dim);
   t->CheckTiedLmHead(m.weights.embed, config_path.string());
   m.weights.layers.resize(c.n_layers);
   m.weights.final_norm = t->Vector("model.norm.weight", c.dim);
   if (!c.tie_embeddings && t->HasLinear("lm_head")) {
     m.weights.lm_head = t->Matrix("lm_head", c.vocab_size, c.dim, false);
   } else {
-    m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed};
+    m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed.Widened()};
   }
   ValidateEnds(m.config, m.weights, m.source);
   s.read_layer = [t = std::shared_ptr<const HfTensors>(t), c, source = m.source](size_t i) {

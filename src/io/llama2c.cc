@@ -151,9 +151,9 @@ Model LoadLlama2cModel(const std::filesystem::path& path) {
     per_layer_vectors(&LayerWeights::attn_norm, "rms_att_weight");
     per_layer_vectors(&LayerWeights::ffn_norm, "rms_ffn_weight");
     w.final_norm = r.Floats(dim, "rms_final_weight");
-    w.embed = r.Floats(vocab * dim, "tok_embeddings");
+    w.embed.values = r.Floats(vocab * dim, "tok_embeddings");
   } else {
-    w.embed = r.Floats(vocab * dim, "token_embedding_table");
+    w.embed.values = r.Floats(vocab * dim, "token_embedding_table");
     per_layer_vectors(&LayerWeights::attn_norm, "rms_att_weight");
   }
   per_layer_linear(&LayerWeights::wq, c.q_dim(), dim, "wq");
@@ -168,7 +168,7 @@ Model LoadLlama2cModel(const std::filesystem::path& path) {
     w.final_norm = r.Floats(dim, "rms_final_weight");
     r.Skip(CheckedProduct({c.max_position, c.head_dim / 2, 4, 2}, source), "freq_cis");
   }
-  w.lm_head = shared ? Dense(w.embed, vocab, dim) : Dense(r.Floats(vocab * dim, "wcls"), vocab, dim);
+  w.lm_head = shared ? Dense(w.embed.values, vocab, dim) : Dense(r.Floats(vocab * dim, "wcls"), vocab, dim);
   if (r.remaining() != 0)
     Fail("{}: {} unexpected bytes after the last tensor (header and file size disagree)", source, r.remaining());
   ValidateWeights(m.config, m.weights, source);

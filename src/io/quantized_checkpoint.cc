@@ -148,7 +148,12 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
 
   TensorList list;
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {std::string(kVersionKey), "1"}};
-  list.AddFloats("model.embed_tokens.weight", {model.config.vocab_size, model.config.dim}, model.weights.embed);
+  const Embedding& embed = model.weights.embed;
+  if (embed.packed)  // a 16-bit table as it was loaded
+    list.Add("model.embed_tokens.weight", embed.packed->scheme().element->name == "bf16" ? DType::kBF16 : DType::kF16,
+             {embed.packed->rows(), embed.packed->cols()}, embed.packed->codes());
+  else
+    list.AddFloats("model.embed_tokens.weight", {model.config.vocab_size, model.config.dim}, embed.values);
   list.AddFloats("model.norm.weight", {model.config.dim}, model.weights.final_norm);
   for (size_t i = 0; i < blocks; ++i) {
     const LayerWeights& l = model.weights.layers[i];

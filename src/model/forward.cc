@@ -102,7 +102,7 @@ std::vector<float> Engine::Embed(std::span<const BatchItem> batch) const {
     for (const int32_t id : item.tokens) {
       if (id < 0 || static_cast<uint32_t>(id) >= c.vocab_size)
         Fail("token id {} is outside the vocabulary of {} tokens", id, c.vocab_size);
-      std::copy_n(&model_.weights.embed[static_cast<size_t>(id) * c.dim], c.dim, &x[row++ * c.dim]);
+      model_.weights.embed.Row(static_cast<uint64_t>(id), std::span(&x[row++ * c.dim], c.dim));
     }
   return x;
 }

@@ -52,7 +52,7 @@ RotationInfo RotateModelEnds(Model& model, uint64_t seed) {
   const ModelConfig& c = model.config;
   ModelWeights& w = model.weights;
   const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
-  RotateRows(w.embed, c.vocab_size, c.dim, q);
+  RotateRows(w.embed.MakeDense(), c.vocab_size, c.dim, q);
   RotateInput(w.lm_head, w.final_norm, q, "lm_head");
   std::fill(w.final_norm.begin(), w.final_norm.end(), 1.0f);
   model.config.tie_embeddings = false;  // lm_head now holds diag(final_norm) and differs from embed

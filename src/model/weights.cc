@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -18,6 +19,21 @@ uint64_t Linear::storage_bytes() const {
   const uint64_t side = outliers ? outliers->weight.values.size() * 4 + outliers->columns.size() * 4 : 0;
   if (const auto* q = std::get_if<QuantizedTensor>(&weight)) return q->storage_bytes() + bias.size() * 4 + side;
   return std::get<DenseMatrix>(weight).values.size() * 4 + bias.size() * 4 + side;
+}
+
+void Embedding::Row(uint64_t id, std::span<float> out) const {
+  if (packed) packed->DequantizeRange(id, 0, out.size(), out.data());
+  else std::copy_n(values.begin() + static_cast<ptrdiff_t>(id * out.size()), out.size(), out.begin());
+}
+
+std::vector<float> Embedding::Widened() const { return packed ? packed->Dequantize() : values; }
+
+std::vector<float>& Embedding::MakeDense() {
+  if (packed) {
+    values = packed->Dequantize();
+    packed.reset();
+  }
+  return values;
 }
 
 namespace {
@@ -85,7 +101,15 @@ void CheckLinearFinite(const Linear& l, const std::string& name, const std::stri
 }  // namespace
 
 void CheckWeightsFinite(const ModelWeights& w, const std::string& source) {
-  CheckFinite(w.embed, 0, "embedding", source);
+  if (w.embed.packed) {
+    std::vector<float> row(w.embed.packed->cols());
+    for (uint64_t r = 0; r < w.embed.packed->rows(); ++r) {
+      w.embed.Row(r, row);
+      CheckFinite(row, r * row.size(), "embedding", source);
+    }
+  } else {
+    CheckFinite(w.embed.values, 0, "embedding", source);
+  }
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const std::string p = "layer " + std::to_string(i) + " ";
@@ -121,7 +145,10 @@ void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, co
 }
 
 void ValidateEnds(const ModelConfig& c, const ModelWeights& w, const std::string& source) {
-  CheckVector(w.embed, uint64_t{c.vocab_size} * c.dim, "embedding", source);
+  if (w.embed.packed && (w.embed.packed->rows() != c.vocab_size || w.embed.packed->cols() != c.dim))
+    Fail("{}: tensor 'embedding' has shape [{} x {}], expected [{} x {}]", source, w.embed.packed->rows(),
+         w.embed.packed->cols(), c.vocab_size, c.dim);
+  if (!w.embed.packed) CheckVector(w.embed.values, uint64_t{c.vocab_size} * c.dim, "embedding", source);
   if (w.layers.size() != c.n_layers) Fail("{}: {} layers loaded, config says {}", source, w.layers.size(), c.n_layers);
   CheckVector(w.final_norm, c.dim, "final norm", source);
   CheckLinear(w.lm_head, c.vocab_size, c.dim, false, "lm_head", source);

@@ -64,8 +64,25 @@ struct LayerWeights {
   Linear w_gate, w_up, w_down;    // [ffn x dim] x2, [dim x ffn]
 };
 
+// The token embedding table [vocab x dim], rows looked up by token id: fp32 `values`, or a 16-bit
+// table kept as the checkpoint stores it (`packed`, a bf16 / fp16 QuantizedTensor: half the memory;
+// each looked-up row is widened, exactly). Exactly one of the two holds the table. Paths that rewrite
+// it (rotation) or hand it to a writer in fp32 call MakeDense() first.
+struct Embedding {
+  std::vector<float> values;
+  std::optional<QuantizedTensor> packed;
+
+  // Row `id` into out[0..dim).
+  void Row(uint64_t id, std::span<float> out) const;
+  // The fp32 table, whatever the storage.
+  std::vector<float> Widened() const;
+  // Widens a packed table in place; returns the fp32 values.
+  std::vector<float>& MakeDense();
+  uint64_t storage_bytes() const { return packed ? packed->storage_bytes() : values.size() * 4; }
+};
+
 struct ModelWeights {
-  std::vector<float> embed;       // [vocab x dim], rows looked up by token id
+  Embedding embed;                // [vocab x dim]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [dim]
   Linear lm_head;                 // [vocab x dim] (a copy of embed when tied)
