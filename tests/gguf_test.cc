@@ -302,6 +302,34 @@ TEST_F(GgufFileTest, TiedOutputUsesEmbedding) {
   ExpectMatrix(m.weights.lm_head, kVocab, kDim, tm.want.at("token_embd.weight"), "tied");
 }
 
+// The embedding table keeps the file's type (a lookup decodes one row) and a tied output is that
+// table; 16-bit linears stay 16-bit when the load asks (the runtime commands' keep_16bit).
+TEST_F(GgufFileTest, SixteenBitTablesAndLinearsKeepTheFilesType) {
+  const TinyModel tm = MakeTinyLlama({.with_output = false, .bf16_embeddings = true});
+  const fs::path p = Write(tm.writer);
+  const Model packed = LoadGgufModel(p, LoadOptions{.keep_16bit = true}), widened = LoadGgufModel(p);
+  for (const Model* m : {&packed, &widened}) {
+    ASSERT_TRUE(m->weights.embed.packed);
+    EXPECT_EQ(m->weights.embed.Widened(), tm.want.at("token_embd.weight"));
+    std::vector<float> row(kDim);
+    m->weights.embed.Row(5, row);
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), tm.want.at("token_embd.weight").begin() + 5 * kDim));
+  }
+  const auto* head = std::get_if<QuantizedTensor>(&packed.weights.lm_head.weight);
+  ASSERT_NE(head, nullptr);
+  EXPECT_TRUE(IsPlainFloat(*head));
+  EXPECT_EQ(head->Dequantize(), tm.want.at("token_embd.weight"));
+  ExpectMatrix(widened.weights.lm_head, kVocab, kDim, tm.want.at("token_embd.weight"), "tied");
+  EXPECT_FALSE(widened.weights.lm_head.quantized());
+  for (const auto& [linear, name] : {std::pair{&LayerWeights::wq, "blk.1.attn_q.weight"}, {&LayerWeights::w_up, "blk.1.ffn_up.weight"}}) {
+    const auto* q = std::get_if<QuantizedTensor>(&(packed.weights.layers[1].*linear).weight);
+    ASSERT_NE(q, nullptr) << name;
+    EXPECT_TRUE(IsPlainFloat(*q));
+    EXPECT_EQ(q->Dequantize(), tm.want.at(name)) << name;
+    EXPECT_FALSE((widened.weights.layers[1].*linear).quantized()) << name;
+  }
+}
+
 TEST_F(GgufFileTest, QkvBiasIsLoaded) {
   TinyModel tm = MakeTinyLlama();
   for (uint32_t l = 0; l < kLayers; ++l) {

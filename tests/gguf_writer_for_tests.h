@@ -230,6 +230,7 @@ struct TinyOptions {
   std::string arch = "llama";
   float rope_base = 500000.0f;
   uint32_t ffn = kFfn;
+  bool bf16_embeddings = false;
 };
 
 inline TinyModel MakeTinyLlama(const TinyOptions& o = {}) {
@@ -253,7 +254,8 @@ inline TinyModel MakeTinyLlama(const TinyOptions& o = {}) {
   w.AddStringArray("tokenizer.ggml.tokens", tokens);
   w.AddU32("tokenizer.ggml.bos_token_id", 3);
   w.AddU32("tokenizer.ggml.eos_token_id", 4);
-  m.F32("token_embd.weight", {kDim, kVocab}, 1);
+  if (o.bf16_embeddings) m.Half("token_embd.weight", {kDim, kVocab}, 1, true);
+  else m.F32("token_embd.weight", {kDim, kVocab}, 1);
   for (uint32_t l = 0; l < kLayers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     const uint32_t s = 10 * (l + 1);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "io/model_loader.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
+#include "model/quantize_weights.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -240,6 +242,33 @@ TEST_F(ModelConsistencyTest, SixteenBitEmbeddingsStayPackedAndComputeTheSame) {
                                          ": tensor 'model.embed_tokens.weight' has a non-finite value (inf) at element "
                                          "70001; the model would compute NaN (pass --allow-nonfinite to load it anyway)");
   }
+}
+
+// keep_16bit (the runtime commands' loads): a BF16 linear stays a plain bf16 tensor, bit for bit the
+// file's; quantizing it in memory widens it first, so RTN gives the codes it gives on the fp32 load.
+TEST_F(ModelConsistencyTest, SixteenBitLinearsStayPackedForTheRuntime) {
+  const std::string down = "model.layers.2.mlp.down_proj.weight";
+  std::vector<float> exact;
+  const fs::path m = Fixture("down_bf16", [&](Tensors& t) {
+    exact = t.F32(down);
+    for (float& x : exact) x = std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffff0000u);
+    t.ToBf16(down, exact);
+  });
+  Model packed = LoadHfModel(m, LoadOptions{.keep_16bit = true});
+  Model widened = LoadHfModel(m);
+  const auto* q = std::get_if<QuantizedTensor>(&packed.weights.layers[2].w_down.weight);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(IsPlainFloat(*q));
+  EXPECT_EQ(q->storage_bytes(), exact.size() * 2);
+  EXPECT_EQ(q->Dequantize(), exact);
+  EXPECT_EQ(std::get<DenseMatrix>(widened.weights.layers[2].w_down.weight).values, exact);
+  EXPECT_FALSE(packed.weights.layers[1].w_down.quantized());  // F32 tensors are as before
+  QuantizeLinears(packed.weights, ParseScheme("int4:g64"));
+  QuantizeLinears(widened.weights, ParseScheme("int4:g64"));
+  const auto& a = std::get<QuantizedTensor>(packed.weights.layers[2].w_down.weight);
+  const auto& b = std::get<QuantizedTensor>(widened.weights.layers[2].w_down.weight);
+  EXPECT_TRUE(std::ranges::equal(a.codes(), b.codes()));
+  EXPECT_TRUE(std::ranges::equal(a.scale_bytes(), b.scale_bytes()));
 }
 
 TEST_F(ModelConsistencyTest, NonFiniteWeightsAreAnErrorUnlessAllowed) {

@@ -99,8 +99,13 @@ KvCacheOptions KvOptions(const RuntimeOptions& o, uint32_t n_layers) {
 // single-format run holds one copy (its peak memory is the model's).
 Model ModelIn(Model& loaded, const std::string& format, bool last) {
   Model model = last ? std::move(loaded) : loaded;
-  if (format != "fp32" && format != "loaded")
+  if (format == "fp32") {  // 16-bit linears as loaded, widened
+    for (LayerWeights& l : model.weights.layers)
+      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) WidenPlainFloat(*linear);
+    WidenPlainFloat(model.weights.lm_head);
+  } else if (format != "loaded") {
     QuantizeLinears(model.weights, ParseScheme(format), "rtn", /*include_lm_head=*/true);
+  }
   return model;
 }
 
@@ -108,7 +113,7 @@ Model ModelIn(Model& loaded, const std::string& format, bool last) {
 // format's model is built first and the formats are measured round-robin, keeping each one's
 // best: slow phases of a shared machine then hit every format alike (memory: all models at once).
 void RunSpeeds(const RuntimeOptions& o, bool decode) {
-  Model loaded = LoadModel(o.model);
+  Model loaded = LoadModel(o.model, LoadOptions{.keep_16bit = true});  // as the runtime commands load it
   struct Result {
     std::string format;
     uint64_t weight_bytes = 0;

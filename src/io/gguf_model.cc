@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "io/gguf_repack.h"
 
 namespace lowbit {
@@ -87,27 +88,48 @@ class TensorLoader {
   TensorLoader(const GgufFile& file, const LoadOptions& options)
       : file_(file), source_(file.path().string()), options_(options) {}
 
-  std::vector<float> Vector(const std::string& name, uint64_t n) { return Decode(Get(name, {n})); }
-
-  DenseMatrix Matrix(const std::string& name, uint64_t rows, uint64_t cols) {
-    return DenseMatrix{rows, cols, Decode(Get(name, {cols, rows}))};  // ne = [cols, rows]
+  // Each tensor's mapped pages are dropped once it is copied out, so the peak is the loaded model, not
+  // the model plus the file (a BF16 file peaked at 1.96x its size, an F32 one at 2x).
+  std::vector<float> Vector(const std::string& name, uint64_t n) {
+    const GgufTensorInfo& t = Get(name, {n});
+    std::vector<float> v = Decode(t);
+    ReleasePages(t.data);
+    return v;
   }
 
-  // A matrix the engine multiplies by: block types stay in their codes (gguf_repack.h), plain
-  // float types become dense fp32.
+  // A matrix the engine multiplies by: block types stay in their codes (gguf_repack.h), 16-bit
+  // floats stay 16-bit with keep_16bit, other float types become dense fp32.
   Linear Weight(const std::string& name, uint64_t rows, uint64_t cols) {
     const GgufTensorInfo& t = Get(name, {cols, rows});
     Linear l;
+    std::optional<QuantizedTensor> q;
     try {
-      if (std::optional<QuantizedTensor> q = RepackGgufMatrix(t, rows, cols)) {
-        l.weight = std::move(*q);
-        return l;
-      }
+      q = RepackGgufMatrix(t, rows, cols);
     } catch (const Error& e) {
       Fail("{}: {}", source_, e.what());
     }
-    l.weight = DenseMatrix{rows, cols, Decode(t)};
+    const bool sixteen = t.ggml_type == kGgmlBF16 || t.ggml_type == kGgmlF16;
+    if (q) l.weight = std::move(*q);
+    else if (options_.keep_16bit && sixteen) l.weight = SixteenBit(t, rows, cols);
+    else l.weight = DenseMatrix{rows, cols, Decode(t)};
+    ReleasePages(t.data);
     return l;
+  }
+
+  // The token embeddings in the file's type (Embedding::packed: 16-bit floats, or a block type
+  // repacked as the linears are; each looked-up row is decoded alone), F32 as fp32.
+  Embedding EmbeddingTable(const std::string& name, uint64_t rows, uint64_t cols) {
+    const GgufTensorInfo& t = Get(name, {cols, rows});
+    Embedding e;
+    try {
+      e.packed = RepackGgufMatrix(t, rows, cols);
+    } catch (const Error& error) {
+      Fail("{}: {}", source_, error.what());
+    }
+    if (!e.packed && (t.ggml_type == kGgmlBF16 || t.ggml_type == kGgmlF16)) e.packed = SixteenBit(t, rows, cols);
+    if (!e.packed) e.values = Decode(t);
+    ReleasePages(t.data);
+    return e;
   }
 
   // Throws naming the first tensor of the file that no Vector/Matrix call asked for.
@@ -128,6 +150,12 @@ class TensorLoader {
            DimsString(t->dims), DimsString(ne));
     used_.insert(name);
     return *t;
+  }
+
+  QuantizedTensor SixteenBit(const GgufTensorInfo& t, uint64_t rows, uint64_t cols) {
+    if (t.data.size() != rows * cols * 2)
+      Fail("{}: tensor '{}' holds {} bytes, expected {}", source_, t.name, t.data.size(), rows * cols * 2);
+    return SixteenBitMatrix(t.data, t.ggml_type == kGgmlBF16, rows, cols, options_.allow_nonfinite, t.name, source_);
   }
 
   std::vector<float> Decode(const GgufTensorInfo& t) {
@@ -244,7 +272,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   TensorLoader t(f, options);
   if (f.FindTensor("rope_freqs.weight")) t.MarkUsed("rope_freqs.weight");  // read by the config
 
-  w.embed.values = t.Matrix("token_embd.weight", c.vocab_size, c.dim).values;
+  w.embed = t.EmbeddingTable("token_embd.weight", c.vocab_size, c.dim);
   // No reserve(n_layers): the count comes from the file, and a hostile one would allocate before
   // the first missing tensor is reported.
   for (uint32_t i = 0; i < c.n_layers; ++i) {
@@ -272,7 +300,10 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   }
   w.final_norm = t.Vector("output_norm.weight", c.dim);
   if (c.tie_embeddings) {
-    w.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, w.embed.values};
+    // Tied: the output matrix is the table in its own type, as llama.cpp runs it (16-bit floats only
+    // with keep_16bit; widened otherwise, as every full-precision linear is).
+    if (w.embed.packed && (!IsPlainFloat(*w.embed.packed) || options.keep_16bit)) w.lm_head.weight = *w.embed.packed;
+    else w.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, w.embed.Widened()};
   } else {
     w.lm_head = t.Weight("output.weight", c.vocab_size, c.dim);
   }

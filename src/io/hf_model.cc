@@ -189,24 +189,20 @@ class HfTensors {
     return out;
   }
 
+  QuantizedTensor Sixteen(const TensorView& t, uint64_t rows, uint64_t cols) const {
+    QuantizedTensor q = SixteenBitMatrix(t.data, t.dtype == DType::kBF16, rows, cols, options_.allow_nonfinite, t.name,
+                                         FileOf(t.name));
+    ReleasePages(t.data);
+    return q;
+  }
+
   // A 16-bit table stays as stored (Embedding::packed: half the memory of fp32); others are widened.
   Embedding EmbeddingTable(const std::string& name, uint64_t rows, uint64_t cols) const {
     const TensorView& t = model_.Get(name);
     if (t.dtype != DType::kBF16 && t.dtype != DType::kF16) return {Vector(name, rows * cols), std::nullopt};
     if (t.numel() != rows * cols)
       Fail("{}: tensor '{}' has {} values, expected {}", model_.path().string(), name, t.numel(), rows * cols);
-    QuantizedTensor table(ParseScheme(t.dtype == DType::kBF16 ? "bf16" : "fp16"), rows, cols);
-    LOWBIT_CHECK(table.codes().size() == t.data.size());
-    std::memcpy(table.codes().data(), t.data.data(), t.data.size());
-    ReleasePages(t.data);
-    if (!options_.allow_nonfinite) {
-      std::vector<float> row(cols);
-      for (uint64_t r = 0; r < rows; ++r) {
-        table.DequantizeRow(r, row.data());
-        CheckFinite(row, r * cols, name, FileOf(name));
-      }
-    }
-    return {{}, std::move(table)};
+    return {{}, Sixteen(t, rows, cols)};
   }
 
   std::vector<float> Vector(const std::string& name, uint64_t n) const {
@@ -226,7 +222,9 @@ class HfTensors {
       if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
         Fail("{}: tensor '{}.weight' has shape {}, expected [{}, {}]", model_.path().string(), name,
              ShapeText(t.shape), rows, cols);
-      l.weight = DenseMatrix{rows, cols, ToFloat32Releasing(t)};
+      const bool sixteen = t.dtype == DType::kBF16 || t.dtype == DType::kF16;
+      if (options_.keep_16bit && sixteen) l.weight = Sixteen(t, rows, cols);
+      else l.weight = DenseMatrix{rows, cols, ToFloat32Releasing(t)};
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     l.input_quant = engine_ ? engine_->InputQuantOf(model_, name) : quantized_.InputQuantOf(name);

@@ -149,11 +149,14 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
   TensorList list;
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {std::string(kVersionKey), "1"}};
   const Embedding& embed = model.weights.embed;
-  if (embed.packed)  // a 16-bit table as it was loaded
+  const bool sixteen = embed.packed && IsPlainFloat(*embed.packed) && embed.packed->scheme().element->bits == 16;
+  const std::vector<float> widened = embed.packed && !sixteen ? embed.Widened() : std::vector<float>();
+  if (sixteen)  // a 16-bit table as it was loaded
     list.Add("model.embed_tokens.weight", embed.packed->scheme().element->name == "bf16" ? DType::kBF16 : DType::kF16,
              {embed.packed->rows(), embed.packed->cols()}, embed.packed->codes());
   else
-    list.AddFloats("model.embed_tokens.weight", {model.config.vocab_size, model.config.dim}, embed.values);
+    list.AddFloats("model.embed_tokens.weight", {model.config.vocab_size, model.config.dim},
+                   embed.packed ? widened : embed.values);
   list.AddFloats("model.norm.weight", {model.config.dim}, model.weights.final_norm);
   for (size_t i = 0; i < blocks; ++i) {
     const LayerWeights& l = model.weights.layers[i];

@@ -9,6 +9,7 @@ namespace lowbit {
 namespace {
 
 bool QuantizeLinear(const QuantMethod& quantizer, const QuantScheme& scheme, Linear& linear, const std::string& name) {
+  WidenPlainFloat(linear);
   const auto* dense = std::get_if<DenseMatrix>(&linear.weight);
   if (!dense) return false;  // already quantized
   linear.weight = quantizer.Quantize({name, dense->values, dense->rows(), dense->cols()}, scheme);

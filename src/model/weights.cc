@@ -36,6 +36,32 @@ std::vector<float>& Embedding::MakeDense() {
   return values;
 }
 
+QuantizedTensor SixteenBitMatrix(std::span<const std::byte> bytes, bool bf16, uint64_t rows, uint64_t cols,
+                                 bool allow_nonfinite, std::string_view name, std::string_view file) {
+  QuantizedTensor q(ParseScheme(bf16 ? "bf16" : "fp16"), rows, cols);
+  LOWBIT_CHECK(q.codes().size() == bytes.size());
+  std::memcpy(q.codes().data(), bytes.data(), bytes.size());
+  if (!allow_nonfinite) {
+    std::vector<float> row(cols);
+    for (uint64_t r = 0; r < rows; ++r) {
+      q.DequantizeRow(r, row.data());
+      CheckFinite(row, r * cols, name, file);
+    }
+  }
+  return q;
+}
+
+bool IsPlainFloat(const QuantizedTensor& q) {
+  return q.scheme().element->kind == ElementKind::kFloat && q.scheme().element->bits >= 16 && q.grid().cells() == 0;
+}
+
+bool WidenPlainFloat(Linear& linear) {
+  const auto* q = std::get_if<QuantizedTensor>(&linear.weight);
+  if (!q || !IsPlainFloat(*q)) return false;
+  linear.weight = DenseMatrix{q->rows(), q->cols(), q->Dequantize()};
+  return true;
+}
+
 namespace {
 
 void CheckVector(const std::vector<float>& v, uint64_t n, const std::string& name, const std::string& source) {

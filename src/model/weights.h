@@ -64,10 +64,10 @@ struct LayerWeights {
   Linear w_gate, w_up, w_down;    // [ffn x dim] x2, [dim x ffn]
 };
 
-// The token embedding table [vocab x dim], rows looked up by token id: fp32 `values`, or a 16-bit
-// table kept as the checkpoint stores it (`packed`, a bf16 / fp16 QuantizedTensor: half the memory;
-// each looked-up row is widened, exactly). Exactly one of the two holds the table. Paths that rewrite
-// it (rotation) or hand it to a writer in fp32 call MakeDense() first.
+// The token embedding table [vocab x dim], rows looked up by token id: fp32 `values`, or the table
+// kept as the file stores it (`packed`: a 16-bit checkpoint's bf16 / fp16 rows, half the memory, or a
+// GGUF block type; each looked-up row is decoded alone, exactly). Exactly one of the two holds the
+// table. Paths that rewrite it (rotation) or hand it to a writer in fp32 call MakeDense() first.
 struct Embedding {
   std::vector<float> values;
   std::optional<QuantizedTensor> packed;
@@ -99,7 +99,22 @@ struct LoadOptions {
   // A NaN or Inf in a weight is an Error naming the tensor, found while converting it to fp32
   // (--allow-nonfinite: load it anyway, e.g. to inspect a broken checkpoint).
   bool allow_nonfinite = false;
+  // BF16 / F16 linear weights stay in 16 bits (a plain bf16 / fp16 QuantizedTensor, run by the 16-bit
+  // kernels: half the bytes per token), as the runtime commands load them. Off, they are widened to
+  // fp32, as quantization and export read their sources. (16-bit embeddings stay 16-bit either way:
+  // a row lookup widens exactly.)
+  bool keep_16bit = false;
 };
+
+// A plain 16-bit float matrix [rows x cols] from its little-endian bf16 or fp16 bytes, checked for
+// NaN / Inf unless allowed (the error names `name` in `file`, as CheckFinite's does).
+QuantizedTensor SixteenBitMatrix(std::span<const std::byte> bytes, bool bf16, uint64_t rows, uint64_t cols,
+                                 bool allow_nonfinite, std::string_view name, std::string_view file);
+// Whether q is plain floats (no scales): full precision held in fewer bytes.
+bool IsPlainFloat(const QuantizedTensor& q);
+// A linear held as plain floats is full precision: steps that quantize or rewrite weights widen it to
+// fp32 first. Returns whether it did.
+bool WidenPlainFloat(Linear& linear);
 
 // The index of the first NaN or Inf in `values`, or values.size() when every value is finite.
 size_t FirstNonFinite(std::span<const float> values);

@@ -53,7 +53,9 @@ std::string ChatPrompt(const std::string& model_path, const std::string& system,
 
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,
                                    const std::string& quantize, const LoadOptions& options) {
-  LoadedModel m{LoadModel(model_path, options), nullptr};
+  LoadOptions runtime = options;
+  runtime.keep_16bit = true;
+  LoadedModel m{LoadModel(model_path, runtime), nullptr};
   m.tokenizer = LoadTokenizerFor(m.model.config, model_path, tokenizer_path);
   if (!quantize.empty()) QuantizeLinears(m.model.weights, ParseScheme(quantize));
   return m;

@@ -31,6 +31,7 @@ struct LoadedModel {
 std::unique_ptr<Tokenizer> LoadTokenizerFor(const ModelConfig& config, const std::string& model_path,
                                             const std::string& tokenizer_path);
 
+// The model as the runtime commands run it: BF16 / F16 linears stay in 16 bits (LoadOptions::keep_16bit).
 // `quantize` non-empty = RTN-quantize the decoder linears in memory with that scheme first.
 LoadedModel LoadModelWithTokenizer(const std::string& model_path, const std::string& tokenizer_path,
                                    const std::string& quantize = "", const LoadOptions& options = {});
