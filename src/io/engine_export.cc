@@ -261,7 +261,8 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   if (c.tie_embeddings && model.weights.lm_head.quantized())
     Fail("{}: lm_head is quantized but tie_word_embeddings is true, so it would not be stored", dest.string());
   if (o.format == EngineFormat::kAwq && !c.tie_embeddings && model.weights.lm_head.quantized())
-    Fail("lm_head: AWQ checkpoints keep lm_head in full precision; this model's is quantized");
+    Fail("lm_head: AWQ checkpoints keep lm_head in full precision; this model's is quantized (quantize it with "
+         "--lm-head none to export it to AWQ)");
   ValidateEnds(c, model.weights, model.source);
   // Calibrated FP8 KV-cache scales (`lowbit calibrate-kv`): compressed-tensors carries them as per-layer
   // k_scale / v_scale with a kv_cache_scheme, as vLLM loads them; the file itself travels for lowbit.

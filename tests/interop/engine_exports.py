@@ -146,7 +146,8 @@ def main():
     for name, quantize_args, export_args in EXPORTS:
         source = os.path.join(tmp, f"lowbit-{name}")
         out = os.path.join(tmp, name)
-        run(lowbit, "quantize", args.model, "-o", source, *quantize_args)
+        # lm_head kept as it is: the engines (AWQ, vLLM's compressed-tensors) run it unquantized.
+        run(lowbit, "quantize", args.model, "-o", source, "--lm-head", "none", *quantize_args)
         kv = name.endswith("-fp8-kv")
         if kv:
             run(lowbit, "calibrate-kv", "--model", source, "--calib", CALIB[1], "--samples", "8")

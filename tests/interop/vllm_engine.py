@@ -88,7 +88,7 @@ def main():
         if args.only and name not in args.only.split(","):
             continue
         source, out = os.path.join(tmp, f"lowbit-{name}"), os.path.join(tmp, name)
-        run(lowbit, "quantize", args.model, "-o", source, *quantize_args)
+        run(lowbit, "quantize", args.model, "-o", source, "--lm-head", "none", *quantize_args)
         run(lowbit, "export", source, "-o", out, *export_args)
         llm = LLM(model=out, dtype=args.dtype, enforce_eager=True, max_model_len=2 * CTX, seed=0)
         vocab = llm.llm_engine.model_config.get_vocab_size()
