@@ -147,19 +147,16 @@ class HfTensors {
   // Tied embeddings beside a stored lm_head.weight (transformers ties and drops it, vLLM skips it):
   // fine when it holds the embeddings' values, an Error otherwise, since the model would silently
   // run another output layer than the checkpoint's.
-  void CheckTiedLmHead(const Embedding& table, const std::string& config) const {
+  void CheckTiedLmHead(const Embedding& table, uint64_t rows, uint64_t cols, const std::string& config) const {
     if (!tied_lm_head_) return;
-    const std::vector<float> embed = table.Widened();
     const TensorView& t = model_.Get("lm_head.weight");
-    bool same = t.numel() == embed.size();
-    constexpr uint64_t kSlice = uint64_t{1} << 16;  // elements
+    bool same = t.numel() == rows * cols;
     const uint64_t width = DTypeSize(t.dtype);
-    std::vector<float> values;
-    for (uint64_t begin = 0; same && begin < embed.size(); begin += kSlice) {
-      const uint64_t count = std::min<uint64_t>(kSlice, embed.size() - begin);
-      values.resize(count);
-      ToFloat32(TensorView{t.name, t.dtype, {count}, t.data.subspan(begin * width, count * width)}, values);
-      same = std::memcmp(values.data(), embed.data() + begin, count * 4) == 0;
+    std::vector<float> values(cols), embed(cols);  // a row at a time: no copy of either table
+    for (uint64_t r = 0; same && r < rows; ++r) {
+      ToFloat32(TensorView{t.name, t.dtype, {cols}, t.data.subspan(r * cols * width, cols * width)}, values);
+      table.Row(r, embed);
+      same = std::memcmp(values.data(), embed.data(), cols * 4) == 0;
     }
     ReleasePages(t.data);
     if (!same)
@@ -256,7 +253,7 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
   auto t = std::make_shared<HfTensors>(folder, options);
   t->CheckConsistency(c, config_path.string());
   m.weights.embed = t->EmbeddingTable("model.embed_tokens.weight", c.vocab_size, c.dim);
-  t->CheckTiedLmHead(m.weights.embed, config_path.string());
+  t->CheckTiedLmHead(m.weights.embed, c.vocab_size, c.dim, config_path.string());
   m.weights.layers.resize(c.n_layers);
   m.weights.final_norm = t->Vector("model.norm.weight", c.dim);
   if (!c.tie_embeddings && t->HasLinear("lm_head")) {
