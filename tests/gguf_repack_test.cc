@@ -17,7 +17,9 @@
 #include "io/gguf_blocks.h"
 #include "io/gguf_model.h"
 #include "kernels/qmatmul.h"
+#include "kernels/qmatmul_int8.h"
 #include "model/forward.h"
+#include "test_util.h"
 
 namespace lowbit {
 namespace {
@@ -28,24 +30,24 @@ using gguf_testing::TinyModel;
 struct Case {
   uint32_t type;
   std::string scheme;  // what it repacks into
-  bool exact;          // bit-exact values (no float zero-point)
-  bool same_size;      // our bits/weight equal ggml's
+  double extra_bits;   // our bits/weight minus ggml's: sub-scales and mins take a byte each
 };
 
 const Case kCases[] = {
-    {kGgmlQ4_0, "int4:g32:scale=f16", true, true},
-    {kGgmlQ4_1, "int4:g32:asym:scale=f16:zero=f32", false, false},
-    {kGgmlQ5_0, "int5:g32:scale=f16", true, true},
-    {kGgmlQ5_1, "int5:g32:asym:scale=f16:zero=f32", false, false},
-    {kGgmlQ8_0, "int8:g32:scale=f16", true, true},
-    {kGgmlQ8_1, "int8:g32:scale=f16", true, false},
-    {kGgmlQ2_K, "int2:g16:asym:scale=f32:zero=f32", false, false},
-    {kGgmlQ3_K, "int3:g16:scale=f32", true, false},
-    {kGgmlQ4_K, "int4:g32:asym:scale=f32:zero=f32", false, false},
-    {kGgmlQ5_K, "int5:g32:asym:scale=f32:zero=f32", false, false},
-    {kGgmlQ6_K, "int6:g16:scale=f32", true, false},
-    {kGgmlMXFP4, "fp4_e2m1:g32:scale=e8m0", true, true},
-    {kGgmlIQ4_NL, "iq4_nl:g32:scale=f16", true, true},
+    {kGgmlQ4_0, "int4:g32:scale=f16", 0},
+    {kGgmlQ4_1, "int4:g32:asym:scale=f16:zero=bias_f16", 0},
+    {kGgmlQ5_0, "int5:g32:scale=f16", 0},
+    {kGgmlQ5_1, "int5:g32:asym:scale=f16:zero=bias_f16", 0},
+    {kGgmlQ8_0, "int8:g32:scale=f16", 0},
+    {kGgmlQ8_1, "int8:g32:scale=f16", -0.5},  // its block sums are not kept
+    {kGgmlQ2_K, "int2:g16:asym:scale=i8:zero=min8:super256", 0.5},
+    {kGgmlQ3_K, "int3:g16:scale=i8:super256", 0.125},
+    {kGgmlQ4_K, "int4:g32:asym:scale=i8:zero=min8:super256", 0.125},
+    {kGgmlQ5_K, "int5:g32:asym:scale=i8:zero=min8:super256", 0.125},
+    {kGgmlQ6_K, "int6:g16:scale=i8:super256", 0},
+    {kGgmlIQ4_XS, "iq4_nl:g32:scale=i8:super256", 0.0625},
+    {kGgmlMXFP4, "fp4_e2m1:g32:scale=e8m0", 0},
+    {kGgmlIQ4_NL, "iq4_nl:g32:scale=f16", 0},
 };
 
 GgufTensorInfo Info(uint32_t type, uint64_t rows, uint64_t cols, const std::vector<std::byte>& bytes) {
@@ -61,35 +63,37 @@ TEST(GgufRepack, EveryBlockTypeDequantizesToTheReaderValues) {
     ASSERT_NE(FindGgmlBlockFormat(c.type), nullptr);
     const std::optional<QuantizedTensor> q = RepackGgufMatrix(t, kRows, kCols);
     ASSERT_TRUE(q.has_value());
-    EXPECT_EQ(q->scheme().ToString(), ParseScheme(c.scheme).ToString());
+    EXPECT_EQ(q->scheme().ToString(), c.scheme);
     const GgmlTypeInfo& info = *FindGgmlType(c.type);
-    if (c.same_size) {
-      EXPECT_EQ(q->bits_per_weight(), 8.0 * info.block_bytes / info.block_elems);
-    }
+    EXPECT_EQ(q->bits_per_weight(), 8.0 * info.block_bytes / info.block_elems + c.extra_bits);
 
+    // scale * code + bias with the file's scale and bias: ggml's values, up to whether the
+    // multiply-add is fused (one rounding of values below 1).
     const std::vector<float> want = DequantizeGgufTensor(t), got = q->Dequantize();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
-      if (c.exact) {
-        ASSERT_EQ(got[i], want[i]) << i;
-      } else {  // (q + m/d) * d against q * d + m: a few roundings of values below 1
-        ASSERT_NEAR(got[i], want[i], 4e-7f) << i;
-      }
+      if (!q->scheme().asymmetric()) ASSERT_EQ(got[i], want[i]) << i;
+      else ASSERT_NEAR(got[i], want[i], 1.2e-7f) << i;
     }
   }
 }
 
-// A zero scale with a non-zero min makes every value of the block the min: the block becomes
-// codes 0, scale 1, zero -min, and still decodes exactly.
+// A zero scale with a non-zero min makes every value of the block the min: kept as a stored bias,
+// and, written with plain scales (WithFloatScales, as a lowbit folder stores them), as codes 0,
+// scale 1, zero -min; both decode exactly.
 TEST(GgufRepack, ZeroScaleBlocksKeepTheirMinAndBadBlocksAreErrors) {
   std::vector<std::byte> q4_1 = TinyModel::RandomBlocks(kGgmlQ4_1, 64, 1);
   q4_1[20] = q4_1[21] = std::byte{0};  // second block: d = 0, min kept
   const GgufTensorInfo t = Info(kGgmlQ4_1, 1, 64, q4_1);
   const std::optional<QuantizedTensor> q = RepackGgufMatrix(t, 1, 64);
   ASSERT_TRUE(q.has_value());
-  const std::vector<float> want = DequantizeGgufTensor(t), got = q->Dequantize();
+  const std::vector<float> want = DequantizeGgufTensor(t), got = q->Dequantize(),
+                           plain = WithFloatScales(*q).Dequantize();
   ASSERT_NE(want[32], 0.0f);
-  for (size_t i = 32; i < 64; ++i) EXPECT_EQ(got[i], want[32]) << i;
+  for (size_t i = 32; i < 64; ++i) {
+    EXPECT_EQ(got[i], want[32]) << i;
+    EXPECT_EQ(plain[i], want[32]) << i;
+  }
 
   std::vector<std::byte> mx = TinyModel::RandomBlocks(kGgmlMXFP4, 64, 2);
   mx[17] = std::byte{0xFF};
@@ -105,6 +109,65 @@ TEST(GgufRepack, ZeroScaleBlocksKeepTheirMinAndBadBlocksAreErrors) {
   }
   EXPECT_EQ(FindGgmlBlockFormat(kGgmlF16), nullptr);
   EXPECT_FALSE(RepackGgufMatrix(Info(kGgmlF32, 1, 64, std::vector<std::byte>(256)), 1, 64).has_value());
+}
+
+// Every block type in every kernel that takes it, against the dense product of its dequantized
+// values: the fused fp32 kernel on each SIMD target, and the int8-dot kernel (the GGUF storage's
+// scales decoded in registers: i8 sub-scales under fp16 super-block scales, u8 mins, fp16 biases).
+// 768 columns: three super-blocks, so 16-group vectors span super-blocks and end masked.
+TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
+  constexpr size_t kRows = 19, kCols = 768, kTokens = 5;
+  std::vector<float> x(kTokens * kCols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (1 + (i % 7 == 0));
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(GgmlTypeName(c.type));
+    const std::vector<std::byte> bytes = TinyModel::RandomBlocks(c.type, kRows * kCols, c.type + 50);
+    const QuantizedTensor q = *RepackGgufMatrix(Info(c.type, kRows, kCols, bytes), kRows, kCols);
+    const std::vector<float> dense = q.Dequantize();
+    std::vector<float> exact(kTokens * kRows), reference(kTokens * kRows);
+    double magnitude = 0;
+    for (size_t t = 0; t < kTokens; ++t)
+      for (size_t r = 0; r < kRows; ++r) {
+        double sum = 0;
+        for (size_t i = 0; i < kCols; ++i) sum += static_cast<double>(dense[r * kCols + i]) * x[t * kCols + i];
+        exact[t * kRows + r] = static_cast<float>(sum);
+        magnitude = std::max(magnitude, std::fabs(sum));
+      }
+    ASSERT_GT(magnitude, 0);
+    QuantDotRowsRef(q, x.data(), kTokens, 0, kRows, reference.data(), kRows);
+    for (size_t i = 0; i < exact.size(); ++i) ASSERT_NEAR(reference[i], exact[i], 1e-5 * magnitude) << i;
+    if (HasFusedKernel(q))  // 2, 4 and 8 bits and level tables (3, 5, 6 bits decode rows or take the int8 kernel)
+      testing_util::ForEachTarget([&](const std::string& target) {
+        std::vector<float> got(kTokens * kRows, NAN);
+        QuantDotRows(q, PrepareQuantInput(q, x.data(), kTokens), 0, kRows, got.data(), kRows);
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], exact[i], 1e-5 * magnitude) << target << " " << i;
+      });
+
+    ASSERT_TRUE(Int8DotKernelFits(q));
+    const Int8Activations a = QuantizeActivationsInt8(q, x.data(), kTokens);
+    std::vector<float> int8_reference(kTokens * kRows);
+    Int8DotRowsRef(q, a, 0, kRows, int8_reference.data(), kRows);
+    // int8 activations in blocks: each input off by at most half a step (its block's max / 254),
+    // so each output by at most the sum over blocks of that step times the block's sum of |w|.
+    const size_t block = a.layout.block;
+    for (size_t t = 0; t < kTokens; ++t)
+      for (size_t r = 0; r < kRows; ++r) {
+        double bound = 1e-5 * magnitude;
+        for (size_t b0 = 0; b0 < kCols; b0 += block) {
+          double amax = 0, weight = 0;
+          for (size_t i = b0; i < b0 + block; ++i) {
+            amax = std::max(amax, std::fabs(static_cast<double>(x[t * kCols + i])));
+            weight += std::fabs(dense[r * kCols + i]);
+          }
+          bound += amax / 254 * weight;
+        }
+        ASSERT_NEAR(int8_reference[t * kRows + r], exact[t * kRows + r], bound) << t << " " << r;
+      }
+    if (!HasInt8DotKernel(q)) continue;  // no VNNI here: the reference is all there is
+    std::vector<float> got(kTokens * kRows, NAN);
+    Int8DotRows(q, a, 0, kRows, got.data(), kRows);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], int8_reference[i], 1e-5 * magnitude) << i;
+  }
 }
 
 // blk.0.ffn_down (the tiny llama's only matrix whose rows can hold whole blocks) in each block

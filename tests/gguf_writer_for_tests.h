@@ -199,6 +199,7 @@ struct TinyModel {
         {kGgmlQ5_1, 0, 2, 0.05f},     {kGgmlQ8_0, 0, -1, 0.05f},    {kGgmlQ8_1, 0, -1, 0.05f},
         {kGgmlIQ4_NL, 0, -1, 0.002f}, {kGgmlQ2_K, 80, 82, 0.005f},  {kGgmlQ3_K, 108, -1, 0.002f},
         {kGgmlQ4_K, 0, 2, 0.002f},    {kGgmlQ5_K, 0, 2, 0.002f},    {kGgmlQ6_K, 208, -1, 0.0005f},
+        {kGgmlIQ4_XS, 0, -1, 0.002f},
     };
     const GgmlTypeInfo& info = *FindGgmlType(type);
     std::mt19937 rng(seed);

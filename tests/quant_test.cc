@@ -49,6 +49,31 @@ TEST(Scheme, ParsesCanonicalSpellingsAndRejectsNonsense) {
   }
 }
 
+// GGUF storage: read through ParseGgufStorageScheme (the GGUF block table), refused by
+// ParseScheme (no quantizer writes it), counted with its fp16 super-block scales and mins.
+TEST(Scheme, GgufStorageIsCountedAndRefusedToQuantizers) {
+  const QuantScheme q4_k = ParseGgufStorageScheme("int4:g32:asym:scale=i8:zero=min8:super256");
+  EXPECT_EQ(q4_k.ToString(), "int4:g32:asym:scale=i8:zero=min8:super256");
+  EXPECT_EQ(q4_k.super_groups(), 8u);
+  // 4 + (8 + 8) / 32 + (16 + 16) / 256; one super-block of a ragged row of 300 columns: 10 groups, 2 super-blocks.
+  EXPECT_DOUBLE_EQ(q4_k.BitsPerWeight(4096, 4096), 4.625);
+  EXPECT_EQ(q4_k.StorageBytes(3, 300), 3 * 150 + 3 * 10 * 2 + 3 * 2 * 4u);
+  EXPECT_DOUBLE_EQ(ParseGgufStorageScheme("int6:g16:scale=i8:super256").BitsPerWeight(8, 512), 6.5625);  // Q6_K's 210 / 256 bytes
+  EXPECT_DOUBLE_EQ(ParseGgufStorageScheme("int4:g32:asym:scale=f16:zero=bias_f16").BitsPerWeight(8, 512), 5.0);  // Q4_1's
+  for (const char* spec : {"int4:g32:asym:scale=i8:zero=min8:super256", "int4:g32:asym:zero=bias_f16"}) {
+    try {
+      ParseScheme(spec);
+      ADD_FAILURE() << spec << " parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("GGUF"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(ParseGgufStorageScheme("int4:g32:scale=i8"), Error);           // sub-scales without a super-block
+  EXPECT_THROW(ParseGgufStorageScheme("int4:g48:scale=i8:super256"), Error);  // groups must divide it
+  EXPECT_THROW(ParseGgufStorageScheme("int4:g32:super256"), Error);           // fp16 sub-scales
+  EXPECT_THROW(ParseGgufStorageScheme("fp8_e4m3:g32:scale=i8:super256:asym"), Error);
+}
+
 TEST(Scheme, GridsForEveryGranularity) {
   const ScaleGrid group = ParseScheme("int4:g128").Grid(10, 300);  // ragged last group of 44
   EXPECT_EQ(group.grid_rows, 10u);

@@ -62,15 +62,14 @@ void RunMemory(const RuntimeOptions& o) {
 
 void RunGemv(const RuntimeOptions& o) {
   ThreadPool pool(o.threads);
-  std::optional<QuantScheme> scheme;
-  if (o.format != "fp32") scheme = ParseScheme(o.group ? fmt::format("{}:g{}", o.format, o.group) : o.format);
-  const GemvSpeed s = MeasureGemv(scheme,
+  std::string name;
+  const Linear weight = GemvWeight(o.group ? fmt::format("{}:g{}", o.format, o.group) : o.format, o.rows, o.cols, name);
+  const GemvSpeed s = MeasureGemv(weight,
                                   {.rows = o.rows, .cols = o.cols, .working_set_bytes = o.working_set_mib * kMiB,
                                    .tokens = o.tokens, .min_seconds = o.seconds, .rounds = o.gemv_rounds,
                                    .bandwidth_bytes = o.memory_mib * kMiB},
                                   pool);
   const double fraction = s.gbps / s.triad_gbps;
-  const std::string name = scheme ? scheme->ToString() : "fp32";
   if (o.json) {
     std::puts(nlohmann::json({{"format", name}, {"rows", o.rows}, {"cols", o.cols}, {"tokens", o.tokens}, {"gbps", s.gbps},
                               {"fraction_of_bandwidth", fraction}, {"triad_gbps", s.triad_gbps}, {"rounds", o.gemv_rounds},
@@ -243,7 +242,7 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
   memory->callback([o] { RunMemory(*o); });
 
   auto* gemv = bench.add_subcommand("gemv", "Batch-1 matrix-vector speed per weight format, vs memory bandwidth");
-  gemv->add_option("--format", o->format, "Weight format (a scheme, or fp32)")->default_val("int4:g128");
+  gemv->add_option("--format", o->format, "Weight format: a scheme, fp32, or a GGUF block type (Q4_K, Q6_K, ...)")->default_val("int4:g128");
   gemv->add_option("--group", o->group, "Group size (overrides the format's)")->check(Positive());
   gemv->add_option("--rows", o->rows, "Rows (outputs)")->default_val(4096)->check(Positive());
   gemv->add_option("--cols", o->cols, "Columns (inputs)")->default_val(4096)->check(Positive());

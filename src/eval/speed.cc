@@ -1,8 +1,14 @@
 #include "eval/speed.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <random>
 
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_quantize.h"
+#include "io/gguf_repack.h"
 #include "kernels/matmul.h"
 #include "kernels/stream.h"
 #include "model/forward.h"
@@ -33,11 +39,37 @@ uint64_t LinearWeightBytes(const ModelWeights& w) {
   return total;
 }
 
-GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, const GemvBenchOptions& o, ThreadPool& pool) {
-  const std::vector<float> w = RandomVector(o.rows * o.cols, 1, 0.02f);
-  Linear prototype;
-  if (scheme) prototype.weight = QuantizeRtn(w, o.rows, o.cols, *scheme, "bench");
-  else prototype.weight = DenseMatrix{o.rows, o.cols, w};
+Linear GemvWeight(std::string_view format, uint64_t rows, uint64_t cols, std::string& name) {
+  const std::vector<float> w = RandomVector(rows * cols, 1, 0.02f);
+  Linear l;
+  if (format == "fp32") {
+    l.weight = DenseMatrix{rows, cols, w};
+    name = "fp32";
+    return l;
+  }
+  const auto same_name = [](std::string_view a, std::string_view b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) { return std::toupper(x) == std::toupper(y); });
+  };
+  for (const GgmlTypeInfo& type : AllGgmlTypes()) {
+    if (!same_name(type.name, format) || !CanQuantizeGguf(type.id)) continue;
+    if (cols % type.block_elems != 0) Fail("bench gemv: --cols {} is not a multiple of {}'s {}-element blocks", cols, format, type.block_elems);
+    GgufTensorInfo t{"bench", type.id, {cols, rows}, 0, rows * cols, {}};
+    std::vector<std::byte> blocks(rows * cols / type.block_elems * type.block_bytes);
+    QuantizeGgufRow(type.id, w.data(), static_cast<int64_t>(rows * cols), {}, blocks.data());
+    t.data = blocks;
+    std::optional<QuantizedTensor> q = RepackGgufMatrix(t, rows, cols);
+    if (!q) Fail("bench gemv: {} is a plain float type; give fp16 / bf16 / fp32", format);
+    name = fmt::format("{} ({})", type.name, q->scheme().ToString());
+    l.weight = std::move(*q);
+    return l;
+  }
+  const QuantScheme scheme = ParseScheme(format);
+  l.weight = QuantizeRtn(w, rows, cols, scheme, "bench");
+  name = scheme.ToString();
+  return l;
+}
+
+GemvSpeed MeasureGemv(const Linear& prototype, const GemvBenchOptions& o, ThreadPool& pool) {
   GemvSpeed s;
   s.bits_per_weight = 8.0 * static_cast<double>(prototype.storage_bytes()) / static_cast<double>(o.rows * o.cols);
   // Distinct copies, so no pass finds its weights in a cache.

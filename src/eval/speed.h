@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -30,11 +32,15 @@ struct GemvBenchOptions {
   uint64_t bandwidth_bytes = 0;  // > 0: measure the triad before every round, over arrays this large
 };
 
-// y = W x over enough distinct [rows x cols] matrices to fill the working set; `scheme` nullopt =
-// dense fp32. Each round runs the triad (when asked), then GEMV passes until min_seconds; the
+// A [rows x cols] weight of random values (sigma 0.02) in `format`: "fp32" (dense), a scheme
+// (RTN), or a GGUF block type by name, case-insensitive ("Q6_K": encoded by ggml's reference
+// quantizer and loaded as a GGUF file's tensor is). `name` receives what it is, for tables.
+Linear GemvWeight(std::string_view format, uint64_t rows, uint64_t cols, std::string& name);
+
+// y = W x over enough distinct copies of `prototype` to fill the working set. Each round runs the triad (when asked), then GEMV passes until min_seconds; the
 // fastest pass of each is kept: on a shared machine whose bandwidth drifts, both then come from
 // its quiet phases, so their ratio stays meaningful.
-GemvSpeed MeasureGemv(const std::optional<QuantScheme>& scheme, const GemvBenchOptions& o, ThreadPool& pool);
+GemvSpeed MeasureGemv(const Linear& prototype, const GemvBenchOptions& o, ThreadPool& pool);
 
 struct BatchSpeed {
   size_t batch = 0;

@@ -107,6 +107,7 @@ DType ScaleDType(ScaleType t) {
     case ScaleType::kBF16: return DType::kBF16;
     case ScaleType::kE8M0:
     case ScaleType::kUE4M3: return DType::kU8;
+    case ScaleType::kI8: return DType::kI8;
   }
   return DType::kU8;
 }

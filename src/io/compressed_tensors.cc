@@ -21,6 +21,7 @@ const char* TorchScaleDType(ScaleType t) {
     case ScaleType::kBF16: return "torch.bfloat16";
     case ScaleType::kE8M0: return "torch.uint8";           // compressed-tensors' MXFP4/MXFP8 presets
     case ScaleType::kUE4M3: return "torch.float8_e4m3fn";  // its NVFP4 preset
+    case ScaleType::kI8: break;                            // GGUF sub-scales: no such scheme
   }
   return "";
 }

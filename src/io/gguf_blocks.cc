@@ -74,7 +74,9 @@ void UnpackMxfp4(const std::byte* b, uint8_t* codes, float* scales, float* biase
   biases[0] = 0;
 }
 
-// ---- K-quants: 256-element super-blocks with quantized sub-block scales.
+// ---- K-quants: 256-element super-blocks with quantized sub-block scales. Each type has its
+// codes and its two-level scales (TwoLevelScales, as stored); the float scales and biases of the
+// canonical form are d * sc and -(dmin * m) (UnpackK).
 
 // get_scale_min_k4: the 6-bit scale and min of sub-block j from the 12 packed bytes.
 void ScaleMinK4(int j, const std::byte* s, int& sc, int& m) {
@@ -87,80 +89,99 @@ void ScaleMinK4(int j, const std::byte* s, int& sc, int& m) {
   }
 }
 
-void UnpackQ2_K(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
+void CodesQ2_K(const std::byte* b, uint8_t* codes) {
   const std::byte* qs = b + 16;
-  const float d = Half(b + 80), dmin = Half(b + 82);
   for (int e = 0; e < 256; ++e) {
     const int h = e / 128, g = (e % 128) / 32, l = e % 32;
     codes[e] = static_cast<uint8_t>((Byte(qs, 32 * h + l) >> (2 * g)) & 3);
   }
+}
+void ScalesQ2_K(const std::byte* b, TwoLevelScales& k) {
+  k.d = Half(b + 80);
+  k.dmin = Half(b + 82);
   for (int s = 0; s < 16; ++s) {
-    scales[s] = d * static_cast<float>(Byte(b, s) & 0xF);
-    biases[s] = -(dmin * static_cast<float>(Byte(b, s) >> 4));
+    k.scales[s] = static_cast<int8_t>(Byte(b, s) & 0xF);
+    k.mins[s] = Byte(b, s) >> 4;
   }
 }
 
-void UnpackQ3_K(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
-  const std::byte *hmask = b, *qs = b + 32, *sc = b + 96;
-  const float d = Half(b + 108);
+void CodesQ3_K(const std::byte* b, uint8_t* codes) {
+  const std::byte *hmask = b, *qs = b + 32;
   for (int e = 0; e < 256; ++e) {
     const int h = e / 128, g = (e % 128) / 32, l = e % 32;
     const int low = (Byte(qs, 32 * h + l) >> (2 * g)) & 3, high = (Byte(hmask, e % 32) >> (e / 32)) & 1;
     codes[e] = static_cast<uint8_t>(low + 4 * high);  // q = low - 4 * !high, offset-binary q + 4
   }
+}
+void ScalesQ3_K(const std::byte* b, TwoLevelScales& k) {
+  const std::byte* sc = b + 96;
+  k.d = Half(b + 108);
   for (int s = 0; s < 16; ++s) {
     const int low4 = s < 8 ? Byte(sc, s) & 0xF : Byte(sc, s - 8) >> 4;
     const int high2 = (Byte(sc, 8 + s % 4) >> (2 * (s / 4))) & 3;
-    scales[s] = d * static_cast<float>((low4 | high2 << 4) - 32);
-    biases[s] = 0;
+    k.scales[s] = static_cast<int8_t>((low4 | high2 << 4) - 32);
   }
 }
 
 // Q4_K / Q5_K: element e of sub-block e / 32; low 4 bits from qs[32 * (e / 64) + e % 32], low or
 // high nibble by (e % 64) < 32; Q5_K's fifth bit is bit e / 32 of qh[e % 32].
 template <bool kFifthBit>
-void UnpackQ45_K(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
-  const float d = Half(b), dmin = Half(b + 2);
-  const std::byte *packed = b + 4, *qh = b + 16, *qs = b + (kFifthBit ? 48 : 16);
+void CodesQ45_K(const std::byte* b, uint8_t* codes) {
+  const std::byte *qh = b + 16, *qs = b + (kFifthBit ? 48 : 16);
   for (int e = 0; e < 256; ++e) {
     const uint8_t byte = Byte(qs, 32 * (e / 64) + e % 32);
     int q = e % 64 < 32 ? byte & 0xF : byte >> 4;
     if constexpr (kFifthBit) q |= ((Byte(qh, e % 32) >> (e / 32)) & 1) << 4;
     codes[e] = static_cast<uint8_t>(q);
   }
+}
+void ScalesQ45_K(const std::byte* b, TwoLevelScales& k) {
+  k.d = Half(b);
+  k.dmin = Half(b + 2);
   for (int j = 0; j < 8; ++j) {
     int sc = 0, m = 0;
-    ScaleMinK4(j, packed, sc, m);
-    scales[j] = d * static_cast<float>(sc);
-    biases[j] = -(dmin * static_cast<float>(m));
+    ScaleMinK4(j, b + 4, sc, m);
+    k.scales[j] = static_cast<int8_t>(sc);
+    k.mins[j] = static_cast<uint8_t>(m);
   }
 }
 
-void UnpackQ6_K(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
-  const std::byte *ql = b, *qh = b + 128, *sc = b + 192;
-  const float d = Half(b + 208);
+void CodesQ6_K(const std::byte* b, uint8_t* codes) {
+  const std::byte *ql = b, *qh = b + 128;
   for (int e = 0; e < 256; ++e) {
     const int h = e / 128, g = (e % 128) / 32, l = e % 32;
     const uint8_t byte = Byte(ql, 64 * h + 32 * (g & 1) + l);
     const int low = g < 2 ? byte & 0xF : byte >> 4, high = (Byte(qh, 32 * h + l) >> (2 * g)) & 3;
     codes[e] = static_cast<uint8_t>(low | high << 4);  // q = code - 32: our symmetric int6
   }
-  for (int s = 0; s < 16; ++s) {
-    scales[s] = d * static_cast<float>(static_cast<int8_t>(Byte(sc, s)));
-    biases[s] = 0;
-  }
+}
+void ScalesQ6_K(const std::byte* b, TwoLevelScales& k) {
+  k.d = Half(b + 208);
+  for (int s = 0; s < 16; ++s) k.scales[s] = static_cast<int8_t>(Byte(b + 192, s));
 }
 
 // IQ4_XS: 8 sub-blocks of 32, each laid out as an IQ4_NL block's nibbles (16 bytes of qs) with
 // the scale d * (ls - 32); ls has its low 4 bits in scales_l (two per byte), high 2 in scales_h.
-void UnpackIq4_XS(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
-  const float d = Half(b);
+void CodesIq4_XS(const std::byte* b, uint8_t* codes) {
+  for (int ib = 0; ib < 8; ++ib) Nibbles(b + 8 + 16 * ib, 0, codes + 32 * ib);
+}
+void ScalesIq4_XS(const std::byte* b, TwoLevelScales& k) {
+  k.d = Half(b);
   const int scales_h = Byte(b, 2) | Byte(b, 3) << 8;
   for (int ib = 0; ib < 8; ++ib) {
-    Nibbles(b + 8 + 16 * ib, 0, codes + 32 * ib);
     const int ls = ((Byte(b, 4 + ib / 2) >> (4 * (ib % 2))) & 0xF) | ((scales_h >> (2 * ib)) & 3) << 4;
-    scales[ib] = d * static_cast<float>(ls - 32);
-    biases[ib] = 0;
+    k.scales[ib] = static_cast<int8_t>(ls - 32);
+  }
+}
+
+template <void (*kCodes)(const std::byte*, uint8_t*), void (*kScales)(const std::byte*, TwoLevelScales&), int kSubs>
+void UnpackK(const std::byte* b, uint8_t* codes, float* scales, float* biases) {
+  kCodes(b, codes);
+  TwoLevelScales k;
+  kScales(b, k);
+  for (int s = 0; s < kSubs; ++s) {
+    scales[s] = k.d * static_cast<float>(k.scales[s]);
+    biases[s] = -(k.dmin * static_cast<float>(k.mins[s]));
   }
 }
 
@@ -191,18 +212,18 @@ void UnpackTq2_0(const std::byte* b, uint8_t* codes, float* scales, float* biase
 
 constexpr GgmlBlockFormat kFormats[] = {
     {kGgmlQ4_0, "int4:g32:scale=f16", 32, UnpackHalfAndNibbles},
-    {kGgmlQ4_1, "int4:g32:asym:scale=f16:zero=f32", 32, UnpackQ4_1},
+    {kGgmlQ4_1, "int4:g32:asym:scale=f16:zero=bias_f16", 32, UnpackQ4_1},
     {kGgmlQ5_0, "int5:g32:scale=f16", 32, UnpackQ5_0},
-    {kGgmlQ5_1, "int5:g32:asym:scale=f16:zero=f32", 32, UnpackQ5_1},
+    {kGgmlQ5_1, "int5:g32:asym:scale=f16:zero=bias_f16", 32, UnpackQ5_1},
     {kGgmlQ8_0, "int8:g32:scale=f16", 32, UnpackQ8<2>},
     {kGgmlQ8_1, "int8:g32:scale=f16", 32, UnpackQ8<4>},
-    {kGgmlQ2_K, "int2:g16:asym:scale=f32:zero=f32", 16, UnpackQ2_K},
-    {kGgmlQ3_K, "int3:g16:scale=f32", 16, UnpackQ3_K},
-    {kGgmlQ4_K, "int4:g32:asym:scale=f32:zero=f32", 32, UnpackQ45_K<false>},
-    {kGgmlQ5_K, "int5:g32:asym:scale=f32:zero=f32", 32, UnpackQ45_K<true>},
-    {kGgmlQ6_K, "int6:g16:scale=f32", 16, UnpackQ6_K},
+    {kGgmlQ2_K, "int2:g16:asym:scale=i8:zero=min8:super256", 16, UnpackK<CodesQ2_K, ScalesQ2_K, 16>, ScalesQ2_K},
+    {kGgmlQ3_K, "int3:g16:scale=i8:super256", 16, UnpackK<CodesQ3_K, ScalesQ3_K, 16>, ScalesQ3_K},
+    {kGgmlQ4_K, "int4:g32:asym:scale=i8:zero=min8:super256", 32, UnpackK<CodesQ45_K<false>, ScalesQ45_K, 8>, ScalesQ45_K},
+    {kGgmlQ5_K, "int5:g32:asym:scale=i8:zero=min8:super256", 32, UnpackK<CodesQ45_K<true>, ScalesQ45_K, 8>, ScalesQ45_K},
+    {kGgmlQ6_K, "int6:g16:scale=i8:super256", 16, UnpackK<CodesQ6_K, ScalesQ6_K, 16>, ScalesQ6_K},
     {kGgmlIQ4_NL, "iq4_nl:g32:scale=f16", 32, UnpackHalfAndNibbles},
-    {kGgmlIQ4_XS, "iq4_nl:g32:scale=f32", 32, UnpackIq4_XS},
+    {kGgmlIQ4_XS, "iq4_nl:g32:scale=i8:super256", 32, UnpackK<CodesIq4_XS, ScalesIq4_XS, 8>, ScalesIq4_XS},
     {kGgmlTQ1_0, "ternary:g256:scale=f16", 256, UnpackTq1_0},
     {kGgmlTQ2_0, "ternary:g256:scale=f16", 256, UnpackTq2_0},
     {kGgmlMXFP4, "fp4_e2m1:g32:scale=e8m0", 32, UnpackMxfp4},
@@ -218,7 +239,7 @@ const GgmlBlockFormat* FindGgmlBlockFormat(uint32_t ggml_type) {
 
 void DecodeGgmlBlocks(const GgmlBlockFormat& format, const std::byte* src, uint64_t blocks, float* out) {
   const GgmlTypeInfo& info = *FindGgmlType(format.type);
-  const QuantScheme scheme = ParseScheme(format.scheme);
+  const QuantScheme scheme = ParseGgufStorageScheme(format.scheme);
   std::array<float, 256> table;
   BuildDecodeTable(*scheme.element, !scheme.asymmetric(), table);
   std::vector<uint8_t> codes(info.block_elems);

@@ -17,12 +17,23 @@
 
 namespace lowbit {
 
+// A K-quant super-block's scales as stored: x = d * scales[s] * table[code] - dmin * mins[s].
+struct TwoLevelScales {
+  float d = 0, dmin = 0;
+  int8_t scales[16] = {};
+  uint8_t mins[16] = {};
+};
+
 struct GgmlBlockFormat {
   uint32_t type;
-  std::string_view scheme;  // e.g. "int4:g32:scale=f16"; asymmetric when the type has mins
-  uint32_t sub;             // elements per scale block: 32, or 16 (Q2_K, Q3_K, Q6_K)
+  // The QuantScheme it repacks into (ParseGgufStorageScheme), e.g. "int4:g32:scale=f16"; K-quants
+  // keep their super-blocks ("int6:g16:scale=i8:super256"), Q4_1 / Q5_1 their fp16 bias.
+  std::string_view scheme;
+  uint32_t sub;  // elements per scale block: 32, or 16 (Q2_K, Q3_K, Q6_K)
   // codes[block_elems], scales[block_elems / sub], biases[block_elems / sub].
   void (*unpack)(const std::byte* block, uint8_t* codes, float* scales, float* biases);
+  // Two-level types (super-block schemes): the block's scales as stored.
+  void (*two_level)(const std::byte* block, TwoLevelScales& out) = nullptr;
 };
 
 // nullptr for plain element types (F32, F16, ...) and block types lowbit cannot read yet.

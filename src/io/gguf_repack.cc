@@ -17,32 +17,32 @@ std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_
       t.data.size() != rows * blocks_per_row * info.block_bytes)
     Fail("tensor '{}': {} bytes do not hold a [{} x {}] {} matrix", t.name, t.data.size(), rows, cols, info.name);
 
-  QuantizedTensor q(ParseScheme(format->scheme), rows, cols);
+  QuantizedTensor q(ParseGgufStorageScheme(format->scheme), rows, cols);
   const bool asymmetric = q.scheme().asymmetric();
   std::vector<uint8_t> codes(cols);
   std::vector<float> scales(subs), biases(subs);
+  TwoLevelScales two;
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t b = 0; b < blocks_per_row; ++b) {
-      uint8_t* block_codes = codes.data() + b * info.block_elems;
+      const std::byte* block = t.data.data() + (r * blocks_per_row + b) * info.block_bytes;
       try {
-        format->unpack(t.data.data() + (r * blocks_per_row + b) * info.block_bytes, block_codes, scales.data(),
-                       biases.data());
+        format->unpack(block, codes.data() + b * info.block_elems, scales.data(), biases.data());
       } catch (const Error& e) {
         Fail("tensor '{}', row {}, block {}: {}", t.name, r, b, e.what());
       }
-      for (uint64_t s = 0; s < subs; ++s) {
-        const uint64_t cell = (r * blocks_per_row + b) * subs + s;
-        float scale = scales[s];
-        if (asymmetric) {
-          // scale * code + bias = (code - zero) * scale. A zero scale makes every value the bias,
-          // which no zero-point can say, so such a block becomes codes 0, scale 1, zero -bias.
-          if (scale == 0) {
-            std::fill_n(block_codes + s * format->sub, format->sub, uint8_t{0});
-            scale = 1;
-          }
-          q.SetZero(cell, -biases[s] / scale);
+      const uint64_t first = (r * blocks_per_row + b) * subs;
+      if (format->two_level) {  // the stored bytes' values: exact in their types
+        format->two_level(block, two);
+        q.SetSuper(r, b, two.d, two.dmin);
+        for (uint64_t s = 0; s < subs; ++s) {
+          q.SetScale(first + s, two.scales[s]);
+          if (asymmetric) q.SetZero(first + s, two.mins[s]);
         }
-        q.SetScale(cell, scale);  // exact: the value came from this scale type (or fp32)
+        continue;
+      }
+      for (uint64_t s = 0; s < subs; ++s) {
+        q.SetScale(first + s, scales[s]);  // exact: the value came from this scale type
+        if (asymmetric) q.SetZero(first + s, biases[s]);  // Q4_1 / Q5_1: the fp16 min, a stored bias
       }
     }
     PackCodes(codes.data(), cols, q.scheme().element->bits, q.codes().data() + r * q.row_bytes());

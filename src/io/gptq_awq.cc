@@ -66,7 +66,7 @@ QweightParams IntParamsOf(const QuantScheme& s, const std::string& where, std::s
   }
   if (s.asymmetric() && s.zero_type != ZeroType::kInt)
     Fail("{}: scheme '{}': {} zero points are integers, not {}", where, scheme, format,
-         s.zero_type == ZeroType::kF32 ? "f32" : s.zero_type == ZeroType::kF16 ? "f16" : "bf16");
+         ZeroTypeName(s.zero_type));
   return p;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -68,12 +69,30 @@ void AddQuantized(TensorList& out, const std::string& p, const QuantizedTensor& 
   }
 }
 
-OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears) {
+// GGUF storage (K-quant super-blocks, stored biases) has no place in a folder of plain group scales:
+// such linears are written as their WithFloatScales copies, kept here by linear.
+using ExpandedWeights = std::map<const Linear*, QuantizedTensor>;
+
+ExpandedWeights ExpandGgufStorage(const std::vector<NamedLinear>& linears) {
+  ExpandedWeights expanded;
+  for (const NamedLinear& nl : linears)
+    if (const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight); q && q->scheme().gguf_storage())
+      expanded.emplace(nl.linear, WithFloatScales(*q));
+  return expanded;
+}
+
+// The quantized weight linear `l` is written with, or nullptr when it is dense.
+const QuantizedTensor* StoredWeight(const Linear& l, const ExpandedWeights& expanded) {
+  const auto it = expanded.find(&l);
+  return it != expanded.end() ? &it->second : std::get_if<QuantizedTensor>(&l.weight);
+}
+
+OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears, const ExpandedWeights& expanded) {
   OrderedJson groups = OrderedJson::object(), tensors = OrderedJson::object();
   OrderedJson ignore = OrderedJson::array({"model.embed_tokens"});
   std::vector<std::pair<std::string, std::vector<std::string>>> by_scheme;  // first-seen order
   for (const NamedLinear& nl : linears) {
-    const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight);
+    const QuantizedTensor* q = StoredWeight(*nl.linear, expanded);
     if (!q) {
       ignore.push_back(nl.prefix);
       continue;
@@ -168,9 +187,10 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
       list.AddFloats(p + "self_attn.k_norm.weight", {l.k_norm.size()}, l.k_norm);
     }
   }
+  const ExpandedWeights expanded = ExpandGgufStorage(linears);
   for (const NamedLinear& nl : linears) {
     const Linear& l = *nl.linear;
-    if (const auto* q = std::get_if<QuantizedTensor>(&l.weight)) {
+    if (const QuantizedTensor* q = StoredWeight(l, expanded)) {
       AddQuantized(list, nl.prefix, *q);
       metadata[std::string(kSchemeKeyPrefix) + nl.prefix] = q->scheme().ToString();
     } else {
@@ -190,7 +210,7 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
   std::string config_text, recipe_text;
   try {
     OrderedJson config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
-    config["quantization_config"] = QuantizationConfig(linears);
+    config["quantization_config"] = QuantizationConfig(linears, expanded);
     if (!model.config.tie_embeddings) config["tie_word_embeddings"] = false;
     if (blocks < model.config.n_layers) config["num_hidden_layers"] = blocks;
     config_text = config.dump(2) + "\n";

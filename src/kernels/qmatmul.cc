@@ -353,7 +353,7 @@ void QuantDotRowsRef(const QuantizedTensor& w, const float* x, size_t n_tokens, 
     for (size_t i = 0; i < cols; ++i) {
       const uint64_t cell = r / grid.cell_rows * grid.grid_cols + i / grid.cell_cols;
       const float scale = scaled ? w.Scale(cell) * w.tensor_scale() : 1.0f;
-      row[i] = qmatmul::ScalarWeight(w, codes, i, scale) - (scaled ? w.Zero(cell) * scale : 0.0f);
+      row[i] = qmatmul::ScalarWeight(w, codes, i, scale) + (scaled ? w.Bias(cell) : 0.0f);
     }
     for (size_t t = 0; t < n_tokens; ++t) {
       double sum = 0;

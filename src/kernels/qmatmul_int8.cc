@@ -83,6 +83,8 @@ std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   // 8 bits, 4 codes at other widths) of one group each.
   if (w.cols() % l.chunk != 0 || l.block % 16 != 0 || l.chunk % l.block != 0 || l.group % l.block != 0)
     return std::nullopt;
+  const uint64_t per_super = w.scheme().super_groups();  // RowScaleSource::SuperLanes' two cases
+  if (per_super && 16 % per_super != 0 && per_super % 16 != 0) return std::nullopt;
   return l;
 }
 
@@ -167,24 +169,36 @@ LOWBIT_VNNI __m512 HalvesToFp32(const uint8_t* bytes, __mmask16 m, bool bf16) {
 
 // Row r's group scales and biases (offset and zero-point, times scale), 16 groups at a time, to
 // use(g, mask, scales, biases) in registers, from every scale and zero-point storage: fp16, bf16
-// and fp32 scales, E8M0 (MXFP4, MXFP6) and UE4M3 (NVFP4); integer zero-points (AWQ-style
-// asymmetric) and fp32/fp16/bf16 ones (K-quants). The generic per-row decode (QuantizedTensor::
-// RowScales) cost about 15 % of an int4 g128 row, its table lookups as much as the whole dot at
-// MXFP4. Where the rows' bytes sit and how they decode is worked out once per call.
+// and fp32 scales, E8M0 (MXFP4, MXFP6) and UE4M3 (NVFP4), GGUF's i8 sub-scales under an fp16
+// super-block scale (K-quants); integer zero-points (AWQ-style asymmetric), fp32/fp16/bf16 ones,
+// and GGUF's stored biases (Q4_1's fp16, the K-quants' u8 mins under an fp16 super-block min).
+// The generic per-row decode (QuantizedTensor::RowScales) cost about 15 % of an int4 g128 row, its
+// table lookups as much as the whole dot at MXFP4. Where the rows' bytes sit and how they decode
+// is worked out once per call.
 template <int kBits>
 class RowScaleSource {
  public:
   LOWBIT_VNNI RowScaleSource(const QuantizedTensor& w, const Layout& l)
       : scales_(w.scale_bytes()),
         zeros_(w.zero_bytes()),
+        supers_(w.super_bytes()),
         scale_row_bytes_(scales_.size() / w.grid().grid_rows),
         zero_row_bytes_(zeros_.size() / w.grid().grid_rows),
+        super_row_bytes_(2 * w.supers_per_row()),
+        super_mins_at_(w.grid().grid_rows * super_row_bytes_),
         cell_rows_(w.grid().cell_rows),
         groups_(l.groups),
+        per_super_(w.scheme().super_groups()),
         type_(w.scheme().scale_type),
         zero_type_(w.scheme().asymmetric() ? w.scheme().zero_type : ZeroType::kNone),
         factor_(_mm512_set1_ps(w.tensor_scale() * l.step)),
-        offset_(_mm512_set1_ps(l.offset)) {}
+        offset_(_mm512_set1_ps(l.offset)) {
+    // Lane i of 16 groups starting at a multiple of 16 lies in super-block g / per + i / per
+    // (per dividing 16) or g / per (per a multiple of 16): LayoutOf admits only these.
+    alignas(64) int32_t lane[16];
+    for (int i = 0; i < 16; ++i) lane[i] = per_super_ && per_super_ < 16 ? i / static_cast<int>(per_super_) : 0;
+    super_lane_ = _mm512_load_si512(lane);
+  }
 
   // Scales and zeros live in their own arrays, a few hundred bytes a row at g32: the hardware
   // prefetcher missed them, and the first scale load of each row stalled (18% of int4 g32).
@@ -195,8 +209,10 @@ class RowScaleSource {
 
   template <class Use>
   LOWBIT_VNNI __attribute__((always_inline)) void ForRow(size_t r, Use&& use) const {
-    const uint8_t* stored = scales_.data() + r / cell_rows_ * scale_row_bytes_;
-    const uint8_t* zeros = zeros_.data() + r / cell_rows_ * zero_row_bytes_;
+    const size_t grid_row = r / cell_rows_;
+    const uint8_t* stored = scales_.data() + grid_row * scale_row_bytes_;
+    const uint8_t* zeros = zeros_.data() + grid_row * zero_row_bytes_;
+    const uint8_t* supers = supers_.data() + grid_row * super_row_bytes_;
     for (size_t g = 0; g < groups_; g += 16) {
       const __mmask16 m = groups_ - g >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (groups_ - g)) - 1);
       __m512 decoded = _mm512_setzero_ps();
@@ -206,20 +222,30 @@ class RowScaleSource {
         case ScaleType::kE8M0: decoded = E8m0ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
         case ScaleType::kUE4M3: decoded = Ue4m3ToFp32(_mm_maskz_loadu_epi8(m, stored + g)); break;
         case ScaleType::kF32: decoded = _mm512_maskz_loadu_ps(m, stored + 4 * g); break;
+        case ScaleType::kI8:  // d * sc, as ggml forms it
+          decoded = _mm512_mul_ps(SuperLanes(supers, g),
+                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, stored + g))));
+          break;
       }
       const __m512 s = _mm512_mul_ps(decoded, factor_);
       __m512 bias = _mm512_mul_ps(s, offset_);
-      if (zero_type_ != ZeroType::kNone) {  // x = s * (code - zero): the bias -zero * s
-        __m512 zero;
-        if (zero_type_ == ZeroType::kInt) {
+      switch (zero_type_) {  // x = s * (code - zero): the bias -zero * s; or the bias as stored
+        case ZeroType::kNone: break;
+        case ZeroType::kInt: {
           const size_t at = g * kBits / 8;
-          zero = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(UnpackSixteen<kBits>(zeros + at, zero_row_bytes_ - at)));
-        } else if (zero_type_ == ZeroType::kF32) {
-          zero = _mm512_maskz_loadu_ps(m, zeros + 4 * g);
-        } else {
-          zero = HalvesToFp32(zeros + 2 * g, m, zero_type_ == ZeroType::kBF16);
+          const __m512 zero = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(UnpackSixteen<kBits>(zeros + at, zero_row_bytes_ - at)));
+          bias = _mm512_fnmadd_ps(zero, s, bias);
+          break;
         }
-        bias = _mm512_fnmadd_ps(zero, s, bias);
+        case ZeroType::kF32: bias = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(m, zeros + 4 * g), s, bias); break;
+        case ZeroType::kF16:
+        case ZeroType::kBF16: bias = _mm512_fnmadd_ps(HalvesToFp32(zeros + 2 * g, m, zero_type_ == ZeroType::kBF16), s, bias); break;
+        case ZeroType::kBiasF16: bias = _mm512_add_ps(bias, HalvesToFp32(zeros + 2 * g, m, false)); break;
+        case ZeroType::kMin8: {  // -(dmin * m)
+          const __m512 mins = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, zeros + g)));
+          bias = _mm512_sub_ps(bias, _mm512_mul_ps(SuperLanes(supers + super_mins_at_, g), mins));
+          break;
+        }
       }
       use(g, m, s, bias);
     }
@@ -231,11 +257,19 @@ class RowScaleSource {
     for (size_t i = 0; i < per_row && at + i < bytes.size(); i += 64) _mm_prefetch(reinterpret_cast<const char*>(&bytes[at + i]), _MM_HINT_T0);
   }
 
-  std::span<const uint8_t> scales_, zeros_;
-  size_t scale_row_bytes_, zero_row_bytes_, cell_rows_, groups_;
+  // The fp16 super-block value of each of the 16 groups from g, from a grid row's values.
+  LOWBIT_VNNI __attribute__((always_inline)) __m512 SuperLanes(const uint8_t* row, size_t g) const {
+    const size_t first = g / per_super_, left = super_row_bytes_ / 2 - first;
+    const __mmask16 m = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+    return _mm512_permutexvar_ps(super_lane_, HalvesToFp32(row + 2 * first, m, false));
+  }
+
+  std::span<const uint8_t> scales_, zeros_, supers_;
+  size_t scale_row_bytes_, zero_row_bytes_, super_row_bytes_, super_mins_at_, cell_rows_, groups_, per_super_;
   ScaleType type_;
   ZeroType zero_type_;
   __m512 factor_, offset_;
+  __m512i super_lane_;
 };
 
 // Lane i: the sum of v[i]'s lanes. Four rounds of pairing: each round's sums of even and odd

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "core/checked_math.h"
@@ -21,6 +22,10 @@ QuantizedTensor::QuantizedTensor(QuantScheme scheme, uint64_t rows, uint64_t col
   } else {
     zeros_.resize(grid_.cells() * scheme_.zero_bits() / 8);
   }
+  if (scheme_.super_block) {
+    supers_per_row_ = CeilDiv(grid_.grid_cols, scheme_.super_groups());
+    super_.resize(scheme_.SuperBytes(grid_));
+  }
   if (scheme_.element->bits <= 8) {
     decode_table_.resize(256);
     BuildDecodeTable(*scheme_.element, !scheme_.asymmetric(), std::span<float, 256>(decode_table_.data(), 256));
@@ -28,8 +33,28 @@ QuantizedTensor::QuantizedTensor(QuantScheme scheme, uint64_t rows, uint64_t col
   }
 }
 
+namespace {
+// Byte offset of super-block `index` of grid row `grid_row` (mins follow all the scales).
+uint64_t SuperAt(uint64_t grid_row, uint64_t index, bool min, uint64_t grid_rows, uint64_t per_row) {
+  return 2 * ((min ? grid_rows * per_row : 0) + grid_row * per_row + index);
+}
+}  // namespace
+
+float QuantizedTensor::SuperValue(uint64_t grid_row, uint64_t index, bool min) const {
+  return DecodeScale(ScaleType::kF16, &super_[SuperAt(grid_row, index, min, grid_.grid_rows, supers_per_row_)]);
+}
+
+void QuantizedTensor::SetSuper(uint64_t grid_row, uint64_t index, float scale, float min) {
+  LOWBIT_CHECK(scheme_.super_block && grid_row < grid_.grid_rows && index < supers_per_row_);
+  EncodeScale(ScaleType::kF16, scale, &super_[SuperAt(grid_row, index, false, grid_.grid_rows, supers_per_row_)]);
+  if (scheme_.zero_type == ZeroType::kMin8)
+    EncodeScale(ScaleType::kF16, min, &super_[SuperAt(grid_row, index, true, grid_.grid_rows, supers_per_row_)]);
+}
+
 float QuantizedTensor::Scale(uint64_t cell) const {
-  return DecodeScale(scheme_.scale_type, &scales_[cell * ScaleBits(scheme_.scale_type) / 8]);
+  const float stored = DecodeScale(scheme_.scale_type, &scales_[cell * ScaleBits(scheme_.scale_type) / 8]);
+  if (!scheme_.super_block) return stored;
+  return SuperValue(cell / grid_.grid_cols, cell % grid_.grid_cols / scheme_.super_groups(), false) * stored;
 }
 
 void QuantizedTensor::SetScale(uint64_t cell, float value) {
@@ -38,11 +63,12 @@ void QuantizedTensor::SetScale(uint64_t cell, float value) {
 
 namespace {
 ScaleType ZeroStorage(ZeroType z) {
-  return z == ZeroType::kF32 ? ScaleType::kF32 : z == ZeroType::kF16 ? ScaleType::kF16 : ScaleType::kBF16;
+  return z == ZeroType::kF32 ? ScaleType::kF32 : z == ZeroType::kBF16 ? ScaleType::kBF16 : ScaleType::kF16;
 }
 }  // namespace
 
 float QuantizedTensor::Zero(uint64_t cell) const {
+  LOWBIT_CHECK(!scheme_.stored_bias());  // no exact zero-point: callers take Bias
   switch (scheme_.zero_type) {
     case ZeroType::kNone:
       return 0.0f;
@@ -56,9 +82,23 @@ float QuantizedTensor::Zero(uint64_t cell) const {
   }
 }
 
+float QuantizedTensor::Bias(uint64_t cell) const {
+  switch (scheme_.zero_type) {
+    case ZeroType::kNone: return 0.0f;
+    case ZeroType::kBiasF16: return DecodeScale(ScaleType::kF16, &zeros_[cell * 2]);
+    case ZeroType::kMin8:
+      return -(SuperValue(cell / grid_.grid_cols, cell % grid_.grid_cols / scheme_.super_groups(), true) *
+               static_cast<float>(zeros_[cell]));
+    default: return -Zero(cell) * Scale(cell) * tensor_scale_;
+  }
+}
+
 void QuantizedTensor::SetZero(uint64_t cell, float value) {
   switch (scheme_.zero_type) {
     case ZeroType::kNone:
+      return;
+    case ZeroType::kMin8:
+      zeros_[cell] = static_cast<uint8_t>(std::clamp(std::nearbyint(value), 0.0f, 255.0f));
       return;
     case ZeroType::kInt: {
       const int bits = scheme_.element->bits;
@@ -77,7 +117,7 @@ double QuantizedTensor::bits_per_weight() const {
 }
 
 namespace {
-// Value of every 8-bit scale code (E8M0, UE4M3), decoded once: row scales are a table lookup.
+// Value of every 8-bit scale code (E8M0, UE4M3, I8), decoded once: row scales are a table lookup.
 const std::array<float, 256>& ScaleTable(ScaleType t) {
   static const auto build = [](ScaleType type) {
     std::array<float, 256> table{};
@@ -87,8 +127,9 @@ const std::array<float, 256>& ScaleTable(ScaleType t) {
     }
     return table;
   };
-  static const std::array<float, 256> e8m0 = build(ScaleType::kE8M0), ue4m3 = build(ScaleType::kUE4M3);
-  return t == ScaleType::kE8M0 ? e8m0 : ue4m3;
+  static const std::array<float, 256> e8m0 = build(ScaleType::kE8M0), ue4m3 = build(ScaleType::kUE4M3),
+                                      i8 = build(ScaleType::kI8);
+  return t == ScaleType::kE8M0 ? e8m0 : t == ScaleType::kUE4M3 ? ue4m3 : i8;
 }
 
 // n consecutive stored values of type t, decoded in bulk: this runs once per row in every kernel,
@@ -109,21 +150,40 @@ void DecodeStoredRow(ScaleType t, const uint8_t* stored, uint64_t n, float* out)
 void QuantizedTensor::RowScales(uint64_t r, float* scales, float* biases) const {
   const uint64_t n = grid_.grid_cols, grid_row = r / grid_.cell_rows, first = grid_row * n;
   DecodeStoredRow(scheme_.scale_type, &scales_[first * ScaleBits(scheme_.scale_type) / 8], n, scales);
+  const uint64_t per_super = scheme_.super_groups();
+  // Super-block s covers groups [s * per_super, (s + 1) * per_super): each group's value is its own
+  // times the super-block's, in fp32 as ggml computes d * sc (exact: 11 x 8 significant bits).
+  auto for_supers = [&](bool min, auto&& apply) {
+    for (uint64_t s = 0; s < supers_per_row_; ++s) {
+      const float v = SuperValue(grid_row, s, min);
+      for (uint64_t g = s * per_super; g < std::min(n, (s + 1) * per_super); ++g) apply(g, v);
+    }
+  };
+  if (per_super) for_supers(false, [&](uint64_t g, float d) { scales[g] = d * scales[g]; });
   if (tensor_scale_ != 1.0f)
     for (uint64_t g = 0; g < n; ++g) scales[g] *= tensor_scale_;
   if (!biases || !scheme_.asymmetric()) return;
-  if (scheme_.zero_type == ZeroType::kInt) {
-    const int bits = scheme_.element->bits;
-    const uint8_t* packed = &zeros_[grid_row * PackedBytes(n, bits)];
-    uint8_t zeros[256];  // on the stack, 256 at a time (a byte boundary): no allocation per row
-    for (uint64_t g0 = 0; g0 < n; g0 += 256) {
-      const uint64_t m = std::min<uint64_t>(256, n - g0);
-      UnpackCodes(packed + g0 * bits / 8, m, bits, zeros);
-      for (uint64_t k = 0; k < m; ++k) biases[g0 + k] = -static_cast<float>(zeros[k]) * scales[g0 + k];
+  switch (scheme_.zero_type) {
+    case ZeroType::kInt: {
+      const int bits = scheme_.element->bits;
+      const uint8_t* packed = &zeros_[grid_row * PackedBytes(n, bits)];
+      uint8_t zeros[256];  // on the stack, 256 at a time (a byte boundary): no allocation per row
+      for (uint64_t g0 = 0; g0 < n; g0 += 256) {
+        const uint64_t m = std::min<uint64_t>(256, n - g0);
+        UnpackCodes(packed + g0 * bits / 8, m, bits, zeros);
+        for (uint64_t k = 0; k < m; ++k) biases[g0 + k] = -static_cast<float>(zeros[k]) * scales[g0 + k];
+      }
+      return;
     }
-  } else {
-    DecodeStoredRow(ZeroStorage(scheme_.zero_type), &zeros_[first * scheme_.zero_bits() / 8], n, biases);
-    for (uint64_t g = 0; g < n; ++g) biases[g] = -biases[g] * scales[g];
+    case ZeroType::kMin8:
+      for_supers(true, [&](uint64_t g, float dmin) { biases[g] = -(dmin * static_cast<float>(zeros_[first + g])); });
+      return;
+    case ZeroType::kBiasF16:
+      DecodeStoredRow(ScaleType::kF16, &zeros_[first * 2], n, biases);
+      return;
+    default:
+      DecodeStoredRow(ZeroStorage(scheme_.zero_type), &zeros_[first * scheme_.zero_bits() / 8], n, biases);
+      for (uint64_t g = 0; g < n; ++g) biases[g] = -biases[g] * scales[g];
   }
 }
 
@@ -156,6 +216,42 @@ void QuantizedTensor::DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, fl
 std::vector<float> QuantizedTensor::Dequantize() const {
   std::vector<float> out(numel());
   for (uint64_t r = 0; r < rows_; ++r) DequantizeRow(r, &out[r * cols_]);
+  return out;
+}
+
+QuantizedTensor WithFloatScales(const QuantizedTensor& q) {
+  LOWBIT_CHECK(q.scheme().gguf_storage());
+  QuantScheme scheme = q.scheme();
+  scheme.super_block = 0;
+  scheme.scale_type = ScaleType::kF32;
+  if (scheme.asymmetric()) scheme.zero_type = ZeroType::kF32;
+  QuantizedTensor out(scheme, q.rows(), q.cols());
+  std::copy(q.codes().begin(), q.codes().end(), out.codes().begin());
+  const ScaleGrid g = q.grid();  // groups: one grid row per row
+  const int bits = scheme.element->bits;
+  std::vector<float> scales(g.grid_cols), biases(g.grid_cols);
+  std::vector<uint8_t> codes(q.cols());
+  for (uint64_t r = 0; r < q.rows(); ++r) {
+    q.RowScales(r, scales.data(), biases.data());
+    bool recoded = false;
+    for (uint64_t c = 0; c < g.grid_cols; ++c) {
+      const uint64_t cell = r * g.grid_cols + c;
+      float scale = scales[c];
+      if (scheme.asymmetric()) {
+        // scale * code + bias = (code - zero) * scale. A zero scale makes every value the bias,
+        // which no zero-point can say, so such a group becomes codes 0, scale 1, zero -bias.
+        if (scale == 0) {
+          if (!recoded) UnpackCodes(q.codes().data() + r * q.row_bytes(), q.cols(), bits, codes.data());
+          recoded = true;
+          std::fill_n(codes.begin() + c * g.cell_cols, std::min(g.cell_cols, q.cols() - c * g.cell_cols), uint8_t{0});
+          scale = 1;
+        }
+        out.SetZero(cell, -biases[c] / scale);
+      }
+      out.SetScale(cell, scale);
+    }
+    if (recoded) PackCodes(codes.data(), q.cols(), bits, out.codes().data() + r * out.row_bytes());
+  }
   return out;
 }
 

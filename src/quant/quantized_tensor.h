@@ -9,7 +9,10 @@
 //   zeros   integer zero-points bit-packed per grid row (element bits each), or float zeros in
 //           the zero type; empty when symmetric.
 //   tensor_scale  fp32 second-level scale (NVFP4), 1 otherwise.
-// Dequantized value: (table[code] - zero) * scale * tensor_scale.
+//   super   GGUF K-quants (scheme.super_block): grid_rows x super-blocks fp16 scales, then as many
+//           fp16 mins when the zeros are min8; the i8 scales (and u8 mins) are per group.
+// Dequantized value: (table[code] - zero) * scale * tensor_scale, or with a stored bias (GGUF's
+// bias_f16 and min8 zeros) table[code] * scale + bias.
 #pragma once
 
 #include <cstdint>
@@ -38,19 +41,32 @@ class QuantizedTensor {
   std::span<const uint8_t> scale_bytes() const { return scales_; }
   std::span<uint8_t> zero_bytes() { return zeros_; }
   std::span<const uint8_t> zero_bytes() const { return zeros_; }
+  std::span<uint8_t> super_bytes() { return super_; }
+  std::span<const uint8_t> super_bytes() const { return super_; }
   float tensor_scale() const { return tensor_scale_; }
   void set_tensor_scale(float s) { tensor_scale_ = s; }
 
-  // Stored scale / zero of one grid cell, decoded to float (zero is 0 when symmetric).
+  // Scale and zero-point of one grid cell, decoded to float (zero is 0 when symmetric). With
+  // super-blocks Scale is the sub-scale times the super-block's; Zero is for zero-point types only.
   float Scale(uint64_t cell) const;
   float Zero(uint64_t cell) const;
-  void SetScale(uint64_t cell, float value);  // rounds to the scale type
-  void SetZero(uint64_t cell, float value);   // rounds to the zero type
+  // What the cell adds to every value: -zero * scale, or the stored bias.
+  float Bias(uint64_t cell) const;
+  // Store one cell's scale / zero, rounded to their types: with super-blocks, the i8 sub-scale
+  // and the u8 min; with bias_f16 zeros, the bias.
+  void SetScale(uint64_t cell, float value);
+  void SetZero(uint64_t cell, float value);
+  // Super-block `index` of grid row `grid_row`: its fp16 scale, and its fp16 min (min8 zeros).
+  void SetSuper(uint64_t grid_row, uint64_t index, float scale, float min);
+  float SuperValue(uint64_t grid_row, uint64_t index, bool min) const;
+  uint64_t supers_per_row() const { return supers_per_row_; }
 
   // Storage cost including all metadata, in bits per weight (exact, e.g. 4.15625 for
   // int4 g128 with an fp16 scale and a 4-bit zero).
   double bits_per_weight() const;
-  uint64_t storage_bytes() const { return codes_.size() + scales_.size() + zeros_.size() + (scheme_.tensor_scale ? 4 : 0); }
+  uint64_t storage_bytes() const {
+    return codes_.size() + scales_.size() + zeros_.size() + super_.size() + (scheme_.tensor_scale ? 4 : 0);
+  }
 
   // Group scales of row r (times the tensor scale) and, when asymmetric, the biases -zero * scale,
   // for each of the grid_cols groups: what a kernel needs to decode the row. `biases` may be
@@ -75,9 +91,16 @@ class QuantizedTensor {
   AlignedVector<uint8_t> codes_;  // rows start on cache lines whenever row_bytes is a multiple of 64
   std::vector<uint8_t> scales_;
   std::vector<uint8_t> zeros_;
+  std::vector<uint8_t> super_;
+  uint64_t supers_per_row_ = 0;
   float tensor_scale_ = 1.0f;
   std::vector<float> decode_table_;  // 256 entries for <= 8-bit codes
   bool decode_affine_ = false;
 };
+
+// A tensor with GGUF storage (scheme().gguf_storage()) holding the same values with every group's
+// scale and zero-point in fp32, for writers of plain scales (a lowbit folder). Exact for the scales;
+// a zero-point -bias / scale may differ from the bias in the last bit.
+QuantizedTensor WithFloatScales(const QuantizedTensor& q);
 
 }  // namespace lowbit

@@ -1,6 +1,8 @@
 #include "quant/scheme.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 
 #include "core/checked_math.h"
@@ -15,7 +17,8 @@ int ScaleBits(ScaleType t) {
     case ScaleType::kF16:
     case ScaleType::kBF16: return 16;
     case ScaleType::kE8M0:
-    case ScaleType::kUE4M3: return 8;
+    case ScaleType::kUE4M3:
+    case ScaleType::kI8: return 8;
   }
   return 32;
 }
@@ -27,6 +30,7 @@ std::string_view ScaleTypeName(ScaleType t) {
     case ScaleType::kBF16: return "bf16";
     case ScaleType::kE8M0: return "e8m0";
     case ScaleType::kUE4M3: return "ue4m3";
+    case ScaleType::kI8: return "i8";
   }
   return "?";
 }
@@ -42,6 +46,7 @@ float DecodeScale(ScaleType t, const uint8_t* bytes) {
     case ScaleType::kBF16: return Bf16ToFp32(static_cast<uint16_t>(bytes[0] | bytes[1] << 8));
     case ScaleType::kE8M0: return DecodeMiniFloat(kE8M0, bytes[0]);
     case ScaleType::kUE4M3: return DecodeMiniFloat(kUE4M3, bytes[0]);
+    case ScaleType::kI8: return static_cast<float>(static_cast<int8_t>(bytes[0]));
   }
   return 0;
 }
@@ -64,6 +69,9 @@ void EncodeScale(ScaleType t, float value, uint8_t* bytes) {
     case ScaleType::kUE4M3:
       bytes[0] = static_cast<uint8_t>(EncodeMiniFloat(kUE4M3, value, Overflow::kSaturate));
       return;
+    case ScaleType::kI8:
+      bytes[0] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(value), -128.0f, 127.0f)));
+      return;
   }
 }
 
@@ -79,7 +87,9 @@ int QuantScheme::zero_bits() const {
     case ZeroType::kInt: return element->bits;
     case ZeroType::kF32: return 32;
     case ZeroType::kF16:
-    case ZeroType::kBF16: return 16;
+    case ZeroType::kBF16:
+    case ZeroType::kBiasF16: return 16;
+    case ZeroType::kMin8: return 8;
   }
   return 0;
 }
@@ -114,6 +124,7 @@ double QuantScheme::BitsPerWeight(uint64_t rows, uint64_t cols) const {
   double bits = numel * element->bits;
   bits += static_cast<double>(g.cells()) * (ScaleBits(scale_type) + zero_bits());  // no cells: plain
   if (tensor_scale) bits += 32;
+  bits += 8.0 * static_cast<double>(SuperBytes(g));
   return bits / numel;
 }
 
@@ -128,7 +139,12 @@ uint64_t QuantScheme::StorageBytes(uint64_t rows, uint64_t cols) const {
     bytes += g.cells() * zero_bits() / 8;
   }
   if (tensor_scale) bytes += 4;
-  return bytes;
+  return bytes + SuperBytes(g);
+}
+
+uint64_t QuantScheme::SuperBytes(const ScaleGrid& g) const {
+  if (!super_block) return 0;
+  return g.grid_rows * CeilDiv(g.grid_cols, super_groups()) * 2 * (zero_type == ZeroType::kMin8 ? 2 : 1);
 }
 
 namespace {
@@ -158,6 +174,8 @@ std::string_view ZeroTypeName(ZeroType z) {
     case ZeroType::kF32: return "f32";
     case ZeroType::kF16: return "f16";
     case ZeroType::kBF16: return "bf16";
+    case ZeroType::kBiasF16: return "bias_f16";
+    case ZeroType::kMin8: return "min8";
   }
   return "?";
 }
@@ -183,6 +201,7 @@ std::string QuantScheme::ToString() const {
   if (granularity.kind != GranularityKind::kNone) out += ":scale=" + std::string(ScaleTypeName(scale_type));
   if (asymmetric() && zero_type != ZeroType::kInt) out += ":zero=" + std::string(ZeroTypeName(zero_type));
   if (tensor_scale) out += ":tscale";
+  if (super_block) out += ":super" + std::to_string(super_block);
   return out;
 }
 
@@ -280,6 +299,7 @@ void ApplyOption(QuantScheme& s, std::string_view opt, std::string_view spec) {
     else if (v == "bf16") s.scale_type = ScaleType::kBF16;
     else if (v == "e8m0") s.scale_type = ScaleType::kE8M0;
     else if (v == "ue4m3") s.scale_type = ScaleType::kUE4M3;
+    else if (v == "i8") s.scale_type = ScaleType::kI8;
     else Fail("format '{}': unknown scale type '{}' (known: f32, f16, bf16, e8m0, ue4m3)", spec, v);
   } else if (opt.starts_with("zero=")) {
     const std::string_view v = opt.substr(5);
@@ -287,7 +307,11 @@ void ApplyOption(QuantScheme& s, std::string_view opt, std::string_view spec) {
     else if (v == "f32") s.zero_type = ZeroType::kF32;
     else if (v == "f16") s.zero_type = ZeroType::kF16;
     else if (v == "bf16") s.zero_type = ZeroType::kBF16;
+    else if (v == "bias_f16") s.zero_type = ZeroType::kBiasF16;
+    else if (v == "min8") s.zero_type = ZeroType::kMin8;
     else Fail("format '{}': unknown zero type '{}' (known: int, f32, f16, bf16)", spec, v);
+  } else if (opt.starts_with("super")) {
+    s.super_block = ParsePositive(opt.substr(5), spec, "super-block size");
   } else {
     Fail("format '{}': unknown option '{}' (known: g<N>, g-1, tensor, channel, token, block<R>x<C>, "
          "sym, asym, scale=..., zero=..., tscale)", spec, opt);
@@ -307,11 +331,14 @@ void Validate(const QuantScheme& s, std::string_view spec) {
     Fail("format '{}': mxint8 elements need E8M0 scales (scale=e8m0)", spec);
   if (s.tensor_scale && s.scale_type != ScaleType::kUE4M3)
     Fail("format '{}': a tensor scale (tscale) is only used with ue4m3 block scales (NVFP4)", spec);
+  const bool grouped = s.granularity.kind == GranularityKind::kGroup;
+  if (s.super_block && (!grouped || e.bits > 8 || s.super_block % s.granularity.group != 0 || s.scale_type != ScaleType::kI8))
+    Fail("format '{}': super-blocks (super<N>) take groups of integer-like codes dividing N, with i8 scales", spec);
+  if ((s.scale_type == ScaleType::kI8 || s.zero_type == ZeroType::kMin8) && !s.super_block)
+    Fail("format '{}': i8 scales and min8 zeros are sub-scales of a super-block (super<N>)", spec);
 }
 
-}  // namespace
-
-QuantScheme ParseScheme(std::string_view text) {
+QuantScheme Parse(std::string_view text, bool gguf_storage) {
   auto parts = Split(text, ':');
   std::string_view name = parts[0];
   for (const auto& [alias, target] : kAliases)
@@ -328,8 +355,18 @@ QuantScheme ParseScheme(std::string_view text) {
   for (size_t i = 1; i < base.size(); ++i) ApplyOption(s, base[i], preset->spec);
   for (size_t i = 1; i < parts.size(); ++i) ApplyOption(s, parts[i], text);
   Validate(s, text);
+  if (!gguf_storage && s.gguf_storage())
+    Fail("format '{}': {} is how GGUF files store their blocks: lowbit runs such files, but quantizes to its own "
+         "scales only (write GGUF blocks with `lowbit export --type`)",
+         text, s.super_block ? "a super-block (super<N>)" : "a stored bias (zero=bias_f16)");
   return s;
 }
+
+}  // namespace
+
+QuantScheme ParseScheme(std::string_view text) { return Parse(text, false); }
+
+QuantScheme ParseGgufStorageScheme(std::string_view text) { return Parse(text, true); }
 
 std::string SchemeTextFromFlags(std::string format, int group, bool asym) {
   if (group != 0) format += group < 0 ? ":channel" : ":g" + std::to_string(group);

@@ -6,6 +6,10 @@
 // "fp8_e4m3:channel", "fp8_e4m3:block128x128", "mxfp4", "nvfp4", "nf4:g64", "int8:token".
 // Options: g<N> | g-1 | tensor | channel | token | block<R>x<C> | sym | asym |
 //          scale=f32|f16|bf16|e8m0|ue4m3 | zero=int|f32|f16|bf16.
+// GGUF files add storage no quantizer of ours writes, spelled by ToString and read only through
+// ParseGgufStorageScheme: K-quant super-blocks ("int4:g32:asym:scale=i8:zero=min8:super256": i8
+// sub-scales and u8 mins under an fp16 scale and min per 256 elements) and Q4_1's stored bias
+// ("zero=bias_f16").
 #pragma once
 
 #include <cstdint>
@@ -33,8 +37,12 @@ struct Granularity {
   uint32_t block_cols = 0;
 };
 
-enum class ScaleType : uint8_t { kF32, kF16, kBF16, kE8M0, kUE4M3 };
-enum class ZeroType : uint8_t { kNone, kInt, kF32, kF16, kBF16 };
+// kI8: an integer sub-scale, times its super-block's fp16 scale (QuantScheme::super_block).
+enum class ScaleType : uint8_t { kF32, kF16, kBF16, kE8M0, kUE4M3, kI8 };
+// Zero-points: x = (table[code] - zero) * scale. Two GGUF storages hold the bias of
+// x = table[code] * scale + bias instead: kBiasF16 stores it (Q4_1, Q5_1), kMin8 stores a u8 min m
+// with bias = -dmin * m, dmin the super-block's fp16 min scale (Q2_K, Q4_K, Q5_K).
+enum class ZeroType : uint8_t { kNone, kInt, kF32, kF16, kBF16, kBiasF16, kMin8 };
 
 int ScaleBits(ScaleType t);
 std::string_view ScaleTypeName(ScaleType t);
@@ -59,21 +67,33 @@ struct QuantScheme {
   ScaleType scale_type = ScaleType::kF16;
   ZeroType zero_type = ZeroType::kNone;
   bool tensor_scale = false;  // an fp32 second-level scale per tensor (NVFP4)
+  // GGUF K-quants: elements per super-block (256) whose groups' i8 scales (and u8 mins) share one
+  // fp16 scale (and min): their memory is the file's bits per weight, not an fp32 per group.
+  uint32_t super_block = 0;
 
   bool asymmetric() const { return zero_type != ZeroType::kNone; }
+  // Zeros stored as biases (kBiasF16, kMin8) rather than zero-points.
+  bool stored_bias() const { return zero_type == ZeroType::kBiasF16 || zero_type == ZeroType::kMin8; }
+  // Storage only GGUF files hold: read and run, never written by a quantizer.
+  bool gguf_storage() const { return super_block != 0 || stored_bias(); }
+  uint64_t super_groups() const { return super_block ? super_block / granularity.group : 0; }
   bool mx_scales() const { return scale_type == ScaleType::kE8M0; }
   int zero_bits() const;
   ScaleGrid Grid(uint64_t rows, uint64_t cols) const;
   // Exact storage cost, metadata included, for a [rows x cols] tensor.
   double BitsPerWeight(uint64_t rows, uint64_t cols) const;
   uint64_t StorageBytes(uint64_t rows, uint64_t cols) const;
+  uint64_t SuperBytes(const ScaleGrid& g) const;  // the super-blocks' fp16 scales (and mins)
   std::string ToString() const;  // canonical spelling, parseable by ParseScheme
   // Throws Error when the tensor shape does not fit the scheme.
   void ValidateShape(uint64_t rows, uint64_t cols, std::string_view tensor_name) const;
 };
 
-// Parses the text form above. Throws Error listing the known formats on an unknown name.
+// Parses the text form above. Throws Error listing the known formats on an unknown name, and
+// refuses GGUF-only storage (gguf_storage) naming the option.
 QuantScheme ParseScheme(std::string_view text);
+// ParseScheme that also takes GGUF-only storage: for the GGUF block table.
+QuantScheme ParseGgufStorageScheme(std::string_view text);
 
 // The scheme text of the command-line flags (and the Python keywords) format, group (0 = the
 // format's own granularity, -1 = per channel, N = groups of N) and asym: ("int4", 128, true) ->

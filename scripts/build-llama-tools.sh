@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# llama.cpp's own benchmark tools (llama-bench, llama-batched-bench), built from the llama.cpp tree inside
+# the llama-cpp-python source distribution that scripts/setup-interop.sh pins, with the same flags, so that
+# scripts/bench-vs-llamacpp.sh can run llama.cpp beside lowbit on the same file. Built once into
+# build/llama-tools (never committed); several minutes on two cores.
+# Usage: scripts/build-llama-tools.sh   (JOBS=N to limit parallel compiles)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=$(sed -n 's/^llama_version=//p' scripts/setup-interop.sh)
+flags=$(sed -n 's/^llama_cflags="\(.*\)"$/\1/p' scripts/setup-interop.sh)  # no AMX (see there)
+out=build/llama-tools
+tools=(llama-bench llama-batched-bench)
+if [ -x "$out/bin/llama-bench" ] && [ -x "$out/bin/llama-batched-bench" ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
+  exit 0
+fi
+rm -rf "$out"
+mkdir -p "$out/sdist" "$out/bin"
+python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$out/sdist"
+tar -xzf "$out/sdist/llama_cpp_python-$version.tar.gz" -C "$out/sdist"
+cmake -S "$out/sdist/llama_cpp_python-$version/vendor/llama.cpp" -B "$out/cmake" -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" > "$out/configure.log"
+cmake --build "$out/cmake" -j "${JOBS:-$(nproc)}" --target "${tools[@]}" > "$out/build.log"
+for t in "${tools[@]}"; do cp "$out/cmake/bin/$t" "$out/bin/"; done
+echo "$version" > "$out/version"
+echo "build-llama-tools: llama.cpp from llama-cpp-python $version -> $out/bin: ${tools[*]}"
