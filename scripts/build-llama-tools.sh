@@ -19,8 +19,8 @@ python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$versi
 tar -xzf "$out/sdist/llama_cpp_python-$version.tar.gz" -C "$out/sdist"
 cmake -S "$out/sdist/llama_cpp_python-$version/vendor/llama.cpp" -B "$out/cmake" -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
-  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" > "$out/configure.log"
-cmake --build "$out/cmake" -j "${JOBS:-$(nproc)}" --target "${tools[@]}" > "$out/build.log"
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" > "$out/configure.log" 2>&1
+cmake --build "$out/cmake" -j "${JOBS:-$(nproc)}" --target "${tools[@]}" > "$out/build.log" 2>&1
 for t in "${tools[@]}"; do cp "$out/cmake/bin/$t" "$out/bin/"; done
 echo "$version" > "$out/version"
 echo "build-llama-tools: llama.cpp from llama-cpp-python $version -> $out/bin: ${tools[*]}"

@@ -111,6 +111,27 @@ TEST(GgufRepack, ZeroScaleBlocksKeepTheirMinAndBadBlocksAreErrors) {
   EXPECT_FALSE(RepackGgufMatrix(Info(kGgmlF32, 1, 64, std::vector<std::byte>(256)), 1, 64).has_value());
 }
 
+// The loader releases a tensor's mapped pages as it is repacked: the pieces handed back tile the
+// tensor's bytes in order, a few MiB each, so the load never holds a whole large tensor twice.
+std::vector<std::span<const std::byte>> consumed_pieces;
+void RecordPiece(std::span<const std::byte> piece) { consumed_pieces.push_back(piece); }
+
+TEST(GgufRepack, HandsBackTheTensorBytesPieceByPiece) {
+  constexpr uint64_t kRows = 80000, kCols = 256;  // 144 bytes a row: 11.5 MB, two pieces of at most 8 MiB
+  const std::vector<std::byte> bytes = TinyModel::RandomBlocks(kGgmlQ4_K, kRows * kCols, 3);
+  consumed_pieces.clear();
+  const std::optional<QuantizedTensor> q = RepackGgufMatrix(Info(kGgmlQ4_K, kRows, kCols, bytes), kRows, kCols, RecordPiece);
+  ASSERT_TRUE(q.has_value());
+  ASSERT_EQ(consumed_pieces.size(), 2u);
+  const std::byte* next = bytes.data();
+  for (const std::span<const std::byte> piece : consumed_pieces) {
+    EXPECT_EQ(piece.data(), next);
+    EXPECT_LE(piece.size(), size_t{8} << 20);
+    next = piece.data() + piece.size();
+  }
+  EXPECT_EQ(next, bytes.data() + bytes.size());
+}
+
 // Every block type in every kernel that takes it, against the dense product of its dequantized
 // values: the fused fp32 kernel on each SIMD target, and the int8-dot kernel (the GGUF storage's
 // scales decoded in registers: i8 sub-scales under fp16 super-block scales, u8 mins, fp16 biases).

@@ -50,6 +50,9 @@ void WriteFileAtomic(const std::filesystem::path& path, std::string_view text);
 // set once their contents have been copied out (loaders call it per tensor, so peak memory is the
 // loaded model, not the model plus the mapped file). Later reads fault the pages back in.
 void ReleasePages(std::span<const std::byte> bytes);
+// What a converter calls on each piece of its mapped input once copied out (ReleasePages, from a
+// loader), so a load's peak holds the model and a few MiB of the file, not also its largest tensor.
+using ConsumedBytes = void (*)(std::span<const std::byte>);
 
 class MappedFile {
  public:

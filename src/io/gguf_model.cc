@@ -104,7 +104,7 @@ class TensorLoader {
     Linear l;
     std::optional<QuantizedTensor> q;
     try {
-      q = RepackGgufMatrix(t, rows, cols);
+      q = RepackGgufMatrix(t, rows, cols, ReleasePages);
     } catch (const Error& e) {
       Fail("{}: {}", source_, e.what());
     }
@@ -122,7 +122,7 @@ class TensorLoader {
     const GgufTensorInfo& t = Get(name, {cols, rows});
     Embedding e;
     try {
-      e.packed = RepackGgufMatrix(t, rows, cols);
+      e.packed = RepackGgufMatrix(t, rows, cols, ReleasePages);
     } catch (const Error& error) {
       Fail("{}: {}", source_, error.what());
     }
@@ -155,7 +155,8 @@ class TensorLoader {
   QuantizedTensor SixteenBit(const GgufTensorInfo& t, uint64_t rows, uint64_t cols) {
     if (t.data.size() != rows * cols * 2)
       Fail("{}: tensor '{}' holds {} bytes, expected {}", source_, t.name, t.data.size(), rows * cols * 2);
-    return SixteenBitMatrix(t.data, t.ggml_type == kGgmlBF16, rows, cols, options_.allow_nonfinite, t.name, source_);
+    return SixteenBitMatrix(t.data, t.ggml_type == kGgmlBF16, rows, cols, options_.allow_nonfinite, t.name, source_,
+                            ReleasePages);
   }
 
   std::vector<float> Decode(const GgufTensorInfo& t) {

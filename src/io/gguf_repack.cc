@@ -1,5 +1,6 @@
 #include "io/gguf_repack.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -8,7 +9,8 @@
 
 namespace lowbit {
 
-std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_t rows, uint64_t cols) {
+std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_t rows, uint64_t cols,
+                                                ConsumedBytes consumed) {
   const GgmlBlockFormat* format = FindGgmlBlockFormat(t.ggml_type);
   if (!format) return std::nullopt;
   const GgmlTypeInfo& info = *FindGgmlType(t.ggml_type);
@@ -22,6 +24,7 @@ std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_
   std::vector<uint8_t> codes(cols);
   std::vector<float> scales(subs), biases(subs);
   TwoLevelScales two;
+  const uint64_t row_bytes = blocks_per_row * info.block_bytes, rows_per_release = std::max<uint64_t>(1, (8 << 20) / row_bytes);
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t b = 0; b < blocks_per_row; ++b) {
       const std::byte* block = t.data.data() + (r * blocks_per_row + b) * info.block_bytes;
@@ -46,6 +49,10 @@ std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_
       }
     }
     PackCodes(codes.data(), cols, q.scheme().element->bits, q.codes().data() + r * q.row_bytes());
+    if (consumed && ((r + 1) % rows_per_release == 0 || r + 1 == rows)) {
+      const uint64_t first = r + 1 - ((r + 1) % rows_per_release == 0 ? rows_per_release : (r + 1) % rows_per_release);
+      consumed(t.data.subspan(first * row_bytes, (r + 1 - first) * row_bytes));
+    }
   }
   return q;
 }

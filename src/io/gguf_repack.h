@@ -15,13 +15,16 @@
 #include <optional>
 
 #include "io/gguf.h"
+#include "core/file_util.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
 
 // The [rows x cols] matrix held by `tensor` (ne = [cols, rows]) in our layout, or nullopt when
 // its type has none (plain float types: callers dequantize those). Throws Error naming the
-// tensor when its byte count is wrong or a block is invalid (an MXFP4 scale of 0xFF).
-std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& tensor, uint64_t rows, uint64_t cols);
+// tensor when its byte count is wrong or a block is invalid (an MXFP4 scale of 0xFF). `consumed`
+// receives the tensor's bytes a few MiB at a time once repacked (the loader releases the pages).
+std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& tensor, uint64_t rows, uint64_t cols,
+                                                ConsumedBytes consumed = nullptr);
 
 }  // namespace lowbit

@@ -188,7 +188,7 @@ class HfTensors {
 
   QuantizedTensor Sixteen(const TensorView& t, uint64_t rows, uint64_t cols) const {
     QuantizedTensor q = SixteenBitMatrix(t.data, t.dtype == DType::kBF16, rows, cols, options_.allow_nonfinite, t.name,
-                                         FileOf(t.name));
+                                         FileOf(t.name), ReleasePages);
     ReleasePages(t.data);
     return q;
   }

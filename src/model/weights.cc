@@ -37,10 +37,16 @@ std::vector<float>& Embedding::MakeDense() {
 }
 
 QuantizedTensor SixteenBitMatrix(std::span<const std::byte> bytes, bool bf16, uint64_t rows, uint64_t cols,
-                                 bool allow_nonfinite, std::string_view name, std::string_view file) {
+                                 bool allow_nonfinite, std::string_view name, std::string_view file,
+                                 ConsumedBytes consumed) {
   QuantizedTensor q(ParseScheme(bf16 ? "bf16" : "fp16"), rows, cols);
   LOWBIT_CHECK(q.codes().size() == bytes.size());
-  std::memcpy(q.codes().data(), bytes.data(), bytes.size());
+  constexpr size_t kSlice = 8 << 20;
+  for (size_t at = 0; at < bytes.size(); at += kSlice) {
+    const std::span<const std::byte> slice = bytes.subspan(at, std::min(kSlice, bytes.size() - at));
+    std::memcpy(q.codes().data() + at, slice.data(), slice.size());
+    if (consumed) consumed(slice);
+  }
   if (!allow_nonfinite) {
     std::vector<float> row(cols);
     for (uint64_t r = 0; r < rows; ++r) {

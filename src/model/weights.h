@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/file_util.h"
 #include "model/config.h"
 #include "quant/quantized_tensor.h"
 
@@ -109,7 +110,8 @@ struct LoadOptions {
 // A plain 16-bit float matrix [rows x cols] from its little-endian bf16 or fp16 bytes, checked for
 // NaN / Inf unless allowed (the error names `name` in `file`, as CheckFinite's does).
 QuantizedTensor SixteenBitMatrix(std::span<const std::byte> bytes, bool bf16, uint64_t rows, uint64_t cols,
-                                 bool allow_nonfinite, std::string_view name, std::string_view file);
+                                 bool allow_nonfinite, std::string_view name, std::string_view file,
+                                 ConsumedBytes consumed = nullptr);
 // Whether q is plain floats (no scales): full precision held in fewer bytes.
 bool IsPlainFloat(const QuantizedTensor& q);
 // A linear held as plain floats is full precision: steps that quantize or rewrite weights widen it to
