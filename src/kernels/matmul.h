@@ -5,9 +5,10 @@
 //                              (qmatmul.h); more: tiles of rows (up to 256 KiB) decoded to fp32,
 //                              then dot tiles over every token.
 //   quantized / bf16, fast     where the CPU has the instructions: bf16 weights -> BF16 dots
-//                              (qmatmul_bf16.h); int4 / int8 up to 32 tokens -> VNNI integer dots on
-//                              int8 activations (qmatmul_int8.h); other formats past 8 tokens ->
-//                              64-row tiles decoded to bf16, then BF16 dots; otherwise as exact.
+//                              (qmatmul_bf16.h); int2..int8, the GGUF block types and the byte-level
+//                              tables -> VNNI integer dots on int8 activations at any batch, prefill
+//                              included (qmatmul_int8.h); other formats past 8 tokens -> 64-row
+//                              tiles decoded to bf16, then BF16 dots; otherwise as exact.
 // With input quantization (W8A8 simulation), x is fake-quantized first.
 #pragma once
 
