@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "eval/speed.h"
 #include "gguf_writer_for_tests.h"
 #include "io/gguf_blocks.h"
 #include "io/gguf_model.h"
@@ -221,6 +222,27 @@ TEST(GgufRepack, QuantizedModelMatchesItsDequantizedCopy) {
     for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], lb[i], 1e-4f * (1 + std::abs(lb[i]))) << i;
   }
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lowbit
+
+namespace lowbit {
+namespace {
+
+// `bench gemv --format` takes GGUF block types by name, held as a loaded file holds them; plain
+// float names stay schemes (BF16 is a ggml type too, but a plain one).
+TEST(GemvWeight, GgufBlockTypesLoadAsFromAFileAndFloatNamesStaySchemes) {
+  std::string name;
+  const Linear q6 = GemvWeight("q6_k", 4, 512, name);
+  EXPECT_EQ(name, "Q6_K (int6:g16:scale=i8:super256)");
+  EXPECT_EQ(q6.storage_bytes(), 4u * 2 * 210);  // Q6_K's 210 bytes per 256 weights
+  const Linear bf16 = GemvWeight("bf16", 4, 512, name);
+  EXPECT_EQ(name, "bf16");
+  EXPECT_EQ(bf16.storage_bytes(), 4u * 512 * 2);
+  (void)GemvWeight("fp32", 4, 512, name);
+  EXPECT_EQ(name, "fp32");
+  EXPECT_THROW(GemvWeight("Q4_K", 4, 300, name), Error);  // rows of whole 256-weight blocks only
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/gguf_blocks.h"
 #include "io/gguf_quantize.h"
 #include "io/gguf_repack.h"
 #include "kernels/matmul.h"
@@ -51,14 +52,14 @@ Linear GemvWeight(std::string_view format, uint64_t rows, uint64_t cols, std::st
     return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) { return std::toupper(x) == std::toupper(y); });
   };
   for (const GgmlTypeInfo& type : AllGgmlTypes()) {
-    if (!same_name(type.name, format) || !CanQuantizeGguf(type.id)) continue;
+    if (!same_name(type.name, format) || !FindGgmlBlockFormat(type.id) || !CanQuantizeGguf(type.id)) continue;
     if (cols % type.block_elems != 0) Fail("bench gemv: --cols {} is not a multiple of {}'s {}-element blocks", cols, format, type.block_elems);
     GgufTensorInfo t{"bench", type.id, {cols, rows}, 0, rows * cols, {}};
     std::vector<std::byte> blocks(rows * cols / type.block_elems * type.block_bytes);
     QuantizeGgufRow(type.id, w.data(), static_cast<int64_t>(rows * cols), {}, blocks.data());
     t.data = blocks;
     std::optional<QuantizedTensor> q = RepackGgufMatrix(t, rows, cols);
-    if (!q) Fail("bench gemv: {} is a plain float type; give fp16 / bf16 / fp32", format);
+    LOWBIT_CHECK(q.has_value());  // a block type
     name = fmt::format("{} ({})", type.name, q->scheme().ToString());
     l.weight = std::move(*q);
     return l;
