@@ -20,6 +20,9 @@ namespace lowbit::qmatmul {
 
 enum class CodeKind : uint8_t { kNone, kAffine, kLut16, kE4M3, kE5M2, kTable8, kFp16, kBf16, kF32 };
 
+// Code bytes are prefetched this far ahead of the decode (as in qmatmul_int8.cc).
+constexpr size_t kPrefetchAhead = 2048;
+
 struct Plan {
   CodeKind kind = CodeKind::kNone;
   int bits = 0;
@@ -74,6 +77,7 @@ inline float ScalarWeight(const QuantizedTensor& w, const uint8_t* row, size_t i
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/qmatmul.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 HWY_BEFORE_NAMESPACE();
@@ -182,6 +186,8 @@ HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, si
   // accumulators stay in registers.
   const auto step = [&](size_t i, hn::Vec<D> scale, size_t k, auto scaled, hn::Vec<D>(&into)[kTokens][4]) HWY_ATTR {
     hn::Vec<D> wv[P];
+    // As in the integer-dot kernel: the hardware prefetcher falls behind one stream per thread.
+    hwy::Prefetch(row + i * kBits / 8 + qmatmul::kPrefetchAhead);
     DecodeChunk<K, kBits>(d, row + i * kBits / 8, lut, table, wv);
     for (size_t j = 0; j < P; ++j) {
       hn::Vec<D> w_j = wv[j];
