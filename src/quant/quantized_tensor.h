@@ -68,8 +68,8 @@ class QuantizedTensor {
     return codes_.size() + scales_.size() + zeros_.size() + super_.size() + (scheme_.tensor_scale ? 4 : 0);
   }
 
-  // Group scales of row r (times the tensor scale) and, when asymmetric, the biases -zero * scale,
-  // for each of the grid_cols groups: what a kernel needs to decode the row. `biases` may be
+  // Group scales of row r (times the tensor scale) and, when asymmetric, the biases (-zero * scale,
+  // or the stored bias), for each of the grid_cols groups: what a kernel needs to decode the row. `biases` may be
   // nullptr for symmetric tensors.
   void RowScales(uint64_t r, float* scales, float* biases) const;
   // Dequantizes row r into out[0..cols) with the SIMD decoder.
