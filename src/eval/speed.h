@@ -34,11 +34,12 @@ struct GemvBenchOptions {
 
 // A [rows x cols] weight of random values (sigma 0.02) in `format`: "fp32" (dense), a scheme
 // (RTN, "bf16" included), or a GGUF block type by name, case-insensitive ("Q6_K": encoded by
-// ggml's reference quantizer and loaded as a GGUF file's tensor is). `name` receives what it is, for tables.
+// ggml's reference quantizer and loaded as a GGUF file's tensor is). `name` receives what it is,
+// for tables.
 Linear GemvWeight(std::string_view format, uint64_t rows, uint64_t cols, std::string& name);
 
-// y = W x over enough distinct copies of `prototype` to fill the working set. Each round runs the triad (when asked), then GEMV passes until min_seconds; the
-// fastest pass of each is kept: on a shared machine whose bandwidth drifts, both then come from
+// y = W x over enough distinct copies of `prototype` to fill the working set. Each round runs the
+// triad (when asked), then GEMV passes until min_seconds; the fastest pass of each is kept: on a shared machine whose bandwidth drifts, both then come from
 // its quiet phases, so their ratio stays meaningful.
 GemvSpeed MeasureGemv(const Linear& prototype, const GemvBenchOptions& o, ThreadPool& pool);
 

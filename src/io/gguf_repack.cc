@@ -25,6 +25,7 @@ std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_
   std::vector<float> scales(subs), biases(subs);
   TwoLevelScales two;
   const uint64_t row_bytes = blocks_per_row * info.block_bytes, rows_per_release = std::max<uint64_t>(1, (8 << 20) / row_bytes);
+  uint64_t released = 0;  // rows handed to `consumed`
   for (uint64_t r = 0; r < rows; ++r) {
     for (uint64_t b = 0; b < blocks_per_row; ++b) {
       const std::byte* block = t.data.data() + (r * blocks_per_row + b) * info.block_bytes;
@@ -49,9 +50,9 @@ std::optional<QuantizedTensor> RepackGgufMatrix(const GgufTensorInfo& t, uint64_
       }
     }
     PackCodes(codes.data(), cols, q.scheme().element->bits, q.codes().data() + r * q.row_bytes());
-    if (consumed && ((r + 1) % rows_per_release == 0 || r + 1 == rows)) {
-      const uint64_t first = r + 1 - ((r + 1) % rows_per_release == 0 ? rows_per_release : (r + 1) % rows_per_release);
-      consumed(t.data.subspan(first * row_bytes, (r + 1 - first) * row_bytes));
+    if (consumed && (r + 1 - released == rows_per_release || r + 1 == rows)) {
+      consumed(t.data.subspan(released * row_bytes, (r + 1 - released) * row_bytes));
+      released = r + 1;
     }
   }
   return q;
