@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <numbers>
 
 #include "kernels/activation.h"
 #include "kernels/attention_tile.h"
@@ -74,10 +75,34 @@ TEST(SiluMul, MatchesReferenceOnEveryTarget) {
   });
 }
 
+// GELU's tanh form against values computed from its definition in double (PyTorch's
+// gelu(approximate="tanh") gives the same: gelu(1) = 0.841192, gelu(-1) = -0.158808).
+TEST(GeluTanhMul, MatchesDefinitionAndReferenceOnEveryTarget) {
+  std::vector<float> gate = Gaussian(203, 5, 4.0f), up = Gaussian(203, 6);
+  gate[0] = 1.0f, gate[1] = -1.0f, gate[2] = 0.0f, gate[3] = -30.0f, gate[4] = 30.0f, up[0] = up[1] = 1.0f;
+  std::vector<float> want(gate.size());
+  GeluTanhMulRef(gate.data(), up.data(), gate.size(), want.data());
+  EXPECT_NEAR(want[0], 0.841192f, 1e-6f);
+  EXPECT_NEAR(want[1], -0.158808f, 1e-6f);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    const double exact = 0.5 * g * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (g + 0.044715 * g * g * g))) * up[i];
+    ASSERT_NEAR(want[i], exact, 4e-6 * std::fabs(exact) + 1e-12) << "g=" << g;
+  }
+  ForEachTarget([&](const std::string& target) {
+    std::vector<float> got = gate;
+    GeluTanhMul(got.data(), up.data(), got.size(), got.data());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 4e-6 * std::fabs(want[i]) + 1e-12) << target << " at " << i << " g=" << gate[i];
+  });
+}
+
 // Three tiles in a row through the online softmax (the second with larger scores, so the running
 // maximum grows and earlier output is rescaled), against the reference and against the exact
 // softmax-weighted sum computed directly.
+// With a soft-cap (Gemma 2), every score is cap * tanh(score / cap) before the softmax.
 TEST(AttendTile, OnlineSoftmaxMatchesReferenceAndDirectSoftmax) {
+  for (const float softcap : {0.0f, 1.5f})
   for (const size_t head_dim : {size_t{20}, size_t{32}, size_t{128}})
     for (const size_t heads : {size_t{1}, size_t{4}}) {
       const size_t stride = head_dim + 8, tiles = 3, per_tile = 13;  // K/V rows wider than a head
@@ -90,7 +115,7 @@ TEST(AttendTile, OnlineSoftmaxMatchesReferenceAndDirectSoftmax) {
         std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
         for (size_t t = 0; t < tiles; ++t) {
           const AttentionTile tile{&k[t * per_tile * stride], stride, &v[t * per_tile * stride], stride, per_tile};
-          (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, tile,
+          (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, softcap, tile,
                                                    {max.data(), sum.data(), acc.data()}, scores.data());
         }
         for (size_t h = 0; h < heads; ++h)
@@ -105,19 +130,21 @@ TEST(AttendTile, OnlineSoftmaxMatchesReferenceAndDirectSoftmax) {
         for (size_t i = 0; i < n; ++i) {
           for (size_t j = 0; j < head_dim; ++j) logits[i] += static_cast<double>(q[h * head_dim + j]) * k[i * stride + j];
           logits[i] *= scale;
+          if (softcap > 0) logits[i] = softcap * std::tanh(logits[i] / softcap);
           max = std::max(max, logits[i]);
         }
         for (double& l : logits) total += l = std::exp(l - max);
         for (size_t j = 0; j < head_dim; ++j) {
           double o = 0;
           for (size_t i = 0; i < n; ++i) o += logits[i] / total * v[i * stride + j];
-          ASSERT_NEAR(want[h * head_dim + j], o, 1e-5) << "head_dim " << head_dim << " head " << h;
+          ASSERT_NEAR(want[h * head_dim + j], o, 1e-5) << "head_dim " << head_dim << " head " << h << " cap " << softcap;
         }
       }
       ForEachTarget([&](const std::string& target) {
         const std::vector<float> got = run(false);
         for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 1e-5) << "head_dim " << head_dim << " heads " << heads << " on " << target;
+          ASSERT_NEAR(got[i], want[i], 1e-5) << "head_dim " << head_dim << " heads " << heads << " cap " << softcap
+                                              << " on " << target;
       });
     }
 }

@@ -154,15 +154,26 @@ TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
     // Readers behind the newest position only exist for caches without a recent window (KIVI's
     // window has moved on), so int4 is read at the last position.
     const bool kivi = dtype == KvDtype::kInt4;
-    for (const size_t position : kivi ? std::vector<size_t>{69} : std::vector<size_t>{0, 15, 16, 69}) {
-      const AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f)};
-      std::vector<float> blocked(q.size()), two_pass(q.size());
-      AttendBlocked(f.cache, query, scratch, blocked.data());
-      AttendTwoPass(f.cache, query, scratch, two_pass.data());
-      for (size_t i = 0; i < q.size(); ++i)
-        ASSERT_NEAR(blocked[i], two_pass[i], 1e-5) << KvDtypeName(dtype) << " position " << position;
-    }
+    // Sliding windows start inside a block (window 5) or blocks back (20); soft-capped scores too.
+    for (const size_t position : kivi ? std::vector<size_t>{69} : std::vector<size_t>{0, 15, 16, 69})
+      for (const size_t window : {size_t{0}, size_t{5}, size_t{20}})
+        for (const float softcap : {0.0f, 3.0f}) {
+          const size_t first = window > 0 && position >= window ? position + 1 - window : 0;
+          const AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f), first, softcap};
+          std::vector<float> blocked(q.size()), two_pass(q.size());
+          AttendBlocked(f.cache, query, scratch, blocked.data());
+          AttendTwoPass(f.cache, query, scratch, two_pass.data());
+          for (size_t i = 0; i < q.size(); ++i)
+            ASSERT_NEAR(blocked[i], two_pass[i], 1e-5)
+                << KvDtypeName(dtype) << " position " << position << " window " << window << " cap " << softcap;
+        }
     if (kivi) continue;
+    // A window of one position sees only the token itself: the output is its V row.
+    const AttentionQuery itself{1, 1, 40, q.data(), 1, 0.2f, 40};
+    std::vector<float> own(c.head_dim), own_v(16 * c.head_dim);
+    AttendBlocked(f.cache, itself, scratch, own.data());
+    const KvCache::Tile v40 = f.cache.ReadV(1, 1, 40, 41, 40, own_v.data());
+    for (size_t i = 0; i < c.head_dim; ++i) EXPECT_NEAR(own[i], v40.data[i], 1e-6);
     // Position 0 sees only itself: the output is V[0] of that head, as the cache reads it.
     const AttentionQuery first{1, 1, 0, q.data(), 1, 0.2f};
     std::vector<float> out(c.head_dim), scratch_v(16 * c.head_dim);

@@ -86,6 +86,12 @@ void TensorList::AddFloats(std::string name, std::vector<uint64_t> shape, std::s
   else Add(std::move(name), DType::kF32, std::move(shape), values);
 }
 
+void TensorList::AddOwnedFloats(std::string name, std::vector<uint64_t> shape, const std::vector<float>& values) {
+  const auto bytes = std::as_bytes(std::span(values));
+  const std::vector<std::byte>& kept = owned_.emplace_back(bytes.begin(), bytes.end());
+  AddFloats(std::move(name), std::move(shape), std::span(reinterpret_cast<const float*>(kept.data()), values.size()));
+}
+
 uint64_t TensorList::bytes() const {
   uint64_t total = 0;
   for (const TensorToWrite& t : tensors_) total += t.data.size();

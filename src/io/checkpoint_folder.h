@@ -48,6 +48,8 @@ class TensorList {
   // fp32 values stored in the narrowest of BF16, F16 and F32 that holds every one of them exactly: a
   // bf16 source's embeddings and norms keep their 16 bits on disk, and the round trip stays exact.
   void AddFloats(std::string name, std::vector<uint64_t> shape, std::span<const float> values);
+  // The same for values made by the caller (the list keeps them).
+  void AddOwnedFloats(std::string name, std::vector<uint64_t> shape, const std::vector<float>& values);
   void AddOwnedBytes(std::string name, DType dtype, std::vector<uint64_t> shape, std::vector<std::byte> bytes) {
     owned_.push_back(std::move(bytes));
     tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});

@@ -13,6 +13,7 @@
 #include "formats/codec.h"
 #include "io/compressed_tensors.h"
 #include "io/gptq_awq.h"
+#include "io/hf_names.h"
 #include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
 
@@ -257,6 +258,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   const fs::path dest = CheckpointDestination(out_dir);
   CheckQuantizedModelTarget(c, dest, source_dir);
   if (o.gptq_v2 && o.format != EngineFormat::kGptq) Fail("gptq_v2 zero points apply to --to gptq only");
+  if (HasFusedProjections(c))
+    Fail("{}: {} stores q/k/v and gate/up as fused qkv_proj / gate_up_proj, which --to {} does not write yet",
+         model.source, c.architecture, EngineFormatName(o.format));
   if (o.scheme) CheckEngineScheme(o.format, *o.scheme, fmt::format("--scheme {}", o.scheme->ToString()));
   if (c.tie_embeddings && model.weights.lm_head.quantized())
     Fail("{}: lm_head is quantized but tie_word_embeddings is true, so it would not be stored", dest.string());
@@ -287,12 +291,8 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       ValidateLayer(c, block, i, model.source);
       TensorList list;
       const std::string p = fmt::format("model.layers.{}.", i);
-      AddDense(list, p + "input_layernorm.weight", {block.attn_norm.size()}, block.attn_norm, dense);
-      AddDense(list, p + "post_attention_layernorm.weight", {block.ffn_norm.size()}, block.ffn_norm, dense);
-      if (!block.q_norm.empty()) {
-        AddDense(list, p + "self_attn.q_norm.weight", {block.q_norm.size()}, block.q_norm, dense);
-        AddDense(list, p + "self_attn.k_norm.weight", {block.k_norm.size()}, block.k_norm, dense);
-      }
+      for (const HfBlockVector& v : HfBlockVectors(c))
+        AddDense(list, p + v.name, {v.size}, NormToCheckpoint(c, block.*v.member), dense);
       for (const NamedLinear& nl : BlockLinears(block, i)) linears.push_back(AddLinear(list, nl, o, dense, r));
       if (o.format != EngineFormat::kCompressedTensors && r.quantized_linears > 0)
         (void)SharedParams(linears, o.format);  // mixed schemes fail at the block that brings them, not at the end
@@ -307,7 +307,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     s.read_layer = nullptr;
     TensorList ends;
     AddDense(ends, "model.embed_tokens.weight", {c.vocab_size, c.dim}, model.weights.embed.MakeDense(), dense);
-    AddDense(ends, "model.norm.weight", {c.dim}, model.weights.final_norm, dense);
+    AddDense(ends, "model.norm.weight", {c.dim}, NormToCheckpoint(c, model.weights.final_norm), dense);
     if (!c.tie_embeddings) linears.push_back(AddLinear(ends, {"lm_head", &model.weights.lm_head}, o, dense, r));
     shards.Add(std::move(ends));
     r.shards = shards.Finish();

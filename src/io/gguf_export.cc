@@ -30,6 +30,9 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   // lowbit reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
   if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "gguf:qwen2") return {"qwen2", false};
   if (c.architecture == "Qwen3ForCausalLM" || c.architecture == "gguf:qwen3") return {"qwen3", false};
+  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
+      !c.architecture.starts_with("gguf:") && c.architecture != "llama2.c")
+    Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Qwen2, Qwen3)", c.architecture);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -231,7 +234,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   const GgufFileType& file_type = FindGgufFileType(options.type);
   const Architecture arch = ArchitectureOf(c);
   std::optional<std::vector<float>> rope_divisors;
-  if (c.rope_scaling.factor > 0) {
+  if (c.rope_scaling.type == RopeScalingType::kLlama3) {
     if (arch.name != "llama") Fail("{}: rope scaling is only exported for the llama architecture", m.source);
     rope_divisors = Llama3RopeDivisors(c);
   }

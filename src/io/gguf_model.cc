@@ -49,7 +49,7 @@ RopeScaling Llama3ScalingFromFreqs(const std::vector<float>& divisors, const Mod
   };
   bool all_one = true;
   for (float f : divisors) all_one = all_one && f == 1.0f;
-  if (all_one) return RopeScaling{};  // factor 0 = no scaling
+  if (all_one) return RopeScaling{};
 
   // Prefer a dimension divided by the factor itself; otherwise invert the smooth blend on the
   // dimension furthest from 1 (the best conditioned).
@@ -77,6 +77,7 @@ RopeScaling Llama3ScalingFromFreqs(const std::vector<float>& divisors, const Mod
     Fail("{}: tensor 'rope_freqs.weight' does not match Llama 3 rope scaling (low_freq_factor 1, "
          "high_freq_factor 4, original context 8192); other rope scaling is not supported",
          source);
+  s.type = RopeScalingType::kLlama3;
   s.factor = static_cast<float>(factor);
   return s;
 }

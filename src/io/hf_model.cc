@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "io/engine_checkpoint.h"
+#include "io/hf_names.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 
@@ -44,6 +45,37 @@ std::optional<uint64_t> BlockOf(std::string_view name) {
   return n;
 }
 
+// Phi-3's fused projections: consecutive row ranges of `fused` as separate linears (q, k, v or
+// gate, up). Dense and 16-bit weights split exactly; a fused linear stored quantized is refused.
+std::vector<Linear> SplitRows(Linear fused, const std::vector<uint64_t>& rows, const std::string& name,
+                              const std::string& file) {
+  if (fused.input_quant || fused.outliers || fused.input_hadamard)
+    Fail("{}: '{}' is a fused projection with an input transform, which lowbit cannot split", file, name);
+  std::vector<Linear> out(rows.size());
+  uint64_t first = 0;
+  const uint64_t cols = fused.cols();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (auto* d = std::get_if<DenseMatrix>(&fused.weight)) {
+      const auto begin = d->values.begin() + static_cast<ptrdiff_t>(first * cols);
+      out[i].weight = DenseMatrix{rows[i], cols, std::vector<float>(begin, begin + static_cast<ptrdiff_t>(rows[i] * cols))};
+    } else {
+      const auto& q = std::get<QuantizedTensor>(fused.weight);
+      if (!IsPlainFloat(q))
+        Fail("{}: '{}' is a fused projection stored quantized ({}); lowbit splits fused projections only from "
+             "full-precision checkpoints", file, name, q.scheme().ToString());
+      QuantizedTensor part(q.scheme(), rows[i], cols);
+      std::copy_n(q.codes().begin() + static_cast<ptrdiff_t>(first * q.row_bytes()), part.codes().size(),
+                  part.codes().begin());
+      out[i].weight = std::move(part);
+    }
+    if (!fused.bias.empty())
+      out[i].bias.assign(fused.bias.begin() + static_cast<ptrdiff_t>(first),
+                         fused.bias.begin() + static_cast<ptrdiff_t>(first + rows[i]));
+    first += rows[i];
+  }
+  return out;
+}
+
 class HfTensors {
  public:
   // The quantization config is read first so that a foreign quantized checkpoint fails with
@@ -61,6 +93,10 @@ class HfTensors {
   bool EngineQuantized(const std::string& name) const { return engine_ && engine_->Has(model_, name); }
   bool HasLinear(const std::string& name) const {
     return Has(name + ".weight") || quantized_.Has(name) || EngineQuantized(name);
+  }
+  // Whether block i stores Phi-3's fused projections (a lowbit folder saved from Phi-3 stores them split).
+  bool Fused(const ModelConfig& c, uint32_t i) const {
+    return HasFusedProjections(c) && HasLinear(fmt::format("model.layers.{}.self_attn.qkv_proj", i));
   }
 
   // The shard holding `name`, for messages.
@@ -95,15 +131,18 @@ class HfTensors {
       const std::string p = fmt::format("model.layers.{}.", i);
       if (engine_ && engine_->quant_method() == "compressed-tensors")  // FP8 KV-cache scales (vLLM's; lowbit reads kv_cache_scales.json)
         for (const char* s : {"self_attn.k_scale", "self_attn.v_scale"}) optional.insert(p + s);
-      dense[p + "input_layernorm.weight"] = {c.dim};
-      dense[p + "post_attention_layernorm.weight"] = {c.dim};
-      if (c.qk_norm) dense[p + "self_attn.q_norm.weight"] = dense[p + "self_attn.k_norm.weight"] = {c.head_dim};
-      linear(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
-      linear(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
-      linear(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
+      for (const HfBlockVector& v : HfBlockVectors(c)) dense[p + v.name] = {v.size};
+      if (Fused(c, i)) {
+        linear(p + "self_attn.qkv_proj", uint64_t{c.q_dim()} + 2 * c.kv_dim(), c.dim, c.qkv_bias);
+        linear(p + "mlp.gate_up_proj", uint64_t{2} * c.ffn_dim, c.dim, false);
+      } else {
+        linear(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
+        linear(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
+        linear(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
+        linear(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
+        linear(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
+      }
       linear(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
-      linear(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
-      linear(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
       linear(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
     }
     if (!c.tie_embeddings && HasLinear("lm_head")) linear("lm_head", c.vocab_size, c.dim, false);
@@ -255,7 +294,7 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
   m.weights.embed = t->EmbeddingTable("model.embed_tokens.weight", c.vocab_size, c.dim);
   t->CheckTiedLmHead(m.weights.embed, c.vocab_size, c.dim, config_path.string());
   m.weights.layers.resize(c.n_layers);
-  m.weights.final_norm = t->Vector("model.norm.weight", c.dim);
+  m.weights.final_norm = NormFromCheckpoint(c, t->Vector("model.norm.weight", c.dim));
   if (!c.tie_embeddings && t->HasLinear("lm_head")) {
     m.weights.lm_head = t->Matrix("lm_head", c.vocab_size, c.dim, false);
   } else {
@@ -265,18 +304,26 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
   s.read_layer = [t = std::shared_ptr<const HfTensors>(t), c, source = m.source](size_t i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights l;
-    l.attn_norm = t->Vector(p + "input_layernorm.weight", c.dim);
-    l.wq = t->Matrix(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
-    l.wk = t->Matrix(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
-    l.wv = t->Matrix(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
-    l.wo = t->Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
-    if (c.qk_norm) {
-      l.q_norm = t->Vector(p + "self_attn.q_norm.weight", c.head_dim);
-      l.k_norm = t->Vector(p + "self_attn.k_norm.weight", c.head_dim);
+    for (const HfBlockVector& v : HfBlockVectors(c)) l.*v.member = NormFromCheckpoint(c, t->Vector(p + v.name, v.size));
+    if (t->Fused(c, static_cast<uint32_t>(i))) {
+      const std::string qkv = p + "self_attn.qkv_proj", gate_up = p + "mlp.gate_up_proj";
+      std::vector<Linear> parts = SplitRows(t->Matrix(qkv, uint64_t{c.q_dim()} + 2 * c.kv_dim(), c.dim, c.qkv_bias),
+                                            {c.q_dim(), c.kv_dim(), c.kv_dim()}, qkv, t->FileOf(qkv + ".weight"));
+      l.wq = std::move(parts[0]);
+      l.wk = std::move(parts[1]);
+      l.wv = std::move(parts[2]);
+      parts = SplitRows(t->Matrix(gate_up, uint64_t{2} * c.ffn_dim, c.dim, false), {c.ffn_dim, c.ffn_dim}, gate_up,
+                        t->FileOf(gate_up + ".weight"));
+      l.w_gate = std::move(parts[0]);
+      l.w_up = std::move(parts[1]);
+    } else {
+      l.wq = t->Matrix(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
+      l.wk = t->Matrix(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
+      l.wv = t->Matrix(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
+      l.w_gate = t->Matrix(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
+      l.w_up = t->Matrix(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
     }
-    l.ffn_norm = t->Vector(p + "post_attention_layernorm.weight", c.dim);
-    l.w_gate = t->Matrix(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
-    l.w_up = t->Matrix(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
+    l.wo = t->Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
     l.w_down = t->Matrix(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
     ValidateLayer(c, l, i, source);
     return l;

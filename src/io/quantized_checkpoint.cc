@@ -19,6 +19,7 @@
 #include "io/checkpoint_folder.h"
 #include "io/compressed_tensors.h"
 #include "io/engine_checkpoint.h"
+#include "io/hf_names.h"
 #include "model/config.h"
 
 namespace lowbit {
@@ -176,16 +177,12 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
   else
     list.AddFloats("model.embed_tokens.weight", {model.config.vocab_size, model.config.dim},
                    embed.packed ? widened : embed.values);
-  list.AddFloats("model.norm.weight", {model.config.dim}, model.weights.final_norm);
+  const ModelConfig& c = model.config;
+  list.AddOwnedFloats("model.norm.weight", {c.dim}, NormToCheckpoint(c, model.weights.final_norm));
   for (size_t i = 0; i < blocks; ++i) {
-    const LayerWeights& l = model.weights.layers[i];
     const std::string p = fmt::format("model.layers.{}.", i);
-    list.AddFloats(p + "input_layernorm.weight", {l.attn_norm.size()}, l.attn_norm);
-    list.AddFloats(p + "post_attention_layernorm.weight", {l.ffn_norm.size()}, l.ffn_norm);
-    if (!l.q_norm.empty()) {
-      list.AddFloats(p + "self_attn.q_norm.weight", {l.q_norm.size()}, l.q_norm);
-      list.AddFloats(p + "self_attn.k_norm.weight", {l.k_norm.size()}, l.k_norm);
-    }
+    for (const HfBlockVector& v : HfBlockVectors(c))
+      list.AddOwnedFloats(p + v.name, {v.size}, NormToCheckpoint(c, model.weights.layers[i].*v.member));
   }
   const ExpandedWeights expanded = ExpandGgufStorage(linears);
   for (const NamedLinear& nl : linears) {

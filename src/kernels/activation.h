@@ -9,5 +9,9 @@ namespace lowbit {
 // out[i] = silu(gate[i]) * up[i], the SwiGLU product; silu(g) = g / (1 + exp(-g)). out may be gate.
 void SiluMul(const float* gate, const float* up, size_t n, float* out);
 void SiluMulRef(const float* gate, const float* up, size_t n, float* out);
+// out[i] = gelu(gate[i]) * up[i], the GeGLU product with GELU's tanh approximation (PyTorch's
+// gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+void GeluTanhMul(const float* gate, const float* up, size_t n, float* out);
+void GeluTanhMulRef(const float* gate, const float* up, size_t n, float* out);
 
 }  // namespace lowbit

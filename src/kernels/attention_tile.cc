@@ -28,13 +28,14 @@ void RescaleTo(float new_max, float& max, float& sum, float* acc, size_t head_di
   max = new_max;
 }
 
-void AttendHeadScalar(const float* q, size_t head_dim, float scale, const AttentionTile& t, float& max, float& sum,
-                      float* acc, float* scores) {
+void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softcap, const AttentionTile& t,
+                      float& max, float& sum, float* acc, float* scores) {
   float tile_max = -INFINITY;
   for (size_t i = 0; i < t.n; ++i) {
     float s = 0;
     for (size_t j = 0; j < head_dim; ++j) s += q[j] * t.k[i * t.k_stride + j];
     scores[i] = s * scale;
+    if (softcap > 0) scores[i] = softcap * std::tanh(scores[i] / softcap);
     tile_max = std::max(tile_max, scores[i]);
   }
   RescaleTo(tile_max, max, sum, acc, head_dim);
@@ -56,9 +57,19 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET != HWY_SCALAR
 // kVectors = head_dim / lanes, fixed at compile time so a head's output stays in registers.
+// scores[0..n) <- softcap * tanh(scores / softcap).
+void SoftCap(float softcap, size_t n, float* HWY_RESTRICT scores) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto cap = hn::Set(d, softcap), inv = hn::Set(d, 1.0f / softcap);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(cap, hn::Tanh(d, hn::Mul(hn::LoadU(d, scores + i), inv))), d, scores + i);
+  for (; i < n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
+}
+
 template <size_t kVectors>
-void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, const AttentionTile& t, OnlineSoftmax state,
-                 float* HWY_RESTRICT scores) {
+void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float softcap, const AttentionTile& t,
+                 OnlineSoftmax state, float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
   const hn::Full128<float> d4;
   const size_t N = hn::Lanes(d), head_dim = kVectors * N;
@@ -86,6 +97,7 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, const A
       for (size_t j = 0; j < kVectors; ++j) s = hn::MulAdd(qv[j], hn::LoadU(d, t.k + i * t.k_stride + j * N), s);
       scores[i] = hn::GetLane(hn::SumOfLanes(d, s)) * scale;
     }
+    if (softcap > 0) SoftCap(softcap, t.n, scores);
     float tile_max = -INFINITY;
     for (i = 0; i < t.n; ++i) tile_max = std::max(tile_max, scores[i]);
     float* acc = state.acc + h * head_dim;
@@ -124,27 +136,27 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, const A
   }
 }
 
-void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
-                    OnlineSoftmax state, float* HWY_RESTRICT scores) {
+void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
+                    const AttentionTile& t, OnlineSoftmax state, float* HWY_RESTRICT scores) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   switch (head_dim % N == 0 ? head_dim / N : 0) {
-    case 1: return AttendHeads<1>(q, heads, scale, t, state, scores);
-    case 2: return AttendHeads<2>(q, heads, scale, t, state, scores);
-    case 4: return AttendHeads<4>(q, heads, scale, t, state, scores);
-    case 8: return AttendHeads<8>(q, heads, scale, t, state, scores);
-    case 16: return AttendHeads<16>(q, heads, scale, t, state, scores);
+    case 1: return AttendHeads<1>(q, heads, scale, softcap, t, state, scores);
+    case 2: return AttendHeads<2>(q, heads, scale, softcap, t, state, scores);
+    case 4: return AttendHeads<4>(q, heads, scale, softcap, t, state, scores);
+    case 8: return AttendHeads<8>(q, heads, scale, softcap, t, state, scores);
+    case 16: return AttendHeads<16>(q, heads, scale, softcap, t, state, scores);
     default:  // other head sizes (80, 96, ...): the scalar steps
       for (size_t h = 0; h < heads; ++h)
-        AttendHeadScalar(q + h * head_dim, head_dim, scale, t, state.max[h], state.sum[h], state.acc + h * head_dim,
-                         scores);
+        AttendHeadScalar(q + h * head_dim, head_dim, scale, softcap, t, state.max[h], state.sum[h],
+                         state.acc + h * head_dim, scores);
   }
 }
 #else
-void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
-                    OnlineSoftmax state, float* HWY_RESTRICT scores) {
+void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
+                    const AttentionTile& t, OnlineSoftmax state, float* HWY_RESTRICT scores) {
   for (size_t h = 0; h < heads; ++h)
-    AttendHeadScalar(q + h * head_dim, head_dim, scale, t, state.max[h], state.sum[h], state.acc + h * head_dim,
-                     scores);
+    AttendHeadScalar(q + h * head_dim, head_dim, scale, softcap, t, state.max[h], state.sum[h],
+                     state.acc + h * head_dim, scores);
 }
 #endif
 
@@ -156,16 +168,16 @@ HWY_AFTER_NAMESPACE();
 namespace lowbit {
 HWY_EXPORT(AttendTileImpl);
 
-void AttendTile(const float* q, size_t heads, size_t head_dim, float scale, const AttentionTile& tile,
+void AttendTile(const float* q, size_t heads, size_t head_dim, float scale, float softcap, const AttentionTile& tile,
                 OnlineSoftmax state, float* scores) {
-  HWY_DYNAMIC_DISPATCH(AttendTileImpl)(q, heads, head_dim, scale, tile, state, scores);
+  HWY_DYNAMIC_DISPATCH(AttendTileImpl)(q, heads, head_dim, scale, softcap, tile, state, scores);
 }
 
-void AttendTileRef(const float* q, size_t heads, size_t head_dim, float scale, const AttentionTile& tile,
-                   OnlineSoftmax state, float* scores) {
+void AttendTileRef(const float* q, size_t heads, size_t head_dim, float scale, float softcap,
+                   const AttentionTile& tile, OnlineSoftmax state, float* scores) {
   for (size_t h = 0; h < heads; ++h)
-    AttendHeadScalar(q + h * head_dim, head_dim, scale, tile, state.max[h], state.sum[h], state.acc + h * head_dim,
-                     scores);
+    AttendHeadScalar(q + h * head_dim, head_dim, scale, softcap, tile, state.max[h], state.sum[h],
+                     state.acc + h * head_dim, scores);
 }
 }  // namespace lowbit
 #endif

@@ -22,10 +22,11 @@ struct AttentionTile {
   size_t n;  // positions in the tile
 };
 
-// q: [heads x head_dim]; scores: scratch of at least tile.n floats.
-void AttendTile(const float* q, size_t heads, size_t head_dim, float scale, const AttentionTile& tile,
+// q: [heads x head_dim]; scores: scratch of at least tile.n floats. A score is q.k * scale, then
+// softcap * tanh(score / softcap) when softcap > 0 (Gemma 2's attention logit soft-capping).
+void AttendTile(const float* q, size_t heads, size_t head_dim, float scale, float softcap, const AttentionTile& tile,
                 OnlineSoftmax state, float* scores);
-void AttendTileRef(const float* q, size_t heads, size_t head_dim, float scale, const AttentionTile& tile,
-                   OnlineSoftmax state, float* scores);
+void AttendTileRef(const float* q, size_t heads, size_t head_dim, float scale, float softcap,
+                   const AttentionTile& tile, OnlineSoftmax state, float* scores);
 
 }  // namespace lowbit

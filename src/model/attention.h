@@ -16,10 +16,12 @@ namespace lowbit {
 
 struct AttentionQuery {
   size_t layer = 0, kv_head = 0;
-  size_t position = 0;    // the token's position: positions 0..position are visible
+  size_t position = 0;    // the token's position: positions first..position are visible
   const float* q = nullptr;  // [heads x head_dim], already rotated
   size_t heads = 1;          // query heads sharing this KV head
   float scale = 1;           // 1 / sqrt(head_dim)
+  size_t first = 0;          // a sliding window's first visible position
+  float softcap = 0;         // scores soft-capped to (-softcap, softcap) when > 0 (kernels/attention_tile.h)
 };
 
 // Reusable per-thread buffers, sized on first use.

@@ -1,6 +1,10 @@
 #include "model/config.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/json_util.h"
@@ -32,13 +36,158 @@ void ModelConfig::Validate(const std::string& source) const {
   at_most(head_dim, 1u << 12, "head_dim");
   need(norm_eps > 0, "rms_norm_eps must be positive");
   need(rope_theta > 0, "rope_theta must be positive");
+  need(rope_dims() % 2 == 0 && rope_dims() <= head_dim, "the rotary dimension count must be even and at most head_dim");
+  if (rope_scaling.type == RopeScalingType::kLongRope &&
+      (rope_scaling.short_factor.size() != rope_dims() / 2 || rope_scaling.long_factor.size() != rope_dims() / 2))
+    Fail("{}: invalid model config: longrope short_factor and long_factor need {} entries each (rotary dimensions / "
+         "2), not {} and {}", source, rope_dims() / 2, rope_scaling.short_factor.size(), rope_scaling.long_factor.size());
+  need(sliding_layers.empty() || sliding_layers.size() == n_layers, "layer_types needs one entry per layer");
+  need(embed_scale > 0 && std::isfinite(embed_scale), "the embedding scale must be positive");
+  need(attn_softcap >= 0 && final_softcap >= 0 && query_scale >= 0, "soft-caps and query scale must not be negative");
   need(bos_id < static_cast<int32_t>(vocab_size) && eos_id < static_cast<int32_t>(vocab_size),
        "bos/eos token ids must be inside the vocabulary");
 }
 
+float ModelConfig::attention_scale() const {
+  return query_scale > 0 ? query_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
 namespace {
 
-constexpr const char* kSupported = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+constexpr const char* kSupported =
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, "
+    "Gemma2ForCausalLM, Gemma3ForCausalLM";
+
+bool IsGemma(const std::string& arch) {
+  return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
+}
+
+// A RoPE parameter object: rope_scaling (transformers < 5), rope_parameters (>= 5) or one layer
+// type's entry of it. Reads the base when it holds one, and the scaling.
+void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScaling& out) {
+  theta = rs.Get<float>("rope_theta", theta);
+  const std::string type = rs.Has("rope_type") ? rs.Get<std::string>("rope_type") : rs.Get<std::string>("type", "default");
+  out = RopeScaling{};
+  if (type == "default") return;
+  if (type == "llama3") {
+    out.type = RopeScalingType::kLlama3;
+    out.factor = rs.Get<float>("factor");
+    out.low_freq_factor = rs.Get<float>("low_freq_factor", 1.0f);
+    out.high_freq_factor = rs.Get<float>("high_freq_factor", 4.0f);
+    out.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings", 8192);
+    if (out.factor <= 0) rs["factor"].Fail("must be positive");
+  } else if (type == "linear") {
+    out.type = RopeScalingType::kLinear;
+    out.factor = rs.Get<float>("factor");
+    if (out.factor <= 0) rs["factor"].Fail("must be positive");
+  } else if (type == "longrope" || type == "su") {  // "su": Phi-3's first name for it
+    out.type = RopeScalingType::kLongRope;
+    out.short_factor = rs.Get<std::vector<float>>("short_factor");
+    out.long_factor = rs.Get<std::vector<float>>("long_factor");
+    // Phi-3 keeps original_max_position_embeddings beside max_position_embeddings, at the top level.
+    const uint32_t max_position = config.Get<uint32_t>("max_position_embeddings", 2048);
+    out.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings",
+                                                  config.Get<uint32_t>("original_max_position_embeddings", max_position));
+    if (out.original_max_position == 0) config["original_max_position_embeddings"].Fail("must be positive");
+    const double factor = rs.Has("factor") ? rs.Get<double>("factor")
+                                           : static_cast<double>(max_position) / out.original_max_position;
+    out.factor = static_cast<float>(factor);
+    // The paper's attention factor unless the config sets one (transformers' _compute_longrope_parameters).
+    out.attention_factor = rs.Has("attention_factor")
+        ? rs.Get<float>("attention_factor")
+        : factor <= 1 ? 1.0f
+                      : static_cast<float>(std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(out.original_max_position))));
+    for (const float f : out.short_factor)
+      if (!(f > 0)) rs["short_factor"].Fail("every factor must be positive");
+    for (const float f : out.long_factor)
+      if (!(f > 0)) rs["long_factor"].Fail("every factor must be positive");
+  } else {
+    rs.Fail(fmt::format("rope type '{}' is not supported (supported: default, llama3, linear, longrope)", type));
+  }
+}
+
+// Which layers use sliding-window attention, when the config has no layer_types (transformers < 5).
+std::vector<uint8_t> DefaultSlidingLayers(const ModelConfig& c, const JsonView& j) {
+  std::vector<uint8_t> layers(c.n_layers, 1);
+  if (c.architecture == "Gemma2ForCausalLM") {
+    for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = i % 2 == 0;  // local, global, local, ...
+  } else if (c.architecture == "Gemma3ForCausalLM") {
+    const uint32_t pattern = j.Get<uint32_t>("sliding_window_pattern", 6);  // five local, one global
+    if (pattern == 0) j["sliding_window_pattern"].Fail("must be positive");
+    for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = (i + 1) % pattern != 0;
+  } else if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM") {
+    const uint32_t first = j.Get<uint32_t>("max_window_layers", c.n_layers);
+    for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = i >= first;
+  }
+  return layers;
+}
+
+void ReadSlidingWindow(ModelConfig& c, const JsonView& j) {
+  // Qwen2/3 configs carry a sliding_window that applies only with use_sliding_window.
+  const bool qwen = c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM";
+  if (!j.Has("sliding_window") || (qwen && !j.Get<bool>("use_sliding_window", false))) return;
+  c.sliding_window = j.Get<uint32_t>("sliding_window");
+  if (c.sliding_window == 0) j["sliding_window"].Fail("must be positive (or null for none)");
+  if (j.Has("layer_types")) {
+    const std::vector<JsonView> types = j["layer_types"].Items();
+    if (types.size() != c.n_layers)
+      j["layer_types"].Fail(fmt::format("has {} entries, but num_hidden_layers is {}", types.size(), c.n_layers));
+    for (const JsonView& t : types) {
+      const std::string type = t.As<std::string>();
+      if (type != "sliding_attention" && type != "full_attention")
+        t.Fail(fmt::format("'{}' is not a layer type lowbit runs (sliding_attention, full_attention)", type));
+      c.sliding_layers.push_back(type == "sliding_attention");
+    }
+  } else {
+    c.sliding_layers = DefaultSlidingLayers(c, j);
+  }
+  if (std::ranges::none_of(c.sliding_layers, [](uint8_t s) { return s != 0; })) {
+    c.sliding_window = 0;
+    c.sliding_layers.clear();
+  }
+}
+
+FfnActivation ReadActivation(const ModelConfig& c, const JsonView& j) {
+  // Gemma names it hidden_activation (its hidden_act is a legacy field transformers ignores).
+  const bool gemma = IsGemma(c.architecture);
+  const char* key = gemma && j.Has("hidden_activation") ? "hidden_activation" : "hidden_act";
+  const std::string act = j.Get<std::string>(key, gemma ? "gelu_pytorch_tanh" : "silu");
+  if (act == "silu") return FfnActivation::kSilu;
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new") return FfnActivation::kGeluTanh;
+  j[key].Fail(fmt::format("activation '{}' is not supported (silu, gelu_pytorch_tanh)", act));
+}
+
+void ReadRopeConfig(ModelConfig& c, const JsonView& j) {
+  // transformers >= 5 writes rope_parameters {rope_theta, rope_type, ...}, or one such object per
+  // layer type (Gemma 3: full_attention, sliding_attention); older files have rope_theta beside an
+  // optional rope_scaling, and Gemma 3's rope_local_base_freq.
+  c.rope_theta = j.Get<float>("rope_theta", 10000.0f);
+  if (j.Has("rope_parameters")) {
+    const JsonView rp = j["rope_parameters"].ExpectObject();
+    if (rp.Has("full_attention") || rp.Has("sliding_attention")) {
+      if (rp.Has("full_attention")) ReadRope(rp["full_attention"].ExpectObject(), j, c.rope_theta, c.rope_scaling);
+      if (rp.Has("sliding_attention")) {
+        RopeScaling local;
+        c.local_rope_theta = c.rope_theta;
+        ReadRope(rp["sliding_attention"].ExpectObject(), j, c.local_rope_theta, local);
+        if (local.type != RopeScalingType::kNone)
+          rp["sliding_attention"].Fail("RoPE scaling on sliding layers is not supported");
+      }
+    } else {
+      ReadRope(rp, j, c.rope_theta, c.rope_scaling);
+    }
+  } else if (j.Has("rope_scaling")) {
+    float theta = c.rope_theta;
+    ReadRope(j["rope_scaling"].ExpectObject(), j, theta, c.rope_scaling);
+  }
+  if (j.Has("rope_local_base_freq")) c.local_rope_theta = j.Get<float>("rope_local_base_freq");
+  const JsonView rp = j.Has("rope_parameters") ? j["rope_parameters"] : j;
+  const double partial = rp.Has("partial_rotary_factor") ? rp.Get<double>("partial_rotary_factor")
+                                                         : j.Get<double>("partial_rotary_factor", 1.0);
+  if (!(partial > 0 && partial <= 1)) j.Fail("partial_rotary_factor must be in (0, 1]");
+  c.rotary_dim = static_cast<uint32_t>(c.head_dim * partial);  // int(head_dim * factor), as transformers
+  if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
+}
 
 }  // namespace
 
@@ -51,8 +200,11 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
   c.architecture = archs[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "Qwen2ForCausalLM" && c.architecture != "Qwen3ForCausalLM")
+      c.architecture != "Qwen2ForCausalLM" && c.architecture != "Qwen3ForCausalLM" &&
+      c.architecture != "Phi3ForCausalLM" && !IsGemma(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
+  const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
+             gemma3 = c.architecture == "Gemma3ForCausalLM";
   c.vocab_size = j.Get<uint32_t>("vocab_size");
   c.dim = j.Get<uint32_t>("hidden_size");
   c.n_layers = j.Get<uint32_t>("num_hidden_layers");
@@ -61,38 +213,37 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   c.head_dim = j.Get<uint32_t>("head_dim", c.n_heads ? c.dim / c.n_heads : 0);
   c.ffn_dim = j.Get<uint32_t>("intermediate_size");
   c.max_position = j.Get<uint32_t>("max_position_embeddings", 2048);
-  c.rope_theta = j.Get<float>("rope_theta", 10000.0f);
   c.norm_eps = j.Get<float>("rms_norm_eps", 1e-6f);
-  c.tie_embeddings = j.Get<bool>("tie_word_embeddings", false);
+  c.tie_embeddings = j.Get<bool>("tie_word_embeddings", gemma);
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM" || j.Get<bool>("attention_bias", false);
-  c.qk_norm = c.architecture == "Qwen3ForCausalLM";
-  c.bos_id = j.Get<int32_t>("bos_token_id", 1);
+  c.qk_norm = c.architecture == "Qwen3ForCausalLM" || gemma3;
+  c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
   // Llama 3 lists several end tokens; generation stops at the first.
   if (j.Has("eos_token_id") && j["eos_token_id"].value().is_array()) {
     const auto eos = j["eos_token_id"].Items();
     if (eos.empty()) j["eos_token_id"].Fail("is an empty list");
     c.eos_id = eos[0].As<int32_t>();
   } else {
-    c.eos_id = j.Get<int32_t>("eos_token_id", 2);
+    c.eos_id = j.Get<int32_t>("eos_token_id", gemma ? 1 : 2);
   }
-  const std::string hidden_act = j.Get<std::string>("hidden_act", "silu");
-  if (hidden_act != "silu") Fail("{}: hidden_act '{}' is not supported (only silu)", source, hidden_act);
-  // transformers >= 5 writes rope_parameters {rope_theta, rope_type, ...}; older files have
-  // rope_theta beside an optional rope_scaling {rope_type or type, ...}.
-  const bool v5 = j.Has("rope_parameters");
-  const std::string scaling_key = v5 ? "rope_parameters" : "rope_scaling";
-  if (v5) c.rope_theta = j["rope_parameters"].ExpectObject().Get<float>("rope_theta", c.rope_theta);
-  if (j.Has(scaling_key)) {
-    const JsonView rs = j[scaling_key].ExpectObject();
-    const std::string type = rs.Has("rope_type") ? rs.Get<std::string>("rope_type") : rs.Get<std::string>("type", "");
-    if (type == "llama3") {
-      c.rope_scaling.factor = rs.Get<float>("factor");
-      c.rope_scaling.low_freq_factor = rs.Get<float>("low_freq_factor", 1.0f);
-      c.rope_scaling.high_freq_factor = rs.Get<float>("high_freq_factor", 4.0f);
-      c.rope_scaling.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings", 8192);
-    } else if (!(v5 && type == "default")) {
-      Fail("{}: {} type '{}' is not supported (only llama3{})", source, scaling_key, type, v5 ? " and default" : "");
-    }
+  c.activation = ReadActivation(c, j);
+  ReadRopeConfig(c, j);
+  ReadSlidingWindow(c, j);
+  if (gemma) {
+    c.norm_plus_one = true;
+    c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+    c.sandwich_norms = gemma2 || gemma3;
+  }
+  if (j.Get<bool>("use_bidirectional_attention", false))  // Gemma 3 embedding models: not a causal decoder
+    j["use_bidirectional_attention"].Fail("bidirectional attention is not supported (lowbit runs causal decoders)");
+  if (gemma2 || gemma3) {
+    c.attn_softcap = j.Get<float>("attn_logit_softcapping", 0.0f);
+    c.final_softcap = j.Get<float>("final_logit_softcapping", 0.0f);
+    if (c.attn_softcap < 0) j["attn_logit_softcapping"].Fail("must be positive (or null for none)");
+    if (c.final_softcap < 0) j["final_logit_softcapping"].Fail("must be positive (or null for none)");
+    const float scalar = j.Get<float>("query_pre_attn_scalar", static_cast<float>(c.head_dim));
+    if (!(scalar > 0)) j["query_pre_attn_scalar"].Fail("must be positive");
+    c.query_scale = 1.0f / std::sqrt(scalar);
   }
   c.Validate(source);
   return c;

@@ -1,10 +1,13 @@
-// Llama-family model hyper-parameters, from Hugging Face config.json, GGUF metadata or a
-// llama2.c header. One plain struct; Validate() checks the invariants the forward pass relies on.
+// Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
+// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3) and Gemma 1/2/3, whose
+// differences are fields here (activation, norm placement, soft-capping, sliding windows, RoPE
+// variants), not separate model classes. Validate() checks the invariants the forward pass relies on.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace lowbit {
 
@@ -13,11 +16,28 @@ enum class RopeStyle : uint8_t {
   kAdjacent,  // Meta / llama2.c / GGUF after llama.cpp's Q/K permutation: pairs (2i, 2i + 1)
 };
 
-struct RopeScaling {  // rope_scaling of type "llama3" (Llama 3.1+); factor 0 = none
-  float factor = 0;
+enum class RopeScalingType : uint8_t {
+  kNone,
+  kLlama3,    // Llama 3.1+: frequency-dependent division by `factor`
+  kLinear,    // position interpolation: every frequency divided by `factor` (Gemma 3's global layers)
+  kLongRope,  // Phi-3: per-frequency divisors, short or long by context size, and an attention factor
+};
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 0;  // llama3, linear
   float low_freq_factor = 1;
   float high_freq_factor = 4;
-  uint32_t original_max_position = 8192;
+  uint32_t original_max_position = 8192;  // llama3, longrope
+  // longrope: divisors of each frequency [rotary_dim / 2]; the long ones serve contexts (KV cache
+  // capacities) longer than original_max_position, as llama.cpp picks them by n_ctx.
+  std::vector<float> short_factor, long_factor;
+  float attention_factor = 1;  // longrope: RoPE's cos and sin are multiplied by it
+};
+
+enum class FfnActivation : uint8_t {
+  kSilu,      // SwiGLU
+  kGeluTanh,  // GeGLU with the tanh approximation (gelu_pytorch_tanh: Gemma)
 };
 
 struct ModelConfig {
@@ -36,18 +56,38 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool qkv_bias = false;     // Qwen2
-  bool qk_norm = false;      // Qwen3: RMSNorm over each head of q and k, before RoPE
+  bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over each head of q and k, before RoPE
+  uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
+  FfnActivation activation = FfnActivation::kSilu;
+  // Sliding-window attention: a sliding layer sees its last `sliding_window` positions (itself
+  // included). `sliding_layers` marks them per layer; empty with a window set = every layer.
+  uint32_t sliding_window = 0;
+  std::vector<uint8_t> sliding_layers;
+  float local_rope_theta = 0;  // Gemma 3: the sliding layers' RoPE base, unscaled; 0 = as the others
+  // Gemma: the checkpoint stores RMSNorm weights w and the model scales by 1 + w. A loaded model holds
+  // 1 + w (what the forward pass multiplies by, and what GGUF stores); Hugging Face writers subtract 1.
+  bool norm_plus_one = false;
+  float embed_scale = 1;      // Gemma: embeddings are multiplied by sqrt(hidden_size)
+  bool sandwich_norms = false;  // Gemma 2/3: attention and MLP outputs are RMS-normed before each residual add
+  float attn_softcap = 0;     // Gemma 2: attention scores become cap * tanh(score / cap); 0 = none
+  float final_softcap = 0;    // Gemma 2: the same on the logits
+  float query_scale = 0;      // attention score scale (Gemma's query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim)
   int32_t bos_id = 1;
   int32_t eos_id = 2;
 
   uint32_t q_dim() const { return n_heads * head_dim; }
   uint32_t kv_dim() const { return n_kv_heads * head_dim; }
+  uint32_t rope_dims() const { return rotary_dim ? rotary_dim : head_dim; }
+  bool sliding(size_t layer) const {
+    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[layer] != 0);
+  }
+  float attention_scale() const;
   // Throws Error naming `source` and the field when something is inconsistent.
   void Validate(const std::string& source) const;
 };
 
-// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 / Qwen3). Unknown architectures are errors
-// that list the supported ones.
+// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 / Qwen3 / Phi-3 / Gemma 1-3). Unknown
+// architectures are errors that list the supported ones.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
 
 }  // namespace lowbit

@@ -17,41 +17,73 @@ void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* ou
   for (size_t i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
-std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
-  const size_t half = c.head_dim / 2;
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant variant) {
+  const size_t dims = c.rope_dims(), half = dims / 2;
+  const float theta = variant == RopeVariant::kLocal ? c.local_rope_theta : c.rope_theta;
   std::vector<float> inv(half);
   for (size_t i = 0; i < half; ++i)
-    inv[i] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+    inv[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(dims));
   const RopeScaling& s = c.rope_scaling;
-  if (s.factor > 0) {  // Llama 3.1 frequency-dependent scaling
-    const float old_len = static_cast<float>(s.original_max_position);
-    const float low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
-    for (float& f : inv) {
-      const float wavelen = 2.0f * std::numbers::pi_v<float> / f;
-      if (wavelen > low_wavelen) {
-        f /= s.factor;
-      } else if (wavelen >= high_wavelen) {
-        const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-        f = (1 - smooth) * f / s.factor + smooth * f;
+  if (variant == RopeVariant::kLocal) return inv;  // Gemma 3's sliding layers: unscaled
+  switch (s.type) {
+    case RopeScalingType::kNone: break;
+    case RopeScalingType::kLlama3: {  // Llama 3.1 frequency-dependent scaling
+      const float old_len = static_cast<float>(s.original_max_position);
+      const float low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+      for (float& f : inv) {
+        const float wavelen = 2.0f * std::numbers::pi_v<float> / f;
+        if (wavelen > low_wavelen) {
+          f /= s.factor;
+        } else if (wavelen >= high_wavelen) {
+          const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+          f = (1 - smooth) * f / s.factor + smooth * f;
+        }
       }
+      break;
+    }
+    case RopeScalingType::kLinear:
+      for (float& f : inv) f /= s.factor;
+      break;
+    case RopeScalingType::kLongRope: {
+      const std::vector<float>& divisors = variant == RopeVariant::kLong ? s.long_factor : s.short_factor;
+      for (size_t i = 0; i < half; ++i) inv[i] = 1.0f / (divisors[i] * std::pow(theta, static_cast<float>(2 * i) /
+                                                                                           static_cast<float>(dims)));
+      break;
     }
   }
   return inv;
 }
 
 Engine::Engine(const Model& model, size_t threads, KvCacheOptions kv, Activations activations)
-    : model_(model), pool_(threads), kv_options_(std::move(kv)), activations_(activations),
-      inv_freq_(RopeInverseFrequencies(model.config)) {}
+    : model_(model), pool_(threads), kv_options_(std::move(kv)), activations_(activations) {
+  const ModelConfig& c = model.config;
+  const float factor = c.rope_scaling.type == RopeScalingType::kLongRope ? c.rope_scaling.attention_factor : 1.0f;
+  rope_[static_cast<size_t>(RopeVariant::kDefault)] = {RopeInverseFrequencies(c, RopeVariant::kDefault), factor};
+  if (c.rope_scaling.type == RopeScalingType::kLongRope)
+    rope_[static_cast<size_t>(RopeVariant::kLong)] = {RopeInverseFrequencies(c, RopeVariant::kLong), factor};
+  if (c.local_rope_theta > 0)
+    rope_[static_cast<size_t>(RopeVariant::kLocal)] = {RopeInverseFrequencies(c, RopeVariant::kLocal), 1.0f};
+}
+
+const Engine::RopeTable& Engine::RopeFor(size_t layer, const KvCache& cache) const {
+  const ModelConfig& c = model_.config;
+  RopeVariant v = RopeVariant::kDefault;
+  if (c.local_rope_theta > 0 && c.sliding(layer)) v = RopeVariant::kLocal;
+  else if (c.rope_scaling.type == RopeScalingType::kLongRope && cache.capacity() > c.rope_scaling.original_max_position)
+    v = RopeVariant::kLong;
+  return rope_[static_cast<size_t>(v)];
+}
 
 // One token's q (n_heads) and k (n_kv_heads) heads at `pos`; each angle's sin/cos serves both.
-void Engine::ApplyRope(float* q, float* k, size_t pos) const {
+// Only the first rope_dims() of each head rotate (partial rotary embeddings).
+void Engine::ApplyRope(float* q, float* k, size_t pos, const RopeTable& rope) const {
   const ModelConfig& c = model_.config;
-  const size_t hd = c.head_dim, half = hd / 2;
+  const size_t hd = c.head_dim, half = c.rope_dims() / 2;
   const bool adjacent = c.rope_style == RopeStyle::kAdjacent;
   for (size_t i = 0; i < half; ++i) {
-    const float angle = static_cast<float>(pos) * inv_freq_[i];
-    const float cs = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float sn = static_cast<float>(std::sin(static_cast<double>(angle)));
+    const float angle = static_cast<float>(pos) * rope.inv_freq[i];
+    const float cs = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.attention_factor;
+    const float sn = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.attention_factor;
     const size_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
     const auto rotate = [&](float* v) {
       const float x0 = v[a], x1 = v[b];
@@ -84,9 +116,10 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
     for (size_t task = begin; task < end; ++task) {
       const size_t row = task / c.n_kv_heads, kv_head = task % c.n_kv_heads;
       const auto [b, t] = token_of[row];
-      const size_t first = row * c.q_dim() + kv_head * group * hd;
-      const AttentionQuery query{layer, kv_head, batch[b].cache->size() + t, q + first, group,
-                                 1.0f / std::sqrt(static_cast<float>(hd))};
+      const size_t first = row * c.q_dim() + kv_head * group * hd, position = batch[b].cache->size() + t;
+      const size_t window = c.sliding(layer) ? c.sliding_window : 0;
+      const AttentionQuery query{layer, kv_head, position, q + first, group, c.attention_scale(),
+                                 window > 0 && position >= window ? position + 1 - window : 0, c.attn_softcap};
       AttendBlocked(*batch[b].cache, query, scratch, out + first);
     }
   });
@@ -102,7 +135,10 @@ std::vector<float> Engine::Embed(std::span<const BatchItem> batch) const {
     for (const int32_t id : item.tokens) {
       if (id < 0 || static_cast<uint32_t>(id) >= c.vocab_size)
         Fail("token id {} is outside the vocabulary of {} tokens", id, c.vocab_size);
-      model_.weights.embed.Row(static_cast<uint64_t>(id), std::span(&x[row++ * c.dim], c.dim));
+      const std::span<float> out(&x[row++ * c.dim], c.dim);
+      model_.weights.embed.Row(static_cast<uint64_t>(id), out);
+      if (c.embed_scale != 1)
+        for (float& v : out) v *= c.embed_scale;
     }
   return x;
 }
@@ -129,7 +165,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       MatMul(lw.wq, input.data(), total, q_.data(), pool_, activations_);
       MatMul(lw.wk, input.data(), total, k_.data(), pool_, activations_);
       MatMul(lw.wv, input.data(), total, v_.data(), pool_, activations_);
-      if (c.qk_norm) {  // Qwen3: each head of q and k normalized on its own
+      if (c.qk_norm) {  // Qwen3, Gemma 3: each head of q and k normalized on its own
         ForTokens(total, [&](size_t begin, size_t end) {
           for (size_t row = begin; row < end; ++row) {
             for (size_t h = 0; h < c.n_heads; ++h) {
@@ -144,10 +180,15 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
         });
       }
       std::vector<size_t> position;  // of each stacked row in its sequence
+      std::vector<const RopeTable*> rope;  // and the frequencies its sequence uses
       for (const BatchItem& item : batch)
-        for (size_t t = 0; t < item.tokens.size(); ++t) position.push_back(item.cache->size() + t);
+        for (size_t t = 0; t < item.tokens.size(); ++t) {
+          position.push_back(item.cache->size() + t);
+          rope.push_back(&RopeFor(l, *item.cache));
+        }
       ForTokens(total, [&](size_t begin, size_t end) {
-        for (size_t row = begin; row < end; ++row) ApplyRope(&q_[row * c.q_dim()], &k_[row * c.kv_dim()], position[row]);
+        for (size_t row = begin; row < end; ++row)
+          ApplyRope(&q_[row * c.q_dim()], &k_[row * c.kv_dim()], position[row], *rope[row]);
       });
       size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
       for (BatchItem& item : batch)
@@ -157,19 +198,21 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       Attention(l, batch, q_.data(), input.data());
       return;
     }
-    case LinearInput::kO: {  // o, residual, norm -> the gate/up input
+    case LinearInput::kO: {  // o, (norm,) residual, norm -> the gate/up input
       proj_.resize(total * dim);
       MatMul(lw.wo, input.data(), total, proj_.data(), pool_, activations_);
       input.resize(total * dim);
       ForTokens(total, [&](size_t begin, size_t end) {
         for (size_t t = begin; t < end; ++t) {
+          if (!lw.attn_out_norm.empty())
+            RmsNorm(&proj_[t * dim], lw.attn_out_norm.data(), dim, c.norm_eps, &proj_[t * dim]);
           for (size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += proj_[i];
           RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
         }
       });
       return;
     }
-    case LinearInput::kGateUp: {  // gate, up, SiLU(gate) * up -> the down input
+    case LinearInput::kGateUp: {  // gate, up, act(gate) * up -> the down input
       gate_.resize(total * c.ffn_dim);
       up_.resize(total * c.ffn_dim);
       MatMul(lw.w_gate, input.data(), total, gate_.data(), pool_, activations_);
@@ -177,14 +220,18 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       const size_t ffn = c.ffn_dim;
       input.resize(total * ffn);
       ForTokens(total, [&](size_t begin, size_t end) {
-        SiluMul(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn, &input[begin * ffn]);
+        const auto glu = c.activation == FfnActivation::kGeluTanh ? GeluTanhMul : SiluMul;
+        glu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn, &input[begin * ffn]);
       });
       return;
     }
-    case LinearInput::kDown: {  // down, residual: the layer's output is in x
+    case LinearInput::kDown: {  // down, (norm,) residual: the layer's output is in x
       proj_.resize(total * dim);
       MatMul(lw.w_down, input.data(), total, proj_.data(), pool_, activations_);
       ForTokens(total, [&](size_t begin, size_t end) {
+        if (!lw.ffn_out_norm.empty())
+          for (size_t t = begin; t < end; ++t)
+            RmsNorm(&proj_[t * dim], lw.ffn_out_norm.data(), dim, c.norm_eps, &proj_[t * dim]);
         for (size_t i = begin * dim; i < end * dim; ++i) x[i] += proj_[i];
       });
       return;
@@ -228,6 +275,8 @@ void Engine::Forward(std::span<BatchItem> batch) {
   const size_t rows_out = normed.size() / dim;
   std::vector<float> logits(rows_out * vocab);
   MatMul(w.lm_head, normed.data(), rows_out, logits.data(), pool_, activations_);
+  if (c.final_softcap > 0)
+    for (float& v : logits) v = c.final_softcap * std::tanh(v / c.final_softcap);
   size_t out_row = 0;
   for (BatchItem& item : batch) {
     const size_t count = item.all_logits ? item.tokens.size() : 1;

@@ -1,6 +1,8 @@
-// The fp32 reference forward pass of the Llama family (Llama, Mistral, Qwen2, llama2.c, GGUF
-// llama): RMSNorm, RoPE (rotate-half or adjacent pairs), grouped-query attention over a KV
-// cache, SwiGLU MLP. Linear layers go through MatMul, so quantized weights need no change here.
+// The fp32 reference forward pass of the Llama family (Llama, Mistral, Qwen2/3, Phi-3, llama2.c,
+// GGUF llama) and Gemma 1/2/3: RMSNorm (and Gemma's output norms), RoPE (rotate-half or adjacent
+// pairs, partial, scaled, per-layer bases), grouped-query attention over a KV cache (sliding
+// windows, soft-capping), SwiGLU / GeGLU MLP. Linear layers go through MatMul, so quantized
+// weights need no change here.
 //
 // A batch holds several sequences of different lengths; their new tokens are stacked into one
 // activation matrix for the linear layers, and attention runs per sequence over its own cache.
@@ -29,6 +31,10 @@ struct BatchItem {
 // activation matrix (q/k/v share one input, gate/up another).
 enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown };
 
+// Which RoPE frequencies a layer uses: the model's (scaled as its config says), longrope's long
+// factors (contexts past the original one), or Gemma 3's unscaled local base (sliding layers).
+enum class RopeVariant : uint8_t { kDefault, kLong, kLocal };
+
 class Engine {
  public:
   // New caches use `kv` (dtype, block size, FP8 scales); `activations` picks the matmul kernels
@@ -55,8 +61,13 @@ class Engine {
   void ForwardLayer(size_t layer, std::span<BatchItem> batch, std::vector<float>& x);
 
  private:
+  struct RopeTable {
+    std::vector<float> inv_freq;  // [rope_dims / 2]
+    float attention_factor = 1;   // multiplies cos and sin (longrope)
+  };
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);
-  void ApplyRope(float* q, float* k, size_t pos) const;
+  const RopeTable& RopeFor(size_t layer, const KvCache& cache) const;
+  void ApplyRope(float* q, float* k, size_t pos, const RopeTable& rope) const;
   // fn(begin, end) over token rows: on the pool for prefill-sized batches, inline for decode.
   void ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)>& fn);
 
@@ -64,7 +75,7 @@ class Engine {
   ThreadPool pool_;
   KvCacheOptions kv_options_;
   Activations activations_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  RopeTable rope_[3];  // by RopeVariant
   // Activation buffers of AdvanceLayer, kept across calls: prefill-sized batches would otherwise
   // allocate (and fault in) tens of MB per layer.
   std::vector<float> q_, k_, v_, proj_, gate_, up_;
@@ -72,6 +83,6 @@ class Engine {
 
 // Token-level helpers used by the forward pass (exposed for tests).
 void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* out);
-std::vector<float> RopeInverseFrequencies(const ModelConfig& c);
+std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant variant = RopeVariant::kDefault);
 
 }  // namespace lowbit

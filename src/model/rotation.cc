@@ -46,10 +46,19 @@ void RotateInput(Linear& l, const std::vector<float>& norm, const RandomHadamard
   RotateRows(m.values, m.rows(), m.cols(), q);
 }
 
+// A rotation Q of the residual stream passes through RMSNorm(x) * w only where w is folded into the
+// next linear; an RMSNorm on a block's output (Gemma 2/3) would need diag(w) Q = Q diag(w'), which no w' gives.
+void CheckRotatable(const ModelConfig& c) {
+  if (c.sandwich_norms)
+    Fail("rotate: {} normalizes the attention and MLP outputs before the residual add, and those norms do not "
+         "commute with a rotation of the residual stream; quantize it without rotation", c.architecture);
+}
+
 }  // namespace
 
 RotationInfo RotateModelEnds(Model& model, uint64_t seed) {
   const ModelConfig& c = model.config;
+  CheckRotatable(c);
   ModelWeights& w = model.weights;
   const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
   RotateRows(w.embed.MakeDense(), c.vocab_size, c.dim, q);
@@ -60,6 +69,7 @@ RotationInfo RotateModelEnds(Model& model, uint64_t seed) {
 }
 
 void RotateBlock(const ModelConfig& c, LayerWeights& lw, size_t index, uint64_t seed) {
+  CheckRotatable(c);
   const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
   const size_t block = LargestPowerOfTwoDivisor(c.ffn_dim);
   const std::string p = fmt::format("model.layers.{}.", index);

@@ -149,6 +149,8 @@ void CheckWeightsFinite(const ModelWeights& w, const std::string& source) {
     CheckFinite(l.ffn_norm, 0, p + "ffn_norm", source);
     CheckFinite(l.q_norm, 0, p + "q_norm", source);
     CheckFinite(l.k_norm, 0, p + "k_norm", source);
+    CheckFinite(l.attn_out_norm, 0, p + "attn_out_norm", source);
+    CheckFinite(l.ffn_out_norm, 0, p + "ffn_out_norm", source);
     CheckLinearFinite(l.wq, p + "q_proj", source);
     CheckLinearFinite(l.wk, p + "k_proj", source);
     CheckLinearFinite(l.wv, p + "v_proj", source);
@@ -167,6 +169,8 @@ void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, co
   CheckVector(l.ffn_norm, c.dim, p + "ffn_norm", source);
   CheckVector(l.q_norm, c.qk_norm ? c.head_dim : 0, p + "q_norm", source);
   CheckVector(l.k_norm, c.qk_norm ? c.head_dim : 0, p + "k_norm", source);
+  CheckVector(l.attn_out_norm, c.sandwich_norms ? c.dim : 0, p + "attn_out_norm", source);
+  CheckVector(l.ffn_out_norm, c.sandwich_norms ? c.dim : 0, p + "ffn_out_norm", source);
   CheckLinear(l.wq, c.q_dim(), c.dim, c.qkv_bias, p + "q_proj", source);
   CheckLinear(l.wk, c.kv_dim(), c.dim, c.qkv_bias, p + "k_proj", source);
   CheckLinear(l.wv, c.kv_dim(), c.dim, c.qkv_bias, p + "v_proj", source);

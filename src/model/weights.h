@@ -63,6 +63,9 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;  // [head_dim] each when config.qk_norm (Qwen3), else empty
   std::vector<float> ffn_norm;    // [dim]
   Linear w_gate, w_up, w_down;    // [ffn x dim] x2, [dim x ffn]
+  // config.sandwich_norms (Gemma 2/3): RMSNorm weights [dim] applied to the attention output and
+  // to the MLP output before each is added to the residual; empty otherwise.
+  std::vector<float> attn_out_norm, ffn_out_norm;
 };
 
 // The token embedding table [vocab x dim], rows looked up by token id: fp32 `values`, or the table

@@ -1,7 +1,8 @@
 """Tiny random models of each architecture lowbit runs, built by transformers from a config
 (AutoModelForCausalLM.from_config, seeded), with transformers' own fp32 logits as the reference.
 
-    --write     writes tests/data/architectures/<name>/{config.json, model.safetensors, reference.json}:
+    --write     writes tests/data/architectures/<name>/{config.json, model.safetensors, reference.json}
+                (every fixture, or those named after --write):
                 the fixtures `make test` checks without Python (lowbit's logits within 1e-4 of the
                 logit scale). Weights are rounded to bf16 and stored as bf16, so the files stay small
                 and the fp32 reference is computed from exactly the stored values.
@@ -41,14 +42,38 @@ ARCHITECTURES = {
     "qwen2": ("qwen2", dict(rope_theta=1000000.0, tie_word_embeddings=False)),
     # Qwen3: q/k norms, head_dim decoupled from hidden_size / heads, no q/k/v bias.
     "qwen3": ("qwen3", dict(rope_theta=1000000.0, tie_word_embeddings=True, head_dim=16, attention_bias=False)),
+    # Phi-3: fused qkv_proj / gate_up_proj, longrope (short factors at this length, and the attention factor
+    # of max/original = 4), partial rotary (Phi-4-mini), a sliding window shorter than the tokens.
+    "phi3": ("phi3", dict(tie_word_embeddings=False, sliding_window=6, pad_token_id=0, original_max_position_embeddings=64,
+                          rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                                           "short_factor": [1.0, 1.5], "long_factor": [4.0, 8.0]})),
+    # Gemma: GeGLU (tanh GELU), (1 + w) norms, embeddings scaled by sqrt(hidden), head_dim apart, tied.
+    "gemma": ("gemma", dict(head_dim=16, hidden_activation="gelu_pytorch_tanh")),
+    # Gemma 2: norms on the attention and MLP outputs, attention and final soft-capping (caps low enough
+    # to bend these logits), query_pre_attn_scalar apart from head_dim, local/global layers.
+    "gemma2": ("gemma2", dict(head_dim=16, sliding_window=6, attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+                              query_pre_attn_scalar=24)),
+    # Gemma 3: q/k norms, a local RoPE base for sliding layers and linear scaling on the global ones.
+    "gemma3": ("gemma3_text", dict(head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
+                                   layer_types=["sliding_attention", "full_attention"],
+                                   rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                                       "rope_theta": 1000000.0},
+                                                    "sliding_attention": {"rope_type": "default",
+                                                                          "rope_theta": 10000.0}})),
 }
+# PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
+# is the eager attention (as Google recommends running it).
+EAGER = {"gemma2"}
+# The ones lowbit exports to GGUF, checked in llama.cpp.
+GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3"]
 
 
 def build(name, folder):
     model_type, extra = ARCHITECTURES[name]
     torch.manual_seed(1234)
     config = AutoConfig.for_model(model_type, **COMMON, **extra)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32,
+                                             attn_implementation="eager" if name in EAGER else "sdpa").eval()
     with torch.no_grad():
         for p in model.parameters():
             # Norm weights near 1 with some spread, so a wrong norm shows in the logits.
@@ -83,7 +108,7 @@ def byte_level_tokenizer(folder):
 def check_llama_cpp(lowbit, folder):
     import llama_cpp
     rows = []
-    for name in ARCHITECTURES:
+    for name in GGUF_ARCHITECTURES:
         src = os.path.join(folder, f"{name}-gguf")
         shutil.copytree(os.path.join(FIXTURES, name), src)
         byte_level_tokenizer(src)
@@ -107,10 +132,10 @@ def check_llama_cpp(lowbit, folder):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lowbit", default="build/lowbit")
-    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--write", nargs="*", metavar="NAME")
     args = ap.parse_args()
-    if args.write:
-        for name in ARCHITECTURES:
+    if args.write is not None:
+        for name in args.write or ARCHITECTURES:
             out, _ = build(name, FIXTURES)
             print(f"wrote {out}")
         return

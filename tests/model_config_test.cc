@@ -1,0 +1,164 @@
+// config.json as the Hub ships it for Phi-3.5, Gemma 2 and Gemma 3 (transformers 4.x field names:
+// rope_scaling, rope_local_base_freq, sliding_window_pattern), and the RoPE frequencies they give,
+// against values derived by hand from the papers' formulas. The architectures' forward passes are
+// checked against transformers itself in architecture_fixture_test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "test_util.h"
+
+namespace lowbit {
+namespace {
+
+ModelConfig Read(const nlohmann::json& config, const testing_util::ScratchDir& dir) {
+  std::ofstream(dir / "config.json") << config.dump();
+  return ReadHfConfig(dir / "config.json");
+}
+
+std::string ErrorOf(const nlohmann::json& config, const testing_util::ScratchDir& dir) {
+  try {
+    Read(config, dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Phi-3.5-mini-instruct's config.json (the factor lists shortened to their pattern).
+nlohmann::json Phi35() {
+  std::vector<double> short_factor, long_factor;
+  for (int i = 0; i < 48; ++i) {
+    short_factor.push_back(1.0 + 0.01 * i);
+    long_factor.push_back(1.0 + 1.0 * i);
+  }
+  return {{"architectures", {"Phi3ForCausalLM"}}, {"model_type", "phi3"}, {"hidden_size", 3072},
+          {"intermediate_size", 8192}, {"num_attention_heads", 32}, {"num_key_value_heads", 32},
+          {"num_hidden_layers", 32}, {"vocab_size", 32064}, {"max_position_embeddings", 131072},
+          {"original_max_position_embeddings", 4096}, {"rope_theta", 10000.0}, {"rms_norm_eps", 1e-05},
+          {"sliding_window", 262144}, {"tie_word_embeddings", false}, {"hidden_act", "silu"},
+          {"bos_token_id", 1}, {"eos_token_id", 32000},
+          {"rope_scaling", {{"type", "longrope"}, {"short_factor", short_factor}, {"long_factor", long_factor}}}};
+}
+
+TEST(ModelConfig, Phi35LongRope) {
+  testing_util::ScratchDir dir("lowbit-config");
+  const ModelConfig c = Read(Phi35(), dir);
+  EXPECT_EQ(c.head_dim, 96u);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLongRope);
+  EXPECT_EQ(c.rope_scaling.original_max_position, 4096u);
+  // factor = 131072 / 4096 = 32; attention factor sqrt(1 + ln 32 / ln 4096) = sqrt(1 + 5/12).
+  EXPECT_FLOAT_EQ(c.rope_scaling.factor, 32.0f);
+  EXPECT_NEAR(c.rope_scaling.attention_factor, std::sqrt(17.0 / 12.0), 1e-6);
+  EXPECT_EQ(c.sliding_window, 262144u);
+  EXPECT_TRUE(c.sliding(0) && c.sliding(31));
+  EXPECT_EQ(c.activation, FfnActivation::kSilu);
+  EXPECT_FALSE(c.norm_plus_one);
+
+  // inv_freq[i] = 1 / (factor_i * 10000^(2i / 96)), short or long.
+  const std::vector<float> shorter = RopeInverseFrequencies(c, RopeVariant::kDefault);
+  const std::vector<float> longer = RopeInverseFrequencies(c, RopeVariant::kLong);
+  ASSERT_EQ(shorter.size(), 48u);
+  for (const size_t i : {size_t{0}, size_t{7}, size_t{47}}) {
+    const double base = std::pow(10000.0, 2.0 * i / 96.0);
+    EXPECT_NEAR(shorter[i], 1 / ((1.0 + 0.01 * i) * base), 1e-6 / base) << i;
+    EXPECT_NEAR(longer[i], 1 / ((1.0 + 1.0 * i) * base), 1e-6 / base) << i;
+  }
+
+  nlohmann::json bad = Phi35();
+  bad["rope_scaling"]["short_factor"] = std::vector<double>(47, 1.0);
+  EXPECT_NE(ErrorOf(bad, dir).find("48 entries"), std::string::npos) << ErrorOf(bad, dir);
+  bad = Phi35();
+  bad["rope_scaling"]["type"] = "yarn";
+  EXPECT_NE(ErrorOf(bad, dir).find("rope_scaling: rope type 'yarn' is not supported"), std::string::npos)
+      << ErrorOf(bad, dir);
+  // Phi-4-mini: a quarter of each head is not rotated.
+  nlohmann::json partial = Phi35();
+  partial["partial_rotary_factor"] = 0.75;
+  partial["rope_scaling"]["short_factor"] = std::vector<double>(36, 1.0);
+  partial["rope_scaling"]["long_factor"] = std::vector<double>(36, 2.0);
+  EXPECT_EQ(Read(partial, dir).rope_dims(), 72u);
+}
+
+TEST(ModelConfig, Gemma2) {
+  testing_util::ScratchDir dir("lowbit-config");
+  // gemma-2-2b's config.json.
+  const nlohmann::json gemma2 = {
+      {"architectures", {"Gemma2ForCausalLM"}}, {"model_type", "gemma2"}, {"hidden_size", 2304},
+      {"intermediate_size", 9216}, {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256},
+      {"num_hidden_layers", 26}, {"vocab_size", 256000}, {"max_position_embeddings", 8192},
+      {"rms_norm_eps", 1e-06}, {"rope_theta", 10000.0}, {"hidden_act", "gelu_pytorch_tanh"},
+      {"hidden_activation", "gelu_pytorch_tanh"}, {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
+      {"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0}, {"bos_token_id", 2},
+      {"eos_token_id", 1}, {"pad_token_id", 0}};
+  const ModelConfig c = Read(gemma2, dir);
+  EXPECT_EQ(c.activation, FfnActivation::kGeluTanh);
+  EXPECT_TRUE(c.norm_plus_one && c.sandwich_norms && c.tie_embeddings && !c.qk_norm);
+  EXPECT_FLOAT_EQ(c.embed_scale, 48.0f);  // sqrt(2304)
+  EXPECT_FLOAT_EQ(c.attn_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(c.final_softcap, 30.0f);
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / 16);
+  for (uint32_t i = 0; i < c.n_layers; ++i) EXPECT_EQ(c.sliding(i), i % 2 == 0) << i;  // local first
+
+  nlohmann::json typed = gemma2;  // transformers >= 5 lists the layer types
+  typed["num_hidden_layers"] = 3;
+  typed["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  const ModelConfig t = Read(typed, dir);
+  EXPECT_TRUE(!t.sliding(0) && t.sliding(1) && !t.sliding(2));
+  typed["layer_types"][2] = "chunked_attention";
+  EXPECT_NE(ErrorOf(typed, dir).find("layer_types[2]: 'chunked_attention'"), std::string::npos) << ErrorOf(typed, dir);
+  typed = gemma2;
+  typed["hidden_activation"] = "relu";
+  EXPECT_NE(ErrorOf(typed, dir).find("hidden_activation: activation 'relu'"), std::string::npos) << ErrorOf(typed, dir);
+}
+
+TEST(ModelConfig, Gemma3LocalAndGlobalRope) {
+  testing_util::ScratchDir dir("lowbit-config");
+  // gemma-3-4b's text config as a Gemma3ForCausalLM (linear scaling of the global layers).
+  nlohmann::json gemma3 = {
+      {"architectures", {"Gemma3ForCausalLM"}}, {"model_type", "gemma3_text"}, {"hidden_size", 2560},
+      {"intermediate_size", 10240}, {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256},
+      {"num_hidden_layers", 34}, {"vocab_size", 262208}, {"max_position_embeddings", 131072},
+      {"rms_norm_eps", 1e-06}, {"rope_theta", 1000000.0}, {"rope_local_base_freq", 10000.0},
+      {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}, {"query_pre_attn_scalar", 256},
+      {"sliding_window", 1024}, {"sliding_window_pattern", 6}, {"attn_logit_softcapping", nullptr},
+      {"final_logit_softcapping", nullptr}, {"hidden_activation", "gelu_pytorch_tanh"}};
+  const ModelConfig c = Read(gemma3, dir);
+  EXPECT_TRUE(c.qk_norm && c.sandwich_norms && c.norm_plus_one);
+  EXPECT_EQ(c.attn_softcap, 0.0f);
+  EXPECT_EQ(c.final_softcap, 0.0f);
+  for (uint32_t i = 0; i < c.n_layers; ++i) EXPECT_EQ(c.sliding(i), (i + 1) % 6 != 0) << i;  // 5 local, 1 global
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLinear);
+  const std::vector<float> global = RopeInverseFrequencies(c, RopeVariant::kDefault);
+  const std::vector<float> local = RopeInverseFrequencies(c, RopeVariant::kLocal);
+  for (const size_t i : {size_t{0}, size_t{5}, size_t{127}}) {
+    const double g = 1 / (8.0 * std::pow(1e6, 2.0 * i / 256)), l = 1 / std::pow(1e4, 2.0 * i / 256);
+    EXPECT_NEAR(global[i], g, 1e-5 * g) << i;
+    EXPECT_NEAR(local[i], l, 1e-5 * l) << i;
+  }
+  // transformers >= 5: one rope_parameters object per layer type.
+  gemma3.erase("rope_theta");
+  gemma3.erase("rope_local_base_freq");
+  gemma3.erase("rope_scaling");
+  gemma3["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  const ModelConfig v5 = Read(gemma3, dir);
+  EXPECT_EQ(v5.rope_theta, 1e6f);
+  EXPECT_EQ(v5.local_rope_theta, 1e4f);
+  EXPECT_EQ(v5.rope_scaling.factor, 8.0f);
+  gemma3["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
+  gemma3["rope_parameters"]["sliding_attention"]["factor"] = 2.0;
+  EXPECT_NE(ErrorOf(gemma3, dir).find("rope_parameters.sliding_attention: RoPE scaling on sliding layers"),
+            std::string::npos) << ErrorOf(gemma3, dir);
+}
+
+}  // namespace
+}  // namespace lowbit
