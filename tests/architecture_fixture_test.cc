@@ -49,7 +49,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
   return max_diff / std::max(scale, 1.0);
 }
 
-const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2", "qwen3"};
+const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -76,6 +76,33 @@ TEST_P(ArchitectureFixture, SameLogitsAfterSavingAsLowbitFolderAndGguf) {
   StreamedModel streamed = OpenModel(folder);
   ExportGguf(streamed, dir / "model.gguf", options);
   EXPECT_LT(RelativeError(LoadModel((dir / "model.gguf").string()), reference), 1e-4) << GetParam() << " GGUF";
+}
+
+// Gemma's query_pre_attn_scalar s: scores scaled by 1/sqrt(s) instead of 1/sqrt(head_dim) are the
+// scores of a model whose q_proj is multiplied by sqrt(head_dim / s) (RoPE is linear, and Gemma 2 has
+// no q norm), so both models must give the same logits.
+TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
+  const nlohmann::json reference = ReadJsonFile(kFixtures / "gemma2" / "reference.json");
+  const auto tokens = reference["tokens"].get<std::vector<int32_t>>();
+  const auto logits = [&](const Model& m) {
+    Engine engine(m, 2);
+    KvCache cache = engine.NewCache(tokens.size());
+    return engine.Forward(cache, tokens, /*all_logits=*/true);
+  };
+  Model scaled = LoadModel((kFixtures / "gemma2").string());
+  ASSERT_EQ(scaled.config.head_dim, 16u);
+  scaled.config.query_scale = 1.0f / std::sqrt(24.0f);
+  Model projected = LoadModel((kFixtures / "gemma2").string());
+  for (LayerWeights& l : projected.weights.layers)
+    for (float& w : std::get<DenseMatrix>(l.wq.weight).values) w *= std::sqrt(16.0f / 24.0f);
+  const std::vector<float> a = logits(scaled), b = logits(projected), plain = logits(LoadModel((kFixtures / "gemma2").string()));
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(double(a[i]) - b[i]));
+    moved = std::max(moved, std::abs(double(a[i]) - plain[i]));
+  }
+  EXPECT_LT(diff, 1e-5);
+  EXPECT_GT(moved, 1e-2);  // the scale matters for these logits
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",

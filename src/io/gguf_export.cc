@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <optional>
 #include <variant>
@@ -26,14 +27,44 @@ struct Architecture {
 };
 
 Architecture ArchitectureOf(const ModelConfig& c) {
-  // llama.cpp runs Qwen2 and Qwen3 with NEOX (rotate-half) RoPE and no permutation; everything
+  // llama.cpp runs Qwen2/3 and Gemma 1/2/3 with NEOX (rotate-half) RoPE and no permutation; everything
   // lowbit reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
-  if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "gguf:qwen2") return {"qwen2", false};
-  if (c.architecture == "Qwen3ForCausalLM" || c.architecture == "gguf:qwen3") return {"qwen3", false};
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      !c.architecture.starts_with("gguf:") && c.architecture != "llama2.c")
-    Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Qwen2, Qwen3)", c.architecture);
+  const std::string& a = c.architecture;
+  if (a == "Qwen2ForCausalLM" || a == "gguf:qwen2") return {"qwen2", false};
+  if (a == "Qwen3ForCausalLM" || a == "gguf:qwen3") return {"qwen3", false};
+  if (a == "GemmaForCausalLM" || a == "gguf:gemma") return {"gemma", false};
+  if (a == "Gemma2ForCausalLM" || a == "gguf:gemma2") return {"gemma2", false};
+  if (a == "Gemma3ForCausalLM" || a == "gguf:gemma3") return {"gemma3", false};
+  if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
+    Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
+}
+
+bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma"); }
+
+// What llama.cpp's Gemma architectures can express; anything else would run as another model there.
+void CheckGemmaExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
+  if (!c.tie_embeddings)
+    Fail("{}: llama.cpp's {} reads the output matrix from token_embd; this model's lm_head is separate (untied by "
+         "rotation or a quantized lm_head), so it cannot be exported as {}", source, arch.name, arch.name);
+  // llama.cpp does not read query_pre_attn_scalar: it scales by 1/sqrt(head_dim), or by
+  // 1/sqrt(hidden / heads) for the layer counts of Gemma 2 27B (46) and Gemma 3 27B (62).
+  const bool wide = (arch.name == "gemma2" && c.n_layers == 46) || (arch.name == "gemma3" && c.n_layers == 62);
+  const float theirs = 1.0f / std::sqrt(static_cast<float>(wide ? c.dim / c.n_heads : c.head_dim));
+  if (std::abs(c.attention_scale() - theirs) > 1e-6f * theirs)
+    Fail("{}: the attention scale is {} (query_pre_attn_scalar), but llama.cpp's {} applies {} to a model of this "
+         "shape", source, c.attention_scale(), arch.name, theirs);
+  if (arch.name != "gemma3" && (c.local_rope_theta > 0 || c.rope_scaling.type != RopeScalingType::kNone))
+    Fail("{}: {} in llama.cpp has no RoPE scaling or local RoPE base", source, arch.name);
+  if (arch.name == "gemma3" && c.rope_scaling.type != RopeScalingType::kNone &&
+      c.rope_scaling.type != RopeScalingType::kLinear)
+    Fail("{}: gemma3 in llama.cpp takes linear RoPE scaling only", source);
+  if (arch.name == "gemma3" && c.attn_softcap > 0)
+    Fail("{}: gemma3 in llama.cpp has no attention soft-capping (attn_logit_softcapping {})", source, c.attn_softcap);
+  if (arch.name == "gemma2" && c.sliding_window == 0)
+    Fail("{}: gemma2 in llama.cpp always slides a window over alternate layers; this model has none", source);
+  if (arch.name == "gemma" && (c.sliding_window > 0 || c.attn_softcap > 0 || c.final_softcap > 0 || c.sandwich_norms))
+    Fail("{}: a gemma model with Gemma 2 features cannot be exported as gemma", source);
 }
 
 // What a GGUF tensor is made of. Matrices come from a Linear (dense or quantized); vectors and
@@ -126,6 +157,8 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     }
     matrix(p + "attn_output.weight", c.dim, c.q_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
     plan.back().linear = 3;
+    if (c.sandwich_norms)
+      vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
     vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
     matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
     plan.back().linear = 4;
@@ -133,6 +166,8 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     plan.back().linear = 5;
     matrix(p + "ffn_down.weight", c.dim, c.ffn_dim, layer, [](const LayerWeights* l) { return &l->w_down; });
     plan.back().linear = 6;
+    if (c.sandwich_norms)
+      vector(p + "post_ffw_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_out_norm; });
   }
   plan.push_back({"output_norm.weight", {c.dim}, -1, -1,
                   [&w](const LayerWeights*) { return TensorSource{nullptr, &w.final_norm, 0}; }});
@@ -162,6 +197,19 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   if (a == "llama") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
+  }
+  if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
+  if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
+  if (c.sliding_window > 0 && a != "llama") {
+    out.Set(a + ".attention.sliding_window", c.sliding_window);
+    std::vector<bool> sliding(c.n_layers);  // per layer: llama.cpp's own default patterns differ by architecture
+    for (uint32_t i = 0; i < c.n_layers; ++i) sliding[i] = c.sliding(i);
+    out.Set(a + ".attention.sliding_window_pattern", GgufArray{std::move(sliding)});
+    if (c.local_rope_theta > 0) out.Set(a + ".rope.freq_base_swa", c.local_rope_theta);
+  }
+  if (c.rope_scaling.type == RopeScalingType::kLinear) {
+    out.Set(a + ".rope.scaling.type", std::string("linear"));
+    out.Set(a + ".rope.scaling.factor", c.rope_scaling.factor);
   }
   out.Set("general.quantization_version", kQuantizationVersion);
 }
@@ -238,6 +286,12 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     if (arch.name != "llama") Fail("{}: rope scaling is only exported for the llama architecture", m.source);
     rope_divisors = Llama3RopeDivisors(c);
   }
+  if (IsGemmaArch(arch)) CheckGemmaExportable(c, arch, m.source);
+  if (!IsGemmaArch(arch) && c.rope_scaling.type != RopeScalingType::kNone && c.rope_scaling.type != RopeScalingType::kLlama3)
+    Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
+  if (arch.name == "llama" && c.sliding_window > 0)  // as llama.cpp's own converter does for Mistral
+    std::fprintf(stderr, "lowbit: warning: %s: llama.cpp's llama architecture has no sliding window; the GGUF file "
+                 "attends past the model's window of %u tokens\n", m.source.c_str(), c.sliding_window);
   const bool calibrating = !options.calibration.empty();
   std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr, calibrating);
 

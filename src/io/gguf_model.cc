@@ -8,6 +8,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "core/error.h"
@@ -17,7 +19,7 @@
 namespace lowbit {
 namespace {
 
-constexpr std::string_view kSupportedArchitectures = "llama, qwen2, qwen3";
+constexpr std::string_view kSupportedArchitectures = "llama, qwen2, qwen3, gemma, gemma2, gemma3";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -137,7 +139,8 @@ class TensorLoader {
   void CheckAllUsed() const {
     for (const GgufTensorInfo& t : file_.tensors())
       if (!used_.count(t.name))
-        Fail("{}: unexpected tensor '{}' for a llama / qwen2 / qwen3 model (not supported)", source_, t.name);
+        Fail("{}: unexpected tensor '{}' for a {} model (not supported)", source_, t.name,
+             file_.GetString("general.architecture"));
   }
 
   void MarkUsed(const std::string& name) { used_.insert(name); }
@@ -184,26 +187,73 @@ int32_t TokenId(const GgufFile& f, std::string_view key, int32_t fallback) {
   return static_cast<int32_t>(id);
 }
 
+// Gemma's hyperparameters as llama.cpp reads them, defaults included (models/gemma*.cpp): the file
+// stores norms as the 1 + w they multiply by, and no query_pre_attn_scalar.
+void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
+  const std::string p = arch + ".";
+  c.norm_plus_one = true;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  c.activation = FfnActivation::kGeluTanh;
+  c.sandwich_norms = arch != "gemma";
+  if (arch == "gemma") return;
+  const bool gemma2 = arch == "gemma2";
+  if (gemma2) c.attn_softcap = f.GetF32Or(p + "attn_logit_softcapping", 50.0f);
+  c.final_softcap = f.GetF32Or(p + "final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
+  const bool wide = c.n_layers == (gemma2 ? 46u : 62u);  // the 27B models scale by hidden / heads
+  c.query_scale = 1.0f / std::sqrt(static_cast<float>(wide ? c.dim / c.n_heads : c.head_dim));
+  c.sliding_window = f.GetU32Or(p + "attention.sliding_window", gemma2 ? 4096 : 0);
+  if (c.sliding_window == 0) return;
+  if (!gemma2) c.local_rope_theta = f.GetF32Or(p + "rope.freq_base_swa", 10000.0f);
+  const std::string pattern = p + "attention.sliding_window_pattern";
+  if (const GgufValue* v = f.Find(pattern); v && std::holds_alternative<GgufArray>(*v)) {
+    const GgufArray& a = f.GetArray(pattern);
+    if (a.size() != c.n_layers)
+      Fail("{}: key '{}' has {} entries for {} layers", f.path().string(), pattern, a.size(), c.n_layers);
+    std::visit([&](const auto& values) {
+      using Values = std::decay_t<decltype(values)>;
+      if constexpr (std::is_same_v<Values, std::vector<bool>> || std::is_same_v<Values, std::vector<uint32_t>> ||
+                    std::is_same_v<Values, std::vector<int32_t>>) {
+        for (const auto v : values) c.sliding_layers.push_back(v != 0);
+      } else {
+        Fail("{}: key '{}' must be an array of booleans or integers", f.path().string(), pattern);
+      }
+    }, a.values);
+  } else {  // every n-th layer is global: n = 2 (Gemma 2) or 6 (Gemma 3) unless the key says otherwise
+    const uint32_t n = f.GetU32Or(pattern, gemma2 ? 2 : 6);
+    for (uint32_t i = 0; i < c.n_layers; ++i) c.sliding_layers.push_back(n == 0 || i % n < n - 1);
+  }
+}
+
 }  // namespace
 
 ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+  const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && !gemma)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0)
     Fail("{}: mixture-of-experts models ({}expert_count) are not supported", source, p);
-  if (f.Find(p + "rope.scaling.type") && f.GetString(p + "rope.scaling.type") != "none")
-    Fail("{}: {}rope.scaling.type '{}' is not supported (only 'none', or Llama 3 scaling "
-         "through rope_freqs.weight)",
-         source, p, f.GetString(p + "rope.scaling.type"));
+  // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
+  const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
+  const float scaling_factor = f.GetF32Or(p + "rope.scaling.factor", 0.0f);
+  const bool linear_scaling = (scaling == "linear" || !f.Find(p + "rope.scaling.type")) && scaling_factor != 0 &&
+                              scaling_factor != 1;
+  if (scaling != "none" && !(scaling == "linear" && (arch == "gemma3" || !linear_scaling)))
+    Fail("{}: {}rope.scaling.type '{}' is not supported (only 'none', Llama 3 scaling through rope_freqs.weight, "
+         "and gemma3's linear scaling)",
+         source, p, scaling);
 
   ModelConfig c;
   c.architecture = "gguf:" + arch;
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
   c.rope_style = arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+  if (linear_scaling) {
+    c.rope_scaling.type = RopeScalingType::kLinear;
+    c.rope_scaling.factor = scaling_factor;
+  }
   c.dim = f.GetU32(p + "embedding_length");
   c.n_layers = f.GetU32(p + "block_count");
   c.ffn_dim = f.GetU32(p + "feed_forward_length");
@@ -246,7 +296,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
-  c.qk_norm = arch == "qwen3";
+  c.qk_norm = arch == "qwen3" || arch == "gemma3";
+  if (gemma) ReadGemmaKeys(f, arch, c);
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
@@ -294,6 +345,10 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.k_norm = t.Vector(p + "attn_k_norm.weight", c.head_dim);
     }
     l.wo = t.Weight(p + "attn_output.weight", c.dim, c.q_dim());
+    if (c.sandwich_norms) {
+      l.attn_out_norm = t.Vector(p + "post_attention_norm.weight", c.dim);
+      l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);
+    }
     l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);
     l.w_gate = t.Weight(p + "ffn_gate.weight", c.ffn_dim, c.dim);
     l.w_up = t.Weight(p + "ffn_up.weight", c.ffn_dim, c.dim);

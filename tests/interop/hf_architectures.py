@@ -10,7 +10,8 @@
                 reference logits equal the committed ones (the library still computes the same); then
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
-                tokens against transformers' (llama, qwen2 and qwen3 architectures in llama.cpp).
+                tokens against transformers' (llama, qwen2, qwen3, gemma, gemma2 and gemma3 architectures in
+                llama.cpp).
 """
 import argparse
 import json
@@ -50,9 +51,10 @@ ARCHITECTURES = {
     # Gemma: GeGLU (tanh GELU), (1 + w) norms, embeddings scaled by sqrt(hidden), head_dim apart, tied.
     "gemma": ("gemma", dict(head_dim=16, hidden_activation="gelu_pytorch_tanh")),
     # Gemma 2: norms on the attention and MLP outputs, attention and final soft-capping (caps low enough
-    # to bend these logits), query_pre_attn_scalar apart from head_dim, local/global layers.
+    # to bend these logits), local/global layers. (query_pre_attn_scalar = head_dim: llama.cpp does not read
+    # it; architecture_fixture_test checks another scale through an equivalent model.)
     "gemma2": ("gemma2", dict(head_dim=16, sliding_window=6, attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
-                              query_pre_attn_scalar=24)),
+                              query_pre_attn_scalar=16)),
     # Gemma 3: q/k norms, a local RoPE base for sliding layers and linear scaling on the global ones.
     "gemma3": ("gemma3_text", dict(head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
                                    layer_types=["sliding_attention", "full_attention"],
@@ -65,7 +67,7 @@ ARCHITECTURES = {
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2"}
 # The ones lowbit exports to GGUF, checked in llama.cpp.
-GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3"]
+GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"]
 
 
 def build(name, folder):
@@ -123,10 +125,14 @@ def check_llama_cpp(lowbit, folder):
         with open(os.path.join(FIXTURES, name, "reference.json")) as f:
             reference = np.array(json.load(f)["logits"], dtype=np.float64)
         rel = float(np.abs(theirs - reference).max() / max(np.abs(reference).max(), 1.0))
-        check(rel < 1e-4, f"{name}: llama.cpp's logits on lowbit's GGUF differ from transformers' by {rel:.2e} of the "
-                          f"logit scale")
-        rows.append([name, f"{rel:.2e}"])
-    print_table(["fixture exported to GGUF F32", "llama.cpp vs transformers (max diff / max |logit|)"], rows)
+        # ggml's CPU GELU rounds its input to fp16 and reads an fp16 table (GGML_GELU_FP16 in ggml-cpu/vec.h),
+        # about 1e-3 relative per activation, so llama.cpp's own Gemma is that far from transformers. A wrong
+        # norm, scale or mask moves these logits by 0.1-1 of their scale.
+        tolerance = 2e-3 if name.startswith("gemma") else 1e-4
+        check(rel < tolerance, f"{name}: llama.cpp's logits on lowbit's GGUF differ from transformers' by {rel:.2e} of "
+                               f"the logit scale (tolerance {tolerance:.0e})")
+        rows.append([name, f"{rel:.2e}", f"{tolerance:.0e}"])
+    print_table(["fixture exported to GGUF F32", "llama.cpp vs transformers (max diff / max |logit|)", "tolerance"], rows)
 
 
 def main():
