@@ -2,7 +2,7 @@
 // transformers' own fp32 logits (tests/interop/hf_architectures.py writes them; `make test-interop`
 // checks transformers still gives the same): Llama with Llama-3.1 rope scaling and tied
 // embeddings, Mistral, Qwen2 (q/k/v biases), Qwen3 (q/k norms, head_dim apart from hidden / heads),
-// Phi-3 (fused projections, longrope, partial rotary, a sliding window), Gemma (GeGLU, (1 + w)
+// Phi-3 (fused projections, longrope's long factors, partial rotary), Gemma (GeGLU, (1 + w)
 // norms, scaled embeddings), Gemma 2 (output norms, soft-capping, local/global layers) and Gemma 3
 // (q/k norms, local and linearly scaled global RoPE). lowbit's logits must match at every position
 // within 1e-4 of the logit scale, loaded from the folder and after a round trip through lowbit's
@@ -49,7 +49,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
   return max_diff / std::max(scale, 1.0);
 }
 
-const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"};
+const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numbers>
+#include <numeric>
 #include <optional>
 #include <variant>
 
@@ -35,8 +36,9 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "GemmaForCausalLM" || a == "gguf:gemma") return {"gemma", false};
   if (a == "Gemma2ForCausalLM" || a == "gguf:gemma2") return {"gemma2", false};
   if (a == "Gemma3ForCausalLM" || a == "gguf:gemma3") return {"gemma3", false};
+  if (a == "Phi3ForCausalLM" || a == "gguf:phi3") return {"phi3", false};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
-    Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3)", a);
+    Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Phi-3)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -73,6 +75,7 @@ struct TensorSource {
   const Linear* linear = nullptr;
   const std::vector<float>* values = nullptr;
   uint32_t permute_heads = 0;  // > 0: rows are head-major HF Q/K rows to permute
+  const Linear* stacked = nullptr;  // rows after linear's (Phi-3's ffn_up holds gate, then up)
 };
 
 struct PlannedTensor {
@@ -136,6 +139,11 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, -1,
                   [&w](const LayerWeights*) { return TensorSource{nullptr, &w.embed.values, 0}; }});
   if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
+  if (c.rope_scaling.type == RopeScalingType::kLongRope) {
+    const RopeScaling* rs = &c.rope_scaling;
+    vector("rope_factors_long.weight", rs->long_factor.size(), -1, [rs](const LayerWeights*) { return &rs->long_factor; });
+    vector("rope_factors_short.weight", rs->short_factor.size(), -1, [rs](const LayerWeights*) { return &rs->short_factor; });
+  }
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const int layer = static_cast<int>(i);
     const std::string p = fmt::format("blk.{}.", i);
@@ -160,10 +168,16 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
     vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
-    matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
-    plan.back().linear = 4;
-    matrix(p + "ffn_up.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
-    plan.back().linear = 5;
+    if (arch.name == "phi3") {  // gate and up rows in one ffn_up, split by llama.cpp's swiglu
+      plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, -1, [](const LayerWeights* l) {
+                        return TensorSource{&l->w_gate, nullptr, 0, &l->w_up};
+                      }});
+    } else {
+      matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
+      plan.back().linear = 4;
+      matrix(p + "ffn_up.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
+      plan.back().linear = 5;
+    }
     matrix(p + "ffn_down.weight", c.dim, c.ffn_dim, layer, [](const LayerWeights* l) { return &l->w_down; });
     plan.back().linear = 6;
     if (c.sandwich_norms)
@@ -198,9 +212,17 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
   }
+  if (a == "phi3") {
+    out.Set(a + ".rope.dimension_count", c.rope_dims());
+    if (c.rope_scaling.type == RopeScalingType::kLongRope) {
+      out.Set(a + ".rope.scaling.attn_factor", c.rope_scaling.attention_factor);
+      out.Set(a + ".rope.scaling.original_context_length", c.rope_scaling.original_max_position);
+    }
+    if (c.sliding_window > 0) out.Set(a + ".attention.sliding_window", c.sliding_window);
+  }
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
-  if (c.sliding_window > 0 && a != "llama") {
+  if (c.sliding_window > 0 && a != "llama" && a != "phi3") {
     out.Set(a + ".attention.sliding_window", c.sliding_window);
     std::vector<bool> sliding(c.n_layers);  // per layer: llama.cpp's own default patterns differ by architecture
     for (uint32_t i = 0; i < c.n_layers; ++i) sliding[i] = c.sliding(i);
@@ -228,17 +250,29 @@ class TensorEncoder {
 
   Encoded Encode(const PlannedTensor& t, const TensorSource& src, uint32_t head_dim, uint32_t type) {
     const uint64_t cols = t.ne[0], rows = t.ne.size() > 1 ? t.ne[1] : 1;
-    const QuantizedTensor* q = nullptr;
-    const float* dense = nullptr;
+    struct Part {
+      const QuantizedTensor* q = nullptr;
+      const float* dense = nullptr;
+      uint64_t rows = 0;
+    };
+    std::vector<Part> parts;
     if (src.linear) {
-      LOWBIT_CHECK(src.linear->rows() == rows && src.linear->cols() == cols);
-      if (const auto* d = std::get_if<DenseMatrix>(&src.linear->weight)) dense = d->values.data();
-      else q = &std::get<QuantizedTensor>(src.linear->weight);
+      for (const Linear* l : {src.linear, src.stacked}) {
+        if (!l) continue;
+        LOWBIT_CHECK(l->cols() == cols);
+        if (const auto* d = std::get_if<DenseMatrix>(&l->weight)) parts.push_back({nullptr, d->values.data(), l->rows()});
+        else parts.push_back({&std::get<QuantizedTensor>(l->weight), nullptr, l->rows()});
+      }
     } else {
       LOWBIT_CHECK(src.values && src.values->size() == rows * cols);
-      dense = src.values->data();
+      parts.push_back({nullptr, src.values->data(), rows});
     }
-    std::optional<uint32_t> exact = q ? ExactGgufType(*q) : std::nullopt;
+    LOWBIT_CHECK(std::accumulate(parts.begin(), parts.end(), uint64_t{0},
+                                 [](uint64_t n, const Part& p) { return n + p.rows; }) == rows);
+    // Codes carried over bit for bit need every part on the same GGUF grid.
+    std::optional<uint32_t> exact = parts[0].q ? ExactGgufType(*parts[0].q) : std::nullopt;
+    for (const Part& p : parts)
+      if (!p.q || ExactGgufType(*p.q) != exact) exact.reset();
     if (exact && *exact != type && !options_.keep_source_grids) exact.reset();
     if (exact) type = *exact;
     std::span<const float> importance;
@@ -254,14 +288,16 @@ class TensorEncoder {
     ParallelFor(&pool_, rows, [&](size_t begin, size_t end) {
       std::vector<float> row(cols);
       for (size_t r = begin; r < end; ++r) {
-        const uint64_t from = src.permute_heads ? SourceRow(r, head_dim) : r;
+        uint64_t from = src.permute_heads ? SourceRow(r, head_dim) : r;
+        const Part* part = parts.data();
+        while (from >= part->rows) from -= (part++)->rows;
         std::byte* dst = out.bytes.data() + r * row_bytes;
         if (exact) {
-          PackGgufRow(*q, from, dst);
+          PackGgufRow(*part->q, from, dst);
           continue;
         }
-        const float* x = dense ? dense + from * cols : row.data();
-        if (q) q->DequantizeRow(from, row.data());
+        const float* x = part->dense ? part->dense + from * cols : row.data();
+        if (part->q) part->q->DequantizeRow(from, row.data());
         QuantizeGgufRow(type, x, static_cast<int64_t>(cols), importance, dst);
       }
     });
@@ -287,8 +323,21 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     rope_divisors = Llama3RopeDivisors(c);
   }
   if (IsGemmaArch(arch)) CheckGemmaExportable(c, arch, m.source);
-  if (!IsGemmaArch(arch) && c.rope_scaling.type != RopeScalingType::kNone && c.rope_scaling.type != RopeScalingType::kLlama3)
+  const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
+  if (!IsGemmaArch(arch) && !longrope && c.rope_scaling.type != RopeScalingType::kNone &&
+      c.rope_scaling.type != RopeScalingType::kLlama3)
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
+  if (c.rotary_dim != 0 && arch.name != "phi3")
+    Fail("{}: partial rotary embeddings are exported for phi3 only", m.source);
+  if (arch.name == "phi3") {
+    if (c.q_dim() != c.dim || c.qkv_bias)
+      Fail("{}: llama.cpp's phi3 needs num_heads * head_dim = hidden_size and no q/k/v bias", m.source);
+    if (!options.calibration.empty())
+      Fail("{}: calibrated GGUF export of phi3 (fused ffn_up) is not supported yet", m.source);
+    if (c.sliding_window > 0)
+      std::fprintf(stderr, "lowbit: warning: %s: llama.cpp ignores Phi-3's sliding window (%u tokens)\n",
+                   m.source.c_str(), c.sliding_window);
+  }
   if (arch.name == "llama" && c.sliding_window > 0)  // as llama.cpp's own converter does for Mistral
     std::fprintf(stderr, "lowbit: warning: %s: llama.cpp's llama architecture has no sliding window; the GGUF file "
                  "attends past the model's window of %u tokens\n", m.source.c_str(), c.sliding_window);

@@ -19,7 +19,7 @@
 namespace lowbit {
 namespace {
 
-constexpr std::string_view kSupportedArchitectures = "llama, qwen2, qwen3, gemma, gemma2, gemma3";
+constexpr std::string_view kSupportedArchitectures = "llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -103,7 +103,10 @@ class TensorLoader {
   // A matrix the engine multiplies by: block types stay in their codes (gguf_repack.h), 16-bit
   // floats stay 16-bit with keep_16bit, other float types become dense fp32.
   Linear Weight(const std::string& name, uint64_t rows, uint64_t cols) {
-    const GgufTensorInfo& t = Get(name, {cols, rows});
+    return WeightOf(Get(name, {cols, rows}), rows, cols);
+  }
+
+  Linear WeightOf(const GgufTensorInfo& t, uint64_t rows, uint64_t cols) {
     Linear l;
     std::optional<QuantizedTensor> q;
     try {
@@ -117,6 +120,28 @@ class TensorLoader {
     else l.weight = DenseMatrix{rows, cols, Decode(t)};
     ReleasePages(t.data);
     return l;
+  }
+
+  // Consecutive row ranges of one matrix as separate linears (Phi-3's fused attn_qkv and ffn_up): each
+  // range is a view of the tensor's rows, repacked on its own.
+  std::vector<Linear> Weights(const std::string& name, const std::vector<uint64_t>& rows, uint64_t cols) {
+    uint64_t total = 0;
+    for (const uint64_t r : rows) total += r;
+    const GgufTensorInfo& t = Get(name, {cols, total});
+    const uint64_t row_bytes = total ? t.data.size() / total : 0;
+    if (row_bytes * total != t.data.size())
+      Fail("{}: tensor '{}' holds {} bytes, not a whole number of its {} rows", source_, name, t.data.size(), total);
+    std::vector<Linear> out;
+    uint64_t first = 0;
+    for (const uint64_t r : rows) {
+      GgufTensorInfo part = t;
+      part.dims = {cols, r};
+      part.n_elements = cols * r;
+      part.data = t.data.subspan(first * row_bytes, r * row_bytes);
+      out.push_back(WeightOf(part, r, cols));
+      first += r;
+    }
+    return out;
   }
 
   // The token embeddings in the file's type (Embedding::packed: 16-bit floats, or a block type
@@ -224,13 +249,44 @@ void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
   }
 }
 
+// Phi-3's longrope as the converter stores it: per-frequency divisors in rope_factors_long/short, the
+// attention factor and the original context as keys. llama.cpp picks the long factors for contexts past
+// the original one, as lowbit does by KV cache capacity. The sliding window applies as in transformers
+// (llama.cpp currently ignores Phi-3's window).
+void ReadPhi3Keys(const GgufFile& f, ModelConfig& c) {
+  const std::string source = f.path().string();
+  const GgufTensorInfo* longer = f.FindTensor("rope_factors_long.weight");
+  const GgufTensorInfo* shorter = f.FindTensor("rope_factors_short.weight");
+  c.sliding_window = f.GetU32Or("phi3.attention.sliding_window", 0);
+  if (!longer && !shorter) return;
+  if (!longer || !shorter) Fail("{}: phi3 rope factors need both rope_factors_long and rope_factors_short", source);
+  RopeScaling& s = c.rope_scaling;
+  s.type = RopeScalingType::kLongRope;
+  s.original_max_position = f.GetU32Or("phi3.rope.scaling.original_context_length", c.max_position);
+  if (s.original_max_position == 0) Fail("{}: key 'phi3.rope.scaling.original_context_length' must be positive", source);
+  s.factor = static_cast<float>(c.max_position) / static_cast<float>(s.original_max_position);
+  s.attention_factor = f.GetF32Or("phi3.rope.scaling.attn_factor", 1.0f);
+  for (const auto& [t, out] : {std::pair{longer, &s.long_factor}, std::pair{shorter, &s.short_factor}}) {
+    if (WithoutTrailingOnes(t->dims) != std::vector<uint64_t>{c.rope_dims() / 2})
+      Fail("{}: tensor '{}' has shape {} (ne order), expected [{}]", source, t->name, DimsString(t->dims),
+           c.rope_dims() / 2);
+    try {
+      *out = DequantizeGgufTensor(*t);
+    } catch (const Error& e) {
+      Fail("{}: {}", source, e.what());
+    }
+    for (const float v : *out)
+      if (!(v > 0 && std::isfinite(v))) Fail("{}: tensor '{}' holds a factor that is not positive: {}", source, t->name, v);
+  }
+}
+
 }  // namespace
 
 ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && !gemma)
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0)
@@ -260,16 +316,18 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.n_heads = f.GetU32(p + "attention.head_count");
   if (c.n_heads == 0) Fail("{}: key '{}attention.head_count' must be positive", source, p);
   c.n_kv_heads = f.GetU32Or(p + "attention.head_count_kv", c.n_heads);
-  // llama.cpp: head size = key_length, defaulting to n_embd / n_head; the rotary dimension
-  // count must equal it (no partial rotary).
-  c.head_dim = f.GetU32Or(p + "attention.key_length", f.GetU32Or(p + "rope.dimension_count", c.dim / c.n_heads));
+  // llama.cpp: head size = key_length, defaulting to n_embd / n_head; the rotary dimension count
+  // (n_rot) defaults to it and may be smaller (partial rotary).
+  c.head_dim = f.GetU32Or(p + "attention.key_length", c.dim / c.n_heads);
   if (f.GetU32Or(p + "attention.value_length", c.head_dim) != c.head_dim)
     Fail("{}: key '{}attention.value_length' ({}) differs from the key head size {}; not supported",
          source, p, f.GetU32(p + "attention.value_length"), c.head_dim);
-  if (f.GetU32Or(p + "rope.dimension_count", c.head_dim) != c.head_dim)
-    Fail("{}: key '{}rope.dimension_count' ({}) differs from the head size {}; partial rotary "
-         "embeddings are not supported",
-         source, p, f.GetU32(p + "rope.dimension_count"), c.head_dim);
+  if (const uint32_t rot = f.GetU32Or(p + "rope.dimension_count", c.head_dim); rot != c.head_dim) {
+    if (rot == 0 || rot > c.head_dim || rot % 2 != 0)
+      Fail("{}: key '{}rope.dimension_count' ({}) must be even and at most the head size {}", source, p, rot,
+           c.head_dim);
+    c.rotary_dim = rot;  // partial rotary embeddings (Phi-4-mini)
+  }
   c.max_position = f.GetU32Or(p + "context_length", c.max_position);
   c.rope_theta = f.GetF32Or(p + "rope.freq_base", 10000.0f);
   c.norm_eps = f.GetF32(p + "attention.layer_norm_rms_epsilon");
@@ -298,6 +356,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
   c.qk_norm = arch == "qwen3" || arch == "gemma3";
   if (gemma) ReadGemmaKeys(f, arch, c);
+  if (arch == "phi3") ReadPhi3Keys(f, c);
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
@@ -323,7 +382,8 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   const ModelConfig& c = m.config;
   ModelWeights& w = m.weights;
   TensorLoader t(f, options);
-  if (f.FindTensor("rope_freqs.weight")) t.MarkUsed("rope_freqs.weight");  // read by the config
+  for (const char* read_by_config : {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
+    if (f.FindTensor(read_by_config)) t.MarkUsed(read_by_config);
 
   w.embed = t.EmbeddingTable("token_embd.weight", c.vocab_size, c.dim);
   // No reserve(n_layers): the count comes from the file, and a hostile one would allocate before
@@ -332,9 +392,16 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
     const std::string p = fmt::format("blk.{}.", i);
     LayerWeights l;
     l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
-    l.wq = t.Weight(p + "attn_q.weight", c.q_dim(), c.dim);
-    l.wk = t.Weight(p + "attn_k.weight", c.kv_dim(), c.dim);
-    l.wv = t.Weight(p + "attn_v.weight", c.kv_dim(), c.dim);
+    if (f.FindTensor(p + "attn_qkv.weight")) {  // Phi-3: q, k and v rows in one matrix
+      std::vector<Linear> qkv = t.Weights(p + "attn_qkv.weight", {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.dim);
+      l.wq = std::move(qkv[0]);
+      l.wk = std::move(qkv[1]);
+      l.wv = std::move(qkv[2]);
+    } else {
+      l.wq = t.Weight(p + "attn_q.weight", c.q_dim(), c.dim);
+      l.wk = t.Weight(p + "attn_k.weight", c.kv_dim(), c.dim);
+      l.wv = t.Weight(p + "attn_v.weight", c.kv_dim(), c.dim);
+    }
     if (c.qkv_bias) {
       l.wq.bias = t.Vector(p + "attn_q.bias", c.q_dim());
       l.wk.bias = t.Vector(p + "attn_k.bias", c.kv_dim());
@@ -350,8 +417,14 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);
     }
     l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);
-    l.w_gate = t.Weight(p + "ffn_gate.weight", c.ffn_dim, c.dim);
-    l.w_up = t.Weight(p + "ffn_up.weight", c.ffn_dim, c.dim);
+    if (c.architecture == "gguf:phi3") {  // gate rows, then up rows, in one ffn_up (llama.cpp's swiglu split)
+      std::vector<Linear> gate_up = t.Weights(p + "ffn_up.weight", {c.ffn_dim, c.ffn_dim}, c.dim);
+      l.w_gate = std::move(gate_up[0]);
+      l.w_up = std::move(gate_up[1]);
+    } else {
+      l.w_gate = t.Weight(p + "ffn_gate.weight", c.ffn_dim, c.dim);
+      l.w_up = t.Weight(p + "ffn_up.weight", c.ffn_dim, c.dim);
+    }
     l.w_down = t.Weight(p + "ffn_down.weight", c.dim, c.ffn_dim);
     w.layers.push_back(std::move(l));
   }
