@@ -4,7 +4,8 @@
 // embeddings, Mistral, Qwen2 (q/k/v biases), Qwen3 (q/k norms, head_dim apart from hidden / heads),
 // Phi-3 (fused projections, longrope's long factors, partial rotary), Gemma (GeGLU, (1 + w)
 // norms, scaled embeddings), Gemma 2 (output norms, soft-capping, local/global layers) and Gemma 3
-// (q/k norms, local and linearly scaled global RoPE). lowbit's logits must match at every position
+// (q/k norms, local and linearly scaled global RoPE), and Gemma 3's language model inside an image-text
+// Gemma3ForConditionalGeneration checkpoint (language_model.* names, a vision tower lowbit skips). lowbit's logits must match at every position
 // within 1e-4 of the logit scale, loaded from the folder and after a round trip through lowbit's
 // quantized folder and (for the architectures it exports there) GGUF F32.
 #include <gtest/gtest.h>
@@ -19,10 +20,13 @@
 #include <vector>
 
 #include "core/json_util.h"
+#include "core/error.h"
+#include "io/engine_export.h"
 #include "io/gguf_export.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 #include "model/forward.h"
+#include "quant/scheme.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -49,7 +53,8 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
   return max_diff / std::max(scale, 1.0);
 }
 
-const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3"};
+const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2", "qwen3", "phi3",
+                                                  "gemma", "gemma2", "gemma3", "gemma3mm"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -57,7 +62,8 @@ TEST_P(ArchitectureFixture, LogitsMatchTransformers) {
   const fs::path folder = kFixtures / GetParam();
   const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
   const Model model = LoadModel(folder.string());
-  EXPECT_EQ(model.config.architecture, reference["architecture"].get<std::string>());
+  const std::string arch = reference["architecture"].get<std::string>();  // image-text Gemma 3 runs its text model
+  EXPECT_EQ(model.config.architecture, arch == kGemma3Multimodal ? "Gemma3ForCausalLM" : arch);
   const double error = RelativeError(model, reference);
   std::cout << GetParam() << ": max |logit difference| / max |logit| = " << error << "\n";
   EXPECT_LT(error, 1e-4) << GetParam();
@@ -76,6 +82,33 @@ TEST_P(ArchitectureFixture, SameLogitsAfterSavingAsLowbitFolderAndGguf) {
   StreamedModel streamed = OpenModel(folder);
   ExportGguf(streamed, dir / "model.gguf", options);
   EXPECT_LT(RelativeError(LoadModel((dir / "model.gguf").string()), reference), 1e-4) << GetParam() << " GGUF";
+}
+
+// Gemma 3's image-text checkpoint exported for vLLM: only its language model is written, under a
+// Gemma3ForCausalLM config.json, and its tied lm_head (a Linear in transformers, stored by no tensor) is
+// ignored by name so "targets: Linear" does not claim it. Phi-3's fused projections are refused by name.
+TEST(ArchitectureFixtureExport, EngineFormatsWriteTextModelsAndIgnoreTiedLmHead) {
+  testing_util::ScratchDir dir("lowbit-arch-export");
+  const fs::path source = kFixtures / "gemma3mm";
+  StreamedModel s = OpenModel(source);
+  EngineExportOptions o;
+  o.format = EngineFormat::kCompressedTensors;
+  o.scheme = ParseScheme("int4:g16");
+  (void)ExportEngineCheckpoint(s, source, dir / "ct", nlohmann::json{{"method", "rtn"}}, o);
+  const nlohmann::json config = ReadJsonFile(dir / "ct" / "config.json");
+  EXPECT_EQ(config["architectures"][0], "Gemma3ForCausalLM");
+  EXPECT_FALSE(config.contains("text_config") || config.contains("vision_config"));
+  EXPECT_EQ(config["quantization_config"]["ignore"], nlohmann::json::array({"lm_head"}));
+  EXPECT_EQ(LoadModel((dir / "ct").string()).config.architecture, "Gemma3ForCausalLM");
+
+  StreamedModel phi3 = OpenModel(kFixtures / "phi3");
+  try {
+    (void)ExportEngineCheckpoint(phi3, kFixtures / "phi3", dir / "phi3", nullptr, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fused qkv_proj / gate_up_proj"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "phi3"));
 }
 
 // Gemma's query_pre_attn_scalar s: scores scaled by 1/sqrt(s) instead of 1/sqrt(head_dim) are the
@@ -106,7 +139,7 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
-                                                                        "gemma2", "gemma3"));
+                                                                        "gemma2", "gemma3", "gemma3mm"));
 
 }  // namespace
 }  // namespace lowbit

@@ -116,7 +116,9 @@ OrderedJson AwqConfig(const QweightParams& p, const std::vector<LinearRecord>& l
   return qc;
 }
 
-OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears) {
+// tied_lm_head: the model's lm_head is the embedding table, stored by no linear here; transformers still
+// builds an lm_head Linear, which "targets: Linear" would claim, so it is ignored by name as llm-compressor does.
+OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bool tied_lm_head) {
   struct Group {
     std::string key, format;  // key: weight scheme + input scheme
     const LinearRecord* first;
@@ -154,6 +156,7 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears) {
   qc["quantization_status"] = "compressed";
   qc["version"] = kCompressedTensorsVersion;
   qc["global_compression_ratio"] = nullptr;
+  if (tied_lm_head) ignore.push_back("lm_head");
   qc["ignore"] = std::move(ignore);
   qc["kv_cache_scheme"] = nullptr;
   qc["sparsity_config"] = OrderedJson::object();
@@ -326,7 +329,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
         r.format = "gemm";
         break;
       case EngineFormat::kCompressedTensors:
-        qc = CompressedTensorsConfig(linears);
+        qc = CompressedTensorsConfig(linears, c.tie_embeddings);
         r.quant_method = "compressed-tensors";
         r.format = qc["format"].get<std::string>();
         if (kv)
@@ -335,7 +338,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
                                    {"actorder", nullptr}, {"observer", "minmax"}};
         break;
     }
-    OrderedJson config = source_config;
+    OrderedJson config = TextOnlyConfig(source_config);
     config["quantization_config"] = qc;
     if (!c.tie_embeddings) config["tie_word_embeddings"] = false;
     WriteFileAtomic(tmp / "config.json", config.dump(2) + "\n");

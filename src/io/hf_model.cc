@@ -27,18 +27,27 @@ namespace {
 constexpr std::string_view kQuantizedSuffixes[] = {".weight_packed", ".weight_scale", ".weight_zero_point",
                                                    ".weight_global_scale", ".weight_g_idx"};
 constexpr std::string_view kOutlierSuffixes[] = {".outlier_columns", ".outlier_weight"};
-// Names of this architecture outside the blocks; with "model.layers.", the names whose unused
-// tensors are errors rather than warnings.
-constexpr std::string_view kEndPrefixes[] = {"model.embed_tokens.", "model.norm.", "lm_head."};
+// Where the decoder's tensors are: "model." (and "lm_head"), or inside Gemma 3's image-text checkpoints
+// "language_model.model." ("language_model.lm_head", as the Hub stores them) or "model.language_model."
+// (as transformers 4.5x saved them). Their vision tower is not read.
+struct TensorNames {
+  std::string body = "model.", lm_head = "lm_head";
+  std::string layers() const { return body + "layers."; }
+  std::string embed() const { return body + "embed_tokens.weight"; }
+  std::string norm() const { return body + "norm.weight"; }
+  std::string layer(uint64_t i) const { return fmt::format("{}layers.{}.", body, i); }
+  // Names of this architecture outside the blocks: with layers(), the names whose unused tensors are
+  // errors rather than warnings.
+  std::vector<std::string> ends() const { return {body + "embed_tokens.", body + "norm.", lm_head + "."}; }
+};
 constexpr size_t kWarnListed = 5;  // unused tensors named in the warning
 
 std::string ShapeText(const std::vector<uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-// The block index of "model.layers.N.<rest>", if `name` is one.
-std::optional<uint64_t> BlockOf(std::string_view name) {
-  constexpr std::string_view kLayers = "model.layers.";
-  if (!name.starts_with(kLayers)) return std::nullopt;
-  const std::string_view rest = name.substr(kLayers.size());
+// The block index of "<layers>N.<rest>", if `name` is one.
+std::optional<uint64_t> BlockOf(std::string_view name, std::string_view layers) {
+  if (!name.starts_with(layers)) return std::nullopt;
+  const std::string_view rest = name.substr(layers.size());
   uint64_t n = 0;
   const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
   if (ec != std::errc() || end == rest.data() || end == rest.data() + rest.size() || *end != '.') return std::nullopt;
@@ -86,7 +95,11 @@ class HfTensors {
         model_(SafetensorsModel::Open(folder)),
         options_(options) {
     quantized_.CheckTensors(model_);
+    if (Has("language_model.model.embed_tokens.weight")) names_ = {"language_model.model.", "language_model.lm_head"};
+    else if (Has("model.language_model.embed_tokens.weight")) names_ = {"model.language_model.", "lm_head"};
   }
+
+  const TensorNames& names() const { return names_; }
 
   bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
   // Whether linear `name` is stored in an engine format (GPTQ, AWQ, compressed-tensors).
@@ -96,7 +109,7 @@ class HfTensors {
   }
   // Whether block i stores Phi-3's fused projections (a lowbit folder saved from Phi-3 stores them split).
   bool Fused(const ModelConfig& c, uint32_t i) const {
-    return HasFusedProjections(c) && HasLinear(fmt::format("model.layers.{}.self_attn.qkv_proj", i));
+    return HasFusedProjections(c) && HasLinear(names_.layer(i) + "self_attn.qkv_proj");
   }
 
   // The shard holding `name`, for messages.
@@ -125,10 +138,11 @@ class HfTensors {
       if (bias) dense[p + ".bias"] = {rows};
       for (std::string_view s : kOutlierSuffixes) optional.insert(p + std::string(s));
     };
-    dense["model.embed_tokens.weight"] = {c.vocab_size, c.dim};
-    dense["model.norm.weight"] = {c.dim};
+    const std::string lm_head = names_.lm_head;
+    dense[names_.embed()] = {c.vocab_size, c.dim};
+    dense[names_.norm()] = {c.dim};
     for (uint32_t i = 0; i < c.n_layers; ++i) {
-      const std::string p = fmt::format("model.layers.{}.", i);
+      const std::string p = names_.layer(i);
       if (engine_ && engine_->quant_method() == "compressed-tensors")  // FP8 KV-cache scales (vLLM's; lowbit reads kv_cache_scales.json)
         for (const char* s : {"self_attn.k_scale", "self_attn.v_scale"}) optional.insert(p + s);
       for (const HfBlockVector& v : HfBlockVectors(c)) dense[p + v.name] = {v.size};
@@ -145,12 +159,12 @@ class HfTensors {
       linear(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
       linear(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
     }
-    if (!c.tie_embeddings && HasLinear("lm_head")) linear("lm_head", c.vocab_size, c.dim, false);
-    if (c.tie_embeddings && quantized_.Has("lm_head"))
-      Fail("{}: tensor 'lm_head.weight_packed' is a quantized lm_head, but {}: tie_word_embeddings is true, so it "
-           "would be ignored for model.embed_tokens.weight", FileOf("lm_head.weight_packed"), config);
+    if (!c.tie_embeddings && HasLinear(lm_head)) linear(lm_head, c.vocab_size, c.dim, false);
+    if (c.tie_embeddings && quantized_.Has(lm_head))
+      Fail("{}: tensor '{}.weight_packed' is a quantized lm_head, but {}: tie_word_embeddings is true, so it "
+           "would be ignored for {}", FileOf(lm_head + ".weight_packed"), lm_head, config, names_.embed());
     // Tied: a stored lm_head.weight is accepted only when it equals the embeddings (SameAsEmbeddings).
-    if (c.tie_embeddings && Has("lm_head.weight")) tied_lm_head_ = true;
+    if (c.tie_embeddings && Has(lm_head + ".weight")) tied_lm_head_ = true;
 
     if (engine_ && !engine_->AnyQuantized(model_))  // a dense model must not run under a quantized config
       Fail("{}: quantization_config says {}, but no linear of {} is stored quantized", engine_->config_path(),
@@ -163,12 +177,12 @@ class HfTensors {
     }
     std::vector<std::string> unused;
     for (const std::string& name : model_.names()) {
-      if (dense.contains(name) || optional.contains(name) || (tied_lm_head_ && name == "lm_head.weight")) continue;
-      if (const std::optional<uint64_t> block = BlockOf(name); block && *block >= c.n_layers)
+      if (dense.contains(name) || optional.contains(name) || (tied_lm_head_ && name == lm_head + ".weight")) continue;
+      if (const std::optional<uint64_t> block = BlockOf(name, names_.layers()); block && *block >= c.n_layers)
         Fail("{}: tensor '{}' belongs to block {}, but {}: num_hidden_layers is {}; the checkpoint and its "
              "config.json disagree on the model's depth", FileOf(name), name, *block, config, c.n_layers);
-      const bool ours = BlockOf(name).has_value() ||
-                        std::ranges::any_of(kEndPrefixes, [&](std::string_view p) { return name.starts_with(p); });
+      const bool ours = BlockOf(name, names_.layers()).has_value() ||
+                        std::ranges::any_of(names_.ends(), [&](const std::string& p) { return name.starts_with(p); });
       if (ours && !name.ends_with(".inv_freq"))  // inv_freq: a RoPE buffer, recomputed from rope_theta
         Fail("{}: tensor '{}' is not part of a {} model as {} describes it, and would be ignored", FileOf(name), name,
              c.architecture, config);
@@ -188,7 +202,8 @@ class HfTensors {
   // run another output layer than the checkpoint's.
   void CheckTiedLmHead(const Embedding& table, uint64_t rows, uint64_t cols, const std::string& config) const {
     if (!tied_lm_head_) return;
-    const TensorView& t = model_.Get("lm_head.weight");
+    const std::string lm_head = names_.lm_head + ".weight";
+    const TensorView& t = model_.Get(lm_head);
     bool same = t.numel() == rows * cols;
     const uint64_t width = DTypeSize(t.dtype);
     std::vector<float> values(cols), embed(cols);  // a row at a time: no copy of either table
@@ -199,9 +214,9 @@ class HfTensors {
     }
     ReleasePages(t.data);
     if (!same)
-      Fail("{}: tensor 'lm_head.weight' differs from 'model.embed_tokens.weight', but {}: tie_word_embeddings is "
-           "true, so the lm_head would be ignored; set tie_word_embeddings to false to use it, or drop the tensor",
-           FileOf("lm_head.weight"), config);
+      Fail("{}: tensor '{}' differs from '{}', but {}: tie_word_embeddings is true, so the lm_head would be "
+           "ignored; set tie_word_embeddings to false to use it, or drop the tensor",
+           FileOf(lm_head), lm_head, names_.embed(), config);
   }
 
   // ToFloat32 in slices, dropping each slice's mapped pages once converted: the peak is the
@@ -277,6 +292,7 @@ class HfTensors {
   SafetensorsModel model_;
   LoadOptions options_;
   bool tied_lm_head_ = false;
+  TensorNames names_;
 };
 
 }  // namespace
@@ -291,18 +307,19 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
   const ModelConfig c = m.config;
   auto t = std::make_shared<HfTensors>(folder, options);
   t->CheckConsistency(c, config_path.string());
-  m.weights.embed = t->EmbeddingTable("model.embed_tokens.weight", c.vocab_size, c.dim);
+  const TensorNames names = t->names();
+  m.weights.embed = t->EmbeddingTable(names.embed(), c.vocab_size, c.dim);
   t->CheckTiedLmHead(m.weights.embed, c.vocab_size, c.dim, config_path.string());
   m.weights.layers.resize(c.n_layers);
-  m.weights.final_norm = NormFromCheckpoint(c, t->Vector("model.norm.weight", c.dim));
-  if (!c.tie_embeddings && t->HasLinear("lm_head")) {
-    m.weights.lm_head = t->Matrix("lm_head", c.vocab_size, c.dim, false);
+  m.weights.final_norm = NormFromCheckpoint(c, t->Vector(names.norm(), c.dim));
+  if (!c.tie_embeddings && t->HasLinear(names.lm_head)) {
+    m.weights.lm_head = t->Matrix(names.lm_head, c.vocab_size, c.dim, false);
   } else {
     m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed.Widened()};
   }
   ValidateEnds(m.config, m.weights, m.source);
-  s.read_layer = [t = std::shared_ptr<const HfTensors>(t), c, source = m.source](size_t i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
+  s.read_layer = [t = std::shared_ptr<const HfTensors>(t), c, source = m.source, names](size_t i) {
+    const std::string p = names.layer(i);
     LayerWeights l;
     for (const HfBlockVector& v : HfBlockVectors(c)) l.*v.member = NormFromCheckpoint(c, t->Vector(p + v.name, v.size));
     if (t->Fused(c, static_cast<uint32_t>(i))) {

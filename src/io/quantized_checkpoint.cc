@@ -206,7 +206,7 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
 
   std::string config_text, recipe_text;
   try {
-    OrderedJson config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
+    OrderedJson config = TextOnlyConfig(OrderedJson::parse(ReadTextFile(source_dir / "config.json")));
     config["quantization_config"] = QuantizationConfig(linears, expanded);
     if (!model.config.tie_embeddings) config["tie_word_embeddings"] = false;
     if (blocks < model.config.n_layers) config["num_hidden_layers"] = blocks;

@@ -56,7 +56,7 @@ namespace {
 
 constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, "
-    "Gemma2ForCausalLM, Gemma3ForCausalLM";
+    "Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model)";
 
 bool IsGemma(const std::string& arch) {
   return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
@@ -191,14 +191,12 @@ void ReadRopeConfig(ModelConfig& c, const JsonView& j) {
 
 }  // namespace
 
-ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
-  const std::string source = config_json.string();
-  const nlohmann::json parsed = ReadJsonFile(config_json);
-  const JsonView j = JsonView(parsed, source).ExpectObject();
+namespace {
+
+ModelConfig ReadHfConfigJson(const JsonView& j) {
+  const std::string& source = j.source();
   ModelConfig c;
-  const auto archs = j.Get<std::vector<std::string>>("architectures", {});
-  if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
-  c.architecture = archs[0];
+  c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "Qwen2ForCausalLM" && c.architecture != "Qwen3ForCausalLM" &&
       c.architecture != "Phi3ForCausalLM" && !IsGemma(c.architecture))
@@ -247,6 +245,25 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   }
   c.Validate(source);
   return c;
+}
+
+}  // namespace
+
+ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
+  const std::string source = config_json.string();
+  const nlohmann::json parsed = ReadJsonFile(config_json);
+  const JsonView j = JsonView(parsed, source).ExpectObject();
+  const auto archs = j.Get<std::vector<std::string>>("architectures", {});
+  if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
+  if (archs[0] == kGemma3Multimodal) {  // the language model of Gemma 3 4B/12B/27B; the vision tower is not run
+    const JsonView text = j["text_config"].ExpectObject();
+    nlohmann::json inner = text.value();
+    inner["architectures"] = {"Gemma3ForCausalLM"};
+    if (!inner.contains("tie_word_embeddings") && parsed.contains("tie_word_embeddings"))
+      inner["tie_word_embeddings"] = parsed["tie_word_embeddings"];
+    return ReadHfConfigJson(JsonView(inner, source, "text_config"));
+  }
+  return ReadHfConfigJson(j);
 }
 
 }  // namespace lowbit

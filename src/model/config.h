@@ -88,6 +88,10 @@ struct ModelConfig {
 
 // Reads a Hugging Face config.json (Llama / Mistral / Qwen2 / Qwen3 / Phi-3 / Gemma 1-3). Unknown
 // architectures are errors that list the supported ones.
+// Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
+
+// The architecture name of Gemma 3's image-text checkpoints, whose text_config lowbit runs.
+inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
 
 }  // namespace lowbit

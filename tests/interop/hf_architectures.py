@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import check, failures, print_table, run  # noqa: E402
@@ -65,19 +65,31 @@ ARCHITECTURES = {
                                                     "sliding_attention": {"rope_type": "default",
                                                                           "rope_theta": 10000.0}})),
 }
+# Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
+# language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
+# config is the gemma3 fixture's.
+MULTIMODAL = {"gemma3mm": ("gemma3", dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                             num_attention_heads=2, image_size=28, patch_size=14),
+                                          mm_tokens_per_image=4))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2"}
 # The ones lowbit exports to GGUF, checked in llama.cpp.
-GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3"]
+GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm"]
 
 
 def build(name, folder):
-    model_type, extra = ARCHITECTURES[name]
     torch.manual_seed(1234)
-    config = AutoConfig.for_model(model_type, **COMMON, **extra)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32,
-                                             attn_implementation="eager" if name in EAGER else "sdpa").eval()
+    if name in MULTIMODAL:
+        model_type, extra = MULTIMODAL[name]
+        text = AutoConfig.for_model(ARCHITECTURES["gemma3"][0], **COMMON, **ARCHITECTURES["gemma3"][1]).to_dict()
+        config = AutoConfig.for_model(model_type, text_config=text, **extra)
+        model = AutoModelForImageTextToText.from_config(config, torch_dtype=torch.float32).eval()
+    else:
+        model_type, extra = ARCHITECTURES[name]
+        config = AutoConfig.for_model(model_type, **COMMON, **extra)
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32,
+                                                 attn_implementation="eager" if name in EAGER else "sdpa").eval()
     with torch.no_grad():
         for p in model.parameters():
             # Norm weights near 1 with some spread, so a wrong norm shows in the logits.
@@ -145,13 +157,13 @@ def main():
     ap.add_argument("--write", nargs="*", metavar="NAME")
     args = ap.parse_args()
     if args.write is not None:
-        for name in args.write or ARCHITECTURES:
+        for name in args.write or [*ARCHITECTURES, *MULTIMODAL]:
             out, _ = build(name, FIXTURES)
             print(f"wrote {out}")
         return
     folder = tempfile.mkdtemp(prefix="lowbit-arch-")
     rows = []
-    for name in ARCHITECTURES:
+    for name in [*ARCHITECTURES, *MULTIMODAL]:
         _, logits = build(name, folder)
         with open(os.path.join(FIXTURES, name, "reference.json")) as f:
             committed = np.array(json.load(f)["logits"], dtype=np.float32)
