@@ -42,6 +42,14 @@ void ModelConfig::Validate(const std::string& source) const {
     Fail("{}: invalid model config: longrope short_factor and long_factor need {} entries each (rotary dimensions / "
          "2), not {} and {}", source, rope_dims() / 2, rope_scaling.short_factor.size(), rope_scaling.long_factor.size());
   need(sliding_layers.empty() || sliding_layers.size() == n_layers, "layer_types needs one entry per layer");
+  const auto positive = [](float v) { return v > 0 && std::isfinite(v); };
+  need(local_rope_theta == 0 || positive(local_rope_theta), "the local RoPE base must be positive");
+  need(rope_scaling.type == RopeScalingType::kNone || rope_scaling.type == RopeScalingType::kLongRope ||
+           positive(rope_scaling.factor),
+       "the RoPE scaling factor must be positive");
+  need(positive(rope_scaling.attention_factor) && std::ranges::all_of(rope_scaling.short_factor, positive) &&
+           std::ranges::all_of(rope_scaling.long_factor, positive),
+       "longrope factors must be positive");
   need(embed_scale > 0 && std::isfinite(embed_scale), "the embedding scale must be positive");
   need(attn_softcap >= 0 && final_softcap >= 0 && query_scale >= 0, "soft-caps and query scale must not be negative");
   need(bos_id < static_cast<int32_t>(vocab_size) && eos_id < static_cast<int32_t>(vocab_size),

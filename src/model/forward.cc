@@ -46,8 +46,7 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant vari
       break;
     case RopeScalingType::kLongRope: {
       const std::vector<float>& divisors = variant == RopeVariant::kLong ? s.long_factor : s.short_factor;
-      for (size_t i = 0; i < half; ++i) inv[i] = 1.0f / (divisors[i] * std::pow(theta, static_cast<float>(2 * i) /
-                                                                                           static_cast<float>(dims)));
+      for (size_t i = 0; i < half; ++i) inv[i] /= divisors[i];
       break;
     }
   }
