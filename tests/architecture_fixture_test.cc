@@ -111,6 +111,26 @@ TEST(ArchitectureFixtureExport, EngineFormatsWriteTextModelsAndIgnoreTiedLmHead)
   EXPECT_FALSE(fs::exists(dir / "phi3"));
 }
 
+// Past its window a sliding layer's cache drops whole blocks (KvCache::Advance): decoding 100 tokens one
+// at a time, with blocks released as it goes, gives the logits of one prefill over all of them.
+TEST(ArchitectureFixtureSlidingWindow, DecodeWithReleasedBlocksMatchesPrefill) {
+  const Model model = LoadModel((kFixtures / "gemma2").string());
+  ASSERT_EQ(model.config.sliding_window, 6u);
+  std::vector<int32_t> tokens(100);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % model.config.vocab_size);
+  Engine engine(model, 2);
+  KvCache whole = engine.NewCache(tokens.size()), step = engine.NewCache(tokens.size());
+  const std::vector<float> prefill = engine.Forward(whole, tokens, /*all_logits=*/true);
+  const size_t vocab = model.config.vocab_size;
+  double diff = 0;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const std::vector<float> logits = engine.Forward(step, std::span(&tokens[t], 1), false);
+    for (size_t v = 0; v < vocab; ++v) diff = std::max(diff, std::abs(double(logits[v]) - prefill[t * vocab + v]));
+  }
+  EXPECT_LT(diff, 1e-4);
+  EXPECT_LT(step.bytes(), whole.bytes());  // layer 0 slides: its blocks were reused
+}
+
 // Gemma's query_pre_attn_scalar s: scores scaled by 1/sqrt(s) instead of 1/sqrt(head_dim) are the
 // scores of a model whose q_proj is multiplied by sqrt(head_dim / s) (RoPE is linear, and Gemma 2 has
 // no q norm), so both models must give the same logits.

@@ -93,9 +93,11 @@ void KvCache::Clear() {
   size_ = 0;
   recent_begin_ = 0;
   for (auto& table : block_table_) {
-    free_blocks_.insert(free_blocks_.end(), table.begin(), table.end());
+    for (const uint32_t index : table)
+      if (index != kReleased) free_blocks_.push_back(index);
     table.clear();
   }
+  released_blocks_ = 0;
   for (auto* recent : {&recent_k_, &recent_v_})
     for (auto& rows : *recent) rows.clear();
 }
@@ -171,6 +173,21 @@ void KvCache::QuantizeKBlock(size_t layer, size_t block_index) {
 
 void KvCache::Advance(size_t n) {
   size_ += n;
+  // The next reader (position size_) sees positions from size_ + 1 - window on; blocks wholly before
+  // that are dead for every sliding layer.
+  const size_t window = config_.sliding_window;
+  if (window > 0 && size_ + 1 > window) {
+    const size_t dead = (size_ + 1 - window) / options_.block_tokens;
+    for (size_t l = 0; l < block_table_.size(); ++l) {
+      if (!config_.sliding(l)) continue;
+      std::vector<uint32_t>& table = block_table_[l];
+      for (size_t b = released_blocks_; b < std::min(dead, table.size()); ++b) {
+        free_blocks_.push_back(table[b]);
+        table[b] = kReleased;
+      }
+    }
+    released_blocks_ = std::max(released_blocks_, dead);
+  }
   if (!kivi() || size_ == 0) return;
   // Drop fp16 rows no future reader (position >= size_) will read unquantized.
   const size_t keep_from = QuantizedBefore(size_ - 1), kv = config_.kv_dim();

@@ -46,7 +46,10 @@ class KvCache {
   size_t head_dim() const { return config_.head_dim; }
   // Empties the cache; its blocks stay allocated and are reused by later writes.
   void Clear();
-  void Advance(size_t n);  // after a forward pass wrote n more positions
+  // After a forward pass wrote n more positions. Sliding-window layers then hand the blocks no later
+  // token can see back to the pool, so each holds about window + one block of positions however long
+  // the sequence grows (Gemma 2/3: most layers); readers of those layers start inside the window.
+  void Advance(size_t n);
 
   // Stores K and V ([kv_dim] each) of `layer` at `pos`; positions are written in order.
   void Write(size_t layer, size_t pos, const float* k, const float* v);
@@ -82,7 +85,9 @@ class KvCache {
   size_t capacity_, size_ = 0;
   std::vector<std::vector<uint32_t>> block_table_;  // [layer][block] -> index into blocks_
   std::vector<Block> blocks_;
-  std::vector<uint32_t> free_blocks_;  // indices into blocks_ released by Clear
+  std::vector<uint32_t> free_blocks_;  // indices into blocks_ released by Clear or by sliding windows
+  static constexpr uint32_t kReleased = UINT32_MAX;  // a block table entry whose block went back to the pool
+  size_t released_blocks_ = 0;  // leading blocks of every sliding layer already released
   // Block schemes, parsed once (K is [kv_dim x block] for KIVI, else [block x kv_dim] like V).
   QuantScheme k_scheme_, v_scheme_;
   bool k_transposed_ = false;
