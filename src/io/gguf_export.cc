@@ -338,7 +338,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
       std::fprintf(stderr, "lowbit: warning: %s: llama.cpp ignores Phi-3's sliding window (%u tokens)\n",
                    m.source.c_str(), c.sliding_window);
   }
-  if (arch.name == "llama" && c.sliding_window > 0)  // as llama.cpp's own converter does for Mistral
+  if (arch.name == "llama" && c.sliding_window > 0)  // llama.cpp's converter drops Mistral's window too
     std::fprintf(stderr, "lowbit: warning: %s: llama.cpp's llama architecture has no sliding window; the GGUF file "
                  "attends past the model's window of %u tokens\n", m.source.c_str(), c.sliding_window);
   const bool calibrating = !options.calibration.empty();
