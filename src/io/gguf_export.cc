@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "io/gguf_calibrate.h"
 #include "io/gguf_mix.h"
+#include "io/gguf_model.h"
 #include "io/gguf_pack.h"
 #include "io/gguf_quantize.h"
 #include "io/gguf_writer.h"
@@ -49,10 +50,7 @@ void CheckGemmaExportable(const ModelConfig& c, const Architecture& arch, const 
   if (!c.tie_embeddings)
     Fail("{}: llama.cpp's {} reads the output matrix from token_embd; this model's lm_head is separate (untied by "
          "rotation or a quantized lm_head), so it cannot be exported as {}", source, arch.name, arch.name);
-  // llama.cpp does not read query_pre_attn_scalar: it scales by 1/sqrt(head_dim), or by
-  // 1/sqrt(hidden / heads) for the layer counts of Gemma 2 27B (46) and Gemma 3 27B (62).
-  const bool wide = (arch.name == "gemma2" && c.n_layers == 46) || (arch.name == "gemma3" && c.n_layers == 62);
-  const float theirs = 1.0f / std::sqrt(static_cast<float>(wide ? c.dim / c.n_heads : c.head_dim));
+  const float theirs = LlamaCppGemmaAttentionScale(arch.name, c);
   if (std::abs(c.attention_scale() - theirs) > 1e-6f * theirs)
     Fail("{}: the attention scale is {} (query_pre_attn_scalar), but llama.cpp's {} applies {} to a model of this "
          "shape", source, c.attention_scale(), arch.name, theirs);

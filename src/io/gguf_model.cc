@@ -224,8 +224,7 @@ void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
   const bool gemma2 = arch == "gemma2";
   if (gemma2) c.attn_softcap = f.GetF32Or(p + "attn_logit_softcapping", 50.0f);
   c.final_softcap = f.GetF32Or(p + "final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
-  const bool wide = c.n_layers == (gemma2 ? 46u : 62u);  // the 27B models scale by hidden / heads
-  c.query_scale = 1.0f / std::sqrt(static_cast<float>(wide ? c.dim / c.n_heads : c.head_dim));
+  c.query_scale = LlamaCppGemmaAttentionScale(arch, c);
   c.sliding_window = f.GetU32Or(p + "attention.sliding_window", gemma2 ? 4096 : 0);
   if (c.sliding_window == 0) return;
   if (!gemma2) c.local_rope_theta = f.GetF32Or(p + "rope.freq_base_swa", 10000.0f);
@@ -238,7 +237,7 @@ void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
       using Values = std::decay_t<decltype(values)>;
       if constexpr (std::is_same_v<Values, std::vector<bool>> || std::is_same_v<Values, std::vector<uint32_t>> ||
                     std::is_same_v<Values, std::vector<int32_t>>) {
-        for (const auto v : values) c.sliding_layers.push_back(v != 0);
+        for (const auto slides : values) c.sliding_layers.push_back(slides != 0);
       } else {
         Fail("{}: key '{}' must be an array of booleans or integers", f.path().string(), pattern);
       }
@@ -281,6 +280,11 @@ void ReadPhi3Keys(const GgufFile& f, ModelConfig& c) {
 }
 
 }  // namespace
+
+float LlamaCppGemmaAttentionScale(std::string_view arch, const ModelConfig& c) {
+  const bool wide = (arch == "gemma2" && c.n_layers == 46) || (arch == "gemma3" && c.n_layers == 62);
+  return 1.0f / std::sqrt(static_cast<float>(wide ? c.dim / c.n_heads : c.head_dim));
+}
 
 ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string_view>
 
 #include "io/gguf.h"
 #include "model/weights.h"
@@ -19,6 +20,11 @@ namespace lowbit {
 // Hyper-parameters only (no tensor data is decoded): general.architecture must be "llama" or "qwen2";
 // vocab_size comes from token_embd.weight. Throws Error naming the file and key.
 ModelConfig ReadGgufConfig(const GgufFile& file);
+
+// The attention score scale llama.cpp applies to a model of GGUF architecture gemma / gemma2 / gemma3
+// of this shape: it reads no query_pre_attn_scalar, and scales by 1/sqrt(head_dim), or by
+// 1/sqrt(hidden / heads) at the layer counts of Gemma 2 27B (46) and Gemma 3 27B (62).
+float LlamaCppGemmaAttentionScale(std::string_view arch, const ModelConfig& c);
 
 // The whole model. Errors name the file and the key or tensor: missing or mis-shaped tensors,
 // unsupported tensor types, and tensors a llama model does not have (llama.cpp rejects those too).

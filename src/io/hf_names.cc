@@ -30,18 +30,6 @@ std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> app
   return applied;
 }
 
-nlohmann::ordered_json TextOnlyConfig(nlohmann::ordered_json source) {
-  if (!source.is_object() || !source.contains("architectures") || !source.contains("text_config")) return source;
-  const auto& archs = source.at("architectures");
-  if (!archs.is_array() || archs.empty() || archs[0] != kGemma3Multimodal || !source.at("text_config").is_object())
-    return source;
-  nlohmann::ordered_json text = source.at("text_config");
-  text["architectures"] = {"Gemma3ForCausalLM"};
-  for (const char* key : {"tie_word_embeddings", "torch_dtype", "dtype", "transformers_version"})
-    if (!text.contains(key) && source.contains(key)) text[key] = source[key];
-  return text;
-}
-
 bool HasFusedProjections(const ModelConfig& c) { return c.architecture == "Phi3ForCausalLM"; }
 
 }  // namespace lowbit

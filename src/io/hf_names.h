@@ -3,8 +3,6 @@
 // engine formats) share this table, so a name or an offset cannot drift between them.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -28,10 +26,6 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c);
 // and back.
 std::vector<float> NormFromCheckpoint(const ModelConfig& c, std::vector<float> stored);
 std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> applied);
-
-// The config.json of a folder lowbit writes from `source` (the source's own): for Gemma 3's image-text
-// checkpoints, their text_config as a Gemma3ForCausalLM, since only the language model is written.
-nlohmann::ordered_json TextOnlyConfig(nlohmann::ordered_json source);
 
 // Phi-3 stores q/k/v as one self_attn.qkv_proj and gate/up as one mlp.gate_up_proj (gate first).
 bool HasFusedProjections(const ModelConfig& c);

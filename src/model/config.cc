@@ -264,12 +264,9 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   const auto archs = j.Get<std::vector<std::string>>("architectures", {});
   if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
   if (archs[0] == kGemma3Multimodal) {  // the language model of Gemma 3 4B/12B/27B; the vision tower is not run
-    const JsonView text = j["text_config"].ExpectObject();
-    nlohmann::json inner = text.value();
-    inner["architectures"] = {"Gemma3ForCausalLM"};
-    if (!inner.contains("tie_word_embeddings") && parsed.contains("tie_word_embeddings"))
-      inner["tie_word_embeddings"] = parsed["tie_word_embeddings"];
-    return ReadHfConfigJson(JsonView(inner, source, "text_config"));
+    j["text_config"].ExpectObject();
+    const nlohmann::json text = TextOnlyConfig(parsed);
+    return ReadHfConfigJson(JsonView(text, source, "text_config"));
   }
   return ReadHfConfigJson(j);
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -93,5 +94,22 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
 
 // The architecture name of Gemma 3's image-text checkpoints, whose text_config lowbit runs.
 inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
+
+// The config.json of the language model lowbit runs from `source` (nlohmann::json or ordered_json): for
+// Gemma 3's image-text checkpoints, their text_config as a Gemma3ForCausalLM (with the top level's
+// tie_word_embeddings and dtype when it has none); any other config unchanged. ReadHfConfig reads it,
+// and the folder writers write it, since only the language model is written.
+template <class Json>
+Json TextOnlyConfig(Json source) {
+  if (!source.is_object() || !source.contains("architectures") || !source.contains("text_config")) return source;
+  const auto& archs = source.at("architectures");
+  if (!archs.is_array() || archs.empty() || archs[0] != kGemma3Multimodal || !source.at("text_config").is_object())
+    return source;
+  Json text = source.at("text_config");
+  text["architectures"] = {"Gemma3ForCausalLM"};
+  for (const char* key : {"tie_word_embeddings", "torch_dtype", "dtype", "transformers_version"})
+    if (!text.contains(key) && source.contains(key)) text[key] = source.at(key);
+  return text;
+}
 
 }  // namespace lowbit

@@ -110,14 +110,15 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
   std::vector<std::pair<size_t, size_t>> token_of;  // (batch index, token index)
   for (size_t b = 0; b < batch.size(); ++b)
     for (size_t t = 0; t < batch[b].tokens.size(); ++t) token_of.emplace_back(b, t);
+  const size_t window = c.sliding(layer) ? c.sliding_window : 0;
+  const float scale = c.attention_scale();
   pool_.ParallelFor(token_of.size() * c.n_kv_heads, [&](size_t begin, size_t end) {
     AttentionScratch scratch;
     for (size_t task = begin; task < end; ++task) {
       const size_t row = task / c.n_kv_heads, kv_head = task % c.n_kv_heads;
       const auto [b, t] = token_of[row];
       const size_t first = row * c.q_dim() + kv_head * group * hd, position = batch[b].cache->size() + t;
-      const size_t window = c.sliding(layer) ? c.sliding_window : 0;
-      const AttentionQuery query{layer, kv_head, position, q + first, group, c.attention_scale(),
+      const AttentionQuery query{layer, kv_head, position, q + first, group, scale,
                                  window > 0 && position >= window ? position + 1 - window : 0, c.attn_softcap};
       AttendBlocked(*batch[b].cache, query, scratch, out + first);
     }
@@ -180,11 +181,13 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       }
       std::vector<size_t> position;  // of each stacked row in its sequence
       std::vector<const RopeTable*> rope;  // and the frequencies its sequence uses
-      for (const BatchItem& item : batch)
+      for (const BatchItem& item : batch) {
+        const RopeTable* table = &RopeFor(l, *item.cache);
         for (size_t t = 0; t < item.tokens.size(); ++t) {
           position.push_back(item.cache->size() + t);
-          rope.push_back(&RopeFor(l, *item.cache));
+          rope.push_back(table);
         }
+      }
       ForTokens(total, [&](size_t begin, size_t end) {
         for (size_t row = begin; row < end; ++row)
           ApplyRope(&q_[row * c.q_dim()], &k_[row * c.kv_dim()], position[row], *rope[row]);
