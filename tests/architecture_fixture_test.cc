@@ -5,7 +5,8 @@
 // Phi-3 (fused projections, longrope's long factors, partial rotary), Gemma (GeGLU, (1 + w)
 // norms, scaled embeddings), Gemma 2 (output norms, soft-capping, local/global layers) and Gemma 3
 // (q/k norms, local and linearly scaled global RoPE), and Gemma 3's language model inside an image-text
-// Gemma3ForConditionalGeneration checkpoint (language_model.* names, a vision tower lowbit skips). lowbit's logits must match at every position
+// Gemma3ForConditionalGeneration checkpoint (language_model.* names, a vision tower lowbit skips), and
+// the mixtures of experts Mixtral, Qwen2-MoE (shared expert, a dense layer) and Qwen3-MoE. lowbit's logits must match at every position
 // within 1e-4 of the logit scale, loaded from the folder and after a round trip through lowbit's
 // quantized folder and (for the architectures it exports there) GGUF F32.
 #include <gtest/gtest.h>
@@ -159,7 +160,8 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
-                                                                        "gemma2", "gemma3", "gemma3mm"));
+                                                                        "gemma2", "gemma3", "gemma3mm", "mixtral",
+                                                                        "qwen2_moe", "qwen3_moe"));
 
 }  // namespace
 }  // namespace lowbit

@@ -100,7 +100,7 @@ Model ModelIn(Model& loaded, const std::string& format, bool last) {
   Model model = last ? std::move(loaded) : loaded;
   if (format == "fp32") {  // 16-bit linears as loaded, widened
     for (LayerWeights& l : model.weights.layers)
-      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) WidenPlainFloat(*linear);
+      for (const BlockLinear& bl : BlockLinears(l)) WidenPlainFloat(*bl.linear);
     WidenPlainFloat(model.weights.lm_head);
   } else if (format != "loaded") {
     QuantizeLinears(model.weights, ParseScheme(format), "rtn", /*include_lm_head=*/true);

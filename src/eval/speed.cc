@@ -35,8 +35,7 @@ std::vector<float> RandomVector(size_t n, uint32_t seed, float sigma) {
 uint64_t LinearWeightBytes(const ModelWeights& w) {
   uint64_t total = w.lm_head.storage_bytes();
   for (const LayerWeights& l : w.layers)
-    for (const Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      total += linear->storage_bytes();
+    for (const ConstBlockLinear& bl : BlockLinears(l)) total += bl.linear->storage_bytes();
   return total;
 }
 

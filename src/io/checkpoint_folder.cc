@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "formats/minifloat.h"
+#include "io/hf_names.h"
 #include "model/config.h"
 
 namespace lowbit {
@@ -45,17 +46,17 @@ void CheckSameArchitecture(const ModelConfig& src, const ModelConfig& m, const s
 
 }  // namespace
 
-std::vector<NamedLinear> BlockLinears(const LayerWeights& l, size_t index) {
+std::vector<NamedLinear> HfBlockLinears(const ModelConfig& c, const LayerWeights& l, size_t index) {
   const std::string p = fmt::format("model.layers.{}.", index);
-  return {{p + "self_attn.q_proj", &l.wq}, {p + "self_attn.k_proj", &l.wk}, {p + "self_attn.v_proj", &l.wv},
-          {p + "self_attn.o_proj", &l.wo}, {p + "mlp.gate_proj", &l.w_gate}, {p + "mlp.up_proj", &l.w_up},
-          {p + "mlp.down_proj", &l.w_down}};
+  std::vector<NamedLinear> out;
+  for (const ConstBlockLinear& bl : BlockLinears(l)) out.push_back({p + HfLinearName(c, bl.name), bl.linear});
+  return out;
 }
 
 std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks) {
   std::vector<NamedLinear> out;
   for (size_t i = 0; i < blocks; ++i) {
-    const std::vector<NamedLinear> block = BlockLinears(m.weights.layers[i], i);
+    const std::vector<NamedLinear> block = HfBlockLinears(m.config, m.weights.layers[i], i);
     out.insert(out.end(), block.begin(), block.end());
   }
   if (!m.config.tie_embeddings) out.push_back({"lm_head", &m.weights.lm_head});

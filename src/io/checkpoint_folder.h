@@ -28,8 +28,8 @@ struct NamedLinear {
 // The decoder linears of the first `blocks` blocks, then lm_head unless tied (a tied lm_head is a
 // copy of the embeddings in memory and is not stored, as Hugging Face does).
 std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks);
-// The seven linears of block `index` alone.
-std::vector<NamedLinear> BlockLinears(const LayerWeights& layer, size_t index);
+// The linears of block `index` alone (model/weights.h BlockLinears, named as the checkpoint stores them).
+std::vector<NamedLinear> HfBlockLinears(const ModelConfig& c, const LayerWeights& layer, size_t index);
 
 // Tensors to write plus the buffers that back the ones made here; a deque keeps those buffers in
 // place while the list grows, so the spans stay valid.

@@ -294,9 +294,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       ValidateLayer(c, block, i, model.source);
       TensorList list;
       const std::string p = fmt::format("model.layers.{}.", i);
-      for (const HfBlockVector& v : HfBlockVectors(c))
-        AddDense(list, p + v.name, {v.size}, NormToCheckpoint(c, block.*v.member), dense);
-      for (const NamedLinear& nl : BlockLinears(block, i)) linears.push_back(AddLinear(list, nl, o, dense, r));
+      for (const HfBlockVector& v : HfBlockVectors(c, i))
+        AddDense(list, p + v.name, v.shape, VectorToCheckpoint(c, v, block), dense);
+      for (const NamedLinear& nl : HfBlockLinears(c, block, i)) linears.push_back(AddLinear(list, nl, o, dense, r));
       if (o.format != EngineFormat::kCompressedTensors && r.quantized_linears > 0)
         (void)SharedParams(linears, o.format);  // mixed schemes fail at the block that brings them, not at the end
       if (kv && o.format == EngineFormat::kCompressedTensors) {

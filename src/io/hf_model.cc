@@ -145,19 +145,15 @@ class HfTensors {
       const std::string p = names_.layer(i);
       if (engine_ && engine_->quant_method() == "compressed-tensors")  // FP8 KV-cache scales (vLLM's; lowbit reads kv_cache_scales.json)
         for (const char* s : {"self_attn.k_scale", "self_attn.v_scale"}) optional.insert(p + s);
-      for (const HfBlockVector& v : HfBlockVectors(c)) dense[p + v.name] = {v.size};
+      for (const HfBlockVector& v : HfBlockVectors(c, i)) dense[p + v.name] = v.shape;
       if (Fused(c, i)) {
         linear(p + "self_attn.qkv_proj", uint64_t{c.q_dim()} + 2 * c.kv_dim(), c.dim, c.qkv_bias);
         linear(p + "mlp.gate_up_proj", uint64_t{2} * c.ffn_dim, c.dim, false);
+        linear(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
+        linear(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
       } else {
-        linear(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
-        linear(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
-        linear(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
-        linear(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
-        linear(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
+        for (const LinearShape& s : BlockLinearShapes(c, i)) linear(p + HfLinearName(c, s.name), s.rows, s.cols, s.bias);
       }
-      linear(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
-      linear(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
     }
     if (!c.tie_embeddings && HasLinear(lm_head)) linear(lm_head, c.vocab_size, c.dim, false);
     if (c.tie_embeddings && quantized_.Has(lm_head))
@@ -320,8 +316,9 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
   ValidateEnds(m.config, m.weights, m.source);
   s.read_layer = [t = std::shared_ptr<const HfTensors>(t), c, source = m.source, names](size_t i) {
     const std::string p = names.layer(i);
-    LayerWeights l;
-    for (const HfBlockVector& v : HfBlockVectors(c)) l.*v.member = NormFromCheckpoint(c, t->Vector(p + v.name, v.size));
+    LayerWeights l = EmptyLayer(c, i);
+    for (const HfBlockVector& v : HfBlockVectors(c, i))
+      l.*v.member = VectorFromCheckpoint(c, v, t->Vector(p + v.name, v.numel()));
     if (t->Fused(c, static_cast<uint32_t>(i))) {
       const std::string qkv = p + "self_attn.qkv_proj", gate_up = p + "mlp.gate_up_proj";
       std::vector<Linear> parts = SplitRows(t->Matrix(qkv, uint64_t{c.q_dim()} + 2 * c.kv_dim(), c.dim, c.qkv_bias),
@@ -333,15 +330,14 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
                         t->FileOf(gate_up + ".weight"));
       l.w_gate = std::move(parts[0]);
       l.w_up = std::move(parts[1]);
+      l.wo = t->Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
+      l.w_down = t->Matrix(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
     } else {
-      l.wq = t->Matrix(p + "self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias);
-      l.wk = t->Matrix(p + "self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias);
-      l.wv = t->Matrix(p + "self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias);
-      l.w_gate = t->Matrix(p + "mlp.gate_proj", c.ffn_dim, c.dim, false);
-      l.w_up = t->Matrix(p + "mlp.up_proj", c.ffn_dim, c.dim, false);
+      const std::vector<LinearShape> shapes = BlockLinearShapes(c, i);
+      const std::vector<BlockLinear> slots = BlockLinears(l);
+      for (size_t k = 0; k < shapes.size(); ++k)
+        *slots[k].linear = t->Matrix(p + HfLinearName(c, shapes[k].name), shapes[k].rows, shapes[k].cols, shapes[k].bias);
     }
-    l.wo = t->Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
-    l.w_down = t->Matrix(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
     ValidateLayer(c, l, i, source);
     return l;
   };

@@ -2,20 +2,47 @@
 
 namespace lowbit {
 
-std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c) {
-  std::vector<HfBlockVector> v = {{"input_layernorm.weight", &LayerWeights::attn_norm, c.dim}};
+namespace {
+
+bool IsMixtral(const ModelConfig& c) { return c.architecture == "MixtralForCausalLM"; }
+
+}  // namespace
+
+uint64_t HfBlockVector::numel() const {
+  uint64_t n = 1;
+  for (const uint64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
+  std::vector<HfBlockVector> v = {{"input_layernorm.weight", &LayerWeights::attn_norm, {c.dim}}};
   if (c.sandwich_norms) {
-    v.push_back({"post_attention_layernorm.weight", &LayerWeights::attn_out_norm, c.dim});
-    v.push_back({"pre_feedforward_layernorm.weight", &LayerWeights::ffn_norm, c.dim});
-    v.push_back({"post_feedforward_layernorm.weight", &LayerWeights::ffn_out_norm, c.dim});
+    v.push_back({"post_attention_layernorm.weight", &LayerWeights::attn_out_norm, {c.dim}});
+    v.push_back({"pre_feedforward_layernorm.weight", &LayerWeights::ffn_norm, {c.dim}});
+    v.push_back({"post_feedforward_layernorm.weight", &LayerWeights::ffn_out_norm, {c.dim}});
   } else {
-    v.push_back({"post_attention_layernorm.weight", &LayerWeights::ffn_norm, c.dim});
+    v.push_back({"post_attention_layernorm.weight", &LayerWeights::ffn_norm, {c.dim}});
   }
   if (c.qk_norm) {
-    v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, c.head_dim});
-    v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, c.head_dim});
+    v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.head_dim}});
+    v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.head_dim}});
+  }
+  if (c.moe(layer)) {
+    v.push_back({IsMixtral(c) ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", &LayerWeights::router,
+                 {c.n_experts, c.dim}, false});
+    if (c.shared_expert_ffn_dim > 0)
+      v.push_back({"mlp.shared_expert_gate.weight", &LayerWeights::shared_gate, {1, c.dim}, false});
   }
   return v;
+}
+
+std::string HfLinearName(const ModelConfig& c, const std::string& name) {
+  constexpr std::string_view kExperts = "mlp.experts.";
+  if (!IsMixtral(c) || !name.starts_with(kExperts)) return name;
+  const size_t dot = name.find('.', kExperts.size());
+  const std::string_view proj = std::string_view(name).substr(dot + 1);
+  const char* w = proj == "gate_proj" ? "w1" : proj == "up_proj" ? "w3" : "w2";
+  return "block_sparse_moe.experts." + name.substr(kExperts.size(), dot + 1 - kExperts.size()) + w;
 }
 
 std::vector<float> NormFromCheckpoint(const ModelConfig& c, std::vector<float> stored) {
@@ -28,6 +55,14 @@ std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> app
   if (c.norm_plus_one)
     for (float& w : applied) w -= 1.0f;
   return applied;
+}
+
+std::vector<float> VectorToCheckpoint(const ModelConfig& c, const HfBlockVector& v, const LayerWeights& layer) {
+  return v.norm ? NormToCheckpoint(c, layer.*v.member) : layer.*v.member;
+}
+
+std::vector<float> VectorFromCheckpoint(const ModelConfig& c, const HfBlockVector& v, std::vector<float> stored) {
+  return v.norm ? NormFromCheckpoint(c, std::move(stored)) : stored;
 }
 
 bool HasFusedProjections(const ModelConfig& c) { return c.architecture == "Phi3ForCausalLM"; }

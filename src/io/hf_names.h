@@ -11,16 +11,30 @@
 
 namespace lowbit {
 
+// A block's tensor that is not a quantizable linear: a norm weight, or a MoE router held in full
+// precision.
 struct HfBlockVector {
   std::string name;                            // after "model.layers.N.", e.g. "input_layernorm.weight"
   std::vector<float> LayerWeights::*member;    // where the forward pass reads it
-  uint32_t size;
+  std::vector<uint64_t> shape;
+  bool norm = true;                            // an RMSNorm weight (see NormFromCheckpoint)
+
+  uint64_t numel() const;
 };
 
-// The norms of a block of config `c`, in checkpoint order. In Llama-style models
+// The norms (and routers) of block `layer` of config `c`, in checkpoint order. In Llama-style models
 // post_attention_layernorm is the MLP's input norm; in Gemma 2/3 it normalizes the attention output,
-// and the MLP's input norm is pre_feedforward_layernorm.
-std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c);
+// and the MLP's input norm is pre_feedforward_layernorm. Mixtral's router is
+// block_sparse_moe.gate, Qwen-MoE's mlp.gate (and mlp.shared_expert_gate).
+std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer);
+
+// A block vector's values as the checkpoint stores them, and as the model holds them.
+std::vector<float> VectorToCheckpoint(const ModelConfig& c, const HfBlockVector& v, const LayerWeights& layer);
+std::vector<float> VectorFromCheckpoint(const ModelConfig& c, const HfBlockVector& v, std::vector<float> stored);
+
+// The checkpoint name of a block linear (model/weights.h BlockLinears' names): the same, except for
+// Mixtral's experts, stored as block_sparse_moe.experts.E.w1 (gate), w3 (up) and w2 (down).
+std::string HfLinearName(const ModelConfig& c, const std::string& name);
 
 // An RMSNorm weight as stored in the checkpoint -> as the model multiplies (Gemma stores w for 1 + w),
 // and back.

@@ -181,8 +181,8 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
   list.AddOwnedFloats("model.norm.weight", {c.dim}, NormToCheckpoint(c, model.weights.final_norm));
   for (size_t i = 0; i < blocks; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    for (const HfBlockVector& v : HfBlockVectors(c))
-      list.AddOwnedFloats(p + v.name, {v.size}, NormToCheckpoint(c, model.weights.layers[i].*v.member));
+    for (const HfBlockVector& v : HfBlockVectors(c, i))
+      list.AddOwnedFloats(p + v.name, v.shape, VectorToCheckpoint(c, v, model.weights.layers[i]));
   }
   const ExpandedWeights expanded = ExpandGgufStorage(linears);
   for (const NamedLinear& nl : linears) {

@@ -52,6 +52,17 @@ void ModelConfig::Validate(const std::string& source) const {
        "longrope factors must be positive");
   need(embed_scale > 0 && std::isfinite(embed_scale), "the embedding scale must be positive");
   need(attn_softcap >= 0 && final_softcap >= 0 && query_scale >= 0, "soft-caps and query scale must not be negative");
+  if (n_experts > 0) {
+    at_most(n_experts, 1u << 12, "the number of experts");
+    at_most(expert_ffn_dim, 1u << 20, "moe_intermediate_size");
+    at_most(shared_expert_ffn_dim, 1u << 20, "shared_expert_intermediate_size");
+    need(expert_ffn_dim > 0, "the experts' intermediate size must be positive");
+    if (experts_per_token == 0 || experts_per_token > n_experts)
+      Fail("{}: invalid model config: num_experts_per_tok is {}, but it must be between 1 and the {} experts", source,
+           experts_per_token, n_experts);
+    need(sparse_layers.empty() || sparse_layers.size() == n_layers, "the sparse-layer list needs one entry per layer");
+    need(activation == FfnActivation::kSilu, "experts run SwiGLU (hidden_act silu)");
+  }
   need(bos_id < static_cast<int32_t>(vocab_size) && eos_id < static_cast<int32_t>(vocab_size),
        "bos/eos token ids must be inside the vocabulary");
 }
@@ -63,8 +74,14 @@ float ModelConfig::attention_scale() const {
 namespace {
 
 constexpr const char* kSupported =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, "
-    "Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model)";
+    "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+    "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
+    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model)";
+
+bool IsQwen(const std::string& arch) {
+  return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
+         arch == "Qwen3MoeForCausalLM";
+}
 
 bool IsGemma(const std::string& arch) {
   return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
@@ -123,7 +140,7 @@ std::vector<uint8_t> DefaultSlidingLayers(const ModelConfig& c, const JsonView& 
     const uint32_t pattern = j.Get<uint32_t>("sliding_window_pattern", 6);  // five local, one global
     if (pattern == 0) j["sliding_window_pattern"].Fail("must be positive");
     for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = (i + 1) % pattern != 0;
-  } else if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM") {
+  } else if (IsQwen(c.architecture)) {
     const uint32_t first = j.Get<uint32_t>("max_window_layers", c.n_layers);
     for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = i >= first;
   }
@@ -132,8 +149,7 @@ std::vector<uint8_t> DefaultSlidingLayers(const ModelConfig& c, const JsonView& 
 
 void ReadSlidingWindow(ModelConfig& c, const JsonView& j) {
   // Qwen2/3 configs carry a sliding_window that applies only with use_sliding_window.
-  const bool qwen = c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM";
-  if (!j.Has("sliding_window") || (qwen && !j.Get<bool>("use_sliding_window", false))) return;
+  if (!j.Has("sliding_window") || (IsQwen(c.architecture) && !j.Get<bool>("use_sliding_window", false))) return;
   c.sliding_window = j.Get<uint32_t>("sliding_window");
   if (c.sliding_window == 0) j["sliding_window"].Fail("must be positive (or null for none)");
   if (j.Has("layer_types")) {
@@ -197,6 +213,36 @@ void ReadRopeConfig(ModelConfig& c, const JsonView& j) {
   if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
 }
 
+// Mixtral: every layer's MLP is experts of width intermediate_size, their weights always renormalized.
+// Qwen2/3-MoE: experts of moe_intermediate_size in the layers decoder_sparse_step and mlp_only_layers
+// pick (dense MLPs of intermediate_size in the others), norm_topk_prob, Qwen2-MoE's shared expert.
+void ReadExperts(ModelConfig& c, const JsonView& j) {
+  const char* count = j.Has("num_local_experts") || c.architecture == "MixtralForCausalLM" ? "num_local_experts"
+                                                                                          : "num_experts";
+  c.n_experts = j.Get<uint32_t>(count);
+  if (c.n_experts == 0) j[count].Fail("must be positive");
+  c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
+  if (c.architecture == "MixtralForCausalLM") {
+    c.expert_ffn_dim = c.ffn_dim;
+    c.norm_expert_weights = true;
+    return;
+  }
+  c.expert_ffn_dim = j.Get<uint32_t>("moe_intermediate_size");
+  c.norm_expert_weights = j.Get<bool>("norm_topk_prob", false);
+  if (c.architecture == "Qwen2MoeForCausalLM") c.shared_expert_ffn_dim = j.Get<uint32_t>("shared_expert_intermediate_size", 0);
+  const uint32_t step = j.Get<uint32_t>("decoder_sparse_step", 1);
+  if (step == 0) j["decoder_sparse_step"].Fail("must be positive");
+  c.sparse_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = (i + 1) % step == 0;
+  if (j.Has("mlp_only_layers"))
+    for (const JsonView& item : j["mlp_only_layers"].Items()) {
+      const uint32_t layer = item.As<uint32_t>();
+      if (layer >= c.n_layers) item.Fail(fmt::format("layer {} is past num_hidden_layers ({})", layer, c.n_layers));
+      c.sparse_layers[layer] = 0;
+    }
+  if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
+}
+
 }  // namespace
 
 namespace {
@@ -206,8 +252,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   ModelConfig c;
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "Qwen2ForCausalLM" && c.architecture != "Qwen3ForCausalLM" &&
-      c.architecture != "Phi3ForCausalLM" && !IsGemma(c.architecture))
+      c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
+      !IsGemma(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -221,8 +267,11 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.max_position = j.Get<uint32_t>("max_position_embeddings", 2048);
   c.norm_eps = j.Get<float>("rms_norm_eps", 1e-6f);
   c.tie_embeddings = j.Get<bool>("tie_word_embeddings", gemma);
-  c.qkv_bias = c.architecture == "Qwen2ForCausalLM" || j.Get<bool>("attention_bias", false);
-  c.qk_norm = c.architecture == "Qwen3ForCausalLM" || gemma3;
+  // Qwen2-MoE has q/k/v biases unless its (transformers 5) config says qkv_bias: false.
+  c.qkv_bias = c.architecture == "Qwen2ForCausalLM" ||
+               (c.architecture == "Qwen2MoeForCausalLM" && j.Get<bool>("qkv_bias", true)) ||
+               j.Get<bool>("attention_bias", false);
+  c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
   c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
   // Llama 3 lists several end tokens; generation stops at the first.
   if (j.Has("eos_token_id") && j["eos_token_id"].value().is_array()) {
@@ -235,6 +284,9 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.activation = ReadActivation(c, j);
   ReadRopeConfig(c, j);
   ReadSlidingWindow(c, j);
+  if (c.architecture == "MixtralForCausalLM" || c.architecture == "Qwen2MoeForCausalLM" ||
+      c.architecture == "Qwen3MoeForCausalLM")
+    ReadExperts(c, j);
   if (gemma) {
     c.norm_plus_one = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

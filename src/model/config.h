@@ -1,7 +1,7 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
-// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3) and Gemma 1/2/3, whose
-// differences are fields here (activation, norm placement, soft-capping, sliding windows, RoPE
-// variants), not separate model classes. Validate() checks the invariants the forward pass relies on.
+// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3), Gemma 1/2/3 and the
+// mixtures of experts Mixtral and Qwen2/3-MoE, whose differences are fields here (activation, norm
+// placement, soft-capping, sliding windows, RoPE variants, experts), not separate model classes. Validate() checks the invariants the forward pass relies on.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +73,16 @@ struct ModelConfig {
   float attn_softcap = 0;     // Gemma 2: attention scores become cap * tanh(score / cap); 0 = none
   float final_softcap = 0;    // Gemma 2: the same on the logits
   float query_scale = 0;      // attention score scale (Gemma's query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim)
+  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): a sparse layer's MLP is `n_experts` SwiGLU
+  // experts of width expert_ffn_dim; a router picks experts_per_token of them for each token and
+  // weighs their outputs by its softmax probabilities (renormalized over the chosen ones when
+  // norm_expert_weights). Qwen2-MoE adds a shared expert every token passes, gated by a sigmoid.
+  uint32_t n_experts = 0;              // 0 = a dense model
+  uint32_t experts_per_token = 0;
+  uint32_t expert_ffn_dim = 0;
+  bool norm_expert_weights = false;
+  uint32_t shared_expert_ffn_dim = 0;  // 0 = no shared expert
+  std::vector<uint8_t> sparse_layers;  // which layers are sparse (Qwen's mlp_only_layers); empty = all
   int32_t bos_id = 1;
   int32_t eos_id = 2;
 
@@ -82,12 +92,14 @@ struct ModelConfig {
   bool sliding(size_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[layer] != 0);
   }
+  bool moe(size_t layer) const { return n_experts > 0 && (sparse_layers.empty() || sparse_layers[layer] != 0); }
   float attention_scale() const;
   // Throws Error naming `source` and the field when something is inconsistent.
   void Validate(const std::string& source) const;
 };
 
-// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 / Qwen3 / Phi-3 / Gemma 1-3). Unknown
+// Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
+// Phi-3 / Gemma 1-3). Unknown
 // architectures are errors that list the supported ones.
 // Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);

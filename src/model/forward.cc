@@ -1,10 +1,13 @@
 #include "model/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <numeric>
 
 #include "core/error.h"
 #include "kernels/activation.h"
+#include "kernels/dot.h"
 #include "kernels/matmul.h"
 #include "model/attention.h"
 
@@ -125,6 +128,71 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
   });
 }
 
+ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const float* x, size_t n_tokens) {
+  const size_t experts = c.n_experts, k = c.experts_per_token;
+  ExpertRoutes routes{std::vector<std::vector<uint32_t>>(experts), std::vector<std::vector<float>>(experts)};
+  std::vector<float> logits(experts);
+  std::vector<uint32_t> order(experts);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    DotRows(lw.router.data(), c.dim, 0, experts, x + t * c.dim, 1, logits.data(), experts);
+    const float top = *std::max_element(logits.begin(), logits.end());
+    float sum = 0;
+    for (float& v : logits) sum += v = std::exp(v - top);
+    for (float& v : logits) v /= sum;
+    std::iota(order.begin(), order.end(), 0u);
+    std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(k), order.end(),
+                      [&](uint32_t a, uint32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    float chosen = 0;
+    for (size_t i = 0; i < k; ++i) chosen += logits[order[i]];
+    for (size_t i = 0; i < k; ++i) {
+      routes.rows[order[i]].push_back(static_cast<uint32_t>(t));
+      routes.weights[order[i]].push_back(c.norm_expert_weights ? logits[order[i]] / chosen : logits[order[i]]);
+    }
+  }
+  return routes;
+}
+
+void Engine::Experts(size_t l, const float* x, size_t n, float* out) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& lw = model_.weights.layers[l];
+  const size_t dim = c.dim;
+  std::fill(out, out + n * dim, 0.0f);
+  // One expert at a time over the rows routed to it, gathered into one matrix, so each expert's
+  // weights are read once per forward call; the weighted outputs are added back row by row.
+  const auto run = [&](const Linear& gate, const Linear& up, const Linear& down, const float* rows, size_t count,
+                       std::vector<float>& y) {
+    const size_t ffn = gate.rows();
+    gate_.resize(count * ffn);
+    up_.resize(count * ffn);
+    MatMul(gate, rows, count, gate_.data(), pool_, activations_);
+    MatMul(up, rows, count, up_.data(), pool_, activations_);
+    SiluMul(gate_.data(), up_.data(), count * ffn, gate_.data());
+    y.resize(count * dim);
+    MatMul(down, gate_.data(), count, y.data(), pool_, activations_);
+  };
+  const ExpertRoutes routes = RouteTokens(c, lw, x, n);
+  std::vector<float> rows, y;
+  for (size_t e = 0; e < c.n_experts; ++e) {
+    const std::vector<uint32_t>& routed = routes.rows[e];
+    if (routed.empty()) continue;
+    rows.resize(routed.size() * dim);
+    for (size_t i = 0; i < routed.size(); ++i) std::copy_n(x + routed[i] * dim, dim, &rows[i * dim]);
+    const Expert& expert = lw.experts[e];
+    run(expert.gate, expert.up, expert.down, rows.data(), routed.size(), y);
+    for (size_t i = 0; i < routed.size(); ++i) {
+      const float w = routes.weights[e][i];
+      float* o = out + routed[i] * dim;
+      for (size_t j = 0; j < dim; ++j) o[j] += w * y[i * dim + j];
+    }
+  }
+  if (lw.shared_gate.empty()) return;
+  run(lw.w_gate, lw.w_up, lw.w_down, x, n, y);
+  for (size_t t = 0; t < n; ++t) {
+    const float g = 1.0f / (1.0f + std::exp(-Dot(lw.shared_gate.data(), x + t * dim, dim)));
+    for (size_t j = 0; j < dim; ++j) out[t * dim + j] += g * y[t * dim + j];
+  }
+}
+
 std::vector<float> Engine::Embed(std::span<const BatchItem> batch) const {
   const ModelConfig& c = model_.config;
   size_t total = 0;
@@ -215,6 +283,12 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       return;
     }
     case LinearInput::kGateUp: {  // gate, up, act(gate) * up -> the down input
+      if (c.moe(l)) {  // the experts' weighted output -> the "down input" the kDown stage adds
+        proj_.resize(total * dim);
+        Experts(l, input.data(), total, proj_.data());
+        input.swap(proj_);
+        return;
+      }
       gate_.resize(total * c.ffn_dim);
       up_.resize(total * c.ffn_dim);
       MatMul(lw.w_gate, input.data(), total, gate_.data(), pool_, activations_);
@@ -229,7 +303,8 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
     }
     case LinearInput::kDown: {  // down, (norm,) residual: the layer's output is in x
       proj_.resize(total * dim);
-      MatMul(lw.w_down, input.data(), total, proj_.data(), pool_, activations_);
+      if (c.moe(l)) proj_.swap(input);
+      else MatMul(lw.w_down, input.data(), total, proj_.data(), pool_, activations_);
       ForTokens(total, [&](size_t begin, size_t end) {
         if (!lw.ffn_out_norm.empty())
           for (size_t t = begin; t < end; ++t)

@@ -1,8 +1,8 @@
 // The fp32 reference forward pass of the Llama family (Llama, Mistral, Qwen2/3, Phi-3, llama2.c,
 // GGUF llama) and Gemma 1/2/3: RMSNorm (and Gemma's output norms), RoPE (rotate-half or adjacent
 // pairs, partial, scaled, per-layer bases), grouped-query attention over a KV cache (sliding
-// windows, soft-capping), SwiGLU / GeGLU MLP. Linear layers go through MatMul, so quantized
-// weights need no change here.
+// windows, soft-capping), SwiGLU / GeGLU MLP or a mixture of SwiGLU experts. Linear layers go
+// through MatMul, so quantized weights need no change here.
 //
 // A batch holds several sequences of different lengths; their new tokens are stacked into one
 // activation matrix for the linear layers, and attention runs per sequence over its own cache.
@@ -28,8 +28,21 @@ struct BatchItem {
 };
 
 // The groups of linear layers of a decoder layer, in execution order; each group reads one
-// activation matrix (q/k/v share one input, gate/up another).
+// activation matrix (q/k/v share one input, gate/up another). In a sparse layer the kGateUp stage
+// runs the whole mixture of experts (each expert reads its tokens' rows of the input) and kDown
+// only adds its output to the residual.
 enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown };
+
+// The experts a router sends each token to: for expert e, the rows (token indices into the input)
+// it receives and their weights, in token order.
+struct ExpertRoutes {
+  std::vector<std::vector<uint32_t>> rows;
+  std::vector<std::vector<float>> weights;
+};
+// Softmax over the router logits of each of `n_tokens` rows of x [n_tokens x dim], the top
+// experts_per_token experts (ties to the lower index, as torch.topk), their probabilities
+// renormalized to sum 1 when the config says so.
+ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& layer, const float* x, size_t n_tokens);
 
 // Which RoPE frequencies a layer uses: the model's (scaled as its config says), longrope's long
 // factors (contexts past the original one), or Gemma 3's unscaled local base (sliding layers).
@@ -66,6 +79,8 @@ class Engine {
     float attention_factor = 1;   // multiplies cos and sin (longrope)
   };
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);
+  // A sparse layer's MLP on x [n x dim] into out [n x dim].
+  void Experts(size_t layer, const float* x, size_t n, float* out);
   const RopeTable& RopeFor(size_t layer, const KvCache& cache) const;
   void ApplyRope(float* q, float* k, size_t pos, const RopeTable& rope) const;
   // fn(begin, end) over token rows: on the pool for prefill-sized batches, inline for decode.

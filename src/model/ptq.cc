@@ -26,21 +26,20 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 constexpr size_t kOutputSampleTokens = 256;  // calibration tokens kept per input for output MSE
 
-struct LinearSlot {
-  Linear* linear;
-  const char* name;
-};
-
 struct InputGroup {
   LinearInput input;
-  std::vector<LinearSlot> linears;
+  std::vector<BlockLinear> linears;  // sharing one input; in a sparse layer, kGateUp holds every MLP linear
 };
 
 std::vector<InputGroup> Groups(LayerWeights& lw) {
-  return {{LinearInput::kQkv, {{&lw.wq, "self_attn.q_proj"}, {&lw.wk, "self_attn.k_proj"}, {&lw.wv, "self_attn.v_proj"}}},
-          {LinearInput::kO, {{&lw.wo, "self_attn.o_proj"}}},
-          {LinearInput::kGateUp, {{&lw.w_gate, "mlp.gate_proj"}, {&lw.w_up, "mlp.up_proj"}}},
-          {LinearInput::kDown, {{&lw.w_down, "mlp.down_proj"}}}};
+  std::vector<BlockLinear> all = BlockLinears(lw);
+  const auto take = [&](size_t begin, size_t end) {
+    return std::vector<BlockLinear>(all.begin() + static_cast<ptrdiff_t>(begin), all.begin() + static_cast<ptrdiff_t>(end));
+  };
+  if (!lw.experts.empty()) return {{LinearInput::kQkv, take(0, 3)}, {LinearInput::kO, take(3, 4)},
+                                   {LinearInput::kGateUp, take(4, all.size())}, {LinearInput::kDown, {}}};
+  return {{LinearInput::kQkv, take(0, 3)}, {LinearInput::kO, take(3, 4)}, {LinearInput::kGateUp, take(4, 6)},
+          {LinearInput::kDown, take(6, 7)}};
 }
 
 struct WeightError {
@@ -229,6 +228,92 @@ void HadamardInputs(ActivationStore& store, size_t cols, size_t block) {
   store.ForEach(true, [&](size_t, BatchActivations& b) { HadamardRows(b.input, b.input.size() / cols, cols, block); });
 }
 
+// Hands every calibration row matrix of one input, [n x cols] each, to `fn` in turn.
+using RowVisitor = std::function<void(const std::function<void(const float* rows, size_t n)>& fn)>;
+
+RowVisitor StoreRows(ActivationStore& store, size_t cols) {
+  return [&store, cols](const std::function<void(const float*, size_t)>& fn) {
+    store.ForEach(false, [&](size_t, BatchActivations& b) { fn(b.input.data(), b.input.size() / cols); });
+  };
+}
+
+// The calibration statistics of one linear input.
+struct InputStats {
+  HessianAccumulator hessian;  // empty unless a method needs it
+  std::vector<float> sample;   // the first kOutputSampleTokens rows, for the output error
+  std::vector<float> amax;     // max |x| per column, when outliers or static activation scales need it
+  size_t tokens = 0;
+};
+
+InputStats CollectStats(size_t cols, bool hessian, bool amax, const RowVisitor& visit, ThreadPool& pool) {
+  InputStats s{HessianAccumulator(hessian ? cols : 0), {}, {}, 0};
+  if (amax) s.amax.assign(cols, 0.0f);
+  visit([&](const float* rows, size_t n) {
+    if (hessian) s.hessian.Add(rows, n, pool);
+    const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, s.sample.size() / cols));
+    s.sample.insert(s.sample.end(), rows, rows + keep * cols);
+    if (amax)
+      for (size_t i = 0; i < n * cols; ++i) s.amax[i % cols] = std::max(s.amax[i % cols], std::fabs(rows[i]));
+    s.tokens += n;
+  });
+  return s;
+}
+
+// A sparse layer's MLP linears (`linears`: the shared expert's gate, up, down if any, then each
+// expert's), quantized expert by expert. With calibration (`store`), each expert is calibrated on
+// the rows the router sends it (the router is not quantized, so the routes are the full-precision
+// model's): gate and up on those rows of the input, then down on silu(gate x) * up x computed with
+// the already quantized gate and up. The shared expert sees every row.
+void QuantizeExperts(const ModelConfig& c, const LayerWeights& lw, const std::vector<BlockLinear>& linears,
+                     ActivationStore* store, const std::function<InputStats(size_t, const RowVisitor&)>& collect,
+                     const std::function<void(const BlockLinear&, const InputStats*)>& quantize, ThreadPool& pool) {
+  LOWBIT_CHECK(linears.size() % 3 == 0);
+  if (!store) {
+    for (const BlockLinear& slot : linears) quantize(slot, nullptr);
+    return;
+  }
+  const size_t dim = c.dim;
+  std::vector<ExpertRoutes> routes;
+  store->ForEach(false, [&](size_t, BatchActivations& b) {
+    routes.push_back(RouteTokens(c, lw, b.input.data(), b.input.size() / dim));
+  });
+  const bool shared = !lw.shared_gate.empty();
+  for (size_t unit = 0; unit < linears.size() / 3; ++unit) {
+    const BlockLinear &gate = linears[3 * unit], &up = linears[3 * unit + 1], &down = linears[3 * unit + 2];
+    // The unit's rows of batch i's input, gathered (every row for the shared expert).
+    std::vector<float> rows;
+    const auto gather = [&](size_t i, const BatchActivations& b) -> std::pair<const float*, size_t> {
+      if (shared && unit == 0) return {b.input.data(), b.input.size() / dim};
+      const std::vector<uint32_t>& routed = routes[i].rows[unit - (shared ? 1 : 0)];
+      rows.resize(routed.size() * dim);
+      for (size_t r = 0; r < routed.size(); ++r) std::copy_n(&b.input[routed[r] * dim], dim, &rows[r * dim]);
+      return {rows.data(), routed.size()};
+    };
+    const InputStats in = collect(dim, [&](const std::function<void(const float*, size_t)>& fn) {
+      store->ForEach(false, [&](size_t i, BatchActivations& b) {
+        const auto [x, n] = gather(i, b);
+        fn(x, n);
+      });
+    });
+    quantize(gate, &in);
+    quantize(up, &in);
+    const size_t ffn = gate.linear->rows();
+    const InputStats hidden = collect(ffn, [&](const std::function<void(const float*, size_t)>& fn) {
+      std::vector<float> g, u;
+      store->ForEach(false, [&](size_t i, BatchActivations& b) {
+        const auto [x, n] = gather(i, b);
+        g.resize(n * ffn);
+        u.resize(n * ffn);
+        MatMul(*gate.linear, x, n, g.data(), pool);
+        MatMul(*up.linear, x, n, u.data(), pool);
+        SiluMul(g.data(), u.data(), g.size(), g.data());
+        fn(g.data(), n);
+      });
+    });
+    quantize(down, &hidden);
+  }
+}
+
 // What one linear gets: its method and scheme (the request's, or the first matching override's).
 struct Plan {
   const QuantMethod* method = nullptr;  // null = ignored (left full precision)
@@ -375,76 +460,92 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
            tokens * model.config.dim);
   });
 
+  // One linear quantized by its plan, on the statistics of its input (null: no calibration).
+  const auto quantize_linear = [&](size_t l, const BlockLinear& slot, const InputStats* stats) {
+    const std::string name = fmt::format("model.layers.{}.{}", l, slot.name);
+    Plan plan = plan_of(name);
+    if (!plan.method) return;  // ignored: stays full precision, no activation quantization
+    if (req.progress) req.progress(l, name);
+    const auto* dense = std::get_if<DenseMatrix>(&slot.linear->weight);
+    if (!dense) Fail("{}: already quantized", name);
+    const auto t = Clock::now();
+    // An expert the calibration never routed to has no Hessian: RTN, as GPTQ would leave it anyway.
+    std::unique_ptr<QuantMethod> fallback;
+    if (stats && stats->tokens == 0 && plan.method->needs_hessian()) {
+      fallback = BuiltinMethods().Create("rtn", nlohmann::json::object(), plan.scheme);
+      plan.method = fallback.get();
+      ++report.uncalibrated_linears;
+    }
+    // LLM.int8(): columns with calibration outliers are split off and kept in full precision.
+    const double threshold = plan.method->outlier_threshold();
+    const size_t cols = dense->cols();
+    std::span<const float> values = dense->values;
+    std::vector<float> split;  // the weight without its outlier columns, when there are some
+    std::optional<OutlierColumns> outliers;
+    if (threshold >= 0 && stats && stats->tokens > 0) {
+      split = dense->values;
+      outliers = SplitOutlierColumns(split, dense->rows(), cols, stats->amax, threshold);
+      if (outliers) {
+        report.outlier_columns += outliers->columns.size();
+        values = split;
+      }
+    }
+    const bool hessian = stats && needs_hessian;
+    QuantizedTensor q = plan.method->Quantize(
+        {name, values, dense->rows(), cols, hessian ? &stats->hessian.sum() : nullptr, &engine.pool()}, plan.scheme);
+    TensorReport tr{name, q.scheme().ToString(), Since(t)};
+    const WeightError error = MeasureError(*dense, q, outliers, stats ? stats->sample : std::vector<float>{}, engine.pool());
+    tr.weight_mse = error.weight_mse;
+    tr.output_mse = error.output_mse;
+    report.tensors.push_back(tr);
+    slot.linear->weight = std::move(q);
+    slot.linear->outliers = std::move(outliers);
+    // LLM.int8() is W8A8 by construction: dynamic per-token int8 activations unless told otherwise.
+    std::optional<QuantScheme> act = req.act_scheme;
+    if (!act && threshold >= 0) act = ParseScheme("int8:token");
+    if (act) {
+      if (act->granularity.kind == GranularityKind::kTensor && (!stats || stats->amax.empty()))
+        Fail("{}: static activation scales need calibration data", name);
+      slot.linear->input_quant = MakeInputQuant(*act, stats ? stats->amax : std::vector<float>{});
+    }
+  };
+  const auto collect = [&](size_t cols, const RowVisitor& visit) {
+    const auto t = Clock::now();
+    InputStats stats = CollectStats(cols, needs_hessian, needs_outliers || static_acts, visit, engine.pool());
+    report.calibration_seconds += Since(t);
+    return stats;
+  };
+
   // One staged pass per layer: each linear group is calibrated on inputs that already went
   // through the quantized groups before it, and every linear runs once per calibration token.
   for (size_t l = first_layer; l < model.config.n_layers; ++l) {
     const auto layer_start = Clock::now();
     if (req.read_layer) model.weights.layers[l] = req.read_layer(l);
     if (report.rotated) RotateBlock(model.config, model.weights.layers[l], l, req.rotate_seed);
+    LayerWeights& lw = model.weights.layers[l];
+    if (!lw.experts.empty() && (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
+      Fail("method '{}': rescaling the inputs of a mixture of experts is not supported yet; quantize {} with gptq "
+           "or rtn", req.method, model.config.architecture);
     store.ForEach(true, [&](size_t, BatchActivations& b) { engine.BeginLayer(l, b.hidden, b.input); });
-    for (InputGroup& group : Groups(model.weights.layers[l])) {
-      if (method->activation_scale_grid() > 0)
-        ApplyActivationScales(l, group.input, model, store, req.scheme, method->activation_scale_grid(),
-                              engine.pool(), report);
-      if (method->smoothing_alpha() >= 0)
-        ApplySmoothing(l, group.input, model, store, method->smoothing_alpha(), engine.pool(), report);
-      const size_t cols = group.linears[0].linear->cols();
-      const size_t hadamard = group.linears[0].linear->input_hadamard;
-      if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);
-      HessianAccumulator hessian(needs_hessian ? cols : 0);
-      std::vector<float> sample, amax;
-      if (calibrate) {
-        const auto t = Clock::now();
-        store.ForEach(false, [&](size_t, BatchActivations& b) {
-          const size_t n = b.input.size() / cols;
-          if (needs_hessian) hessian.Add(b.input.data(), n, engine.pool());
-          const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, sample.size() / cols));
-          sample.insert(sample.end(), b.input.begin(), b.input.begin() + static_cast<ptrdiff_t>(keep * cols));
-        });
-        if (needs_outliers || static_acts) amax = InputAbsMax(store, cols);
-        report.calibration_seconds += Since(t);
+    for (InputGroup& group : Groups(lw)) {
+      if (!lw.experts.empty() && group.input == LinearInput::kGateUp) {
+        QuantizeExperts(model.config, lw, group.linears, calibrate ? &store : nullptr, collect,
+                        [&](const BlockLinear& slot, const InputStats* stats) { quantize_linear(l, slot, stats); },
+                        engine.pool());
+      } else if (!group.linears.empty()) {
+        if (method->activation_scale_grid() > 0)
+          ApplyActivationScales(l, group.input, model, store, req.scheme, method->activation_scale_grid(),
+                                engine.pool(), report);
+        if (method->smoothing_alpha() >= 0)
+          ApplySmoothing(l, group.input, model, store, method->smoothing_alpha(), engine.pool(), report);
+        const size_t cols = group.linears[0].linear->cols();
+        const size_t hadamard = group.linears[0].linear->input_hadamard;
+        if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);
+        std::optional<InputStats> stats;
+        if (calibrate) stats = collect(cols, StoreRows(store, cols));
+        for (const BlockLinear& slot : group.linears) quantize_linear(l, slot, stats ? &*stats : nullptr);
+        if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);  // back to the engine's inputs
       }
-      for (const LinearSlot& slot : group.linears) {
-        const std::string name = fmt::format("model.layers.{}.{}", l, slot.name);
-        const Plan plan = plan_of(name);
-        if (!plan.method) continue;  // ignored: stays full precision, no activation quantization
-        if (req.progress) req.progress(l, name);
-        const auto* dense = std::get_if<DenseMatrix>(&slot.linear->weight);
-        if (!dense) Fail("{}: already quantized", name);
-        const auto t = Clock::now();
-        // LLM.int8(): columns with calibration outliers are split off and kept in full precision.
-        const double threshold = plan.method->outlier_threshold();
-        std::span<const float> values = dense->values;
-        std::vector<float> split;  // the weight without its outlier columns, when there are some
-        std::optional<OutlierColumns> outliers;
-        if (threshold >= 0) {
-          split = dense->values;
-          outliers = SplitOutlierColumns(split, dense->rows(), cols, amax, threshold);
-          if (outliers) {
-            report.outlier_columns += outliers->columns.size();
-            values = split;
-          }
-        }
-        QuantizedTensor q = plan.method->Quantize(
-            {name, values, dense->rows(), dense->cols(), needs_hessian ? &hessian.sum() : nullptr, &engine.pool()},
-            plan.scheme);
-        TensorReport tr{name, q.scheme().ToString(), Since(t)};
-        const WeightError error = MeasureError(*dense, q, outliers, sample, engine.pool());
-        tr.weight_mse = error.weight_mse;
-        tr.output_mse = error.output_mse;
-        report.tensors.push_back(tr);
-        slot.linear->weight = std::move(q);
-        slot.linear->outliers = std::move(outliers);
-        // LLM.int8() is W8A8 by construction: dynamic per-token int8 activations unless told otherwise.
-        std::optional<QuantScheme> act = req.act_scheme;
-        if (!act && threshold >= 0) act = ParseScheme("int8:token");
-        if (act) {
-          if (act->granularity.kind == GranularityKind::kTensor && amax.empty())
-            Fail("{}: static activation scales need calibration data", name);
-          slot.linear->input_quant = MakeInputQuant(*act, amax);
-        }
-      }
-      if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);  // back to the engine's inputs
       if (calibrate) {  // run the now-quantized group on to the next group's input
         const auto t = Clock::now();
         store.ForEach(true, [&](size_t i, BatchActivations& b) {
@@ -482,7 +583,7 @@ nlohmann::json ReportToJson(const QuantizeReport& r) {
   nlohmann::json alphas = nlohmann::json::array();
   for (const auto& [input, alpha] : r.awq_alphas) alphas.push_back({input, alpha});
   return {{"tensors", tensors}, {"awq_alphas", alphas}, {"smoothed_inputs", r.smoothed_inputs},
-          {"outlier_columns", r.outlier_columns}, {"rotated", r.rotated}, {"rotation_down_block", r.rotation_down_block},
+          {"outlier_columns", r.outlier_columns}, {"uncalibrated_linears", r.uncalibrated_linears}, {"rotated", r.rotated}, {"rotation_down_block", r.rotation_down_block},
           {"layer_seconds", r.layer_seconds}, {"calibration_seconds", r.calibration_seconds},
           {"total_seconds", r.total_seconds}};
 }
@@ -498,6 +599,7 @@ QuantizeReport ReportFromJson(const JsonView& j) {
   }
   r.smoothed_inputs = j.Get<size_t>("smoothed_inputs");
   r.outlier_columns = j.Get<size_t>("outlier_columns");
+  r.uncalibrated_linears = j.Get<size_t>("uncalibrated_linears", 0);
   r.rotated = j.Get<bool>("rotated");
   r.rotation_down_block = j.Get<size_t>("rotation_down_block");
   r.layer_seconds = j.Get<std::vector<double>>("layer_seconds");

@@ -2,6 +2,7 @@
 // the already-quantized blocks 0..i-1, and inside a block the linears are quantized in execution
 // order (q/k/v, then o, then gate/up, then down), each on inputs that already see the quantized
 // linears before it ("true sequential", as GPTQ does). Only one block's activations are in flight.
+// In a mixture of experts each expert is calibrated on the tokens routed to it.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,7 @@ struct QuantizeReport {
   std::vector<std::pair<std::string, double>> awq_alphas;  // chosen alpha per scaled input (AWQ)
   size_t smoothed_inputs = 0;                                // inputs SmoothQuant rescaled
   size_t outlier_columns = 0;                                // LLM.int8(): fp columns over all linears
+  size_t uncalibrated_linears = 0;  // experts no calibration token was routed to, quantized by RTN instead
   bool rotated = false;
   size_t rotation_down_block = 0;                            // online Hadamard block of down_proj
   std::vector<double> layer_seconds;

@@ -17,11 +17,9 @@ bool QuantizeLinear(const QuantMethod& quantizer, const QuantScheme& scheme, Lin
 }
 
 uint64_t QuantizeBlock(const QuantMethod& quantizer, const QuantScheme& scheme, LayerWeights& lw, size_t l) {
-  const std::pair<Linear*, const char*> linears[] = {{&lw.wq, "q_proj"},    {&lw.wk, "k_proj"}, {&lw.wv, "v_proj"},
-                                                     {&lw.wo, "o_proj"},    {&lw.w_gate, "gate_proj"},
-                                                     {&lw.w_up, "up_proj"}, {&lw.w_down, "down_proj"}};
   uint64_t count = 0;
-  for (const auto& [linear, name] : linears) count += QuantizeLinear(quantizer, scheme, *linear, fmt::format("layers.{}.{}", l, name));
+  for (const BlockLinear& bl : BlockLinears(lw))
+    count += QuantizeLinear(quantizer, scheme, *bl.linear, fmt::format("model.layers.{}.{}", l, bl.name));
   return count;
 }
 

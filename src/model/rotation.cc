@@ -52,6 +52,9 @@ void CheckRotatable(const ModelConfig& c) {
   if (c.sandwich_norms)
     Fail("rotate: {} normalizes the attention and MLP outputs before the residual add, and those norms do not "
          "commute with a rotation of the residual stream; quantize it without rotation", c.architecture);
+  if (c.n_experts > 0)
+    Fail("rotate: {} is a mixture of experts, whose routers and experts lowbit does not rotate yet; quantize it "
+         "without rotation", c.architecture);
 }
 
 }  // namespace

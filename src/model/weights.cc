@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -151,13 +153,9 @@ void CheckWeightsFinite(const ModelWeights& w, const std::string& source) {
     CheckFinite(l.k_norm, 0, p + "k_norm", source);
     CheckFinite(l.attn_out_norm, 0, p + "attn_out_norm", source);
     CheckFinite(l.ffn_out_norm, 0, p + "ffn_out_norm", source);
-    CheckLinearFinite(l.wq, p + "q_proj", source);
-    CheckLinearFinite(l.wk, p + "k_proj", source);
-    CheckLinearFinite(l.wv, p + "v_proj", source);
-    CheckLinearFinite(l.wo, p + "o_proj", source);
-    CheckLinearFinite(l.w_gate, p + "gate_proj", source);
-    CheckLinearFinite(l.w_up, p + "up_proj", source);
-    CheckLinearFinite(l.w_down, p + "down_proj", source);
+    CheckFinite(l.router, 0, p + "router", source);
+    CheckFinite(l.shared_gate, 0, p + "shared expert gate", source);
+    for (const ConstBlockLinear& bl : BlockLinears(l)) CheckLinearFinite(*bl.linear, p + bl.name, source);
   }
   CheckFinite(w.final_norm, 0, "final norm", source);
   CheckLinearFinite(w.lm_head, "lm_head", source);
@@ -171,13 +169,68 @@ void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, co
   CheckVector(l.k_norm, c.qk_norm ? c.head_dim : 0, p + "k_norm", source);
   CheckVector(l.attn_out_norm, c.sandwich_norms ? c.dim : 0, p + "attn_out_norm", source);
   CheckVector(l.ffn_out_norm, c.sandwich_norms ? c.dim : 0, p + "ffn_out_norm", source);
-  CheckLinear(l.wq, c.q_dim(), c.dim, c.qkv_bias, p + "q_proj", source);
-  CheckLinear(l.wk, c.kv_dim(), c.dim, c.qkv_bias, p + "k_proj", source);
-  CheckLinear(l.wv, c.kv_dim(), c.dim, c.qkv_bias, p + "v_proj", source);
-  CheckLinear(l.wo, c.dim, c.q_dim(), false, p + "o_proj", source);
-  CheckLinear(l.w_gate, c.ffn_dim, c.dim, false, p + "gate_proj", source);
-  CheckLinear(l.w_up, c.ffn_dim, c.dim, false, p + "up_proj", source);
-  CheckLinear(l.w_down, c.dim, c.ffn_dim, false, p + "down_proj", source);
+  const bool moe = c.moe(index);
+  CheckVector(l.router, moe ? uint64_t{c.n_experts} * c.dim : 0, p + "router", source);
+  CheckVector(l.shared_gate, moe && c.shared_expert_ffn_dim ? c.dim : 0, p + "shared expert gate", source);
+  if (l.experts.size() != (moe ? c.n_experts : 0))
+    Fail("{}: {}has {} experts, expected {}", source, p, l.experts.size(), moe ? c.n_experts : 0);
+  const std::vector<LinearShape> shapes = BlockLinearShapes(c, index);
+  const std::vector<ConstBlockLinear> linears = BlockLinears(l);
+  if (linears.size() != shapes.size())  // the shared expert's slots without its gate, or the reverse
+    Fail("{}: {}has {} linears, expected {}", source, p, linears.size(), shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i)
+    CheckLinear(*linears[i].linear, shapes[i].rows, shapes[i].cols, shapes[i].bias, p + shapes[i].name, source);
+}
+
+namespace {
+
+template <class Out, class Layer>
+std::vector<Out> LinearsOf(Layer& l) {
+  std::vector<Out> out = {{"self_attn.q_proj", &l.wq}, {"self_attn.k_proj", &l.wk}, {"self_attn.v_proj", &l.wv},
+                          {"self_attn.o_proj", &l.wo}};
+  if (l.experts.empty() || !l.shared_gate.empty()) {
+    const std::string p = l.experts.empty() ? "mlp." : "mlp.shared_expert.";
+    out.insert(out.end(), {{p + "gate_proj", &l.w_gate}, {p + "up_proj", &l.w_up}, {p + "down_proj", &l.w_down}});
+  }
+  for (size_t e = 0; e < l.experts.size(); ++e) {
+    const std::string p = fmt::format("mlp.experts.{}.", e);
+    out.insert(out.end(), {{p + "gate_proj", &l.experts[e].gate}, {p + "up_proj", &l.experts[e].up},
+                           {p + "down_proj", &l.experts[e].down}});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<BlockLinear> BlockLinears(LayerWeights& layer) { return LinearsOf<BlockLinear>(layer); }
+std::vector<ConstBlockLinear> BlockLinears(const LayerWeights& layer) { return LinearsOf<ConstBlockLinear>(layer); }
+
+std::vector<LinearShape> BlockLinearShapes(const ModelConfig& c, size_t layer) {
+  std::vector<LinearShape> out = {{"self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias},
+                                  {"self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias},
+                                  {"self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias},
+                                  {"self_attn.o_proj", c.dim, c.q_dim(), false}};
+  const auto mlp = [&](const std::string& p, uint64_t ffn) {
+    out.insert(out.end(), {{p + "gate_proj", ffn, c.dim, false}, {p + "up_proj", ffn, c.dim, false},
+                           {p + "down_proj", c.dim, ffn, false}});
+  };
+  if (!c.moe(layer)) {
+    mlp("mlp.", c.ffn_dim);
+    return out;
+  }
+  if (c.shared_expert_ffn_dim > 0) mlp("mlp.shared_expert.", c.shared_expert_ffn_dim);
+  for (uint32_t e = 0; e < c.n_experts; ++e) mlp(fmt::format("mlp.experts.{}.", e), c.expert_ffn_dim);
+  return out;
+}
+
+LayerWeights EmptyLayer(const ModelConfig& c, size_t layer) {
+  LayerWeights l;
+  if (c.moe(layer)) {
+    l.experts.resize(c.n_experts);
+    l.router.resize(uint64_t{c.n_experts} * c.dim);
+    if (c.shared_expert_ffn_dim > 0) l.shared_gate.resize(c.dim);
+  }
+  return l;
 }
 
 void ValidateEnds(const ModelConfig& c, const ModelWeights& w, const std::string& source) {

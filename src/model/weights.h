@@ -57,12 +57,25 @@ struct Linear {
   uint64_t storage_bytes() const;
 };
 
+// One SwiGLU expert of a mixture-of-experts layer: [expert_ffn x dim] x2, [dim x expert_ffn].
+struct Expert {
+  Linear gate, up, down;
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm;   // [dim]
   Linear wq, wk, wv, wo;          // [q_dim x dim], [kv_dim x dim] x2, [dim x q_dim]
   std::vector<float> q_norm, k_norm;  // [head_dim] each when config.qk_norm (Qwen3), else empty
   std::vector<float> ffn_norm;    // [dim]
-  Linear w_gate, w_up, w_down;    // [ffn x dim] x2, [dim x ffn]
+  // The MLP: [ffn x dim] x2, [dim x ffn]. In a sparse layer (config.moe) these hold the shared expert
+  // ([shared_expert_ffn x dim] ...) when there is one, and are empty otherwise.
+  Linear w_gate, w_up, w_down;
+  // Sparse layers: the router [n_experts x dim] (row-major; full precision, as every engine keeps
+  // it), the experts, and the shared expert's gate [dim] (empty without one): the shared expert's
+  // output is scaled by sigmoid(shared_gate . x).
+  std::vector<float> router;
+  std::vector<Expert> experts;
+  std::vector<float> shared_gate;
   // config.sandwich_norms (Gemma 2/3): RMSNorm weights [dim] applied to the attention output and
   // to the MLP output before each is added to the residual; empty otherwise.
   std::vector<float> attn_out_norm, ffn_out_norm;
@@ -84,6 +97,32 @@ struct Embedding {
   std::vector<float>& MakeDense();
   uint64_t storage_bytes() const { return packed ? packed->storage_bytes() : values.size() * 4; }
 };
+
+// A block's linear under its name after "model.layers.N." (the Hugging Face names of Llama and
+// Qwen: "self_attn.q_proj", "mlp.down_proj", "mlp.experts.3.gate_proj", "mlp.shared_expert.up_proj").
+struct BlockLinear {
+  std::string name;
+  Linear* linear;
+};
+struct ConstBlockLinear {
+  std::string name;
+  const Linear* linear;
+};
+// Every linear of a block in execution order: attention (q, k, v, o), the dense MLP or shared
+// expert (gate, up, down), then each expert's gate, up, down.
+std::vector<BlockLinear> BlockLinears(LayerWeights& layer);
+std::vector<ConstBlockLinear> BlockLinears(const LayerWeights& layer);
+
+// The linears block `layer` of config `c` has, in BlockLinears' order, with their shapes.
+struct LinearShape {
+  std::string name;
+  uint64_t rows, cols;
+  bool bias;
+};
+std::vector<LinearShape> BlockLinearShapes(const ModelConfig& c, size_t layer);
+// A block with the slots config `c` gives block `layer` (its experts, and the shared expert's gate,
+// sized), for loaders that fill BlockLinears(block) in the order of BlockLinearShapes.
+LayerWeights EmptyLayer(const ModelConfig& c, size_t layer);
 
 struct ModelWeights {
   Embedding embed;                // [vocab x dim]

@@ -203,13 +203,14 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
                        {"output_mse", t.output_mse}});
   }
   for (const LayerWeights& lw : model.weights.layers)
-    for (const Linear* l : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down}) {
-      weights += static_cast<double>(l->rows() * l->cols());
-      bits += 8.0 * static_cast<double>(l->storage_bytes());
+    for (const ConstBlockLinear& bl : BlockLinears(lw)) {
+      weights += static_cast<double>(bl.linear->rows() * bl.linear->cols());
+      bits += 8.0 * static_cast<double>(bl.linear->storage_bytes());
     }
   card["tensors"] = tensors;
   if (report.rotated) card["rotation"] = {{"seed", recipe.rotate_seed}, {"down_proj_hadamard_block", report.rotation_down_block}};
   if (report.outlier_columns > 0) card["outlier_columns"] = report.outlier_columns;
+  if (report.uncalibrated_linears > 0) card["uncalibrated_expert_linears"] = report.uncalibrated_linears;
   if (!report.awq_alphas.empty()) {
     nlohmann::json alphas = nlohmann::json::object();
     for (const auto& [input, alpha] : report.awq_alphas) alphas[input] = alpha;
