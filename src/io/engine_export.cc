@@ -116,9 +116,21 @@ OrderedJson AwqConfig(const QweightParams& p, const std::vector<LinearRecord>& l
   return qc;
 }
 
+// The MoE routers (and Qwen2-MoE's shared-expert gates), kept in full precision: llm-compressor's MoE
+// recipes ignore them, and vLLM builds them unquantized.
+std::vector<std::string> RouterModules(const ModelConfig& c) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < c.n_layers; ++i)
+    for (const HfBlockVector& v : HfBlockVectors(c, i))
+      if (!v.norm) out.push_back(fmt::format("model.layers.{}.{}", i, v.name.substr(0, v.name.size() - 7)));  // - ".weight"
+  return out;
+}
+
 // tied_lm_head: the model's lm_head is the embedding table, stored by no linear here; transformers still
 // builds an lm_head Linear, which "targets: Linear" would claim, so it is ignored by name as llm-compressor does.
-OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bool tied_lm_head) {
+// `dense_modules`: other modules stored in full precision that an engine may build as a Linear (MoE routers).
+OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bool tied_lm_head,
+                                    const std::vector<std::string>& dense_modules) {
   struct Group {
     std::string key, format;  // key: weight scheme + input scheme
     const LinearRecord* first;
@@ -156,6 +168,7 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
   qc["quantization_status"] = "compressed";
   qc["version"] = kCompressedTensorsVersion;
   qc["global_compression_ratio"] = nullptr;
+  for (const std::string& m : dense_modules) ignore.push_back(m);
   if (tied_lm_head) ignore.push_back("lm_head");
   qc["ignore"] = std::move(ignore);
   qc["kv_cache_scheme"] = nullptr;
@@ -329,7 +342,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
         r.format = "gemm";
         break;
       case EngineFormat::kCompressedTensors:
-        qc = CompressedTensorsConfig(linears, c.tie_embeddings);
+        qc = CompressedTensorsConfig(linears, c.tie_embeddings, RouterModules(c));
         r.quant_method = "compressed-tensors";
         r.format = qc["format"].get<std::string>();
         if (kv)
