@@ -332,8 +332,20 @@ TEST_F(PlanModelInput, Errors) {
   EXPECT_NE(ErrorOf([&] { ArchFromPath(dir_ / "missing"); }).find("no such file"), std::string::npos);
   EXPECT_NE(ErrorOf([&] { ArchFromPath(dir_); }).find("no config.json"), std::string::npos);
   EXPECT_NE(ErrorOf([&] { ArchFromPath(Write("weights.bin", "x")); }).find("unknown model input"), std::string::npos);
-  const auto moe = Write("config.json", R"({"architectures": ["MixtralForCausalLM"]})");
-  EXPECT_NE(ErrorOf([&] { ArchFromPath(moe); }).find("--preset"), std::string::npos);
+  const auto mla = Write("config.json", R"({"architectures": ["DeepseekV3ForCausalLM"]})");
+  EXPECT_NE(ErrorOf([&] { ArchFromPath(mla); }).find("--preset"), std::string::npos);
+}
+
+// mistralai/Mixtral-8x7B-v0.1's config.json plans the model its preset (and the published 46.7B
+// parameters, 12.9B active) describes.
+TEST_F(PlanModelInput, MixtralConfigMatchesPublishedCounts) {
+  const auto config = Write("config.json", R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 4096,
+      "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+      "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2, "rope_theta": 1e6,
+      "tie_word_embeddings": false, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5})");
+  const ModelSpec s = SpecFromArch(ArchFromPath(config));
+  EXPECT_EQ(s.TotalParams(), 46'702'792'704u);
+  EXPECT_EQ(s.ActiveParams(), Preset("mixtral-8x7b").ActiveParams());
 }
 
 // ---- Advise ----------------------------------------------------------------------------------

@@ -20,6 +20,16 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
   a.qkv_bias = config.qkv_bias;
   a.qk_norm = config.qk_norm;
   a.source = config.architecture;
+  if (config.n_experts > 0) {
+    a.n_experts = config.n_experts;
+    a.experts_per_token = config.experts_per_token;
+    a.expert_ffn = config.expert_ffn_dim;
+    // Qwen2-MoE's shared expert is a multiple of the experts' width (Qwen1.5-MoE: 4 x 1408, Qwen2-57B:
+    // 8 x 2560); one that is not is counted as the next whole number of experts, erring on the large side.
+    a.shared_experts = (config.shared_expert_ffn_dim + config.expert_ffn_dim - 1) / config.expert_ffn_dim;
+    // Dense layers (Qwen's mlp_only_layers): the plan needs their number, not where they are.
+    for (uint32_t i = 0; i < config.n_layers; ++i) a.dense_layers += config.moe(i) ? 0 : 1;
+  }
   return a;
 }
 
@@ -29,11 +39,11 @@ ModelArch FromHfConfig(const std::filesystem::path& config_json, std::string nam
   try {
     return ArchFromConfig(ReadHfConfig(config_json), std::move(name));
   } catch (const Error& e) {
-    // ReadHfConfig only knows the dense architectures the engine runs; MoE and MLA models are
-    // still plannable from their presets, so say so instead of leaving the user stuck.
+    // ReadHfConfig only knows the architectures the engine runs; MLA models are still plannable
+    // from their presets, so say so instead of leaving the user stuck.
     const std::string what = e.what();
     if (what.find("unsupported architecture") != std::string::npos)
-      Fail("{}; for planning, --preset also covers mixtral-8x7b and deepseek-v3", what);
+      Fail("{}; for planning, --preset also covers deepseek-v3", what);
     throw;
   }
 }

@@ -51,7 +51,7 @@ struct ModelArch {
   bool mla() const { return kv_lora_rank > 0; }
 };
 
-// A Llama-family ModelConfig as an architecture (dense, GQA).
+// A ModelConfig as an architecture (GQA; dense, or a mixture of experts).
 ModelArch ArchFromConfig(const ModelConfig& config, std::string name);
 
 // --model: a Hugging Face config.json, a folder holding one, or a .gguf file (metadata only; no
