@@ -6,7 +6,7 @@
 // norms, scaled embeddings), Gemma 2 (output norms, soft-capping, local/global layers) and Gemma 3
 // (q/k norms, local and linearly scaled global RoPE), and Gemma 3's language model inside an image-text
 // Gemma3ForConditionalGeneration checkpoint (language_model.* names, a vision tower lowbit skips), and
-// the mixtures of experts Mixtral, Qwen2-MoE (shared expert, a dense layer) and Qwen3-MoE. lowbit's logits must match at every position
+// the mixtures of experts Mixtral, Qwen2-MoE (shared expert; and with a dense layer) and Qwen3-MoE. lowbit's logits must match at every position
 // within 1e-4 of the logit scale, loaded from the folder and after a round trip through lowbit's
 // quantized folder and (for the architectures it exports there) GGUF F32.
 #include <gtest/gtest.h>
@@ -54,8 +54,8 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
   return max_diff / std::max(scale, 1.0);
 }
 
-const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2", "qwen3", "phi3",
-                                                  "gemma", "gemma2", "gemma3", "gemma3mm"};
+const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2",    "qwen3",   "phi3",      "gemma",
+                                                  "gemma2", "gemma3", "gemma3mm", "mixtral", "qwen2_moe", "qwen3_moe"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -161,7 +161,7 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
                                                                         "gemma2", "gemma3", "gemma3mm", "mixtral",
-                                                                        "qwen2_moe", "qwen3_moe"));
+                                                                        "qwen2_moe", "qwen2_moe_dense", "qwen3_moe"));
 
 }  // namespace
 }  // namespace lowbit

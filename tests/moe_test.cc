@@ -80,7 +80,7 @@ double LogitError(const Model& reference, const Model& model, const std::vector<
 // GPTQ calibrates every expert on its own routed tokens (and the shared expert on all of them): at 3
 // bits its logits are closer to the full-precision model's than RTN's, on held-out windows.
 TEST(MoeQuantize, GptqOnRoutedTokensBeatsRtn) {
-  for (const char* name : {"qwen2_moe", "mixtral"}) {
+  for (const char* name : {"qwen2_moe_dense", "mixtral"}) {
     const Model fp = LoadModel((kFixtures / name).string());
     QuantizeRequest req;
     req.scheme = ParseScheme("int3:g8");
@@ -140,11 +140,11 @@ TEST(MoeQuantize, QuantizedExpertsRoundTrip) {
   EXPECT_NE(header.find("model.layers.1.block_sparse_moe.experts.3.w2.weight_packed"), std::string::npos);
   EXPECT_NE(header.find("model.layers.1.block_sparse_moe.gate.weight"), std::string::npos);
 
-  StreamedModel s = OpenModel(kFixtures / "qwen2_moe");
+  StreamedModel s = OpenModel(kFixtures / "qwen2_moe_dense");
   EngineExportOptions o;
   o.format = EngineFormat::kCompressedTensors;
   o.scheme = ParseScheme("int4:g8");
-  (void)ExportEngineCheckpoint(s, kFixtures / "qwen2_moe", dir / "ct", nlohmann::json{{"method", "rtn"}}, o);
+  (void)ExportEngineCheckpoint(s, kFixtures / "qwen2_moe_dense", dir / "ct", nlohmann::json{{"method", "rtn"}}, o);
   const nlohmann::json config = ReadJsonFile(dir / "ct" / "config.json");
   EXPECT_EQ(config["quantization_config"]["ignore"],
             nlohmann::json::array({"lm_head", "model.layers.0.mlp.gate", "model.layers.0.mlp.shared_expert_gate"}));

@@ -38,12 +38,32 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Gemma2ForCausalLM" || a == "gguf:gemma2") return {"gemma2", false};
   if (a == "Gemma3ForCausalLM" || a == "gguf:gemma3") return {"gemma3", false};
   if (a == "Phi3ForCausalLM" || a == "gguf:phi3") return {"phi3", false};
+  if (a == "Qwen2MoeForCausalLM" || a == "gguf:qwen2moe") return {"qwen2moe", false};
+  if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe") return {"qwen3moe", false};
+  if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
-    Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Phi-3)", a);
+    Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
 bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma"); }
+
+// What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
+// sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
+// expert in qwen2moe only.
+void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
+  if (c.n_experts == 0) return;
+  if (!c.sparse_layers.empty())
+    Fail("{}: llama.cpp's {} runs experts in every layer; this model has dense layers (mlp_only_layers)", source,
+         arch.name);
+  const bool norm = arch.name != "qwen2moe";
+  if (c.norm_expert_weights != norm)
+    Fail("{}: llama.cpp's {} {} the chosen experts' weights, but this model's norm_topk_prob is {}", source,
+         arch.name, norm ? "always renormalizes" : "never renormalizes", c.norm_expert_weights);
+  if ((c.shared_expert_ffn_dim > 0) != (arch.name == "qwen2moe"))
+    Fail("{}: a shared expert is exported for qwen2moe only", source);
+}
 
 // What llama.cpp's Gemma architectures can express; anything else would run as another model there.
 void CheckGemmaExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
@@ -70,10 +90,11 @@ void CheckGemmaExportable(const ModelConfig& c, const Architecture& arch, const 
 // What a GGUF tensor is made of. Matrices come from a Linear (dense or quantized); vectors and
 // the embedding table from fp32 arrays.
 struct TensorSource {
-  const Linear* linear = nullptr;
+  // Rows of these linears one after another: one linear, or Phi-3's ffn_up (gate rows, then up rows),
+  // or a MoE layer's ffn_*_exps (expert 0's rows, expert 1's, ...: ggml's [cols, rows, experts]).
+  std::vector<const Linear*> linears;
   const std::vector<float>* values = nullptr;
   uint32_t permute_heads = 0;  // > 0: rows are head-major HF Q/K rows to permute
-  const Linear* stacked = nullptr;  // rows after linear's (Phi-3's ffn_up holds gate, then up)
 };
 
 struct PlannedTensor {
@@ -120,22 +141,22 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   auto vector = [&](std::string name, uint64_t n, int layer, std::function<const std::vector<float>*(const LayerWeights*)> get,
                     uint32_t heads = 0) {
     plan.push_back({std::move(name), {n}, layer, -1,
-                    [get, heads](const LayerWeights* l) { return TensorSource{nullptr, get(l), heads}; }});
+                    [get, heads](const LayerWeights* l) { return TensorSource{{}, get(l), heads}; }});
   };
   auto matrix = [&](std::string name, uint64_t rows, uint64_t cols, int layer,
                     std::function<const Linear*(const LayerWeights*)> get, uint32_t heads = 0) {
     plan.push_back({std::move(name), {cols, rows}, layer, -1,
-                    [get, heads](const LayerWeights* l) { return TensorSource{get(l), nullptr, heads}; }});
+                    [get, heads](const LayerWeights* l) { return TensorSource{{get(l)}, nullptr, heads}; }});
   };
   const ModelWeights& w = m.weights;
   auto output = [&] {
     if (!c.tie_embeddings)
       plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1, -1,
-                      [&w](const LayerWeights*) { return TensorSource{&w.lm_head, nullptr, 0}; }});
+                      [&w](const LayerWeights*) { return TensorSource{{&w.lm_head}, nullptr, 0}; }});
   };
   if (!output_last) output();
   plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, -1,
-                  [&w](const LayerWeights*) { return TensorSource{nullptr, &w.embed.values, 0}; }});
+                  [&w](const LayerWeights*) { return TensorSource{{}, &w.embed.values, 0}; }});
   if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
   if (c.rope_scaling.type == RopeScalingType::kLongRope) {
     const RopeScaling* rs = &c.rope_scaling;
@@ -166,9 +187,29 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
     vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
-    if (arch.name == "phi3") {  // gate and up rows in one ffn_up, split by llama.cpp's swiglu
+    if (c.moe(i)) {
+      plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, -1,
+                      [](const LayerWeights* l) { return TensorSource{{}, &l->router, 0}; }});
+      const auto experts = [&](const char* name, uint64_t rows, uint64_t cols, Linear Expert::*member) {
+        plan.push_back({p + name, {cols, rows, c.n_experts}, layer, -1, [member](const LayerWeights* l) {
+                          TensorSource src;
+                          for (const Expert& e : l->experts) src.linears.push_back(&(e.*member));
+                          return src;
+                        }});
+      };
+      experts("ffn_gate_exps.weight", c.expert_ffn_dim, c.dim, &Expert::gate);
+      experts("ffn_up_exps.weight", c.expert_ffn_dim, c.dim, &Expert::up);
+      experts("ffn_down_exps.weight", c.dim, c.expert_ffn_dim, &Expert::down);
+      if (c.shared_expert_ffn_dim > 0) {
+        const uint32_t f = c.shared_expert_ffn_dim;
+        vector(p + "ffn_gate_inp_shexp.weight", c.dim, layer, [](const LayerWeights* l) { return &l->shared_gate; });
+        matrix(p + "ffn_gate_shexp.weight", f, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
+        matrix(p + "ffn_up_shexp.weight", f, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
+        matrix(p + "ffn_down_shexp.weight", c.dim, f, layer, [](const LayerWeights* l) { return &l->w_down; });
+      }
+    } else if (arch.name == "phi3") {  // gate and up rows in one ffn_up, split by llama.cpp's swiglu
       plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, -1, [](const LayerWeights* l) {
-                        return TensorSource{&l->w_gate, nullptr, 0, &l->w_up};
+                        return TensorSource{{&l->w_gate, &l->w_up}, nullptr, 0};
                       }});
     } else {
       matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
@@ -176,13 +217,15 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       matrix(p + "ffn_up.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
       plan.back().linear = 5;
     }
-    matrix(p + "ffn_down.weight", c.dim, c.ffn_dim, layer, [](const LayerWeights* l) { return &l->w_down; });
-    plan.back().linear = 6;
+    if (!c.moe(i)) {
+      matrix(p + "ffn_down.weight", c.dim, c.ffn_dim, layer, [](const LayerWeights* l) { return &l->w_down; });
+      plan.back().linear = 6;
+    }
     if (c.sandwich_norms)
       vector(p + "post_ffw_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_out_norm; });
   }
   plan.push_back({"output_norm.weight", {c.dim}, -1, -1,
-                  [&w](const LayerWeights*) { return TensorSource{nullptr, &w.final_norm, 0}; }});
+                  [&w](const LayerWeights*) { return TensorSource{{}, &w.final_norm, 0}; }});
   if (output_last) output();
   return plan;
 }
@@ -218,6 +261,12 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     }
     if (c.sliding_window > 0) out.Set(a + ".attention.sliding_window", c.sliding_window);
   }
+  if (c.n_experts > 0) {
+    out.Set(a + ".expert_count", c.n_experts);
+    out.Set(a + ".expert_used_count", c.experts_per_token);
+    if (a != "llama") out.Set(a + ".expert_feed_forward_length", c.expert_ffn_dim);
+    if (c.shared_expert_ffn_dim > 0) out.Set(a + ".expert_shared_feed_forward_length", c.shared_expert_ffn_dim);
+  }
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
   if (c.sliding_window > 0 && a != "llama" && a != "phi3") {
@@ -247,16 +296,16 @@ class TensorEncoder {
   };
 
   Encoded Encode(const PlannedTensor& t, const TensorSource& src, uint32_t head_dim, uint32_t type) {
-    const uint64_t cols = t.ne[0], rows = t.ne.size() > 1 ? t.ne[1] : 1;
+    const uint64_t cols = t.ne[0];
+    const uint64_t rows = std::accumulate(t.ne.begin() + 1, t.ne.end(), uint64_t{1}, std::multiplies<>());
     struct Part {
       const QuantizedTensor* q = nullptr;
       const float* dense = nullptr;
       uint64_t rows = 0;
     };
     std::vector<Part> parts;
-    if (src.linear) {
-      for (const Linear* l : {src.linear, src.stacked}) {
-        if (!l) continue;
+    if (!src.linears.empty()) {
+      for (const Linear* l : src.linears) {
         LOWBIT_CHECK(l->cols() == cols);
         if (const auto* d = std::get_if<DenseMatrix>(&l->weight)) parts.push_back({nullptr, d->values.data(), l->rows()});
         else parts.push_back({&std::get<QuantizedTensor>(l->weight), nullptr, l->rows()});
@@ -273,14 +322,18 @@ class TensorEncoder {
       if (!p.q || ExactGgufType(*p.q) != exact) exact.reset();
     if (exact && *exact != type && !options_.keep_source_grids) exact.reset();
     if (exact) type = *exact;
+    // One importance vector for the tensor, or (llama-imatrix on ffn_*_exps) one per expert.
     std::span<const float> importance;
+    const uint64_t matrices = t.ne.size() > 2 ? t.ne[2] : 1;
     if (options_.imatrix && !exact) {
       if (auto it = options_.imatrix->find(t.name); it != options_.imatrix->end()) {
-        if (it->second.size() != cols)
-          Fail("importance matrix: entry '{}' has {} columns, the tensor has {}", t.name, it->second.size(), cols);
+        if (it->second.size() != cols && it->second.size() != cols * matrices)
+          Fail("importance matrix: entry '{}' has {} values, the tensor has {} columns{}", t.name, it->second.size(),
+               cols, matrices > 1 ? fmt::format(" in each of {} experts", matrices) : "");
         importance = it->second;
       }
     }
+    const uint64_t rows_per_matrix = rows / matrices;
     const uint64_t row_bytes = GgufWriter::TensorBytes(type, std::vector<uint64_t>{cols});
     Encoded out{type, exact.has_value(), std::vector<std::byte>(row_bytes * rows)};
     ParallelFor(&pool_, rows, [&](size_t begin, size_t end) {
@@ -296,7 +349,9 @@ class TensorEncoder {
         }
         const float* x = part->dense ? part->dense + from * cols : row.data();
         if (part->q) part->q->DequantizeRow(from, row.data());
-        QuantizeGgufRow(type, x, static_cast<int64_t>(cols), importance, dst);
+        const std::span<const float> row_importance =
+            importance.size() > cols ? importance.subspan(r / rows_per_matrix * cols, cols) : importance;
+        QuantizeGgufRow(type, x, static_cast<int64_t>(cols), row_importance, dst);
       }
     });
     return out;
@@ -321,6 +376,10 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     rope_divisors = Llama3RopeDivisors(c);
   }
   if (IsGemmaArch(arch)) CheckGemmaExportable(c, arch, m.source);
+  CheckMoeExportable(c, arch, m.source);
+  if (c.n_experts > 0 && !options.calibration.empty())
+    Fail("{}: calibrated GGUF export of a mixture of experts is not supported yet; export it without --calib",
+         m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
   if (!IsGemmaArch(arch) && !longrope && c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)
@@ -342,7 +401,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   const bool calibrating = !options.calibration.empty();
   std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr, calibrating);
 
-  GgufMixModel mix{c.n_layers, c.n_kv_heads ? c.n_heads / c.n_kv_heads : 1, !c.tie_embeddings};
+  GgufMixModel mix{c.n_layers, c.n_kv_heads ? c.n_heads / c.n_kv_heads : 1, !c.tie_embeddings, c.n_experts};
   GgufTypeChooser chooser(file_type, mix, options.pure, options.imatrix != nullptr);
   GgufWriter writer(out_path);
   std::string name = options.name;

@@ -88,23 +88,28 @@ GgufTypeChooser::GgufTypeChooser(const GgufFileType& file_type, const GgufMixMod
     : file_type_(file_type), model_(model), pure_(pure || !file_type.mix), has_imatrix_(has_imatrix) {}
 
 uint32_t GgufTypeChooser::Choose(const std::string& name, const std::vector<uint64_t>& ne) {
-  // llama-quantize quantizes matrices named *weight, never norms.
-  if (ne.size() < 2 || !EndsWith(name, "weight") || Contains(name, "_norm.weight")) return kGgmlF32;
+  // llama-quantize quantizes matrices named *weight, never norms or MoE routers.
+  if (ne.size() < 2 || !EndsWith(name, "weight") || Contains(name, "_norm.weight") ||
+      Contains(name, "ffn_gate_inp.weight"))
+    return kGgmlF32;
   uint32_t type = file_type_.base_type;
   if (!Quantized(type)) return type;
   if (!pure_) type = MixType(name, ne[0], type);
   return Fallback(type, ne[0]);
 }
 
-// llama_tensor_get_type_impl for dense llama / qwen2 models and the file types above.
+// llama_tensor_get_type_impl for llama / qwen2 / qwen3 / gemma / phi3 models (with their mixture-of-experts
+// variants: ffn_down*_exps and _shexp follow ffn_down's rule by their layer) and the file types above.
 uint32_t GgufTypeChooser::MixType(const std::string& name, uint64_t row_length, uint32_t type) {
   const std::string_view ft = file_type_.name;
   const int n = static_cast<int>(model_.n_layers);
   const bool output = name == "output.weight" || (!model_.has_output && name == "token_embd.weight");
   if (output) return row_length % FindGgmlType(type)->block_elems != 0 || type == kGgmlQ8_0 ? kGgmlQ8_0 : kGgmlQ6_K;
   if (name == "token_embd.weight") return ft == "TQ1_0" || ft == "TQ2_0" ? kGgmlQ4_K : type;
+  const bool eight_experts = model_.n_experts == 8;
   if (Contains(name, "attn_v.weight")) {
     const int i = i_attention_wv_++;
+    if (eight_experts) return kGgmlQ8_0;  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
     if (ft == "Q2_K") return model_.n_gqa >= 4 ? kGgmlQ4_K : kGgmlQ3_K;
     if (ft == "Q3_K_M") return i < 2 ? kGgmlQ5_K : kGgmlQ4_K;
     if (ft == "Q3_K_L") return kGgmlQ5_K;
@@ -125,7 +130,13 @@ uint32_t GgufTypeChooser::MixType(const std::string& name, uint64_t row_length, 
     if ((ft == "Q4_0" || ft == "Q5_0") && has_imatrix_ && i < n / 8) return ft == "Q4_0" ? kGgmlQ4_1 : kGgmlQ5_1;
     return type;
   }
+  if (Contains(name, "attn_k.weight") && eight_experts) return kGgmlQ8_0;
   if (Contains(name, "attn_output.weight")) {
+    if (eight_experts)
+      return ft == "Q2_K" || ft == "Q3_K_S" || ft == "Q3_K_M" || ft == "IQ4_NL" || ft == "Q4_K_S" || ft == "Q4_K_M" ||
+                     ft == "IQ4_XS"
+                 ? kGgmlQ5_K
+                 : type;
     if (ft == "Q2_K") return kGgmlQ3_K;
     if (ft == "Q3_K_M") return kGgmlQ4_K;
     if (ft == "Q3_K_L") return kGgmlQ5_K;

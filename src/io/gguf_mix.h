@@ -28,6 +28,7 @@ struct GgufMixModel {
   uint32_t n_layers = 0;
   uint32_t n_gqa = 1;      // n_head / n_head_kv
   bool has_output = true;  // false when the embeddings are tied (token_embd is the output)
+  uint32_t n_experts = 0;  // llama-quantize gives 8-expert models (Mixtral) more bits in attention
 };
 
 // Chooses tensor types in file order, as llama-quantize walks the tensors (its attn_v counter

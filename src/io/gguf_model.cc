@@ -19,7 +19,8 @@
 namespace lowbit {
 namespace {
 
-constexpr std::string_view kSupportedArchitectures = "llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3";
+constexpr std::string_view kSupportedArchitectures =
+    "llama (with or without experts), qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -127,7 +128,26 @@ class TensorLoader {
   std::vector<Linear> Weights(const std::string& name, const std::vector<uint64_t>& rows, uint64_t cols) {
     uint64_t total = 0;
     for (const uint64_t r : rows) total += r;
-    const GgufTensorInfo& t = Get(name, {cols, total});
+    return Split(Get(name, {cols, total}), rows, cols);
+  }
+
+  // A MoE layer's ffn_*_exps [cols, rows, experts] as one linear per expert.
+  std::vector<Linear> Experts(const std::string& name, uint64_t experts, uint64_t rows, uint64_t cols) {
+    return Split(Get(name, {cols, rows, experts}), std::vector<uint64_t>(experts, rows), cols);
+  }
+
+  // A full-precision matrix's values (MoE routers), shape-checked in ggml's ne order.
+  std::vector<float> Values(const std::string& name, std::vector<uint64_t> ne) {
+    const GgufTensorInfo& t = Get(name, std::move(ne));
+    std::vector<float> v = Decode(t);
+    ReleasePages(t.data);
+    return v;
+  }
+
+  std::vector<Linear> Split(const GgufTensorInfo& t, const std::vector<uint64_t>& rows, uint64_t cols) {
+    const std::string& name = t.name;
+    uint64_t total = 0;
+    for (const uint64_t r : rows) total += r;
     const uint64_t row_bytes = total ? t.data.size() / total : 0;
     if (row_bytes * total != t.data.size())
       Fail("{}: tensor '{}' holds {} bytes, not a whole number of its {} rows", source_, name, t.data.size(), total);
@@ -279,6 +299,25 @@ void ReadPhi3Keys(const GgufFile& f, ModelConfig& c) {
   }
 }
 
+// Mixtures of experts as llama.cpp reads them (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): experts in
+// every layer, of expert_feed_forward_length (llama: feed_forward_length; qwen: n_ff / n_expert_used when
+// absent), weights renormalized in llama and qwen3moe, and qwen2moe's shared expert of
+// expert_shared_feed_forward_length (n_ff when absent).
+void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
+  const std::string p = arch + ".", source = f.path().string();
+  c.n_experts = f.GetU32Or(p + "expert_count", 0);
+  if (c.n_experts == 0) {
+    if (arch != "llama") Fail("{}: key '{}expert_count' must be positive for {}", source, p, arch);
+    return;
+  }
+  c.experts_per_token = f.GetU32(p + "expert_used_count");
+  if (c.experts_per_token == 0) Fail("{}: key '{}expert_used_count' must be positive", source, p);
+  c.expert_ffn_dim = arch == "llama" ? c.ffn_dim
+                                     : f.GetU32Or(p + "expert_feed_forward_length", c.ffn_dim / c.experts_per_token);
+  c.norm_expert_weights = arch != "qwen2moe";
+  if (arch == "qwen2moe") c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
+}
+
 }  // namespace
 
 float LlamaCppGemmaAttentionScale(std::string_view arch, const ModelConfig& c) {
@@ -290,11 +329,12 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma)
+  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe";
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
-  if (f.GetU32Or(p + "expert_count", 0) > 0)
-    Fail("{}: mixture-of-experts models ({}expert_count) are not supported", source, p);
+  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe)
+    Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
   const float scaling_factor = f.GetF32Or(p + "rope.scaling.factor", 0.0f);
@@ -309,7 +349,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.architecture = "gguf:" + arch;
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
-  c.rope_style = arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+  c.rope_style = arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kHalf;  // qwen2moe, qwen3moe: NEOX too
   if (linear_scaling) {
     c.rope_scaling.type = RopeScalingType::kLinear;
     c.rope_scaling.factor = scaling_factor;
@@ -358,8 +398,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
-  c.qk_norm = arch == "qwen3" || arch == "gemma3";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3";
   if (gemma) ReadGemmaKeys(f, arch, c);
+  if (arch == "llama" || qwen_moe) ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
   c.Validate(source);
 
@@ -394,7 +435,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   // the first missing tensor is reported.
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
-    LayerWeights l;
+    LayerWeights l = EmptyLayer(c, i);
     l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
     if (f.FindTensor(p + "attn_qkv.weight")) {  // Phi-3: q, k and v rows in one matrix
       std::vector<Linear> qkv = t.Weights(p + "attn_qkv.weight", {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.dim);
@@ -421,7 +462,21 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);
     }
     l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);
-    if (c.architecture == "gguf:phi3") {  // gate rows, then up rows, in one ffn_up (llama.cpp's swiglu split)
+    if (c.moe(i)) {
+      l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
+      std::vector<Linear> gate = t.Experts(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
+      std::vector<Linear> up = t.Experts(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
+      std::vector<Linear> down = t.Experts(p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ffn_dim);
+      for (uint32_t e = 0; e < c.n_experts; ++e)
+        l.experts[e] = {std::move(gate[e]), std::move(up[e]), std::move(down[e])};
+      if (c.shared_expert_ffn_dim > 0) {
+        const uint32_t ffn = c.shared_expert_ffn_dim;
+        l.shared_gate = t.Vector(p + "ffn_gate_inp_shexp.weight", c.dim);
+        l.w_gate = t.Weight(p + "ffn_gate_shexp.weight", ffn, c.dim);
+        l.w_up = t.Weight(p + "ffn_up_shexp.weight", ffn, c.dim);
+        l.w_down = t.Weight(p + "ffn_down_shexp.weight", c.dim, ffn);
+      }
+    } else if (c.architecture == "gguf:phi3") {  // gate rows, then up rows, in one ffn_up (llama.cpp's swiglu split)
       std::vector<Linear> gate_up = t.Weights(p + "ffn_up.weight", {c.ffn_dim, c.ffn_dim}, c.dim);
       l.w_gate = std::move(gate_up[0]);
       l.w_up = std::move(gate_up[1]);
@@ -429,7 +484,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.w_gate = t.Weight(p + "ffn_gate.weight", c.ffn_dim, c.dim);
       l.w_up = t.Weight(p + "ffn_up.weight", c.ffn_dim, c.dim);
     }
-    l.w_down = t.Weight(p + "ffn_down.weight", c.dim, c.ffn_dim);
+    if (!c.moe(i)) l.w_down = t.Weight(p + "ffn_down.weight", c.dim, c.ffn_dim);
     w.layers.push_back(std::move(l));
   }
   w.final_norm = t.Vector("output_norm.weight", c.dim);

@@ -11,7 +11,7 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2 and gemma3
-                architectures in llama.cpp; the mixtures of experts are checked against transformers only).
+                architectures in llama.cpp, and its llama-with-experts, qwen2moe and qwen3moe).
 """
 import argparse
 import json
@@ -68,10 +68,15 @@ ARCHITECTURES = {
     "mixtral": ("mixtral", dict(rope_theta=1000000.0, tie_word_embeddings=False, num_local_experts=4,
                                 num_experts_per_tok=2)),
     # Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): q/k/v bias, a sigmoid-gated shared expert, top-k weights not
-    # renormalized; layer 1 dense (mlp_only_layers) with the usual intermediate_size.
+    # renormalized.
     "qwen2_moe": ("qwen2_moe", dict(rope_theta=1000000.0, tie_word_embeddings=False, num_experts=4,
                                     num_experts_per_tok=2, moe_intermediate_size=24,
-                                    shared_expert_intermediate_size=40, norm_topk_prob=False, mlp_only_layers=[1])),
+                                    shared_expert_intermediate_size=40, norm_topk_prob=False)),
+    # The same with layer 1 dense (mlp_only_layers), an MLP of intermediate_size (llama.cpp has no such layers).
+    "qwen2_moe_dense": ("qwen2_moe", dict(rope_theta=1000000.0, tie_word_embeddings=False, num_experts=4,
+                                          num_experts_per_tok=2, moe_intermediate_size=24,
+                                          shared_expert_intermediate_size=40, norm_topk_prob=False,
+                                          mlp_only_layers=[1])),
     # Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): q/k norms, 8 experts, top 2, renormalized.
     "qwen3_moe": ("qwen3_moe", dict(rope_theta=1000000.0, tie_word_embeddings=False, head_dim=16, num_experts=8,
                                     num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True)),
@@ -86,7 +91,8 @@ MULTIMODAL = {"gemma3mm": ("gemma3", dict(vision_config=dict(hidden_size=16, int
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2"}
 # The ones lowbit exports to GGUF, checked in llama.cpp.
-GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm"]
+GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mixtral",
+                      "qwen2_moe", "qwen3_moe"]
 
 
 def build(name, folder):
