@@ -138,9 +138,29 @@ def byte_level_tokenizer(folder):
         json.dump(data, f)
 
 
+# llama-quantize's per-tensor choices for mixtures of experts (the router left F32, 8-expert models' attention
+# bumped, ffn_*_exps quantized as 3-D tensors): lowbit's export of each type against llama_model_quantize on
+# lowbit's F32 file, tensor by tensor. These rows (32 and 24 wide) are too short for K-quants, so the mixes
+# also exercise llama-quantize's fallbacks.
+MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe"}
+MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17}
+
+
+def check_moe_mixes(lowbit, folder, name, src, f32):
+    from gguf_llamacpp import compare_tensors, quantize_llamacpp
+    rows = []
+    for t, ftype in MOE_MIX_TYPES.items():
+        ours, theirs = os.path.join(folder, f"{name}-{t}.gguf"), os.path.join(folder, f"{name}-{t}-llamacpp.gguf")
+        run(lowbit, "export", src, "-o", ours, "--type", t, "--name", f"fixture-{len(name)}")
+        quantize_llamacpp(f32, theirs, ftype, False)
+        same, total = compare_tensors(ours, theirs, f"{name} {t}")
+        rows.append([name, t, f"{same}/{total}"])
+    return rows
+
+
 def check_llama_cpp(lowbit, folder):
     import llama_cpp
-    rows = []
+    rows, mix_rows = [], []
     for name in GGUF_ARCHITECTURES:
         src = os.path.join(folder, f"{name}-gguf")
         shutil.copytree(os.path.join(FIXTURES, name), src)
@@ -165,7 +185,10 @@ def check_llama_cpp(lowbit, folder):
         check(rel < tolerance, f"{name}: llama.cpp's logits on lowbit's GGUF differ from transformers' by {rel:.2e} of "
                                f"the logit scale (tolerance {tolerance:.0e})")
         rows.append([name, f"{rel:.2e}", f"{tolerance:.0e}"])
+        if name in MOE_MIX_CHECKS:
+            mix_rows.extend(check_moe_mixes(lowbit, folder, name, src, gguf))
     print_table(["fixture exported to GGUF F32", "llama.cpp vs transformers (max diff / max |logit|)", "tolerance"], rows)
+    print_table(["MoE fixture", "type", "tensors identical to llama-quantize's"], mix_rows)
 
 
 def main():
