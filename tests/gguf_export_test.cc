@@ -147,6 +147,27 @@ TEST(GgufMix, FollowsLlamaQuantizeRules) {
   for (const auto& [name, type] : Choices("Q4_K")) EXPECT_EQ(type, name.find("norm") != std::string::npos ? kGgmlF32 : kGgmlQ4_K) << name;
 }
 
+// Mixtral-8x7B-shaped (32 layers, GQA 4, 8 experts) under Q4_K_M, from llama_tensor_get_type_impl: the
+// router is never quantized, attn_v and attn_k become Q8_0 ("for the 8-expert model, bumping this to Q8_0
+// trades just ~128MB"), attn_output Q5_K; ffn_down_exps takes its layer from the name (use_more_bits(i, 32)
+// holds for i < 4, i >= 28 and (i - 4) % 3 == 2). A 4-expert model keeps the dense rules.
+TEST(GgufMix, EightExpertModelsGetMoreBitsInAttention) {
+  GgufTypeChooser mixtral(FindGgufFileType("Q4_K_M"), GgufMixModel{32, 4, true, 8}, false, false);
+  EXPECT_EQ(mixtral.Choose("blk.0.ffn_gate_inp.weight", {4096, 8}), kGgmlF32);
+  EXPECT_EQ(mixtral.Choose("blk.0.attn_v.weight", {4096, 1024}), kGgmlQ8_0);
+  EXPECT_EQ(mixtral.Choose("blk.0.attn_k.weight", {4096, 1024}), kGgmlQ8_0);
+  EXPECT_EQ(mixtral.Choose("blk.0.attn_q.weight", {4096, 4096}), kGgmlQ4_K);
+  EXPECT_EQ(mixtral.Choose("blk.0.attn_output.weight", {4096, 4096}), kGgmlQ5_K);
+  EXPECT_EQ(mixtral.Choose("blk.0.ffn_gate_exps.weight", {4096, 14336, 8}), kGgmlQ4_K);
+  EXPECT_EQ(mixtral.Choose("blk.0.ffn_down_exps.weight", {14336, 4096, 8}), kGgmlQ6_K);
+  EXPECT_EQ(mixtral.Choose("blk.5.ffn_down_exps.weight", {14336, 4096, 8}), kGgmlQ4_K);
+  EXPECT_EQ(mixtral.Choose("blk.6.ffn_down_exps.weight", {14336, 4096, 8}), kGgmlQ6_K);
+  GgufTypeChooser four(FindGgufFileType("Q4_K_M"), GgufMixModel{32, 4, true, 4}, false, false);
+  EXPECT_EQ(four.Choose("blk.0.attn_k.weight", {4096, 1024}), kGgmlQ4_K);
+  EXPECT_EQ(four.Choose("blk.0.attn_output.weight", {4096, 4096}), kGgmlQ4_K);
+  EXPECT_EQ(four.Choose("blk.1.attn_v.weight", {4096, 1024}), kGgmlQ6_K);  // the first attn_v: use_more_bits(0, 32)
+}
+
 TEST(GgufMix, FallsBackWhereRowsAreNotWholeBlocks) {
   GgufTypeChooser chooser(FindGgufFileType("Q4_K_S"), GgufMixModel{1, 1, true}, false, false);
   EXPECT_EQ(chooser.Choose("blk.0.attn_q.weight", {96, 8}), kGgmlQ5_0);  // 96 = 3 x 32

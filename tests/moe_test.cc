@@ -1,6 +1,8 @@
 // Mixtures of experts: the router against hand-computed routes, per-expert calibration (GPTQ on the
-// tokens routed to each expert beats RTN on the same experts), and the quantized experts surviving
-// lowbit's folder and the compressed-tensors export under their checkpoint names (Mixtral's w1/w2/w3).
+// tokens routed to each expert beats RTN on the same experts), the quantized experts surviving
+// lowbit's folder and the compressed-tensors export under their checkpoint names (Mixtral's w1/w2/w3),
+// and GGUF export refusing what llama.cpp would run differently. (Logits against transformers and
+// llama.cpp: architecture_fixture_test and tests/interop/hf_architectures.py.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include "core/file_util.h"
 #include "core/json_util.h"
 #include "io/engine_export.h"
+#include "io/gguf_export.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 #include "model/forward.h"
@@ -153,6 +156,28 @@ TEST(MoeQuantize, QuantizedExpertsRoundTrip) {
   EXPECT_TRUE(ct.weights.layers[0].w_down.quantized());  // the shared expert
   EXPECT_TRUE(ct.weights.layers[1].experts.empty());     // mlp_only_layers: a dense MLP
   EXPECT_TRUE(ct.weights.layers[1].w_gate.quantized());
+}
+
+// llama.cpp's MoE architectures run experts in every layer, and renormalize (llama, qwen3moe) or not
+// (qwen2moe) by architecture: a model they would compute differently is refused, naming the field, and
+// nothing is written.
+TEST(MoeGguf, RefusesWhatLlamaCppWouldComputeDifferently) {
+  testing_util::ScratchDir dir("lowbit-moe-gguf");
+  const auto error_of = [&](StreamedModel s) {
+    GgufExportOptions o;
+    o.type = "Q8_0";
+    try {
+      ExportGguf(s, dir / "out.gguf", o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(OpenModel(kFixtures / "qwen2_moe_dense")).find("mlp_only_layers"), std::string::npos);
+  StreamedModel unnormalized = OpenModel(kFixtures / "qwen3_moe");
+  unnormalized.model.config.norm_expert_weights = false;
+  EXPECT_NE(error_of(std::move(unnormalized)).find("norm_topk_prob is false"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir / "out.gguf"));
 }
 
 }  // namespace
