@@ -85,6 +85,28 @@ TEST_P(ArchitectureFixture, SameLogitsAfterSavingAsLowbitFolderAndGguf) {
   EXPECT_LT(RelativeError(LoadModel((dir / "model.gguf").string()), reference), 1e-4) << GetParam() << " GGUF";
 }
 
+// The last layer runs its MLP only for the rows whose logits are asked for: in a batch of a prompt that
+// wants its last logits and one that wants all of them, each gets what a lone all-logits pass gives.
+TEST_P(ArchitectureFixture, LastLayerSkipsRowsWithoutLogits) {
+  const Model model = LoadModel((kFixtures / GetParam()).string());
+  const auto tokens = ReadJsonFile(kFixtures / GetParam() / "reference.json")["tokens"].get<std::vector<int32_t>>();
+  Engine engine(model, 2);
+  KvCache whole = engine.NewCache(tokens.size());
+  const std::vector<float> all = engine.Forward(whole, tokens, /*all_logits=*/true);
+  const size_t vocab = model.config.vocab_size, n = tokens.size(), m = n / 2;
+  KvCache a = engine.NewCache(n), b = engine.NewCache(n);  // same capacity: Phi-3's RoPE factors follow it
+  std::vector<float> last, first_half;
+  BatchItem items[] = {{&a, tokens, false, &last}, {&b, std::span(tokens).first(m), true, &first_half}};
+  engine.Forward(items);
+  ASSERT_EQ(last.size(), vocab);
+  ASSERT_EQ(first_half.size(), m * vocab);
+  double diff = 0;
+  for (size_t v = 0; v < vocab; ++v) diff = std::max(diff, std::abs(double(last[v]) - all[(n - 1) * vocab + v]));
+  for (size_t i = 0; i < m * vocab; ++i) diff = std::max(diff, std::abs(double(first_half[i]) - all[i]));
+  EXPECT_LT(diff, 1e-4) << GetParam();
+  EXPECT_EQ(a.size(), n);  // every token's K/V cached
+}
+
 // Gemma 3's image-text checkpoint exported for vLLM: only its language model is written, under a
 // Gemma3ForCausalLM config.json, and its tied lm_head (a Linear in transformers, stored by no tensor) is
 // ignored by name so "targets: Linear" does not claim it. Phi-3's fused projections are refused by name.

@@ -252,7 +252,7 @@ TEST(Hardware, UnknownNameListsKnownOnes) {
 }
 
 TEST(Presets, ShapesReproducePublishedParameterCounts) {
-  EXPECT_EQ(ModelPresets().size(), 12u);
+  EXPECT_EQ(ModelPresets().size(), 13u);
   for (const ModelArch& a : ModelPresets()) {
     const ModelSpec s = SpecFromArch(a);
     if (a.name == "deepseek-v3") {  // published as 671B / 37B
@@ -268,6 +268,10 @@ TEST(Presets, ShapesReproducePublishedParameterCounts) {
   EXPECT_EQ(Preset("qwen3-8b").TotalParams(), 8'190'735'360u);  // q/k norms included
   EXPECT_EQ(Preset("mixtral-8x7b").TotalParams(), 46'702'792'704u);
   EXPECT_NEAR(Preset("mixtral-8x7b").ActiveParams() / 1e9, 12.9, 0.05);
+  EXPECT_EQ(Preset("qwen3-30b-a3b").TotalParams(), 30'532'122'624u);
+  // 48 x (18.87M attention + 8 x 3 x 768 x 2048 experts + the 128 x 2048 router) + 2 x 311.2M embeddings/lm_head
+  // = 3.353B ("3.3B activated").
+  EXPECT_NEAR(Preset("qwen3-30b-a3b").ActiveParams() / 1e9, 3.353, 0.001);
 }
 
 TEST(Presets, ArchitectureNumbers) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "core/error.h"
@@ -31,6 +32,20 @@ std::vector<float> RandomVector(size_t n, uint32_t seed, float sigma) {
 }
 
 }  // namespace
+
+double DecodeWeightBytes(const Model& model, size_t batch) {
+  const ModelConfig& c = model.config;
+  // Each token picks k of E experts: a step of `batch` tokens reads each expert with probability
+  // 1 - (1 - k/E)^batch (plan/plan.cc's estimate, for routes assumed independent).
+  const double touched = c.n_experts == 0 ? 1.0
+      : 1.0 - std::pow(1.0 - static_cast<double>(c.experts_per_token) / c.n_experts, static_cast<double>(batch));
+  double bytes = static_cast<double>(LinearWeightBytes(model.weights));
+  for (const LayerWeights& l : model.weights.layers)
+    for (const Expert& e : l.experts)
+      for (const Linear* linear : {&e.gate, &e.up, &e.down})
+        bytes -= (1.0 - touched) * static_cast<double>(linear->storage_bytes());
+  return bytes;
+}
 
 uint64_t LinearWeightBytes(const ModelWeights& w) {
   uint64_t total = w.lm_head.storage_bytes();
@@ -108,9 +123,9 @@ std::vector<BatchSpeed> MeasureDecode(const Model& model, const std::vector<size
   std::vector<int32_t> prompt(ctx);
   for (size_t i = 0; i < ctx; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 1) % vocab);
   if (ctx > 0) engine.Forward(prefilled, prompt, false);
-  const double bytes = static_cast<double>(LinearWeightBytes(model.weights));
   std::vector<BatchSpeed> out;
   for (const size_t batch : batches) {
+    const double bytes = DecodeWeightBytes(model, batch);
     std::vector<KvCache> caches(batch, prefilled);
     std::vector<std::vector<float>> logits(batch);
     std::vector<int32_t> tokens(batch, 1);

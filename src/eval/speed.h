@@ -58,7 +58,10 @@ std::vector<BatchSpeed> MeasureDecode(const Model& model, const std::vector<size
 std::vector<BatchSpeed> MeasurePrefill(const Model& model, const std::vector<size_t>& batches, size_t ctx,
                                        size_t threads, const KvCacheOptions& kv = {});
 
-// Bytes of every linear layer's weights (what one decode step streams), lm_head included.
+// Bytes of every linear layer's weights (what one decode step of a dense model streams), lm_head included.
 uint64_t LinearWeightBytes(const ModelWeights& w);
+// The linear weight bytes one decode step of `batch` tokens is expected to stream: every dense linear,
+// and each expert of a mixture in proportion to the chance that a token of the step is routed to it.
+double DecodeWeightBytes(const Model& model, size_t batch);
 
 }  // namespace lowbit

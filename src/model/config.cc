@@ -310,8 +310,10 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
 }  // namespace
 
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
-  const std::string source = config_json.string();
-  const nlohmann::json parsed = ReadJsonFile(config_json);
+  return HfConfigFromJson(ReadJsonFile(config_json), config_json.string());
+}
+
+ModelConfig HfConfigFromJson(const nlohmann::json& parsed, const std::string& source) {
   const JsonView j = JsonView(parsed, source).ExpectObject();
   const auto archs = j.Get<std::vector<std::string>>("architectures", {});
   if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);

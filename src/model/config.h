@@ -103,6 +103,8 @@ struct ModelConfig {
 // architectures are errors that list the supported ones.
 // Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
+// The same for a config.json already parsed (`source` names it in errors).
+ModelConfig HfConfigFromJson(const nlohmann::json& config, const std::string& source);
 
 // The architecture name of Gemma 3's image-text checkpoints, whose text_config lowbit runs.
 inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";

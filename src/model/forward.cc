@@ -335,20 +335,37 @@ void Engine::Forward(std::span<BatchItem> batch) {
   }
   if (total == 0) return;
   std::vector<float> x = Embed(batch);
-  for (size_t l = 0; l < c.n_layers; ++l) ForwardLayer(l, batch, x);
+  for (size_t l = 0; l + 1 < c.n_layers; ++l) ForwardLayer(l, batch, x);
 
-  // Final norm and logits for the rows each sequence asked for, in one matmul for the batch.
-  const size_t dim = c.dim, vocab = c.vocab_size;
-  std::vector<float> normed;
+  // The last layer: attention for every new token (their K/V are cached for later steps), the rest only
+  // for the tokens whose logits are asked for (as llama.cpp does): a prompt's other rows end here.
+  std::vector<size_t> kept;
   size_t row = 0;
   for (const BatchItem& item : batch) {
     const size_t n = item.tokens.size();
-    for (size_t t = item.all_logits ? 0 : n - 1; t < n; ++t) {
-      normed.resize(normed.size() + dim);
-      RmsNorm(&x[(row + t) * dim], w.final_norm.data(), dim, c.norm_eps, &normed[normed.size() - dim]);
-    }
+    for (size_t t = item.all_logits ? 0 : n - 1; t < n; ++t) kept.push_back(row + t);
     row += n;
   }
+  const size_t last = c.n_layers - 1, dim = c.dim, vocab = c.vocab_size;
+  std::vector<float> input;
+  BeginLayer(last, x, input);
+  AdvanceLayer(last, LinearInput::kQkv, batch, x, input);
+  if (kept.size() < total) {
+    const size_t width = input.size() / total;
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (kept[i] == i) continue;  // ascending: rows only move down
+      std::copy_n(&x[kept[i] * dim], dim, &x[i * dim]);
+      std::copy_n(&input[kept[i] * width], width, &input[i * width]);
+    }
+    x.resize(kept.size() * dim);
+    input.resize(kept.size() * width);
+  }
+  for (const LinearInput group : {LinearInput::kO, LinearInput::kGateUp, LinearInput::kDown})
+    AdvanceLayer(last, group, batch, x, input);
+
+  // Final norm and logits for those rows, in one matmul for the batch.
+  std::vector<float> normed(x.size());
+  for (size_t r = 0; r < kept.size(); ++r) RmsNorm(&x[r * dim], w.final_norm.data(), dim, c.norm_eps, &normed[r * dim]);
   const size_t rows_out = normed.size() / dim;
   std::vector<float> logits(rows_out * vocab);
   MatMul(w.lm_head, normed.data(), rows_out, logits.data(), pool_, activations_);

@@ -52,6 +52,15 @@ std::vector<ModelArch> BuildPresets() {
   mixtral.expert_ffn = 14336;
   mixtral.published_active = 12.9e9;
   p.push_back(mixtral);
+  // Qwen/Qwen3-30B-A3B config.json: q/k norms, 128 experts of 768, top-8 renormalized, every layer MoE.
+  // 30,532,122,624 parameters (the safetensors index's total), 3.3B active.
+  ModelArch qwen3_moe = Dense("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 30532122624.0, "Qwen/Qwen3-30B-A3B");
+  qwen3_moe.qk_norm = true;
+  qwen3_moe.n_experts = 128;
+  qwen3_moe.experts_per_token = 8;
+  qwen3_moe.expert_ffn = 768;
+  qwen3_moe.published_active = 3.3e9;
+  p.push_back(qwen3_moe);
   // deepseek-ai/DeepSeek-V3 config.json and the technical report (arXiv 2412.19437): 61 layers,
   // the first 3 dense (18432), then 256 routed experts of 2048 (top-8) + 1 shared; MLA with
   // q_lora_rank 1536, kv_lora_rank 512, 128 heads of 128 (nope) + 64 (rope), v_head_dim 128.

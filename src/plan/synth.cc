@@ -11,6 +11,7 @@
 #include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "formats/minifloat.h"
+#include "io/hf_names.h"
 #include "io/safetensors.h"
 #include "plan/presets.h"
 
@@ -30,29 +31,58 @@ struct TensorSpec {
   enum Fill { kRandom, kOnes, kZeros } fill = kRandom;
 };
 
-std::vector<TensorSpec> TensorsOf(const ModelArch& a) {
-  const uint64_t dim = a.hidden, q = uint64_t{a.n_heads} * a.head_dim, kv = uint64_t{a.n_kv_heads} * a.head_dim;
-  std::vector<TensorSpec> t{{"model.embed_tokens.weight", {a.vocab, dim}}};
-  for (uint32_t l = 0; l < a.n_layers; ++l) {
+// Every tensor a Hugging Face checkpoint of config `c` holds, named and shaped as lowbit's loader reads
+// them (the same tables), so a synthetic folder cannot drift from what loads.
+std::vector<TensorSpec> TensorsOf(const ModelConfig& c) {
+  std::vector<TensorSpec> t{{"model.embed_tokens.weight", {c.vocab_size, c.dim}}};
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
-    t.push_back({p + "input_layernorm.weight", {dim}, TensorSpec::kOnes});
-    t.push_back({p + "self_attn.q_proj.weight", {q, dim}});
-    t.push_back({p + "self_attn.k_proj.weight", {kv, dim}});
-    t.push_back({p + "self_attn.v_proj.weight", {kv, dim}});
-    if (a.qkv_bias)
-      for (const auto& [name, n] : {std::pair{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}})
-        t.push_back({p + "self_attn." + name + ".bias", {n}, TensorSpec::kZeros});
-    if (a.qk_norm)
-      for (const char* name : {"q_norm", "k_norm"}) t.push_back({p + "self_attn." + name + ".weight", {a.head_dim}, TensorSpec::kOnes});
-    t.push_back({p + "self_attn.o_proj.weight", {dim, q}});
-    t.push_back({p + "post_attention_layernorm.weight", {dim}, TensorSpec::kOnes});
-    t.push_back({p + "mlp.gate_proj.weight", {a.ffn, dim}});
-    t.push_back({p + "mlp.up_proj.weight", {a.ffn, dim}});
-    t.push_back({p + "mlp.down_proj.weight", {dim, a.ffn}});
+    for (const HfBlockVector& v : HfBlockVectors(c, l)) t.push_back({p + v.name, v.shape, v.norm ? TensorSpec::kOnes : TensorSpec::kRandom});
+    for (const LinearShape& s : BlockLinearShapes(c, l)) {
+      const std::string name = p + HfLinearName(c, s.name);
+      t.push_back({name + ".weight", {s.rows, s.cols}});
+      if (s.bias) t.push_back({name + ".bias", {s.rows}, TensorSpec::kZeros});
+    }
   }
-  t.push_back({"model.norm.weight", {dim}, TensorSpec::kOnes});
-  if (!a.tied) t.push_back({"lm_head.weight", {a.vocab, dim}});
+  t.push_back({"model.norm.weight", {c.dim}, TensorSpec::kOnes});
+  if (!c.tie_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, c.dim}});
   return t;
+}
+
+// config.json of a preset: a Llama, Qwen2 or Qwen3, or a Mixtral or Qwen3-MoE mixture of experts.
+nlohmann::json ConfigJson(const ModelArch& a, DType dtype, uint64_t seed) {
+  const bool moe = a.moe();
+  const std::string family = a.qk_norm ? "qwen3" : a.qkv_bias ? "qwen2" : moe ? "mixtral" : "llama";
+  nlohmann::json j = {
+      {"architectures", {family == "qwen3" ? (moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM")
+                         : family == "qwen2" ? "Qwen2ForCausalLM"
+                         : family == "mixtral" ? "MixtralForCausalLM"
+                                               : "LlamaForCausalLM"}},
+      {"model_type", moe && family == "qwen3" ? "qwen3_moe" : family},
+      {"hidden_size", a.hidden},
+      {"intermediate_size", family == "mixtral" ? a.expert_ffn : a.ffn},
+      {"num_hidden_layers", a.n_layers},
+      {"num_attention_heads", a.n_heads},
+      {"num_key_value_heads", a.n_kv_heads},
+      {"head_dim", a.head_dim},
+      {"vocab_size", a.vocab},
+      {"max_position_embeddings", 4096},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", a.name.starts_with("qwen") || moe ? 1e6 : a.name.starts_with("llama-3") ? 5e5 : 1e4},
+      {"tie_word_embeddings", a.tied},
+      {"hidden_act", "silu"},
+      {"torch_dtype", dtype == DType::kF32 ? "float32" : dtype == DType::kBF16 ? "bfloat16" : "float16"},
+      {"lowbit_synthetic", {{"preset", a.name}, {"seed", seed}}}};
+  if (family == "mixtral") {
+    j["num_local_experts"] = a.n_experts;
+    j["num_experts_per_tok"] = a.experts_per_token;
+  } else if (moe) {
+    j["num_experts"] = a.n_experts;
+    j["num_experts_per_tok"] = a.experts_per_token;
+    j["moe_intermediate_size"] = a.expert_ffn;
+    j["norm_topk_prob"] = true;
+  }
+  return j;
 }
 
 // Uniform in [-a, a] with standard deviation 0.02 (a typical initialisation), from a counter-based
@@ -84,12 +114,14 @@ SynthResult WriteSynthModel(const SynthOptions& o, const std::filesystem::path& 
   SynthResult result;
   result.arch = FindPreset(o.preset);
   ModelArch& a = result.arch;
-  if (a.moe() || a.mla()) Fail("synth: preset '{}' is not a dense Llama-family model", a.name);
+  if (a.mla() || a.shared_experts > 0 || a.dense_layers > 0 || (a.moe() && a.qkv_bias))
+    Fail("synth: preset '{}' is not a Llama-family model or a Mixtral / Qwen3-MoE mixture of experts", a.name);
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16 && o.dtype != DType::kF16)
     Fail("synth: dtype {} is not one of F32, BF16, F16", DTypeName(o.dtype));
   if (o.layers > 0) a.n_layers = o.layers;
 
-  const std::vector<TensorSpec> specs = TensorsOf(a);
+  const nlohmann::json config = ConfigJson(a, o.dtype, o.seed);
+  const std::vector<TensorSpec> specs = TensorsOf(HfConfigFromJson(config, "synth: preset " + a.name));
   std::vector<std::vector<std::byte>> data(specs.size());
   std::vector<TensorToWrite> tensors;
   ThreadPool pool(o.threads);
@@ -103,23 +135,6 @@ SynthResult WriteSynthModel(const SynthOptions& o, const std::filesystem::path& 
     result.bytes += data[i].size();
   }
   std::filesystem::create_directories(out);
-  const nlohmann::json config = {
-      {"architectures", {a.qk_norm ? "Qwen3ForCausalLM" : a.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", a.qk_norm ? "qwen3" : a.qkv_bias ? "qwen2" : "llama"},
-      {"hidden_size", a.hidden},
-      {"intermediate_size", a.ffn},
-      {"num_hidden_layers", a.n_layers},
-      {"num_attention_heads", a.n_heads},
-      {"num_key_value_heads", a.n_kv_heads},
-      {"head_dim", a.head_dim},
-      {"vocab_size", a.vocab},
-      {"max_position_embeddings", 4096},
-      {"rms_norm_eps", 1e-5},
-      {"rope_theta", a.name.starts_with("qwen") ? 1e6 : a.name.starts_with("llama-3") ? 5e5 : 1e4},
-      {"tie_word_embeddings", a.tied},
-      {"hidden_act", "silu"},
-      {"torch_dtype", o.dtype == DType::kF32 ? "float32" : o.dtype == DType::kBF16 ? "bfloat16" : "float16"},
-      {"lowbit_synthetic", {{"preset", a.name}, {"seed", o.seed}}}};
   WriteSafetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   WriteFileAtomic(out / "config.json", config.dump(2) + "\n");
   return result;

@@ -13,7 +13,7 @@
 namespace lowbit {
 
 struct SynthOptions {
-  std::string preset;       // a dense Llama-family preset (plan/presets.h)
+  std::string preset;       // a Llama-family or Mixtral / Qwen3-MoE preset (plan/presets.h)
   uint32_t layers = 0;      // 0 = the preset's
   DType dtype = DType::kBF16;
   uint64_t seed = 0;
@@ -25,8 +25,8 @@ struct SynthResult {
   uint64_t parameters = 0, bytes = 0;
 };
 
-// Writes OUT/config.json and OUT/model.safetensors (atomically each). Throws Error for a
-// mixture-of-experts or MLA preset (the engine runs dense Llama-family models only).
+// Writes OUT/config.json and OUT/model.safetensors (atomically each). Throws Error for an MLA preset
+// (DeepSeek-V3: the engine does not run multi-head latent attention).
 SynthResult WriteSynthModel(const SynthOptions& options, const std::filesystem::path& out);
 
 }  // namespace lowbit
