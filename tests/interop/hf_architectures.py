@@ -11,7 +11,9 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2 and gemma3
-                architectures in llama.cpp, and its llama-with-experts, qwen2moe and qwen3moe).
+                architectures in llama.cpp, and its llama-with-experts, qwen2moe and qwen3moe); and exports
+                the mixtures of experts to compressed-tensors and checks transformers' logits on that
+                folder against lowbit's.
 """
 import argparse
 import json
@@ -158,6 +160,54 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
     return rows
 
 
+# Mixtures of experts exported to compressed-tensors (W4A16, group 8: every expert its own Linear, the
+# routers ignored) load in transformers + compressed-tensors, whose loader decompresses each expert and fuses
+# them into transformers 5's expert tensors; its logits must be lowbit's on the same folder (KL over windows
+# of a text in the fixtures' byte vocabulary).
+MOE_ENGINE_CHECKS = ["mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe"]
+KL_CTX, KL_TOP_K = 32, 32
+
+
+def check_moe_engine_exports(lowbit, folder):
+    from transformers import CompressedTensorsConfig
+    from common import lowbit_json, write_kl_base
+    rng = np.random.default_rng(7)
+    alphabet = [chr(b) for b in range(0x21, 0x21 + VOCAB)]
+    text = os.path.join(folder, "moe-text.txt")
+    with open(text, "w") as f:
+        f.write("".join(alphabet[i] for i in rng.integers(3, VOCAB, size=4 * KL_CTX)))
+    rows = []
+    for name in MOE_ENGINE_CHECKS:
+        src = os.path.join(folder, f"{name}-ct-source")
+        shutil.copytree(os.path.join(FIXTURES, name), src)
+        byte_level_tokenizer(src)
+        out = os.path.join(folder, f"{name}-ct")
+        run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", "int4:g8")
+        ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
+        check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
+              f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                     quantization_config=CompressedTensorsConfig(dequantize=True)).eval()
+        # transformers 5 leaves the tensors its checkpoint conversion builds (Mixtral's fused experts and its
+        # router) in the decompressor's and the file's dtypes: run everything in fp32.
+        model.float()
+        ids = lowbit_json(lowbit, "tokenize", "--model", src, "--file", text)["ids"]
+
+        def logits(chunk):
+            with torch.no_grad():
+                return model(torch.tensor([chunk])).logits[0].double().numpy()
+
+        base = os.path.join(folder, f"{name}.klbase")
+        write_kl_base(base, ids, 1, KL_CTX, KL_TOP_K, VOCAB, logits)
+        agree = lowbit_json(lowbit, "ppl", "--model", out, "--text", text, "--ctx", str(KL_CTX), "--kl-base", base)["kl"]
+        check(agree["kld_mean"] < 1e-6, f"{name}: KL(transformers || lowbit) on the compressed-tensors export = "
+                                        f"{agree['kld_mean']:.3g}, must be < 1e-6")
+        check(agree["top1_agreement"] >= 0.99, f"{name}: top-1 agreement {agree['top1_agreement']:.4f} < 0.99")
+        rows.append([name, f"{agree['kld_mean']:.2e}", f"{agree['top1_agreement']:.4f}"])
+        del model
+    print_table(["MoE fixture, compressed-tensors W4A16 g8", "KL(transformers || lowbit)", "top-1 agreement"], rows)
+
+
 def check_llama_cpp(lowbit, folder):
     import llama_cpp
     rows, mix_rows = [], []
@@ -213,6 +263,7 @@ def main():
         rows.append([name, f"{scale:.3f}", f"{diff:.2e}"])
     print_table(["fixture", "max |logit|", "max diff to committed"], rows)
     check_llama_cpp(args.lowbit, folder)
+    check_moe_engine_exports(args.lowbit, folder)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
     print("hf_architectures: all checks passed")
