@@ -1,7 +1,8 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
 // llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3), Gemma 1/2/3 and the
 // mixtures of experts Mixtral and Qwen2/3-MoE, whose differences are fields here (activation, norm
-// placement, soft-capping, sliding windows, RoPE variants, experts), not separate model classes. Validate() checks the invariants the forward pass relies on.
+// placement, soft-capping, sliding windows, RoPE variants, experts), not separate model classes.
+// Validate() checks the invariants the forward pass relies on.
 #pragma once
 
 #include <cstdint>

@@ -405,6 +405,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       Fail("overrides: methods that rescale a whole input group (awq, smoothquant) can only be the recipe's "
            "main method");
   }
+  if (model.config.n_experts > 0 && (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
+    Fail("method '{}': rescaling the inputs of a mixture of experts is not supported yet; quantize {} with gptq "
+         "or rtn", req.method, model.config.architecture);
   const bool static_acts = req.act_scheme && req.act_scheme->granularity.kind == GranularityKind::kTensor;
   const bool calibrate = needs_hessian || needs_outliers || method->activation_scale_grid() > 0 ||
                          method->smoothing_alpha() >= 0 || static_acts;
@@ -523,9 +526,6 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     if (req.read_layer) model.weights.layers[l] = req.read_layer(l);
     if (report.rotated) RotateBlock(model.config, model.weights.layers[l], l, req.rotate_seed);
     LayerWeights& lw = model.weights.layers[l];
-    if (!lw.experts.empty() && (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
-      Fail("method '{}': rescaling the inputs of a mixture of experts is not supported yet; quantize {} with gptq "
-           "or rtn", req.method, model.config.architecture);
     store.ForEach(true, [&](size_t, BatchActivations& b) { engine.BeginLayer(l, b.hidden, b.input); });
     for (InputGroup& group : Groups(lw)) {
       if (!lw.experts.empty() && group.input == LinearInput::kGateUp) {
