@@ -4,13 +4,11 @@
 
 #include "core/error.h"
 #include "io/gguf_gptq.h"
+#include "kernels/activation.h"
+#include "kernels/matmul.h"
 #include "model/calibration.h"
 
 namespace lowbit {
-
-std::array<Linear*, kLayerLinears> LayerLinears(LayerWeights& l) {
-  return {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
-}
 
 GgufLayerCalibrator::GgufLayerCalibrator(Model& model, std::vector<std::vector<int32_t>> windows, GptqOptions options,
                                          size_t threads)
@@ -23,37 +21,68 @@ GgufLayerCalibrator::GgufLayerCalibrator(Model& model, std::vector<std::vector<i
   }
 }
 
-std::array<std::vector<std::byte>, kLayerLinears> GgufLayerCalibrator::QuantizeLayer(
-    size_t l, const std::array<uint32_t, kLayerLinears>& types) {
+std::vector<std::vector<std::byte>> GgufLayerCalibrator::QuantizeLayer(size_t l, const std::vector<uint32_t>& types) {
   LOWBIT_CHECK(l == next_layer_);
   const ModelConfig& c = model_.config;
-  // The Hessians of the block's four inputs (q/k/v share one, gate/up another), on a copy of each
-  // window's hidden state: the block still has its full-precision weights here.
+  LayerWeights& lw = model_.weights.layers[l];
+  const std::vector<BlockLinear> linears = BlockLinears(lw);
+  LOWBIT_CHECK(types.size() == linears.size());
+  // The Hessians of the block's inputs, on a copy of each window's hidden state (the block still has
+  // its full-precision weights here): q/k/v share one, o has one; a dense MLP's gate/up share one and
+  // down has one; in a sparse layer every expert (and the shared expert) has an input and a hidden
+  // Hessian, over the rows routed to it. input_of[i]: the Hessian of linear i.
   std::vector<HessianAccumulator> hessians;
-  for (const uint32_t cols : {c.dim, c.q_dim(), c.dim, c.ffn_dim}) hessians.emplace_back(cols);
-  std::vector<float> input;
+  hessians.emplace_back(c.dim);
+  hessians.emplace_back(c.q_dim());
+  std::vector<size_t> input_of = {0, 0, 0, 1};
+  for (size_t unit = 0; 4 + 3 * unit < linears.size(); ++unit) {
+    const size_t in = hessians.size();
+    hessians.emplace_back(c.dim);
+    hessians.emplace_back(linears[4 + 3 * unit].linear->rows());
+    input_of.insert(input_of.end(), {in, in, in + 1});
+  }
+  const bool moe = !lw.experts.empty(), shared = !lw.shared_gate.empty();
+  std::vector<float> input, rows, gate, up;
+  const auto add_unit = [&](size_t unit, const float* x, size_t n) {  // unit `unit`'s two Hessians on rows x
+    if (n == 0) return;
+    const Linear &g = *linears[4 + 3 * unit].linear, &u = *linears[5 + 3 * unit].linear;
+    hessians[2 + 2 * unit].Add(x, n, engine_.pool());
+    gate.resize(n * g.rows());
+    up.resize(n * g.rows());
+    MatMul(g, x, n, gate.data(), engine_.pool());
+    MatMul(u, x, n, up.data(), engine_.pool());
+    if (c.activation == FfnActivation::kGeluTanh) GeluTanhMul(gate.data(), up.data(), gate.size(), gate.data());
+    else SiluMul(gate.data(), up.data(), gate.size(), gate.data());
+    hessians[3 + 2 * unit].Add(gate.data(), n, engine_.pool());
+  };
   for (size_t w = 0; w < windows_.size(); ++w) {
     KvCache cache = engine_.NewCache(windows_[w].size());
     BatchItem item{&cache, windows_[w], false, nullptr};
     std::span<BatchItem> batch(&item, 1);
     std::vector<float> x = hidden_[w];
+    const size_t n = windows_[w].size();
     engine_.BeginLayer(l, x, input);
-    const LinearInput groups[] = {LinearInput::kQkv, LinearInput::kO, LinearInput::kGateUp, LinearInput::kDown};
-    for (size_t g = 0; g < 4; ++g) {
-      hessians[g].Add(input.data(), windows_[w].size(), engine_.pool());
-      if (g < 3) engine_.AdvanceLayer(l, groups[g], batch, x, input);
+    hessians[0].Add(input.data(), n, engine_.pool());
+    engine_.AdvanceLayer(l, LinearInput::kQkv, batch, x, input);
+    hessians[1].Add(input.data(), n, engine_.pool());
+    engine_.AdvanceLayer(l, LinearInput::kO, batch, x, input);  // input: the MLP's
+    if (!moe || shared) add_unit(0, input.data(), n);
+    if (!moe) continue;
+    const ExpertRoutes routes = RouteTokens(c, lw, input.data(), n);
+    for (size_t e = 0; e < lw.experts.size(); ++e) {
+      const std::vector<uint32_t>& routed = routes.rows[e];
+      rows.resize(routed.size() * c.dim);
+      for (size_t r = 0; r < routed.size(); ++r) std::copy_n(&input[routed[r] * c.dim], c.dim, &rows[r * c.dim]);
+      add_unit(e + (shared ? 1 : 0), rows.data(), routed.size());
     }
   }
-  static constexpr size_t kInputOf[kLayerLinears] = {0, 0, 0, 1, 2, 2, 3};
-  static constexpr const char* kNames[kLayerLinears] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  std::array<std::vector<std::byte>, kLayerLinears> bytes;
-  std::array<Linear*, kLayerLinears> linears = LayerLinears(model_.weights.layers[l]);
-  for (size_t i = 0; i < kLayerLinears; ++i) {
-    Linear& lin = *linears[i];
+  std::vector<std::vector<std::byte>> bytes(linears.size());
+  for (size_t i = 0; i < linears.size(); ++i) {
+    Linear& lin = *linears[i].linear;
     const auto* dense = std::get_if<DenseMatrix>(&lin.weight);
-    const std::string name = fmt::format("layers.{}.{}", l, kNames[i]);
+    const std::string name = fmt::format("model.layers.{}.{}", l, linears[i].name);
     if (!dense) Fail("calibrated GGUF: {} is already quantized (calibrate from a full-precision model)", name);
-    const HessianAccumulator& h = hessians[kInputOf[i]];
+    const HessianAccumulator& h = hessians[input_of[i]];
     GgufGptqResult r = QuantizeGgufGptq(types[i], dense->values, lin.rows(), lin.cols(), h.sum(), h.tokens(), options_,
                                         name, &engine_.pool());
     lin.weight = DenseMatrix{lin.rows(), lin.cols(), std::move(r.grid_values)};

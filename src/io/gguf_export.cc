@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numbers>
@@ -101,7 +102,9 @@ struct PlannedTensor {
   std::string name;
   std::vector<uint64_t> ne;  // [cols, rows] or [n]
   int layer = -1;   // the decoder block it comes from, -1 outside the blocks
-  int linear = -1;  // its index in LayerLinears (q, k, v, o, gate, up, down), -1 for the rest
+  // The linears whose rows it holds, one after another, as indices into BlockLinears of its block
+  // (a calibrated export writes their bytes); empty for the rest.
+  std::vector<size_t> linears;
   std::function<TensorSource(const LayerWeights*)> source;
 };
 
@@ -140,22 +143,22 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   std::vector<PlannedTensor> plan;
   auto vector = [&](std::string name, uint64_t n, int layer, std::function<const std::vector<float>*(const LayerWeights*)> get,
                     uint32_t heads = 0) {
-    plan.push_back({std::move(name), {n}, layer, -1,
+    plan.push_back({std::move(name), {n}, layer, {},
                     [get, heads](const LayerWeights* l) { return TensorSource{{}, get(l), heads}; }});
   };
   auto matrix = [&](std::string name, uint64_t rows, uint64_t cols, int layer,
                     std::function<const Linear*(const LayerWeights*)> get, uint32_t heads = 0) {
-    plan.push_back({std::move(name), {cols, rows}, layer, -1,
+    plan.push_back({std::move(name), {cols, rows}, layer, {},
                     [get, heads](const LayerWeights* l) { return TensorSource{{get(l)}, nullptr, heads}; }});
   };
   const ModelWeights& w = m.weights;
   auto output = [&] {
     if (!c.tie_embeddings)
-      plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1, -1,
+      plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1, {},
                       [&w](const LayerWeights*) { return TensorSource{{&w.lm_head}, nullptr, 0}; }});
   };
   if (!output_last) output();
-  plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, -1,
+  plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, {},
                   [&w](const LayerWeights*) { return TensorSource{{}, &w.embed.values, 0}; }});
   if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
   if (c.rope_scaling.type == RopeScalingType::kLongRope) {
@@ -166,13 +169,20 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const int layer = static_cast<int>(i);
     const std::string p = fmt::format("blk.{}.", i);
+    const std::vector<LinearShape> shapes = BlockLinearShapes(c, i);
+    const auto holds = [&](std::initializer_list<std::string> names) {  // the last tensor's linears, by name
+      for (const std::string& name : names)
+        plan.back().linears.push_back(static_cast<size_t>(
+            std::find_if(shapes.begin(), shapes.end(), [&](const LinearShape& s) { return s.name == name; }) -
+            shapes.begin()));
+    };
     vector(p + "attn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_norm; });
     matrix(p + "attn_q.weight", c.q_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wq; }, q_heads);
-    plan.back().linear = 0;
+    holds({"self_attn.q_proj"});
     matrix(p + "attn_k.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wk; }, k_heads);
-    plan.back().linear = 1;
+    holds({"self_attn.k_proj"});
     matrix(p + "attn_v.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wv; });
-    plan.back().linear = 2;
+    holds({"self_attn.v_proj"});
     if (c.qkv_bias) {
       vector(p + "attn_q.bias", c.q_dim(), layer, [](const LayerWeights* l) { return &l->wq.bias; }, q_heads);
       vector(p + "attn_k.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wk.bias; }, k_heads);
@@ -183,48 +193,54 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_k_norm.weight", c.head_dim, layer, [](const LayerWeights* l) { return &l->k_norm; });
     }
     matrix(p + "attn_output.weight", c.dim, c.q_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
-    plan.back().linear = 3;
+    holds({"self_attn.o_proj"});
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
     vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
     if (c.moe(i)) {
-      plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, -1,
+      plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, {},
                       [](const LayerWeights* l) { return TensorSource{{}, &l->router, 0}; }});
-      const auto experts = [&](const char* name, uint64_t rows, uint64_t cols, Linear Expert::*member) {
-        plan.push_back({p + name, {cols, rows, c.n_experts}, layer, -1, [member](const LayerWeights* l) {
+      const auto experts = [&](const char* name, uint64_t rows, uint64_t cols, Linear Expert::*member,
+                               const char* proj) {
+        plan.push_back({p + name, {cols, rows, c.n_experts}, layer, {}, [member](const LayerWeights* l) {
                           TensorSource src;
                           for (const Expert& e : l->experts) src.linears.push_back(&(e.*member));
                           return src;
                         }});
+        for (uint32_t e = 0; e < c.n_experts; ++e) holds({fmt::format("mlp.experts.{}.{}", e, proj)});
       };
-      experts("ffn_gate_exps.weight", c.expert_ffn_dim, c.dim, &Expert::gate);
-      experts("ffn_up_exps.weight", c.expert_ffn_dim, c.dim, &Expert::up);
-      experts("ffn_down_exps.weight", c.dim, c.expert_ffn_dim, &Expert::down);
+      experts("ffn_gate_exps.weight", c.expert_ffn_dim, c.dim, &Expert::gate, "gate_proj");
+      experts("ffn_up_exps.weight", c.expert_ffn_dim, c.dim, &Expert::up, "up_proj");
+      experts("ffn_down_exps.weight", c.dim, c.expert_ffn_dim, &Expert::down, "down_proj");
       if (c.shared_expert_ffn_dim > 0) {
         const uint32_t f = c.shared_expert_ffn_dim;
         vector(p + "ffn_gate_inp_shexp.weight", c.dim, layer, [](const LayerWeights* l) { return &l->shared_gate; });
         matrix(p + "ffn_gate_shexp.weight", f, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
+        holds({"mlp.shared_expert.gate_proj"});
         matrix(p + "ffn_up_shexp.weight", f, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
+        holds({"mlp.shared_expert.up_proj"});
         matrix(p + "ffn_down_shexp.weight", c.dim, f, layer, [](const LayerWeights* l) { return &l->w_down; });
+        holds({"mlp.shared_expert.down_proj"});
       }
     } else if (arch.name == "phi3") {  // gate and up rows in one ffn_up, split by llama.cpp's swiglu
-      plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, -1, [](const LayerWeights* l) {
+      plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, {}, [](const LayerWeights* l) {
                         return TensorSource{{&l->w_gate, &l->w_up}, nullptr, 0};
                       }});
+      holds({"mlp.gate_proj", "mlp.up_proj"});
     } else {
       matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
-      plan.back().linear = 4;
+      holds({"mlp.gate_proj"});
       matrix(p + "ffn_up.weight", c.ffn_dim, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
-      plan.back().linear = 5;
+      holds({"mlp.up_proj"});
     }
     if (!c.moe(i)) {
       matrix(p + "ffn_down.weight", c.dim, c.ffn_dim, layer, [](const LayerWeights* l) { return &l->w_down; });
-      plan.back().linear = 6;
+      holds({"mlp.down_proj"});
     }
     if (c.sandwich_norms)
       vector(p + "post_ffw_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_out_norm; });
   }
-  plan.push_back({"output_norm.weight", {c.dim}, -1, -1,
+  plan.push_back({"output_norm.weight", {c.dim}, -1, {},
                   [&w](const LayerWeights*) { return TensorSource{{}, &w.final_norm, 0}; }});
   if (output_last) output();
   return plan;
@@ -377,9 +393,6 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   }
   if (IsGemmaArch(arch)) CheckGemmaExportable(c, arch, m.source);
   CheckMoeExportable(c, arch, m.source);
-  if (c.n_experts > 0 && !options.calibration.empty())
-    Fail("{}: calibrated GGUF export of a mixture of experts is not supported yet; export it without --calib",
-         m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
   if (!IsGemmaArch(arch) && !longrope && c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)
@@ -389,8 +402,6 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   if (arch.name == "phi3") {
     if (c.q_dim() != c.dim || c.qkv_bias)
       Fail("{}: llama.cpp's phi3 needs num_heads * head_dim = hidden_size and no q/k/v bias", m.source);
-    if (!options.calibration.empty())
-      Fail("{}: calibrated GGUF export of phi3 (fused ffn_up) is not supported yet", m.source);
     if (c.sliding_window > 0)
       std::fprintf(stderr, "lowbit: warning: %s: llama.cpp ignores Phi-3's sliding window (%u tokens)\n",
                    m.source.c_str(), c.sliding_window);
@@ -437,7 +448,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   TensorEncoder encoder(options, options.threads);
   std::optional<LayerWeights> layer;
   int loaded = -1;
-  std::array<std::vector<std::byte>, kLayerLinears> calibrated;
+  std::vector<std::vector<std::byte>> calibrated;  // the block's linears' bytes (BlockLinears order)
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedTensor& t = plan[i];
     if (options.progress) options.progress(i, plan.size(), t.name);
@@ -454,9 +465,9 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
         l = &m.weights.layers[static_cast<size_t>(t.layer)];
       }
       if (calibrator && loaded != t.layer) {
-        std::array<uint32_t, kLayerLinears> linear_types{};
+        std::vector<uint32_t> linear_types(BlockLinearShapes(c, static_cast<size_t>(t.layer)).size());
         for (size_t j = i; j < plan.size() && plan[j].layer == t.layer; ++j)
-          if (plan[j].linear >= 0) linear_types[static_cast<size_t>(plan[j].linear)] = types[j];
+          for (const size_t linear : plan[j].linears) linear_types[linear] = types[j];
         calibrated = calibrator->QuantizeLayer(static_cast<size_t>(t.layer), linear_types);
         loaded = t.layer;
       }
@@ -468,9 +479,11 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
       result.tensors.push_back({t.name, types[i], t.ne, bytes.size(), false, true});
       continue;
     }
-    if (calibrator && t.linear >= 0) {
-      // GPTQ's bytes are in the linear's own row order: permute Q/K rows as the encoder does.
-      std::vector<std::byte>& bytes = calibrated[static_cast<size_t>(t.linear)];
+    if (calibrator && !t.linears.empty()) {
+      // GPTQ's bytes are in each linear's own row order: permute Q/K rows as the encoder does.
+      std::vector<std::byte> bytes;
+      for (const size_t linear : t.linears)
+        bytes.insert(bytes.end(), calibrated[linear].begin(), calibrated[linear].end());
       if (src.permute_heads) {
         const uint64_t rows = t.ne[1], row_bytes = bytes.size() / rows;
         std::vector<std::byte> permuted(bytes.size());

@@ -52,12 +52,13 @@ class KQuantGrid final : public GptqGrid {
 GgufGptqResult QuantizeGgufGptq(uint32_t type, std::span<const float> w, uint64_t rows, uint64_t cols,
                                 const std::vector<double>& h, uint64_t tokens, const GptqOptions& options,
                                 std::string_view name, ThreadPool* pool) {
-  LOWBIT_CHECK(w.size() == rows * cols && h.size() == cols * cols && tokens > 0);
+  LOWBIT_CHECK(w.size() == rows * cols && h.size() == cols * cols);
   // The importance matrix row; dead inputs get a small floor, so no sub-block has all-zero weights.
-  std::vector<float> importance(cols);
+  // No tokens (an expert the calibration never reached): no importance either.
+  std::vector<float> importance(tokens > 0 ? cols : 0);
   double mean = 0;
-  for (uint64_t i = 0; i < cols; ++i) mean += h[i * cols + i] / static_cast<double>(tokens * cols);
-  for (uint64_t i = 0; i < cols; ++i)
+  for (uint64_t i = 0; i < importance.size(); ++i) mean += h[i * cols + i] / static_cast<double>(tokens * cols);
+  for (uint64_t i = 0; i < importance.size(); ++i)
     importance[i] = static_cast<float>(std::max(h[i * cols + i] / static_cast<double>(tokens), 1e-6 * mean));
   const uint64_t row_bytes = GgufWriter::TensorBytes(type, std::vector<uint64_t>{cols});
   GgufGptqResult out{std::vector<std::byte>(rows * row_bytes), std::vector<float>(rows * cols), false};
@@ -65,7 +66,12 @@ GgufGptqResult QuantizeGgufGptq(uint32_t type, std::span<const float> w, uint64_
     for (uint64_t r = 0; r < rows; ++r)
       DequantizeGgufRow(type, out.bytes.data() + r * row_bytes, cols, out.grid_values.data() + r * cols);
   };
-  if (HasKQuantGrid(type)) {
+  if (tokens == 0) {  // encoded as llama-quantize would, without an importance matrix
+    ParallelFor(pool, rows, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r)
+        QuantizeGgufRow(type, w.data() + r * cols, static_cast<int64_t>(cols), {}, out.bytes.data() + r * row_bytes);
+    });
+  } else if (HasKQuantGrid(type)) {
     if (options.act_order) Fail("tensor '{}': GPTQ act-order does not fit ggml's super-blocks", name);
     KQuantGrid grid(type, rows, cols, importance);
     RunGptq(w, rows, cols, h, options, grid, name, pool);

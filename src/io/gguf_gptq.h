@@ -24,7 +24,8 @@ struct GgufGptqResult {
 };
 
 // `w` row-major [rows x cols]; `hessian` [cols x cols], the sum of x x^T over calibration inputs,
-// with `tokens` inputs summed (its diagonal / tokens is the importance matrix row).
+// with `tokens` inputs summed (its diagonal / tokens is the importance matrix row). With no tokens (an
+// expert no calibration token was routed to) the rows are encoded directly, as llama-quantize would.
 GgufGptqResult QuantizeGgufGptq(uint32_t ggml_type, std::span<const float> w, uint64_t rows, uint64_t cols,
                                 const std::vector<double>& hessian, uint64_t tokens, const GptqOptions& options,
                                 std::string_view name, ThreadPool* pool);
