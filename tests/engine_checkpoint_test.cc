@@ -108,7 +108,7 @@ TEST(EngineFormats, GptqPacksAlongTheInputDimensionByHand) {
   // 32 outputs x 16 inputs, int4 group 8, code(n, i) = i: qweight row r holds inputs 8r..8r+7 of every
   // column at nibble i % 8, so row 0 is 0x76543210 and row 1 0xFEDCBA98 in every column.
   const QuantizedTensor q = Make("int4:g8", 32, 16, [](uint64_t, uint64_t i) { return i; }, [](uint64_t, uint64_t) { return 0; });
-  const SafetensorsModel st = Written(dir, "gptq.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, false); });
+  const SafetensorsModel st = Written(dir, "gptq.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, {}, false); });
   EXPECT_EQ(st.Get("p.qweight").shape, (std::vector<uint64_t>{2, 32}));
   const std::vector<uint32_t> qweight = WordsOf(st, "p.qweight");
   for (uint64_t n = 0; n < 32; ++n) {
@@ -124,7 +124,7 @@ TEST(EngineFormats, GptqPacksAlongTheInputDimensionByHand) {
   EXPECT_EQ(st.Get("p.scales").dtype, DType::kF16);
 
   // v2 stores the true zero: 0x88888888.
-  const SafetensorsModel v2 = Written(dir, "v2.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, true); });
+  const SafetensorsModel v2 = Written(dir, "v2.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, {}, true); });
   for (uint32_t w : WordsOf(v2, "p.qzeros")) EXPECT_EQ(w, 0x88888888u);
 }
 
@@ -145,7 +145,7 @@ TEST(EngineFormats, PackQuantizedIsLowbitsRowInWordsByHand) {
   // int4, code(n, i) = i % 16: a row of 32 codes is 0x76543210, 0xFEDCBA98, 0x76543210, 0xFEDCBA98.
   const QuantizedTensor q = Make("int4:g32:asym", 3, 32, [](uint64_t, uint64_t i) { return i % 16; },
                                  [](uint64_t n, uint64_t) { return n + 1; });
-  const SafetensorsModel st = Written(dir, "ct.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q); });
+  const SafetensorsModel st = Written(dir, "ct.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q, {}); });
   const std::vector<uint32_t> packed = WordsOf(st, "p.weight_packed");
   ASSERT_EQ(packed.size(), 12u);
   for (size_t w = 0; w < 12; ++w) EXPECT_EQ(packed[w], w % 2 ? 0xFEDCBA98u : 0x76543210u) << w;
@@ -159,7 +159,7 @@ TEST(EngineFormats, PackQuantizedIsLowbitsRowInWordsByHand) {
 
   // 3-bit codes straddle words (compressed-tensors >= 0.17): 32 codes of 7 fill three words, all ones.
   const QuantizedTensor q3 = Make("int3:channel", 1, 32, [](uint64_t, uint64_t) { return 7; }, [](uint64_t, uint64_t) { return 0; });
-  const SafetensorsModel st3 = Written(dir, "ct3.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q3); });
+  const SafetensorsModel st3 = Written(dir, "ct3.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q3, {}); });
   for (uint32_t w : WordsOf(st3, "p.weight_packed")) EXPECT_EQ(w, 0xFFFFFFFFu);
 }
 
@@ -173,11 +173,11 @@ TEST(EngineFormats, EveryFormatReadsBackItsOwnCodes) {
       if (!v2 && q.scheme().asymmetric()) continue;  // random zeros may be 0, which v1 cannot hold (tested below)
       QweightParams read = p;
       read.gptq_v2 = v2;
-      const SafetensorsModel st = Written(dir, "g.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, v2); });
-      ExpectSame(q, ReadGptqLinear(st, "p", 64, 256, read));
+      const SafetensorsModel st = Written(dir, "g.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, {}, v2); });
+      ExpectSame(q, ReadGptqLinear(st, "p", 64, 256, read).tensor);
     }
-    const SafetensorsModel ct = Written(dir, "c.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q); });
-    ExpectSame(q, ReadPackQuantizedLinear(ct, "p", 64, 256, q.scheme()));
+    const SafetensorsModel ct = Written(dir, "c.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q, {}); });
+    ExpectSame(q, ReadPackQuantizedLinear(ct, "p", 64, 256, q.scheme()).tensor);
   }
   for (const std::string scheme : {"int4:g64:asym", "int4:g128"}) {  // AWQ: symmetric tensors store zeros of 8
     const QuantizedTensor q = Random(scheme, 64, 256, 3);
@@ -189,7 +189,7 @@ TEST(EngineFormats, EveryFormatReadsBackItsOwnCodes) {
 TEST(EngineFormats, WhatAFormatCannotHoldIsAnErrorNamingTheField) {
   const auto zero0 = Make("int4:g128:asym", 32, 128, [](uint64_t, uint64_t) { return 1; }, [](uint64_t, uint64_t) { return 0; });
   TensorList l;
-  ExpectError([&] { AddGptqLinear(l, "p", zero0, false); }, {"p", "zero point 0", "gptq_v2"});
+  ExpectError([&] { AddGptqLinear(l, "p", zero0, {}, false); }, {"p", "zero point 0", "gptq_v2"});
   ExpectError([&] { (void)GptqParamsOf(ParseScheme("int5:g128"), "p"); }, {"bits", "2, 3, 4 and 8"});
   ExpectError([&] { (void)GptqParamsOf(ParseScheme("int4:g128:scale=f32"), "p"); }, {"scale type", "fp16"});
   ExpectError([&] { (void)GptqParamsOf(ParseScheme("nf4:g64"), "p"); }, {"nf4"});
@@ -199,24 +199,72 @@ TEST(EngineFormats, WhatAFormatCannotHoldIsAnErrorNamingTheField) {
   ExpectError([&] { CheckPackQuantized(ParseScheme("mxfp4"), "p"); }, {"element format", "fp4_e2m1"});
   ExpectError([&] { CheckPackQuantized(ParseScheme("int4:tensor:asym"), "p"); }, {"zero points", "channel and group"});
   const auto odd = Make("int4:g4", 8, 4, [](uint64_t, uint64_t) { return 0; }, [](uint64_t, uint64_t) { return 0; });
-  ExpectError([&] { AddGptqLinear(l, "odd", odd, false); }, {"odd", "in_features 4", "multiple of 32"});
+  ExpectError([&] { AddGptqLinear(l, "odd", odd, {}, false); }, {"odd", "in_features 4", "multiple of 32"});
+}
+
+TEST(EngineFormats, ActOrderIsAStoredColumnOrderByHand) {
+  Scratch dir;
+  // 32 outputs x 256 inputs, int4 g128, as desc_act leaves them: input column i is in group i % 2. lowbit
+  // stores the even columns, then the odd ones (each group contiguous); stored column j of row n holds code
+  // (j + n) % 16, and group 1's scale is 2.
+  std::vector<uint32_t> order(256);
+  for (uint32_t j = 0; j < 256; ++j) order[j] = j < 128 ? 2 * j : 2 * (j - 128) + 1;
+  QuantizedTensor q = Make("int4:g128", 32, 256, [](uint64_t n, uint64_t j) { return (j + n) % 16; },
+                           [](uint64_t, uint64_t) { return 0; });
+  for (uint64_t n = 0; n < 32; ++n) q.SetScale(n * 2 + 1, 2.0f);
+  const SafetensorsModel g = Written(dir, "g.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, order, false); });
+  const SafetensorsModel c = Written(dir, "c.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q, order); });
+  // g_idx: the group of each input column, i % 2.
+  for (const auto& [st, name] : {std::pair{&g, "p.g_idx"}, std::pair{&c, "p.weight_g_idx"}}) {
+    const std::vector<uint32_t> g_idx = WordsOf(*st, name);
+    ASSERT_EQ(g_idx.size(), 256u);
+    for (uint32_t i = 0; i < 256; ++i) EXPECT_EQ(g_idx[i], i % 2) << name << " " << i;
+  }
+  // Codes go back to input order: input column i = 2k (stored at k) or 2k + 1 (stored at 128 + k) of row n.
+  const std::vector<uint32_t> qweight = WordsOf(g, "p.qweight"), packed = WordsOf(c, "p.weight_packed");
+  const auto stored_at = [](uint64_t i) { return i % 2 == 0 ? i / 2 : 128 + i / 2; };
+  for (uint64_t n = 0; n < 32; ++n)
+    for (uint64_t i = 0; i < 256; ++i) {
+      const uint32_t want = (stored_at(i) + n) % 16;
+      ASSERT_EQ((qweight[(i / 8) * 32 + n] >> (4 * (i % 8))) & 15, want) << n << " " << i;  // GPTQ: along K
+      ASSERT_EQ((packed[n * 32 + i / 8] >> (4 * (i % 8))) & 15, want) << n << " " << i;     // pack-quantized: per row
+    }
+  // Read back: the same stored tensor and order (ties within a group keep input order, as written).
+  const OrderedTensor from_gptq = ReadGptqLinear(g, "p", 32, 256, GptqParamsOf(q.scheme(), "p"));
+  const OrderedTensor from_ct = ReadPackQuantizedLinear(c, "p", 32, 256, q.scheme());
+  for (const OrderedTensor* t : {&from_gptq, &from_ct}) {
+    ExpectSame(q, t->tensor);
+    EXPECT_EQ(t->order, order);
+  }
+  // In order (no act-order), nothing is stored.
+  EXPECT_TRUE(ReadGptqLinear(Written(dir, "plain.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, {}, false); }),
+                             "p", 32, 256, GptqParamsOf(q.scheme(), "p"))
+                  .order.empty());
 }
 
 TEST(EngineFormats, ActOrderAndForeignShapesAreNamedErrors) {
   Scratch dir;
   const QuantizedTensor q = Random("int4:g128", 32, 256, 5);
+  const SafetensorsModel st = Written(dir, "ao.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, {}, false); });
+  // A g_idx whose groups are not group_size columns each has no contiguous form: 129 columns in group 1.
   std::vector<int32_t> g_idx(256);
-  for (int i = 0; i < 256; ++i) g_idx[i] = (255 - i) / 128;  // act-order: groups in a permuted order
-  const SafetensorsModel st = Written(dir, "ao.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, false); });
-  // Rewrite with a permuted g_idx.
+  for (int i = 0; i < 256; ++i) g_idx[i] = i < 127 ? 0 : 1;
   TensorList list;
-  AddGptqLinear(list, "q", q, false);
+  AddGptqLinear(list, "q", q, {}, false);
   std::vector<TensorToWrite> tensors = std::move(list).Sorted();
   for (TensorToWrite& t : tensors)
     if (t.name == "q.g_idx") t.data = std::as_bytes(std::span(g_idx));
   WriteSafetensors(dir / "ao2.safetensors", tensors);
   const SafetensorsModel ao = SafetensorsModel::Open(dir / "ao2.safetensors");
-  ExpectError([&] { (void)ReadGptqLinear(ao, "q", 32, 256, GptqParamsOf(q.scheme(), "q")); }, {"q.g_idx", "act-order"});
+  ExpectError([&] { (void)ReadGptqLinear(ao, "q", 32, 256, GptqParamsOf(q.scheme(), "q")); },
+              {"q.g_idx", "group 0 holds 127 input columns, not 128"});
+  g_idx[3] = 2;  // past the last group
+  for (TensorToWrite& t : tensors)
+    if (t.name == "q.g_idx") t.data = std::as_bytes(std::span(g_idx));
+  WriteSafetensors(dir / "ao3.safetensors", tensors);
+  ExpectError([&] { (void)ReadGptqLinear(SafetensorsModel::Open(dir / "ao3.safetensors"), "q", 32, 256,
+                                         GptqParamsOf(q.scheme(), "q")); },
+              {"q.g_idx", "input column 3 is in group 2", "make 2 groups"});
   // The model's shape disagrees with the file's: named with both shapes.
   ExpectError([&] { (void)ReadGptqLinear(st, "p", 64, 256, GptqParamsOf(q.scheme(), "p")); }, {"p.qweight", "[32, 32]", "[32, 64]"});
 }
@@ -281,7 +329,7 @@ TEST(EngineFormats, UnpackedFormatsStoreSignedInt8AndE4M3Bytes) {
   const QuantizedTensor q8 = Make("int8:channel", 2, 8, [](uint64_t, uint64_t i) { return 124 + i; }, [](uint64_t, uint64_t) { return 0; });
   const InputQuant token{ParseScheme("int8:token"), 0};
   EXPECT_EQ(CompressedTensorsFormatOf(q8.scheme(), token, "p"), "int-quantized");
-  const SafetensorsModel st = Written(dir, "i8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", q8, token); });
+  const SafetensorsModel st = Written(dir, "i8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", q8, {}, token); });
   const TensorView& w = st.Get("p.weight");
   ASSERT_EQ(w.dtype, DType::kI8);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<int8_t>(w.data[8 + i]), i - 4);
@@ -294,7 +342,7 @@ TEST(EngineFormats, UnpackedFormatsStoreSignedInt8AndE4M3Bytes) {
   EXPECT_EQ(CompressedTensorsFormatOf(f8.scheme(), std::nullopt, "p"), "naive-quantized");
   const InputQuant fixed{ParseScheme("fp8_e4m3:tensor:scale=f32"), 0.25f};
   EXPECT_EQ(CompressedTensorsFormatOf(f8.scheme(), fixed, "p"), "float-quantized");
-  const SafetensorsModel fs8 = Written(dir, "f8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", f8, fixed); });
+  const SafetensorsModel fs8 = Written(dir, "f8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", f8, {}, fixed); });
   EXPECT_EQ(fs8.Get("p.weight").dtype, DType::kF8E4M3);
   EXPECT_EQ(0, std::memcmp(fs8.Get("p.weight").data.data(), f8.codes().data(), f8.codes().size()));
   EXPECT_EQ(fs8.Get("p.weight_scale").shape, (std::vector<uint64_t>{2, 3}));

@@ -19,7 +19,8 @@ struct QuantizeOptions {
   std::string model, out, recipe, method = "rtn", format, calib, eval, act_format, save_as = "lowbit", lm_head;
   double alpha = -1, threshold = -1;
   int group = 0;
-  bool asym = false, act_order = false, json = false, rotate = false, resume = false;
+  bool asym = false, json = false, rotate = false, resume = false;
+  std::string act_order;  // GPTQ: "static" or "group" (empty: none)
   size_t calib_samples = 128, calib_len = 256, eval_ctx = 256, threads = 0, stop_after = 0;
   double checkpoint_every = 60;  // seconds between saves of OUT.partial (0: after every block)
   std::string max_ram;           // calibration activation budget, e.g. 2G (empty: no limit)
@@ -42,7 +43,7 @@ Recipe RecipeFrom(const QuantizeOptions& o) {
   if (o.format.empty()) Fail("quantize: give --recipe FILE or --format F (with --method M)");
   r.method = o.method;
   r.format = SchemeTextFromFlags(o.format, o.group, o.asym);
-  if (o.act_order) r.config["act_order"] = true;
+  if (!o.act_order.empty()) r.config["act_order"] = o.act_order;
   if (o.alpha >= 0) r.config["alpha"] = o.alpha;
   if (o.threshold >= 0) r.config["threshold"] = o.threshold;
   r.act_format = o.act_format;
@@ -129,7 +130,10 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)");
   cmd->add_option("--group", o->group, "Group size (-1 = per channel)")->check(GroupSize());
   cmd->add_flag("--asym", o->asym, "Asymmetric integers (zero-points)");
-  cmd->add_flag("--act-order", o->act_order, "GPTQ: columns by descending Hessian diagonal");
+  cmd->add_flag("--act-order{static}", o->act_order,
+                "GPTQ: columns by descending Hessian diagonal; --act-order=group also forms the groups in that "
+                "order (desc_act: stored with g_idx, read through a column gather)")
+      ->check(CLI::IsMember({"static", "group"}));
   cmd->add_option("--act-format", o->act_format,
                   "Quantize activations too (simulated): int8:token is dynamic, int8:tensor static (calibrated)");
   cmd->add_flag("--rotate", o->rotate, "Rotate the model first (QuaRot Hadamard; with rtn or gptq)");

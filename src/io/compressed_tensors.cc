@@ -91,18 +91,28 @@ void CheckPackQuantized(const QuantScheme& s, const std::string& where) {
     Fail("{}: scheme '{}': compressed-tensors packs zero points for channel and group strategies only", where, scheme);
 }
 
-void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q) {
+void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
+                            std::span<const uint32_t> order) {
   const QuantScheme& s = q.scheme();
   CheckPackQuantized(s, prefix);
+  if (!order.empty() && s.granularity.kind != GranularityKind::kGroup)
+    Fail("{}: scheme '{}': act-order (a stored column order) needs group scales", prefix, s.ToString());
   const int b = s.element->bits;
   const uint64_t n_out = q.rows(), k_in = q.cols();
   const ScaleGrid g = q.grid();
-  // Each row is lowbit's packed row, padded to whole words.
+  // Each row is lowbit's packed row, padded to whole words (act-order: its codes back in input order).
   const uint64_t row_words = (k_in * b + 31) / 32;
   std::vector<std::byte> packed(n_out * row_words * 4, std::byte{0});
-  for (uint64_t n = 0; n < n_out; ++n)
-    std::memcpy(&packed[n * row_words * 4], q.codes().data() + n * q.row_bytes(), q.row_bytes());
+  for (uint64_t n = 0; n < n_out; ++n) {
+    const uint8_t* row = q.codes().data() + n * q.row_bytes();
+    uint8_t* dst = reinterpret_cast<uint8_t*>(&packed[n * row_words * 4]);
+    if (order.empty()) std::memcpy(dst, row, q.row_bytes());
+    else
+      for (uint64_t j = 0; j < k_in; ++j) WriteCode(dst, order[j], b, ReadCode(row, j, b));
+  }
   out.AddOwnedBytes(prefix + ".weight_packed", DType::kI32, {n_out, row_words}, std::move(packed));
+  if (!order.empty())
+    out.AddOwned(prefix + ".weight_g_idx", DType::kI32, {k_in}, GroupIndexOf(order, k_in, s.granularity.group));
   const auto scales = std::as_bytes(q.scale_bytes());
   const std::vector<uint64_t> scale_shape =
       s.granularity.kind == GranularityKind::kTensor ? std::vector<uint64_t>{1} : std::vector<uint64_t>{g.grid_rows, g.grid_cols};
@@ -136,11 +146,6 @@ QuantScheme PackQuantizedScheme(const JsonView& w, DType scale_dtype) {
   } else {
     w["strategy"].Fail(fmt::format("is '{}'; lowbit reads tensor, channel and group weights", strategy));
   }
-  if (w.Has("actorder")) {
-    const nlohmann::json& a = w["actorder"].value();
-    if (a == true || a == "group" || a == "dynamic")
-      w["actorder"].Fail("is \"group\": act-order with weight_g_idx is not supported yet");
-  }
   if (!symmetric) text += ":asym";
   switch (scale_dtype) {
     case DType::kF32: text += ":scale=f32"; break;
@@ -151,8 +156,8 @@ QuantScheme PackQuantizedScheme(const JsonView& w, DType scale_dtype) {
   return ParseScheme(text);
 }
 
-QuantizedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
-                                        uint64_t cols, const QuantScheme& s) {
+OrderedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
+                                      uint64_t cols, const QuantScheme& s) {
   const int b = s.element->bits;
   const std::string what = fmt::format("pack-quantized {} for a [{} x {}] linear", s.ToString(), rows, cols);
   QuantizedTensor q(s, rows, cols);
@@ -178,13 +183,24 @@ QuantizedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::s
   const uint64_t row_words = legacy ? legacy_words : dense_words;
   const std::vector<uint32_t> packed =
       CopyWords(ExpectTensor(st, prefix + ".weight_packed", DType::kI32, {rows, row_words}, what));
+  // Act-order "group": weight_g_idx gives each input column's group; stored grouped (column_order.h).
+  std::vector<uint32_t> order;
+  if (st.Find(prefix + ".weight_g_idx")) {
+    const uint64_t group = s.granularity.kind == GranularityKind::kGroup ? s.granularity.group : cols;
+    order = OrderFromGroupIndex(CopyWords(ExpectTensor(st, prefix + ".weight_g_idx", DType::kI32, {cols}, what)), group,
+                                fmt::format("{}: tensor '{}.weight_g_idx'", st.path().string(), prefix));
+  }
   for (uint64_t n = 0; n < rows; ++n) {
     uint8_t* row = q.codes().data() + n * q.row_bytes();
     const uint32_t* words = packed.data() + n * row_words;
-    if (!legacy) {
+    const auto code = [&](uint64_t i) {
+      return legacy ? (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1)
+                    : ReadCode(reinterpret_cast<const uint8_t*>(words), i, b);
+    };
+    if (!legacy && order.empty()) {
       std::memcpy(row, words, q.row_bytes());
     } else {
-      for (uint64_t i = 0; i < cols; ++i) WriteCode(row, i, b, (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1));
+      for (uint64_t j = 0; j < cols; ++j) WriteCode(row, j, b, code(order.empty() ? j : order[j]));
     }
   }
   const std::vector<uint64_t> scale_shape = s.granularity.kind == GranularityKind::kTensor
@@ -203,9 +219,7 @@ QuantizedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::s
     Fail("{}: tensor '{}.weight_zero_point' belongs to an asymmetric scheme, but the config says symmetric",
          st.path().string(), prefix);
   }
-  if (st.Find(prefix + ".weight_g_idx"))
-    Fail("{}: tensor '{}.weight_g_idx': act-order checkpoints are not supported yet", st.path().string(), prefix);
-  return q;
+  return {std::move(q), std::move(order)};
 }
 
 namespace {
@@ -284,9 +298,11 @@ nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
 }
 
 void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
-                                const std::optional<InputQuant>& input) {
+                                std::span<const uint32_t> order, const std::optional<InputQuant>& input) {
   const std::string format = CompressedTensorsFormatOf(q.scheme(), input, prefix);
-  if (format == "pack-quantized") return AddPackQuantizedLinear(out, prefix, q);
+  if (format == "pack-quantized") return AddPackQuantizedLinear(out, prefix, q, order);
+  if (!order.empty())
+    Fail("{}: act-order (a stored column order): compressed-tensors' {} weights have no g_idx", prefix, format);
   const QuantScheme& s = q.scheme();
   const uint64_t n_out = q.rows(), k_in = q.cols();
   std::vector<std::byte> weight(n_out * k_in);

@@ -23,12 +23,14 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "core/json_util.h"
 #include "io/checkpoint_folder.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "quant/column_order.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
@@ -48,25 +50,30 @@ std::string CompressedTensorsFormatOf(const QuantScheme& weights, const std::opt
                                       const std::string& where);
 // QuantizationArgs of a linear's quantized input (always symmetric; token = dynamic).
 nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input);
-// Appends the tensors of linear `prefix` in the format CompressedTensorsFormatOf names.
+// Appends the tensors of linear `prefix` in the format CompressedTensorsFormatOf names. A stored column
+// order (act-order) needs pack-quantized group weights (Error otherwise).
 void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
-                                const std::optional<InputQuant>& input);
+                                std::span<const uint32_t> order, const std::optional<InputQuant>& input);
 
 // Throws Error naming the field when `scheme` cannot be written as pack-quantized (integer codes of
 // 1..8 bits, tensor / channel / group scales in f32, f16 or bf16, integer zero points).
 void CheckPackQuantized(const QuantScheme& scheme, const std::string& where);
 
-// Appends P.weight_packed, P.weight_scale, P.weight_zero_point (asymmetric) and P.weight_shape.
-void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q);
+// Appends P.weight_packed, P.weight_scale, P.weight_zero_point (asymmetric) and P.weight_shape; with a
+// stored column order (act-order "group"), the codes in input order and P.weight_g_idx I32 [K], the
+// group of each input column.
+void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
+                            std::span<const uint32_t> order);
 
 // The lowbit scheme a pack-quantized config group's "weights" QuantizationArgs describe, given the
 // dtype its weight_scale is stored in. Throws Error naming the key for anything lowbit cannot run
-// (float types here, act-order "group", block / token strategies).
+// (float types here, block / token strategies).
 QuantScheme PackQuantizedScheme(const JsonView& weights, DType scale_dtype);
 
 // Reads linear `prefix` [rows x cols] of scheme `s` (from PackQuantizedScheme), validating every
-// tensor's dtype and shape (either packing of 3/5/6/7-bit values, told apart by the row width).
-QuantizedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
+// tensor's dtype and shape (either packing of 3/5/6/7-bit values, told apart by the row width). A
+// weight_g_idx that is not column / group (act-order "group") loads as a stored column order.
+OrderedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
                                         uint64_t cols, const QuantScheme& s);
 
 // The same for the unpacked formats (int-quantized, float-quantized, naive-quantized): 8-bit int or

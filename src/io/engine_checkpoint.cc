@@ -143,7 +143,8 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
       e.groups_.push_back(std::move(group));
     }
     e.ignore_ = qc.Get<std::vector<std::string>>("ignore", {});
-    e.suffixes_ = {".weight", ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".input_scale"};
+    e.suffixes_ = {".weight", ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx",
+                   ".input_scale"};
   }
   return e;
 }
@@ -180,17 +181,20 @@ const EngineLinears::Group& EngineLinears::GroupOf(std::string_view prefix) cons
        prefix);
 }
 
-QuantizedTensor EngineLinears::Load(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
-                                    uint64_t cols) const {
+OrderedTensor EngineLinears::Load(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
+                                  uint64_t cols) const {
   if (method_ == "gptq") return ReadGptqLinear(st, prefix, rows, cols, qweight_);
-  if (method_ == "awq") return ReadAwqLinear(st, prefix, rows, cols, qweight_);
+  if (method_ == "awq") return {ReadAwqLinear(st, prefix, rows, cols, qweight_), {}};
   const Group& g = GroupOf(prefix);
   const TensorView* scale = st.Find(prefix + ".weight_scale");
   if (!scale) Fail("{}: tensor '{}.weight_scale' is missing", st.path().string(), prefix);
   const JsonView weights(g.weights, config_path_, g.path);
   if (g.format == "pack-quantized")
     return ReadPackQuantizedLinear(st, prefix, rows, cols, PackQuantizedScheme(weights, scale->dtype));
-  return ReadUnpackedLinear(st, prefix, rows, cols, UnpackedScheme(weights, scale->dtype));
+  if (st.Find(prefix + ".weight_g_idx"))
+    Fail("{}: tensor '{}.weight_g_idx': act-order is defined for pack-quantized group weights, not {}",
+         st.path().string(), prefix, g.format);
+  return {ReadUnpackedLinear(st, prefix, rows, cols, UnpackedScheme(weights, scale->dtype)), {}};
 }
 
 }  // namespace lowbit

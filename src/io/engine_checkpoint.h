@@ -28,7 +28,7 @@ class EngineLinears {
   // The config of `folder` (config.json's quantization_config, or quantize_config.json /
   // quant_config.json beside it); nullopt when it has none of these formats. Error naming the key
   // for variants lowbit cannot run (GPTQ marlin / per-module overrides, AWQ gemv, compressed-tensors
-  // formats other than pack-quantized, act-order).
+  // formats lowbit does not read).
   static std::optional<EngineLinears> FromFolder(const std::filesystem::path& folder);
 
   std::string_view quant_method() const { return method_; }
@@ -39,7 +39,9 @@ class EngineLinears {
   bool Has(const SafetensorsModel& st, std::string_view prefix) const;
   // The tensor suffixes a quantized linear may have (for the consistency check).
   const std::vector<std::string>& suffixes() const { return suffixes_; }
-  QuantizedTensor Load(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols) const;
+  // Linear `prefix` [rows x cols], with its stored column order when the checkpoint is act-order
+  // (GPTQ desc_act, compressed-tensors actorder "group").
+  OrderedTensor Load(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols) const;
   // The quantized input of linear `prefix` (compressed-tensors W8A8: int8 / fp8 per token or per tensor).
   std::optional<InputQuant> InputQuantOf(const SafetensorsModel& st, const std::string& prefix) const;
 

@@ -38,6 +38,7 @@ struct LinearRecord {
   std::string prefix;
   std::optional<QuantScheme> scheme;  // nullopt: left dense
   std::optional<InputQuant> input;
+  bool act_order = false;  // a stored column order, written as g_idx
 };
 
 // The input transforms no engine format carries; an exported linear must have none.
@@ -55,6 +56,9 @@ void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
          "model would compute something else", nl.prefix, l.input_hadamard);
   if (l.outliers)
     Fail("{}: outlier_columns: {} has no LLM.int8() full-precision columns", nl.prefix, format);
+  if (!l.input_order.empty() && f == EngineFormat::kAwq)
+    Fail("{}: act-order (a stored column order): AWQ GEMM has no g_idx; export with --to gptq or compressed-tensors",
+         nl.prefix);
 }
 
 // Checks that the quantized linears share one GPTQ / AWQ parameter set and returns it.
@@ -82,7 +86,7 @@ OrderedJson GptqConfig(const QweightParams& p, bool v2, const std::vector<Linear
   qc["quant_method"] = "gptq";
   qc["bits"] = p.bits;
   qc["group_size"] = p.group_size;
-  qc["desc_act"] = false;
+  qc["desc_act"] = std::ranges::any_of(linears, [](const LinearRecord& l) { return l.act_order; });
   qc["sym"] = p.sym;
   qc["static_groups"] = false;
   qc["true_sequential"] = true;
@@ -143,7 +147,8 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
       ignore.push_back(l.prefix);
       continue;
     }
-    const std::string key = l.scheme->ToString() + "|" + (l.input ? l.input->scheme.ToString() : "");
+    const std::string key =
+        l.scheme->ToString() + "|" + (l.input ? l.input->scheme.ToString() : "") + (l.act_order ? "|group" : "");
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
     if (it == groups.end())
       it = groups.insert(groups.end(), {key, CompressedTensorsFormatOf(*l.scheme, l.input, l.prefix), &l, {}});
@@ -157,6 +162,7 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
     // One scheme: every Linear not ignored, as llm-compressor writes it; several: exact names.
     j["targets"] = groups.size() == 1 ? OrderedJson::array({"Linear"}) : OrderedJson(g.targets);
     j["weights"] = *CompressedTensorsArgs(*g.first->scheme);  // CompressedTensorsFormatOf passed
+    if (g.first->act_order) j["weights"]["actorder"] = "group";
     j["input_activations"] = g.first->input ? CompressedTensorsInputArgs(*g.first->input) : OrderedJson(nullptr);
     j["output_activations"] = nullptr;
     j["format"] = g.format;
@@ -218,13 +224,15 @@ LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExpo
                        EngineExportResult& r) {
   const Linear& l = *nl.linear;
   CheckPlainLinear(nl, o.format);
-  LinearRecord record{nl.prefix, std::nullopt, l.input_quant};
+  LinearRecord record{nl.prefix, std::nullopt, l.input_quant, !l.input_order.empty()};
   if (const auto* q = std::get_if<QuantizedTensor>(&l.weight)) {
     const uint64_t before = list.bytes();
     switch (o.format) {
-      case EngineFormat::kGptq: AddGptqLinear(list, nl.prefix, *q, o.gptq_v2); break;
+      case EngineFormat::kGptq: AddGptqLinear(list, nl.prefix, *q, l.input_order, o.gptq_v2); break;
       case EngineFormat::kAwq: AddAwqLinear(list, nl.prefix, *q); break;
-      case EngineFormat::kCompressedTensors: AddCompressedTensorsLinear(list, nl.prefix, *q, l.input_quant); break;
+      case EngineFormat::kCompressedTensors:
+        AddCompressedTensorsLinear(list, nl.prefix, *q, l.input_order, l.input_quant);
+        break;
     }
     r.quantized_bytes += list.bytes() - before;
     r.quantized_weights += q->numel();

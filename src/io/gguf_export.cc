@@ -318,13 +318,14 @@ class TensorEncoder {
       const QuantizedTensor* q = nullptr;
       const float* dense = nullptr;
       uint64_t rows = 0;
+      std::span<const uint32_t> order;  // act-order: q's stored column order (ggml has none: re-encoded)
     };
     std::vector<Part> parts;
     if (!src.linears.empty()) {
       for (const Linear* l : src.linears) {
         LOWBIT_CHECK(l->cols() == cols);
         if (const auto* d = std::get_if<DenseMatrix>(&l->weight)) parts.push_back({nullptr, d->values.data(), l->rows()});
-        else parts.push_back({&std::get<QuantizedTensor>(l->weight), nullptr, l->rows()});
+        else parts.push_back({&std::get<QuantizedTensor>(l->weight), nullptr, l->rows(), l->input_order});
       }
     } else {
       LOWBIT_CHECK(src.values && src.values->size() == rows * cols);
@@ -335,7 +336,7 @@ class TensorEncoder {
     // Codes carried over bit for bit need every part on the same GGUF grid.
     std::optional<uint32_t> exact = parts[0].q ? ExactGgufType(*parts[0].q) : std::nullopt;
     for (const Part& p : parts)
-      if (!p.q || ExactGgufType(*p.q) != exact) exact.reset();
+      if (!p.q || !p.order.empty() || ExactGgufType(*p.q) != exact) exact.reset();
     if (exact && *exact != type && !options_.keep_source_grids) exact.reset();
     if (exact) type = *exact;
     // One importance vector for the tensor, or (llama-imatrix on ffn_*_exps) one per expert.
@@ -353,7 +354,7 @@ class TensorEncoder {
     const uint64_t row_bytes = GgufWriter::TensorBytes(type, std::vector<uint64_t>{cols});
     Encoded out{type, exact.has_value(), std::vector<std::byte>(row_bytes * rows)};
     ParallelFor(&pool_, rows, [&](size_t begin, size_t end) {
-      std::vector<float> row(cols);
+      std::vector<float> row(cols), stored(cols);
       for (size_t r = begin; r < end; ++r) {
         uint64_t from = src.permute_heads ? SourceRow(r, head_dim) : r;
         const Part* part = parts.data();
@@ -364,7 +365,12 @@ class TensorEncoder {
           continue;
         }
         const float* x = part->dense ? part->dense + from * cols : row.data();
-        if (part->q) part->q->DequantizeRow(from, row.data());
+        if (part->q && part->order.empty()) {
+          part->q->DequantizeRow(from, row.data());
+        } else if (part->q) {  // back to input order
+          part->q->DequantizeRow(from, stored.data());
+          for (uint64_t j = 0; j < cols; ++j) row[part->order[j]] = stored[j];
+        }
         const std::span<const float> row_importance =
             importance.size() > cols ? importance.subspan(r / rows_per_matrix * cols, cols) : importance;
         QuantizeGgufRow(type, x, static_cast<int64_t>(cols), row_importance, dst);

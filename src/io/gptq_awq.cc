@@ -123,7 +123,8 @@ QweightParams AwqParamsOf(const QuantScheme& s, const std::string& where) {
   return p;
 }
 
-void AddGptqLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q, bool v2) {
+void AddGptqLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
+                   std::span<const uint32_t> order, bool v2) {
   const QweightParams p = GptqParamsOf(q.scheme(), prefix);
   const uint64_t n_out = q.rows(), k_in = q.cols(), cells = q.grid().grid_cols;
   const int b = p.bits;
@@ -136,7 +137,8 @@ void AddGptqLinear(TensorList& out, const std::string& prefix, const QuantizedTe
   std::vector<uint32_t> qweight(k_in * b / 32 * n_out, 0);
   for (uint64_t n = 0; n < n_out; ++n) {
     const uint8_t* row = q.codes().data() + n * q.row_bytes();
-    for (uint64_t i = 0; i < k_in; ++i) OrWordCode(qweight.data() + n, n_out, i, b, ReadCode(row, i, b));
+    for (uint64_t j = 0; j < k_in; ++j)
+      OrWordCode(qweight.data() + n, n_out, order.empty() ? j : order[j], b, ReadCode(row, j, b));
   }
   const uint32_t mask = (1u << b) - 1;
   const uint64_t zero_words = n_out * b / 32;
@@ -150,8 +152,7 @@ void AddGptqLinear(TensorList& out, const std::string& prefix, const QuantizedTe
       OrWordCode(qzeros.data() + c * zero_words, 1, n, b, v2 ? z : (z - 1) & mask);
     }
   const uint64_t group = p.group_size < 0 ? k_in : static_cast<uint64_t>(p.group_size);
-  std::vector<int32_t> g_idx(k_in);
-  for (uint64_t i = 0; i < k_in; ++i) g_idx[i] = static_cast<int32_t>(i / group);
+  const std::vector<int32_t> g_idx = GroupIndexOf(order, k_in, group);
   out.AddOwnedBytes(prefix + ".qweight", DType::kI32, {k_in * b / 32, n_out}, WordBytes(qweight));
   out.AddOwnedBytes(prefix + ".qzeros", DType::kI32, {cells, zero_words}, WordBytes(qzeros));
   out.AddOwnedBytes(prefix + ".scales", p.scale_dtype, {cells, n_out}, TransposedScales(q));
@@ -179,8 +180,8 @@ void AddAwqLinear(TensorList& out, const std::string& prefix, const QuantizedTen
   out.AddOwnedBytes(prefix + ".scales", DType::kF16, {cells, n_out}, TransposedScales(q));
 }
 
-QuantizedTensor ReadGptqLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
-                               const QweightParams& p) {
+OrderedTensor ReadGptqLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
+                             const QweightParams& p) {
   const int b = p.bits;
   const std::string what = fmt::format("GPTQ {}-bit, group_size {}, for a [{} x {}] linear", b, p.group_size, rows, cols);
   if (cols * b % 32 != 0 || rows * b % 32 != 0)
@@ -192,12 +193,10 @@ QuantizedTensor ReadGptqLinear(const SafetensorsModel& st, const std::string& pr
   const std::vector<uint32_t> qweight = CopyWords(ExpectTensor(st, prefix + ".qweight", DType::kI32, {cols * b / 32, rows}, what));
   const std::vector<uint32_t> qzeros = CopyWords(ExpectTensor(st, prefix + ".qzeros", DType::kI32, {cells, zero_words}, what));
   const std::span<const std::byte> scales = ExpectTensor(st, prefix + ".scales", scale_dtype, {cells, rows}, what);
+  std::vector<uint32_t> order;  // act-order (desc_act): the groups' columns gathered
   if (st.Find(prefix + ".g_idx")) {
     const std::vector<uint32_t> g_idx = CopyWords(ExpectTensor(st, prefix + ".g_idx", DType::kI32, {cols}, what));
-    for (uint64_t i = 0; i < cols; ++i)
-      if (g_idx[i] != i / group)
-        Fail("{}: tensor '{}.g_idx' maps input channel {} to group {}, not {}: act-order (desc_act) GPTQ checkpoints "
-             "are not supported yet", st.path().string(), prefix, i, static_cast<int32_t>(g_idx[i]), i / group);
+    order = OrderFromGroupIndex(g_idx, group, fmt::format("{}: tensor '{}.g_idx'", st.path().string(), prefix));
   }
   const uint32_t mask = (1u << b) - 1;
   std::vector<uint32_t> zeros(rows * cells);
@@ -209,9 +208,10 @@ QuantizedTensor ReadGptqLinear(const SafetensorsModel& st, const std::string& pr
   QuantizedTensor q = MakeTensor(b, p.group_size, rows, cols, zeros, scales, scale_dtype);
   for (uint64_t n = 0; n < rows; ++n) {
     uint8_t* row = q.codes().data() + n * q.row_bytes();
-    for (uint64_t i = 0; i < cols; ++i) WriteCode(row, i, b, ReadWordCode(qweight.data() + n, rows, i, b));
+    for (uint64_t j = 0; j < cols; ++j)
+      WriteCode(row, j, b, ReadWordCode(qweight.data() + n, rows, order.empty() ? j : order[j], b));
   }
-  return q;
+  return {std::move(q), std::move(order)};
 }
 
 QuantizedTensor ReadAwqLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,

@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "io/checkpoint_folder.h"
 #include "io/safetensors.h"
+#include "quant/column_order.h"
 #include "quant/quantized_tensor.h"
 
 namespace lowbit {
@@ -41,16 +43,20 @@ QweightParams AwqParamsOf(const QuantScheme& scheme, const std::string& where);
 
 // Appends P.qweight, P.qzeros, P.scales and (GPTQ) P.g_idx for linear `prefix`. Throws Error when
 // the shape cannot be packed (K*b or N*b not a multiple of 32, AWQ ragged groups) or, for GPTQ v1,
-// when a zero point of 0 occurs (v1 stores zero - 1, which every reader turns into 2^b).
-void AddGptqLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q, bool v2);
+// when a zero point of 0 occurs (v1 stores zero - 1, which every reader turns into 2^b). A stored
+// column order (act-order) goes out as GPTQ's desc_act form: codes in input order, g_idx the group
+// of each input channel.
+void AddGptqLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
+                   std::span<const uint32_t> order, bool v2);
 void AddAwqLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q);
 
 // Reads linear `prefix` [rows x cols] back into a QuantizedTensor, validating every dtype and
 // shape. Symmetric tensors (every zero point 2^(b-1)) load as symmetric schemes; a GPTQ v1 zero
 // field of 2^b - 1 (the historic asymmetric defect: it means 2^b) loads exactly through fp32
-// zero points. Act-order (a g_idx that is not column / group) is an Error for now.
-QuantizedTensor ReadGptqLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
-                               const QweightParams& params);
+// zero points. Act-order (desc_act: a g_idx that is not column / group) loads as a stored column
+// order with each group contiguous; a g_idx whose groups are not all group_size columns is an Error.
+OrderedTensor ReadGptqLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
+                             const QweightParams& params);
 QuantizedTensor ReadAwqLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
                               const QweightParams& params);
 

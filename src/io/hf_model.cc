@@ -25,7 +25,7 @@ namespace {
 // The suffixes a quantized linear P may have in a lowbit checkpoint (QuantizedLinears::Load and
 // LoadOutliers check which of them its scheme needs); a dense linear has P.weight.
 constexpr std::string_view kQuantizedSuffixes[] = {".weight_packed", ".weight_scale", ".weight_zero_point",
-                                                   ".weight_global_scale", ".weight_g_idx"};
+                                                   ".weight_global_scale", ".weight_g_idx", ".input_order"};
 constexpr std::string_view kOutlierSuffixes[] = {".outlier_columns", ".outlier_weight"};
 // Where the decoder's tensors are: "model." (and "lm_head"), or inside Gemma 3's image-text checkpoints
 // "language_model.model." ("language_model.lm_head", as the Hub stores them) or "model.language_model."
@@ -262,8 +262,11 @@ class HfTensors {
     Linear l;
     if (quantized_.Has(name)) {  // a lowbit quantized checkpoint (io/quantized_checkpoint.h)
       l.weight = quantized_.Load(model_, name, rows, cols);
+      l.input_order = quantized_.LoadInputOrder(model_, name, cols);
     } else if (EngineQuantized(name)) {  // GPTQ, AWQ, compressed-tensors (io/engine_checkpoint.h)
-      l.weight = engine_->Load(model_, name, rows, cols);
+      OrderedTensor t = engine_->Load(model_, name, rows, cols);
+      l.weight = std::move(t.tensor);
+      l.input_order = std::move(t.order);
     } else {
       const TensorView& t = model_.Get(name + ".weight");
       if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)

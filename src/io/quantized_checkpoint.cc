@@ -21,6 +21,7 @@
 #include "io/engine_checkpoint.h"
 #include "io/hf_names.h"
 #include "model/config.h"
+#include "quant/column_order.h"
 
 namespace lowbit {
 namespace {
@@ -140,13 +141,16 @@ OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears, const Ex
   if (!inputs.empty()) qc["lowbit"]["input_quant"] = std::move(inputs);
   // Input transforms ahead of the matmul: the online Hadamard's block size (rotated models) and
   // the number of LLM.int8() full-precision columns (tensors P.outlier_columns, P.outlier_weight).
-  OrderedJson hadamard = OrderedJson::object(), outliers = OrderedJson::object();
+  // Act-order linears store their columns in another order (tensor P.input_order): its length.
+  OrderedJson hadamard = OrderedJson::object(), outliers = OrderedJson::object(), orders = OrderedJson::object();
   for (const NamedLinear& nl : linears) {
     if (nl.linear->input_hadamard != 0) hadamard[nl.prefix] = nl.linear->input_hadamard;
     if (nl.linear->outliers) outliers[nl.prefix] = nl.linear->outliers->columns.size();
+    if (!nl.linear->input_order.empty()) orders[nl.prefix] = nl.linear->input_order.size();
   }
   if (!hadamard.empty()) qc["lowbit"]["input_hadamard"] = std::move(hadamard);
   if (!outliers.empty()) qc["lowbit"]["outlier_columns"] = std::move(outliers);
+  if (!orders.empty()) qc["lowbit"]["input_order"] = std::move(orders);
   return qc;
 }
 
@@ -201,6 +205,9 @@ void SaveQuantizedModel(const Model& model, const fs::path& out_dir, const fs::p
       list.AddOwned(nl.prefix + ".outlier_columns", DType::kI32, {columns.size()}, columns);
       list.Add(nl.prefix + ".outlier_weight", DType::kF32, {o.weight.rows(), o.weight.cols()}, std::span(o.weight.values));
     }
+    if (!l.input_order.empty())
+      list.AddOwned(nl.prefix + ".input_order", DType::kI32, {l.input_order.size()},
+                    std::vector<int32_t>(l.input_order.begin(), l.input_order.end()));
   }
   const std::vector<TensorToWrite> tensors = std::move(list).Sorted();
 
@@ -309,6 +316,11 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
     const uint64_t count = v.As<uint64_t>();
     if (count > (1u << 30)) v.Fail("is not a plausible column count");
     q.outlier_counts_.emplace(prefix, count);
+  });
+  for_each("input_order", false, [&](const std::string& prefix, const JsonView& v) {
+    const uint64_t count = v.As<uint64_t>();
+    if (count == 0 || count > (1u << 30)) v.Fail("is not a plausible column count");
+    q.order_lengths_.emplace(prefix, count);
   });
   return q;
 }
@@ -447,6 +459,28 @@ std::optional<OutlierColumns> QuantizedLinears::LoadOutliers(const SafetensorsMo
   e.Copy(wname, DType::kF32, {rows, k},
          std::span(reinterpret_cast<uint8_t*>(o.weight.values.data()), o.weight.values.size() * 4));
   return o;
+}
+
+std::vector<uint32_t> QuantizedLinears::LoadInputOrder(const SafetensorsModel& st, const std::string& prefix,
+                                                       uint64_t cols) const {
+  const std::string name = prefix + ".input_order";
+  const auto it = order_lengths_.find(prefix);
+  if (it == order_lengths_.end()) {
+    if (st.Find(name))
+      Fail("{}: tensor '{}' is not listed in {} (quantization_config.lowbit.input_order)", FileOf(st, name), name,
+           config_path_);
+    return {};
+  }
+  if (it->second != cols)
+    Fail("{}: quantization_config.lowbit.input_order.{} is {}, but the linear has {} input columns", config_path_,
+         prefix, it->second, cols);
+  const std::string what = "input order";
+  const std::span<const std::byte> bytes = Expect{st, what, 0, cols}.Get(name, DType::kI32, {cols});
+  std::vector<uint32_t> order(cols);
+  std::memcpy(order.data(), bytes.data(), cols * 4);
+  if (!IsColumnOrder(order, cols))
+    Fail("{}: tensor '{}' is not a permutation of the {} input columns", FileOf(st, name), name, cols);
+  return order;
 }
 
 }  // namespace lowbit

@@ -17,6 +17,8 @@
 //       P.bias                F32 [rows], when the linear has a bias
 //       P.outlier_columns     I32 [k], P.outlier_weight F32 [rows, k]: LLM.int8() columns kept in
 //                             full precision (the packed weight is zero there); any linear
+//       P.input_order         I32 [cols], act-order linears: the input column each stored column
+//                             multiplies (packed columns, scales and g_idx follow the stored order)
 //     __metadata__: "format": "pt", "lowbit.format_version": "1",
 //                   "lowbit.scheme.<P>": scheme string (ParseScheme round trip)
 //   OUT/config.json         the source config.json plus "quantization_config" (see below)
@@ -39,6 +41,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "io/checkpoint_folder.h"  // CheckQuantizedModelTarget
 #include "io/safetensors.h"
@@ -92,6 +95,9 @@ class QuantizedLinears {
   // (I32 [k], ascending) and P.outlier_weight (F32 [rows, k]), when the config lists it.
   std::optional<OutlierColumns> LoadOutliers(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
                                              uint64_t cols) const;
+  // The stored column order of act-order linear `prefix` (P.input_order I32 [cols], a permutation),
+  // when the config lists it; empty otherwise.
+  std::vector<uint32_t> LoadInputOrder(const SafetensorsModel& st, const std::string& prefix, uint64_t cols) const;
 
   // Checks that the safetensors agree with the config: every P listed has P.weight_packed and no
   // dense P.weight, every P.weight_packed is listed, and the per-file metadata (format version,
@@ -110,6 +116,7 @@ class QuantizedLinears {
   std::map<std::string, InputQuant, std::less<>> input_quant_;
   std::map<std::string, uint32_t, std::less<>> input_hadamard_;
   std::map<std::string, uint64_t, std::less<>> outlier_counts_;
+  std::map<std::string, uint64_t, std::less<>> order_lengths_;
 };
 
 }  // namespace lowbit

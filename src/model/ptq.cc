@@ -15,6 +15,7 @@
 #include "model/calibration.h"
 #include "model/forward.h"
 #include "model/rotation.h"
+#include "quant/column_order.h"
 #include "quant/hadamard.h"
 #include "quant/registry.h"
 
@@ -47,21 +48,27 @@ struct WeightError {
   double output_mse = 0;  // mean over sample tokens of |(W - Q) x|^2 / rows
 };
 
-// W - Q for one linear (split-off outlier columns exact), measured in blocks of rows on the pool,
+// W - Q for one linear (Q's columns stored in `order`; split-off outlier columns exact), measured in blocks of rows on the pool,
 // each dequantized into a small buffer: no full-size copy of the matrix is made.
-WeightError MeasureError(const DenseMatrix& w, const QuantizedTensor& q, const std::optional<OutlierColumns>& outliers,
-                         const std::vector<float>& sample, ThreadPool& pool) {
+WeightError MeasureError(const DenseMatrix& w, const QuantizedTensor& q, std::span<const uint32_t> order,
+                         const std::optional<OutlierColumns>& outliers, const std::vector<float>& sample,
+                         ThreadPool& pool) {
   constexpr size_t kRowBlock = 64;
   const size_t rows = w.rows(), cols = w.cols(), n = sample.size() / cols;
   const size_t blocks = (rows + kRowBlock - 1) / kRowBlock;
   std::vector<double> weight_sq(blocks, 0.0), output_sq(blocks, 0.0);
   pool.ParallelFor(blocks, [&](size_t begin, size_t end) {
-    std::vector<float> diff(kRowBlock * cols), y(n * kRowBlock);
+    std::vector<float> diff(kRowBlock * cols), y(n * kRowBlock), stored(order.empty() ? 0 : cols);
     for (size_t b = begin; b < end; ++b) {
       const size_t r0 = b * kRowBlock, k = std::min(kRowBlock, rows - r0);
       for (size_t i = 0; i < k; ++i) {
         float* d = &diff[i * cols];
-        q.DequantizeRow(r0 + i, d);
+        if (order.empty()) {
+          q.DequantizeRow(r0 + i, d);
+        } else {  // back to input order
+          q.DequantizeRow(r0 + i, stored.data());
+          for (size_t j = 0; j < cols; ++j) d[order[j]] = stored[j];
+        }
         if (outliers)
           for (size_t j = 0; j < outliers->columns.size(); ++j)
             d[outliers->columns[j]] = outliers->weight.values[(r0 + i) * outliers->columns.size() + j];
@@ -362,7 +369,7 @@ void QuantizeLmHead(Model& model, const QuantScheme& scheme, ThreadPool& pool, Q
   const auto rtn = BuiltinMethods().Create("rtn", nlohmann::json::object(), scheme);
   QuantizedTensor q = rtn->Quantize({"lm_head", dense->values, dense->rows(), dense->cols(), nullptr, &pool}, scheme);
   TensorReport tr{"lm_head", q.scheme().ToString(), Since(t)};
-  tr.weight_mse = MeasureError(*dense, q, std::nullopt, {}, pool).weight_mse;
+  tr.weight_mse = MeasureError(*dense, q, {}, std::nullopt, {}, pool).weight_mse;
   report.tensors.push_back(tr);
   model.weights.lm_head.weight = std::move(q);
   model.config.tie_embeddings = false;
@@ -494,15 +501,31 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       }
     }
     const bool hessian = stats && needs_hessian;
-    QuantizedTensor q = plan.method->Quantize(
-        {name, values, dense->rows(), cols, hessian ? &stats->hessian.sum() : nullptr, &engine.pool()}, plan.scheme);
+    WeightToQuantize w{name, values, dense->rows(), cols, hessian ? &stats->hessian.sum() : nullptr, &engine.pool()};
+    // Act-order with groups in processing order: the method sees its columns in that order.
+    std::vector<uint32_t> order = plan.method->InputOrder(w, plan.scheme);
+    std::vector<float> ordered_values;
+    std::vector<double> ordered_hessian;
+    if (!order.empty()) {
+      ordered_values = GatherColumns(values, cols, order);
+      w.values = ordered_values;
+      if (w.hessian) {
+        ordered_hessian = GatherSymmetric(*w.hessian, cols, order);
+        w.hessian = &ordered_hessian;
+      }
+    }
+    OrderedTensor result{plan.method->Quantize(w, plan.scheme), std::move(order)};
+    CanonicalGroupOrder(result);  // each group's columns in input order, as g_idx readers rebuild it
+    QuantizedTensor& q = result.tensor;
     TensorReport tr{name, q.scheme().ToString(), Since(t)};
-    const WeightError error = MeasureError(*dense, q, outliers, stats ? stats->sample : std::vector<float>{}, engine.pool());
+    const WeightError error =
+        MeasureError(*dense, q, result.order, outliers, stats ? stats->sample : std::vector<float>{}, engine.pool());
     tr.weight_mse = error.weight_mse;
     tr.output_mse = error.output_mse;
     report.tensors.push_back(tr);
     slot.linear->weight = std::move(q);
     slot.linear->outliers = std::move(outliers);
+    slot.linear->input_order = std::move(result.order);
     // LLM.int8() is W8A8 by construction: dynamic per-token int8 activations unless told otherwise.
     std::optional<QuantScheme> act = req.act_scheme;
     if (!act && threshold >= 0) act = ParseScheme("int8:token");

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/column_order.h"
 
 namespace lowbit {
 
@@ -17,8 +18,9 @@ uint64_t Linear::cols() const {
   return std::visit([](const auto& w) -> uint64_t { return w.cols(); }, weight);
 }
 uint64_t Linear::storage_bytes() const {
-  // Outlier columns: their fp32 weights plus one 4-byte index each.
-  const uint64_t side = outliers ? outliers->weight.values.size() * 4 + outliers->columns.size() * 4 : 0;
+  // Outlier columns: their fp32 weights plus one 4-byte index each; act-order: one index per column.
+  const uint64_t side = (outliers ? outliers->weight.values.size() * 4 + outliers->columns.size() * 4 : 0) +
+                        input_order.size() * 4;
   if (const auto* q = std::get_if<QuantizedTensor>(&weight)) return q->storage_bytes() + bias.size() * 4 + side;
   return std::get<DenseMatrix>(weight).values.size() * 4 + bias.size() * 4 + side;
 }
@@ -94,6 +96,10 @@ void CheckLinear(const Linear& l, uint64_t rows, uint64_t cols, bool bias, const
       if (o.columns[i] >= cols || (i > 0 && o.columns[i] <= o.columns[i - 1]))
         Fail("{}: tensor '{}': outlier columns must be ascending and below {}", source, name, cols);
   }
+  if (!IsColumnOrder(l.input_order, cols))
+    Fail("{}: tensor '{}': the input order (act-order) must be a permutation of its {} input columns", source, name, cols);
+  if (!l.input_order.empty() && !l.quantized())
+    Fail("{}: tensor '{}' has an input order (act-order) but a dense weight", source, name);
 }
 
 }  // namespace

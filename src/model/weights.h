@@ -50,6 +50,10 @@ struct Linear {
   // weight already holds W H, so in full precision the output is unchanged. 0 = none.
   uint32_t input_hadamard = 0;
   std::optional<OutlierColumns> outliers;
+  // Act-order storage (quant/column_order.h): the weight's column j multiplies input column
+  // input_order[j], so that each scale group is contiguous; the input is gathered into this order
+  // after the transforms above. Empty = input order.
+  std::vector<uint32_t> input_order;
 
   uint64_t rows() const;
   uint64_t cols() const;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "quant/column_order.h"
 #include "quant/fake_quant.h"
 #include "quant/rtn.h"
 
@@ -86,10 +87,9 @@ void RunGptq(std::span<const float> w0, uint64_t rows, uint64_t cols, const std:
   grid.Begin(w);
   const uint64_t group_cols = options.act_order ? 0 : grid.group_cols();  // act-order: static groups
 
-  std::vector<uint64_t> perm(cols);
-  std::iota(perm.begin(), perm.end(), 0);
-  if (options.act_order)
-    std::stable_sort(perm.begin(), perm.end(), [&](uint64_t a, uint64_t b) { return diag[a] > diag[b]; });
+  std::vector<uint32_t> perm(cols);
+  if (options.act_order) perm = DescendingOrder(diag);
+  else std::iota(perm.begin(), perm.end(), 0u);
 
   // The damped Hessian in working (permuted) column order, reversed for InverseCholeskyUpper.
   double mean_diag = 0;

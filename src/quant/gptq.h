@@ -9,7 +9,9 @@
 // Scales: with groups, a group's scales are chosen from the (already updated) weights when its
 // first column is reached, as the reference does; per-tensor/channel/block scales are chosen up
 // front. act_order processes columns by descending H_ii; its groups are the static groups of the
-// original column order ("static_groups"), so g_idx stays column / group_size.
+// original column order ("static_groups"), so g_idx stays column / group_size. Act-order with
+// groups in processing order (desc_act without static groups) is the GPTQ method's input order
+// (QuantMethod::InputOrder): the pipeline hands RunGptq the columns already sorted.
 #pragma once
 
 #include <cstdint>

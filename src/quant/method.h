@@ -42,6 +42,13 @@ class QuantMethod {
   // in full precision (the pipeline splits them off before Quantize sees the weight, whose
   // columns there are then zero). Negative = no split.
   virtual double outlier_threshold() const { return -1; }
+  // The column order the method stores its result in (quant/column_order.h; GPTQ's act-order with
+  // groups in processing order): the pipeline hands Quantize the weight and the Hessian with their
+  // columns in this order, and the linear gathers its input into it. Empty = input order.
+  virtual std::vector<uint32_t> InputOrder(const WeightToQuantize& w, const QuantScheme& scheme) const {
+    (void)w, (void)scheme;
+    return {};
+  }
 };
 
 struct MethodInfo {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "quant/awq.h"
+#include "quant/column_order.h"
 #include "quant/gptq.h"
 #include "quant/rtn.h"
 
@@ -92,25 +93,51 @@ class RtnMethod final : public QuantMethod {
 
 class GptqMethod final : public QuantMethod {
  public:
-  explicit GptqMethod(GptqOptions options) : options_(options) {}
+  GptqMethod(GptqOptions options, bool group_order) : options_(options), group_order_(group_order) {}
   bool needs_hessian() const override { return true; }
+  std::vector<uint32_t> InputOrder(const WeightToQuantize& w, const QuantScheme& scheme) const override {
+    if (!group_order_ || !w.hessian || scheme.granularity.kind != GranularityKind::kGroup) return {};
+    std::vector<double> diag(w.cols);
+    for (uint64_t i = 0; i < w.cols; ++i) diag[i] = (*w.hessian)[i * w.cols + i];
+    std::vector<uint32_t> order = DescendingOrder(diag);
+    if (std::ranges::is_sorted(order)) order.clear();
+    return order;
+  }
   QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
     if (!w.hessian) Fail("gptq: tensor '{}' has no calibration Hessian (give calibration data)", w.name);
-    return QuantizeGptq(w.values, w.rows, w.cols, scheme, *w.hessian, options_, w.name, w.pool);
+    GptqOptions o = options_;
+    // Group act-order on a grouped scheme: the columns arrive sorted (InputOrder), groups follow them.
+    if (group_order_ && scheme.granularity.kind == GranularityKind::kGroup) o.act_order = false;
+    return QuantizeGptq(w.values, w.rows, w.cols, scheme, *w.hessian, o, w.name, w.pool);
   }
 
  private:
   GptqOptions options_;
+  bool group_order_;  // act_order "group": groups in processing order, stored in that column order
 };
 
+// "act_order": false / true ("static"), or llm-compressor's names: "static" / "weight" (groups stay in
+// column order) and "group" / "dynamic" (groups in processing order, a stored column order).
 std::unique_ptr<QuantMethod> MakeGptq(const JsonView& config) {
   GptqOptions o;
   o.damp = config.Get("damp", o.damp);
   o.block_size = config.Get("block_size", o.block_size);
-  o.act_order = config.Get("act_order", o.act_order);
+  bool group_order = false;
+  if (config.Has("act_order")) {
+    const JsonView a = config["act_order"];
+    if (a.value().is_boolean()) {
+      o.act_order = a.As<bool>();
+    } else {
+      const std::string mode = a.As<std::string>();
+      if (mode == "group" || mode == "dynamic") group_order = true;
+      else if (mode != "static" && mode != "weight")
+        a.Fail(fmt::format("is '{}'; expected true/false, \"static\" (or \"weight\") or \"group\" (or \"dynamic\")", mode));
+      o.act_order = true;
+    }
+  }
   if (!(o.damp >= 0 && o.damp < 1)) config["damp"].Fail("must be in [0, 1)");
   if (o.block_size == 0) config["block_size"].Fail("must be positive");
-  return std::make_unique<GptqMethod>(o);
+  return std::make_unique<GptqMethod>(o, group_order);
 }
 
 class AwqMethod final : public QuantMethod {
