@@ -145,7 +145,7 @@ TEST(EngineFormats, PackQuantizedIsLowbitsRowInWordsByHand) {
   // int4, code(n, i) = i % 16: a row of 32 codes is 0x76543210, 0xFEDCBA98, 0x76543210, 0xFEDCBA98.
   const QuantizedTensor q = Make("int4:g32:asym", 3, 32, [](uint64_t, uint64_t i) { return i % 16; },
                                  [](uint64_t n, uint64_t) { return n + 1; });
-  const SafetensorsModel st = Written(dir, "ct.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q, {}); });
+  const SafetensorsModel st = Written(dir, "ct.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q); });
   const std::vector<uint32_t> packed = WordsOf(st, "p.weight_packed");
   ASSERT_EQ(packed.size(), 12u);
   for (size_t w = 0; w < 12; ++w) EXPECT_EQ(packed[w], w % 2 ? 0xFEDCBA98u : 0x76543210u) << w;
@@ -159,7 +159,7 @@ TEST(EngineFormats, PackQuantizedIsLowbitsRowInWordsByHand) {
 
   // 3-bit codes straddle words (compressed-tensors >= 0.17): 32 codes of 7 fill three words, all ones.
   const QuantizedTensor q3 = Make("int3:channel", 1, 32, [](uint64_t, uint64_t) { return 7; }, [](uint64_t, uint64_t) { return 0; });
-  const SafetensorsModel st3 = Written(dir, "ct3.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q3, {}); });
+  const SafetensorsModel st3 = Written(dir, "ct3.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q3); });
   for (uint32_t w : WordsOf(st3, "p.weight_packed")) EXPECT_EQ(w, 0xFFFFFFFFu);
 }
 
@@ -176,7 +176,7 @@ TEST(EngineFormats, EveryFormatReadsBackItsOwnCodes) {
       const SafetensorsModel st = Written(dir, "g.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, {}, v2); });
       ExpectSame(q, ReadGptqLinear(st, "p", 64, 256, read).tensor);
     }
-    const SafetensorsModel ct = Written(dir, "c.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q, {}); });
+    const SafetensorsModel ct = Written(dir, "c.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q); });
     ExpectSame(q, ReadPackQuantizedLinear(ct, "p", 64, 256, q.scheme()).tensor);
   }
   for (const std::string scheme : {"int4:g64:asym", "int4:g128"}) {  // AWQ: symmetric tensors store zeros of 8
@@ -213,22 +213,25 @@ TEST(EngineFormats, ActOrderIsAStoredColumnOrderByHand) {
                            [](uint64_t, uint64_t) { return 0; });
   for (uint64_t n = 0; n < 32; ++n) q.SetScale(n * 2 + 1, 2.0f);
   const SafetensorsModel g = Written(dir, "g.safetensors", [&](TensorList& l) { AddGptqLinear(l, "p", q, order, false); });
-  const SafetensorsModel c = Written(dir, "c.safetensors", [&](TensorList& l) { AddPackQuantizedLinear(l, "p", q, order); });
   // g_idx: the group of each input column, i % 2.
-  for (const auto& [st, name] : {std::pair{&g, "p.g_idx"}, std::pair{&c, "p.weight_g_idx"}}) {
-    const std::vector<uint32_t> g_idx = WordsOf(*st, name);
-    ASSERT_EQ(g_idx.size(), 256u);
-    for (uint32_t i = 0; i < 256; ++i) EXPECT_EQ(g_idx[i], i % 2) << name << " " << i;
-  }
+  const std::vector<uint32_t> g_idx = WordsOf(g, "p.g_idx");
+  ASSERT_EQ(g_idx.size(), 256u);
+  for (uint32_t i = 0; i < 256; ++i) EXPECT_EQ(g_idx[i], i % 2) << i;
   // Codes go back to input order: input column i = 2k (stored at k) or 2k + 1 (stored at 128 + k) of row n.
-  const std::vector<uint32_t> qweight = WordsOf(g, "p.qweight"), packed = WordsOf(c, "p.weight_packed");
+  const std::vector<uint32_t> qweight = WordsOf(g, "p.qweight");
   const auto stored_at = [](uint64_t i) { return i % 2 == 0 ? i / 2 : 128 + i / 2; };
   for (uint64_t n = 0; n < 32; ++n)
-    for (uint64_t i = 0; i < 256; ++i) {
-      const uint32_t want = (stored_at(i) + n) % 16;
-      ASSERT_EQ((qweight[(i / 8) * 32 + n] >> (4 * (i % 8))) & 15, want) << n << " " << i;  // GPTQ: along K
-      ASSERT_EQ((packed[n * 32 + i / 8] >> (4 * (i % 8))) & 15, want) << n << " " << i;     // pack-quantized: per row
-    }
+    for (uint64_t i = 0; i < 256; ++i)
+      ASSERT_EQ((qweight[(i / 8) * 32 + n] >> (4 * (i % 8))) & 15, (stored_at(i) + n) % 16) << n << " " << i;
+  // compressed-tensors' actorder "group" as llm-compressor wrote it before 0.20: codes in input order (the
+  // same rows as above), weight_scale by group id, weight_g_idx = i % 2.
+  QuantizedTensor in_input_order = Make("int4:g128", 32, 256, [&](uint64_t n, uint64_t i) { return (stored_at(i) + n) % 16; },
+                                        [](uint64_t, uint64_t) { return 0; });
+  for (uint64_t n = 0; n < 32; ++n) in_input_order.SetScale(n * 2 + 1, 2.0f);
+  const SafetensorsModel c = Written(dir, "c.safetensors", [&](TensorList& l) {
+    AddPackQuantizedLinear(l, "p", in_input_order);
+    l.AddOwned("p.weight_g_idx", DType::kI32, {256}, std::vector<int32_t>(g_idx.begin(), g_idx.end()));
+  });
   // Read back: the same stored tensor and order (ties within a group keep input order, as written).
   const OrderedTensor from_gptq = ReadGptqLinear(g, "p", 32, 256, GptqParamsOf(q.scheme(), "p"));
   const OrderedTensor from_ct = ReadPackQuantizedLinear(c, "p", 32, 256, q.scheme());
@@ -329,7 +332,7 @@ TEST(EngineFormats, UnpackedFormatsStoreSignedInt8AndE4M3Bytes) {
   const QuantizedTensor q8 = Make("int8:channel", 2, 8, [](uint64_t, uint64_t i) { return 124 + i; }, [](uint64_t, uint64_t) { return 0; });
   const InputQuant token{ParseScheme("int8:token"), 0};
   EXPECT_EQ(CompressedTensorsFormatOf(q8.scheme(), token, "p"), "int-quantized");
-  const SafetensorsModel st = Written(dir, "i8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", q8, {}, token); });
+  const SafetensorsModel st = Written(dir, "i8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", q8, token); });
   const TensorView& w = st.Get("p.weight");
   ASSERT_EQ(w.dtype, DType::kI8);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<int8_t>(w.data[8 + i]), i - 4);
@@ -342,7 +345,7 @@ TEST(EngineFormats, UnpackedFormatsStoreSignedInt8AndE4M3Bytes) {
   EXPECT_EQ(CompressedTensorsFormatOf(f8.scheme(), std::nullopt, "p"), "naive-quantized");
   const InputQuant fixed{ParseScheme("fp8_e4m3:tensor:scale=f32"), 0.25f};
   EXPECT_EQ(CompressedTensorsFormatOf(f8.scheme(), fixed, "p"), "float-quantized");
-  const SafetensorsModel fs8 = Written(dir, "f8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", f8, {}, fixed); });
+  const SafetensorsModel fs8 = Written(dir, "f8.safetensors", [&](TensorList& l) { AddCompressedTensorsLinear(l, "p", f8, fixed); });
   EXPECT_EQ(fs8.Get("p.weight").dtype, DType::kF8E4M3);
   EXPECT_EQ(0, std::memcmp(fs8.Get("p.weight").data.data(), f8.codes().data(), f8.codes().size()));
   EXPECT_EQ(fs8.Get("p.weight_scale").shape, (std::vector<uint64_t>{2, 3}));

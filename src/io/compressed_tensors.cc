@@ -91,28 +91,18 @@ void CheckPackQuantized(const QuantScheme& s, const std::string& where) {
     Fail("{}: scheme '{}': compressed-tensors packs zero points for channel and group strategies only", where, scheme);
 }
 
-void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
-                            std::span<const uint32_t> order) {
+void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q) {
   const QuantScheme& s = q.scheme();
   CheckPackQuantized(s, prefix);
-  if (!order.empty() && s.granularity.kind != GranularityKind::kGroup)
-    Fail("{}: scheme '{}': act-order (a stored column order) needs group scales", prefix, s.ToString());
   const int b = s.element->bits;
   const uint64_t n_out = q.rows(), k_in = q.cols();
   const ScaleGrid g = q.grid();
-  // Each row is lowbit's packed row, padded to whole words (act-order: its codes back in input order).
+  // Each row is lowbit's packed row, padded to whole words.
   const uint64_t row_words = (k_in * b + 31) / 32;
   std::vector<std::byte> packed(n_out * row_words * 4, std::byte{0});
-  for (uint64_t n = 0; n < n_out; ++n) {
-    const uint8_t* row = q.codes().data() + n * q.row_bytes();
-    uint8_t* dst = reinterpret_cast<uint8_t*>(&packed[n * row_words * 4]);
-    if (order.empty()) std::memcpy(dst, row, q.row_bytes());
-    else
-      for (uint64_t j = 0; j < k_in; ++j) WriteCode(dst, order[j], b, ReadCode(row, j, b));
-  }
+  for (uint64_t n = 0; n < n_out; ++n)
+    std::memcpy(&packed[n * row_words * 4], q.codes().data() + n * q.row_bytes(), q.row_bytes());
   out.AddOwnedBytes(prefix + ".weight_packed", DType::kI32, {n_out, row_words}, std::move(packed));
-  if (!order.empty())
-    out.AddOwned(prefix + ".weight_g_idx", DType::kI32, {k_in}, GroupIndexOf(order, k_in, s.granularity.group));
   const auto scales = std::as_bytes(q.scale_bytes());
   const std::vector<uint64_t> scale_shape =
       s.granularity.kind == GranularityKind::kTensor ? std::vector<uint64_t>{1} : std::vector<uint64_t>{g.grid_rows, g.grid_cols};
@@ -298,11 +288,9 @@ nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
 }
 
 void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
-                                std::span<const uint32_t> order, const std::optional<InputQuant>& input) {
+                                const std::optional<InputQuant>& input) {
   const std::string format = CompressedTensorsFormatOf(q.scheme(), input, prefix);
-  if (format == "pack-quantized") return AddPackQuantizedLinear(out, prefix, q, order);
-  if (!order.empty())
-    Fail("{}: act-order (a stored column order): compressed-tensors' {} weights have no g_idx", prefix, format);
+  if (format == "pack-quantized") return AddPackQuantizedLinear(out, prefix, q);
   const QuantScheme& s = q.scheme();
   const uint64_t n_out = q.rows(), k_in = q.cols();
   std::vector<std::byte> weight(n_out * k_in);

@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <span>
 #include <string>
 
 #include "core/json_util.h"
@@ -50,20 +49,16 @@ std::string CompressedTensorsFormatOf(const QuantScheme& weights, const std::opt
                                       const std::string& where);
 // QuantizationArgs of a linear's quantized input (always symmetric; token = dynamic).
 nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input);
-// Appends the tensors of linear `prefix` in the format CompressedTensorsFormatOf names. A stored column
-// order (act-order) needs pack-quantized group weights (Error otherwise).
+// Appends the tensors of linear `prefix` in the format CompressedTensorsFormatOf names.
 void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
-                                std::span<const uint32_t> order, const std::optional<InputQuant>& input);
+                                const std::optional<InputQuant>& input);
 
 // Throws Error naming the field when `scheme` cannot be written as pack-quantized (integer codes of
 // 1..8 bits, tensor / channel / group scales in f32, f16 or bf16, integer zero points).
 void CheckPackQuantized(const QuantScheme& scheme, const std::string& where);
 
-// Appends P.weight_packed, P.weight_scale, P.weight_zero_point (asymmetric) and P.weight_shape; with a
-// stored column order (act-order "group"), the codes in input order and P.weight_g_idx I32 [K], the
-// group of each input column.
-void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
-                            std::span<const uint32_t> order);
+// Appends P.weight_packed, P.weight_scale, P.weight_zero_point (asymmetric) and P.weight_shape.
+void AddPackQuantizedLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q);
 
 // The lowbit scheme a pack-quantized config group's "weights" QuantizationArgs describe, given the
 // dtype its weight_scale is stored in. Throws Error naming the key for anything lowbit cannot run
@@ -72,7 +67,8 @@ QuantScheme PackQuantizedScheme(const JsonView& weights, DType scale_dtype);
 
 // Reads linear `prefix` [rows x cols] of scheme `s` (from PackQuantizedScheme), validating every
 // tensor's dtype and shape (either packing of 3/5/6/7-bit values, told apart by the row width). A
-// weight_g_idx that is not column / group (act-order "group") loads as a stored column order.
+// weight_g_idx that is not column / group (actorder "group", which llm-compressor wrote until
+// compressed-tensors 0.20 removed it) loads as a stored column order.
 OrderedTensor ReadPackQuantizedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
                                         uint64_t cols, const QuantScheme& s);
 

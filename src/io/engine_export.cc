@@ -57,8 +57,12 @@ void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
   if (l.outliers)
     Fail("{}: outlier_columns: {} has no LLM.int8() full-precision columns", nl.prefix, format);
   if (!l.input_order.empty() && f == EngineFormat::kAwq)
-    Fail("{}: act-order (a stored column order): AWQ GEMM has no g_idx; export with --to gptq or compressed-tensors",
-         nl.prefix);
+    Fail("{}: act-order with groups in processing order: AWQ GEMM has no g_idx; export with --to gptq (desc_act), or "
+         "quantize with --act-order=static", nl.prefix);
+  if (!l.input_order.empty() && f == EngineFormat::kCompressedTensors)
+    Fail("{}: act-order with groups in processing order: compressed-tensors 0.20 removed actorder \"group\" (weight_g_idx), "
+         "so vLLM and transformers refuse such folders; export with --to gptq (desc_act), or quantize with "
+         "--act-order=static (llm-compressor's actorder \"weight\")", nl.prefix);
 }
 
 // Checks that the quantized linears share one GPTQ / AWQ parameter set and returns it.
@@ -147,8 +151,7 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
       ignore.push_back(l.prefix);
       continue;
     }
-    const std::string key =
-        l.scheme->ToString() + "|" + (l.input ? l.input->scheme.ToString() : "") + (l.act_order ? "|group" : "");
+    const std::string key = l.scheme->ToString() + "|" + (l.input ? l.input->scheme.ToString() : "");
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
     if (it == groups.end())
       it = groups.insert(groups.end(), {key, CompressedTensorsFormatOf(*l.scheme, l.input, l.prefix), &l, {}});
@@ -162,7 +165,6 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
     // One scheme: every Linear not ignored, as llm-compressor writes it; several: exact names.
     j["targets"] = groups.size() == 1 ? OrderedJson::array({"Linear"}) : OrderedJson(g.targets);
     j["weights"] = *CompressedTensorsArgs(*g.first->scheme);  // CompressedTensorsFormatOf passed
-    if (g.first->act_order) j["weights"]["actorder"] = "group";
     j["input_activations"] = g.first->input ? CompressedTensorsInputArgs(*g.first->input) : OrderedJson(nullptr);
     j["output_activations"] = nullptr;
     j["format"] = g.format;
@@ -230,9 +232,7 @@ LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExpo
     switch (o.format) {
       case EngineFormat::kGptq: AddGptqLinear(list, nl.prefix, *q, l.input_order, o.gptq_v2); break;
       case EngineFormat::kAwq: AddAwqLinear(list, nl.prefix, *q); break;
-      case EngineFormat::kCompressedTensors:
-        AddCompressedTensorsLinear(list, nl.prefix, *q, l.input_order, l.input_quant);
-        break;
+      case EngineFormat::kCompressedTensors: AddCompressedTensorsLinear(list, nl.prefix, *q, l.input_quant); break;
     }
     r.quantized_bytes += list.bytes() - before;
     r.quantized_weights += q->numel();

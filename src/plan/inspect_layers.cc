@@ -38,6 +38,7 @@ const std::set<std::string, std::less<>> kSideLeaves = {"qzeros",
                                                         "weight_zero_point",
                                                         "weight_global_scale",
                                                         "weight_g_idx",
+                                                        "input_order",
                                                         "weight_shape",
                                                         "input_scale",
                                                         "input_global_scale",
@@ -401,6 +402,7 @@ class Walker {
     }
     l.symmetric = !s.asymmetric();
     l.zero_points = s.asymmetric();
+    l.act_order = m.Leaf("input_order") != nullptr;  // groups in processing order, a stored column order
     l.scheme = s.ToString();
   }
 

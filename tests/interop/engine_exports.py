@@ -52,6 +52,9 @@ EXPORTS = [
     ("gptq-v2-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "gptq", "--format", "gptq_v2"]),
     ("gptq-v1-int3-g64", ["--format", "int3:g64"], ["--to", "gptq"]),
     ("gptq-v1-int8-channel", ["--format", "int8:channel"], ["--to", "gptq"]),
+    # GPTQ act-order with groups in processing order: desc_act, a g_idx that is not column / group
+    ("gptq-v1-int4-g128-desc-act", ["--method", "gptq", "--act-order=group", "--format", "int4:g128", *CALIB],
+     ["--to", "gptq"]),
     ("awq-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "awq"]),
 ]
 def load_file(path):
@@ -69,7 +72,8 @@ def unpack_lsb(data, count, bits):
 
 def lowbit_reference(folder, config):
     """Every quantized linear of a lowbit folder, decoded from its own tensors: (code - zero) * scale for
-    integers, the E4M3 value times the scale for fp8, each scale over its group, channel, tensor or block."""
+    integers, the E4M3 value times the scale for fp8, each scale over its group, channel, tensor or block;
+    an act-order linear's stored column j is input column input_order[j]."""
     t = load_file(os.path.join(folder, "model.safetensors"))
     out = {}
     for prefix, scheme in config["quantization_config"]["lowbit"]["tensors"].items():
@@ -91,7 +95,11 @@ def lowbit_reference(folder, config):
             values = codes - np.repeat(zeros, -(-k // groups), axis=1)[:, :k]
         rows_per_cell, cols_per_cell = -(-n // scale.shape[0]), -(-k // scale.shape[1])
         s = np.repeat(np.repeat(scale, rows_per_cell, axis=0), cols_per_cell, axis=1)[:n, :k]
-        out[prefix] = (values * s).astype(np.float32)
+        w = (values * s).astype(np.float32)
+        if prefix + ".input_order" in t:
+            stored, w = w, np.empty_like(w)
+            w[:, t[prefix + ".input_order"]] = stored
+        out[prefix] = w
     return out
 
 
@@ -199,6 +207,12 @@ def main():
             for prefix, ref in reference.items():
                 worst = max(worst, max_diff(decode(t, prefix, q), ref))
         check(worst == 0.0, f"{name}: {consumer} decodes a linear differently from lowbit: max abs difference {worst}")
+        if "desc-act" in name:
+            t = load_file(os.path.join(out, "model.safetensors"))
+            permuted = sum(not np.array_equal(t[p + ".g_idx"], np.arange(len(t[p + ".g_idx"])) // q["group_size"])
+                           for p in reference)
+            check(q["desc_act"] is True and permuted == len(reference),
+                  f"{name}: desc_act {q['desc_act']}, {permuted} of {len(reference)} g_idx out of column order")
         rows.append((name, q["quant_method"], exported["format"], f"{exported['bits_per_weight']:.4f}",
                      f"{exported['file_bytes'] / 2**20:.2f}", f"{ppl_export:.4f}", consumer, f"{worst:g}",
                      f"{kl:.2e}" if kl == kl else "-", f"{top1:.4f}" if top1 == top1 else "-"))
