@@ -26,6 +26,7 @@
 #include "io/safetensors.h"
 #include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
+#include "pipeline/session.h"
 
 namespace lowbit {
 namespace {
@@ -414,6 +415,18 @@ TEST(EngineFormats, CalibratedKvScalesTravelAsKScaleAndVScale) {
   EXPECT_EQ(config["quantization_config"]["kv_cache_scheme"]["strategy"], "tensor");
   EXPECT_EQ(ReadKvScales(KvScalesPathFor(dir / "out"), 6).k, kv.k);  // lowbit's own file travels too
   (void)LoadHfModel(dir / "out");  // the scale tensors belong to the checkpoint
+  // Anyone's compressed-tensors checkpoint (no kv_cache_scales.json): the FP8 cache runs on its own scales.
+  fs::remove(KvScalesPathFor(dir / "out"));
+  const KvCacheOptions own = KvCacheOptionsFor("fp8_e4m3", (dir / "out").string(), "", 6);
+  EXPECT_EQ(own.k_scales, kv.k);
+  EXPECT_EQ(own.v_scales, kv.v);
+  ExpectError([&] { (void)KvCacheOptionsFor("fp8_e5m2", (dir / "out").string(), "", 6); },
+              {"config.json", "fp8_e4m3 cache, not fp8_e5m2"});
+  nlohmann::json per_head = config;
+  per_head["quantization_config"]["kv_cache_scheme"]["strategy"] = "attn_head";
+  WriteFileAtomic(dir / "out" / "config.json", per_head.dump());
+  ExpectError([&] { (void)KvCacheOptionsFor("fp8_e4m3", (dir / "out").string(), "", 6); },
+              {"config.json", "kv_cache_scheme.strategy", "attn_head"});
 }
 
 }  // namespace

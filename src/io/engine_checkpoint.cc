@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <regex>
 
 #include "core/error.h"
@@ -195,6 +196,40 @@ OrderedTensor EngineLinears::Load(const SafetensorsModel& st, const std::string&
     Fail("{}: tensor '{}.weight_g_idx': act-order is defined for pack-quantized group weights, not {}",
          st.path().string(), prefix, g.format);
   return {ReadUnpackedLinear(st, prefix, rows, cols, UnpackedScheme(weights, scale->dtype)), {}};
+}
+
+std::optional<KvScales> ReadCheckpointKvScales(const fs::path& folder, uint32_t n_layers) {
+  const fs::path config = folder / "config.json";
+  if (!fs::is_directory(folder) || !fs::exists(config)) return std::nullopt;
+  const nlohmann::json doc = ReadJsonFile(config);
+  const JsonView root(doc, config.string());
+  if (!doc.is_object() || !root.Has("quantization_config")) return std::nullopt;
+  const JsonView qc = root["quantization_config"].ExpectObject();
+  if (!qc.Has("kv_cache_scheme")) return std::nullopt;
+  const JsonView kv = qc["kv_cache_scheme"].ExpectObject();
+  if (kv.Get<std::string>("type", "float") != "float" || kv.Get<int>("num_bits", 8) != 8)
+    kv.Fail("lowbit reads FP8 KV caches (type float, num_bits 8)");
+  if (const std::string strategy = kv.Get<std::string>("strategy", "tensor"); strategy != "tensor")
+    kv["strategy"].Fail(fmt::format("is '{}'; lowbit's FP8 cache has one k and one v scale per layer (tensor)", strategy));
+  if (!kv.Get<bool>("symmetric", true)) kv["symmetric"].Fail("FP8 KV scales are symmetric");
+  if (kv.Get<bool>("dynamic", false)) kv["dynamic"].Fail("dynamic KV scales are not stored; lowbit reads static ones");
+  const SafetensorsModel st = SafetensorsModel::Open(folder);
+  KvScales s;
+  s.dtype = KvDtype::kFp8E4M3;  // compressed-tensors' 8-bit float
+  for (uint32_t i = 0; i < n_layers; ++i)
+    for (const auto& [which, out] : {std::pair{"k", &s.k}, std::pair{"v", &s.v}}) {
+      const std::string name = fmt::format("model.layers.{}.self_attn.{}_scale", i, which);
+      const TensorView* t = st.Find(name);
+      if (!t)
+        Fail("{}: tensor '{}' is missing, but {} has a quantization_config.kv_cache_scheme", st.path().string(), name,
+             config.string());
+      if (t->numel() != 1) Fail("{}: tensor '{}' has {} values; a KV scale is one number", st.path().string(), name, t->numel());
+      const float value = ToFloat32(*t)[0];
+      if (!(value > 0) || !std::isfinite(value))
+        Fail("{}: tensor '{}' is {}; a KV scale must be positive and finite", st.path().string(), name, value);
+      out->push_back(value);
+    }
+  return s;
 }
 
 }  // namespace lowbit

@@ -14,6 +14,7 @@
 
 #include "io/gptq_awq.h"
 #include "io/safetensors.h"
+#include "model/kv_calibration.h"
 #include "model/weights.h"
 #include "quant/quantized_tensor.h"
 
@@ -61,5 +62,11 @@ class EngineLinears {
   std::vector<Group> groups_;   // compressed-tensors
   std::vector<std::string> ignore_;
 };
+
+// The FP8 KV-cache scales a compressed-tensors checkpoint carries: with a `kv_cache_scheme` (8-bit float,
+// per tensor), each layer's self_attn.k_scale / v_scale, as llm-compressor writes them and vLLM loads them
+// (x = fp8 value * scale, lowbit's convention too). nullopt when config.json has no kv_cache_scheme.
+// Error naming the key for other schemes, and the file and tensor for a missing or bad scale.
+std::optional<KvScales> ReadCheckpointKvScales(const std::filesystem::path& folder, uint32_t n_layers);
 
 }  // namespace lowbit

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "io/engine_checkpoint.h"
 #include "model/calibration.h"
 #include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
@@ -21,13 +22,19 @@ KvCacheOptions KvCacheOptionsFor(const std::string& dtype, const std::string& mo
     if (!scales_file.empty()) Fail("--kv-scales is for fp8 KV caches, not {}", dtype);
     return kv;
   }
+  // --kv-scales, else kv_cache_scales.json beside the model, else the checkpoint's own k_scale / v_scale.
   std::filesystem::path path = scales_file;
   if (path.empty() && std::filesystem::exists(KvScalesPathFor(model_path))) path = KvScalesPathFor(model_path);
-  if (path.empty()) {
+  std::optional<KvScales> found;
+  if (!path.empty()) {
+    found = ReadKvScales(path, n_layers);
+  } else if ((found = ReadCheckpointKvScales(model_path, n_layers))) {
+    path = std::filesystem::path(model_path) / "config.json";
+  } else {
     std::fprintf(stderr, "lowbit: warning: FP8 KV cache without calibrated scales (lowbit calibrate-kv): using 1.0\n");
     return kv;
   }
-  const KvScales scales = ReadKvScales(path, n_layers);
+  const KvScales& scales = *found;
   if (scales.dtype != kv.dtype)
     Fail("{}: scales were calibrated for a {} cache, not {}", path.string(), KvDtypeName(scales.dtype), dtype);
   kv.k_scales = scales.k;

@@ -16,8 +16,9 @@
 namespace lowbit {
 
 // A KV cache dtype name (fp32, fp16, fp8_e4m3, ...) for the model at `model_path`. FP8 uses static
-// scales from `scales_file`, else from the model's kv_cache_scales.json (lowbit calibrate-kv), else
-// 1.0 with a warning on stderr, as vLLM does.
+// scales from `scales_file`, else from the model's kv_cache_scales.json (lowbit calibrate-kv), else the
+// k_scale / v_scale tensors of a compressed-tensors checkpoint with a kv_cache_scheme, else 1.0 with a
+// warning on stderr, as vLLM does.
 KvCacheOptions KvCacheOptionsFor(const std::string& dtype, const std::string& model_path,
                                  const std::string& scales_file, uint32_t n_layers);
 
