@@ -19,6 +19,7 @@
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 #include "model/forward.h"
+#include "model/awq_scales.h"
 #include "model/ptq.h"
 #include "quant/scheme.h"
 #include "test_util.h"
@@ -109,18 +110,66 @@ TEST(MoeQuantize, GptqOnRoutedTokensBeatsRtn) {
   }
 }
 
-// Rescaling methods fold scales into the norm every expert shares; not supported, said by name.
-TEST(MoeQuantize, AwqRefusedByName) {
-  Model m = LoadModel((kFixtures / "qwen3_moe").string());
-  QuantizeRequest req;
-  req.method = "awq";
-  req.scheme = ParseScheme("int4:g8");
-  req.calibration = Windows(2, 8, m.config.vocab_size);
-  try {
-    QuantizeModel(m, req);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("mixture of experts"), std::string::npos) << e.what();
+// Input scales folded into a sparse layer leave the full-precision model's function as it was: the norm
+// is divided by s, every expert's (and the shared expert's) gate/up columns, the router's columns and
+// the shared expert's sigmoid gate multiplied by it; each expert's down scales go into its own up rows.
+TEST(MoeQuantize, FoldedScalesLeaveTheModelUnchanged) {
+  for (const char* name : {"mixtral", "qwen2_moe"}) {
+    const Model fp = LoadModel((kFixtures / name).string());
+    Model folded = fp;
+    uint64_t state = 7;
+    const auto next = [&] {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return 0.25f + static_cast<float>((state >> 40) % 1000) / 250.0f;  // 0.25 .. 4.25
+    };
+    for (size_t l = 0; l < folded.config.n_layers; ++l) {
+      LayerWeights& lw = folded.weights.layers[l];
+      std::vector<float> s(folded.config.dim);
+      for (float& v : s) v = next();
+      FoldInputScales(folded.config, lw, LinearInput::kGateUp, s);
+      for (Expert& e : lw.experts) {
+        std::vector<float> d(e.up.rows());
+        for (float& v : d) v = next();
+        FoldDownScales(e.up, e.down, d);
+      }
+    }
+    const auto windows = Windows(2, 16, fp.config.vocab_size);
+    EXPECT_LT(LogitError(fp, folded, windows), 1e-9) << name;
+  }
+}
+
+// AWQ and SmoothQuant on experts: the shared input's scales are searched over every expert on the rows
+// routed to it, each expert's down gets its own; at 3 bits AWQ's logits are closer to the full-precision
+// model's than RTN's, and W8A8 SmoothQuant stays close.
+TEST(MoeQuantize, AwqAndSmoothQuantScaleEveryExpert) {
+  for (const char* name : {"mixtral", "qwen2_moe"}) {
+    const Model fp = LoadModel((kFixtures / name).string());
+    QuantizeRequest req;
+    req.scheme = ParseScheme("int3:g8");
+    req.calibration = Windows(16, 32, fp.config.vocab_size);
+    req.threads = 2;
+    Model rtn = fp, awq = fp;
+    QuantizeModel(rtn, req);
+    req.method = "awq";
+    const QuantizeReport report = QuantizeModel(awq, req);
+    size_t expert_downs = 0;
+    for (const auto& [input, alpha] : report.awq_alphas) expert_downs += input.find(".mlp.experts.") != std::string::npos;
+    EXPECT_EQ(expert_downs, fp.config.n_layers * fp.config.n_experts) << name;  // 512 tokens reach every expert
+    const auto eval = Windows(4, 32, fp.config.vocab_size / 2);
+    const double e_rtn = LogitError(fp, rtn, eval), e_awq = LogitError(fp, awq, eval);
+    std::cout << name << ": logit MSE rtn " << e_rtn << ", awq " << e_awq << "\n";
+    EXPECT_LT(e_awq, e_rtn) << name;
+
+    Model smooth = fp;
+    req.method = "smoothquant";
+    req.scheme = ParseScheme("int8:channel");
+    req.act_scheme = ParseScheme("int8:token");
+    const QuantizeReport sq = QuantizeModel(smooth, req);
+    const size_t units = fp.config.n_experts + (fp.config.shared_expert_ffn_dim ? 1 : 0);
+    EXPECT_EQ(sq.smoothed_inputs, fp.config.n_layers * (2 + units)) << name;
+    const double e_sq = LogitError(fp, smooth, eval);
+    std::cout << name << ": logit MSE smoothquant w8a8 " << e_sq << "\n";
+    EXPECT_LT(e_sq, 0.1 * e_rtn) << name;
   }
 }
 

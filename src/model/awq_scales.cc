@@ -29,9 +29,8 @@ double QuantizationLoss(const DenseMatrix& w, std::span<const float> s, std::spa
 
 }  // namespace
 
-InputScales SearchInputScales(std::span<const DenseMatrix* const> linears, std::span<const float> x_sample,
-                              std::span<const float> mean_abs, const QuantScheme& scheme, size_t grid,
-                              ThreadPool& pool) {
+InputScales SearchInputScales(std::span<const ScaleSearchTerm> terms, std::span<const float> mean_abs,
+                              const QuantScheme& scheme, size_t grid, ThreadPool& pool) {
   const size_t cols = mean_abs.size();
   InputScales best;
   best.loss = INFINITY;
@@ -47,7 +46,8 @@ InputScales SearchInputScales(std::span<const DenseMatrix* const> linears, std::
     const float norm = std::sqrt(lo * hi);
     for (float& v : s) v /= norm;
     double loss = 0;
-    for (const DenseMatrix* w : linears) loss += QuantizationLoss(*w, s, x_sample, pool, scheme);
+    for (const ScaleSearchTerm& t : terms)
+      if (!t.x.empty()) loss += QuantizationLoss(*t.weight, s, t.x, pool, scheme);
     if (k == 0) best.loss_unscaled = loss;
     if (loss < best.loss) best = {s, alpha, loss, best.loss_unscaled};
   }
@@ -85,13 +85,21 @@ void FoldInputScales(const ModelConfig& config, LayerWeights& lw, LinearInput gr
       return;
     case LinearInput::kGateUp:
       for (size_t c = 0; c < s.size(); ++c) lw.ffn_norm[c] /= s[c];
-      for (Linear* l : {&lw.w_gate, &lw.w_up}) ScaleColumns(*l, s);
+      for (Linear* l : {&lw.w_gate, &lw.w_up}) ScaleColumns(*l, s);  // empty in a sparse layer without a shared expert
+      for (Expert& e : lw.experts)
+        for (Linear* l : {&e.gate, &e.up}) ScaleColumns(*l, s);
+      for (size_t i = 0; i < lw.router.size(); ++i) lw.router[i] *= s[i % s.size()];
+      for (size_t c = 0; c < lw.shared_gate.size(); ++c) lw.shared_gate[c] *= s[c];
       return;
     case LinearInput::kDown:
-      DivideRows(lw.w_up, s);
-      ScaleColumns(lw.w_down, s);
+      FoldDownScales(lw.w_up, lw.w_down, s);
       return;
   }
+}
+
+void FoldDownScales(Linear& up, Linear& down, std::span<const float> s) {
+  DivideRows(up, s);
+  ScaleColumns(down, s);
 }
 
 }  // namespace lowbit

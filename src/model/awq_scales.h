@@ -22,15 +22,25 @@ struct InputScales {
   double loss = 0, loss_unscaled = 0;
 };
 
-// x_sample is [n_tokens x cols]; mean_abs is mean |x| per column over all calibration tokens.
-InputScales SearchInputScales(std::span<const DenseMatrix* const> linears, std::span<const float> x_sample,
-                              std::span<const float> mean_abs, const QuantScheme& scheme, size_t grid,
-                              ThreadPool& pool);
+// One linear of the group and the sample of input rows it sees, [n_tokens x cols] (every linear of a
+// dense group sees the same rows; an expert only the rows routed to it).
+struct ScaleSearchTerm {
+  const DenseMatrix* weight;
+  std::span<const float> x;
+};
+
+// mean_abs is mean |x| per column over all calibration tokens of the shared input.
+InputScales SearchInputScales(std::span<const ScaleSearchTerm> terms, std::span<const float> mean_abs,
+                              const QuantScheme& scheme, size_t grid, ThreadPool& pool);
 
 // Folds per-input-channel scales s into a layer, exactly in full precision: the group's weight
 // columns are multiplied by s and the op producing their input is divided by s (the RMSNorm
 // weight for q/k/v and gate/up; up's rows for down; v's rows for o, which needs as many KV heads
-// as query heads). The group's weights must be dense.
+// as query heads). The group's weights must be dense. In a sparse layer gate/up is every expert's
+// and the shared expert's, and the router and the shared expert's gate read the same input, so
+// their columns are multiplied too (routing is unchanged); down is the shared expert's.
 void FoldInputScales(const ModelConfig& config, LayerWeights& layer, LinearInput group, std::span<const float> s);
+// down's input scales folded into the up projection that produces it: up's rows / s, down's columns * s.
+void FoldDownScales(Linear& up, Linear& down, std::span<const float> s);
 
 }  // namespace lowbit

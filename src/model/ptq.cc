@@ -120,12 +120,50 @@ void InputStatistics(ActivationStore& store, size_t cols, std::vector<float>& me
   for (size_t c = 0; c < cols; ++c) mean_abs[c] = static_cast<float>(sum[c] / static_cast<double>(tokens));
 }
 
+// The rows of x [n x cols] listed in `rows`, gathered.
+std::vector<float> GatherRows(std::span<const float> x, size_t cols, const std::vector<uint32_t>& rows) {
+  std::vector<float> out(rows.size() * cols);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(&x[rows[r] * cols], cols, &out[r * cols]);
+  return out;
+}
+
+// The MLP units of a layer that read the post-norm input, with the rows of x [n x dim] each one sees:
+// the dense MLP or the shared expert (every row), then each expert (the rows the router sends it).
+struct MlpUnit {
+  Linear *gate, *up, *down;
+  std::vector<float> x;
+  std::string name;  // of its down projection's input, for the report
+};
+std::vector<MlpUnit> MlpUnits(const ModelConfig& c, size_t l, LayerWeights& lw, std::span<const float> x) {
+  std::vector<MlpUnit> units;
+  if (lw.w_down.rows() > 0)
+    units.push_back({&lw.w_gate, &lw.w_up, &lw.w_down, {x.begin(), x.end()}, fmt::format("model.layers.{}.down", l)});
+  if (!c.moe(l)) return units;
+  const ExpertRoutes routes = RouteTokens(c, lw, x.data(), x.size() / c.dim);
+  for (size_t e = 0; e < lw.experts.size(); ++e)
+    units.push_back({&lw.experts[e].gate, &lw.experts[e].up, &lw.experts[e].down, GatherRows(x, c.dim, routes.rows[e]),
+                     fmt::format("model.layers.{}.mlp.experts.{}.down", l, e)});
+  return units;
+}
+
+// silu(gate x) * up x: a unit's down projection input, in full precision.
+std::vector<float> DownInput(const MlpUnit& u, std::span<const float> x, ThreadPool& pool) {
+  const size_t n = x.size() / u.gate->cols(), ffn = u.gate->rows();
+  std::vector<float> gate(n * ffn), up(n * ffn);
+  MatMul(*u.gate, x.data(), n, gate.data(), pool);
+  MatMul(*u.up, x.data(), n, up.data(), pool);
+  SiluMul(gate.data(), up.data(), gate.size(), gate.data());
+  return gate;
+}
+
 // AWQ: scales for the group's shared input, folded into the op that produces it (the RMSNorm
 // weight), the group's weight columns, and the calibration inputs already computed. At the
 // gate/up stage the down projection's scales are searched too, on its full-precision input
 // silu(gate x) * up x, and folded into up's rows before up is quantized. o_proj is not scaled:
 // its input comes from v through attention, and with grouped-query attention one v row feeds
-// several o columns (AutoAWQ skips it for the same reason).
+// several o columns (AutoAWQ skips it for the same reason). In a sparse layer every expert's gate/up
+// shares the norm's scales, each judged on the sample rows the router sends it (the router's columns
+// take the scales too, so routing is unchanged), and each expert's down gets scales of its own.
 void ApplyActivationScales(size_t l, LinearInput input, Model& model, ActivationStore& store,
                            const QuantScheme& scheme, size_t grid, ThreadPool& pool, QuantizeReport& report) {
   if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
@@ -133,32 +171,34 @@ void ApplyActivationScales(size_t l, LinearInput input, Model& model, Activation
   const size_t cols = model.config.dim;
   std::vector<float> mean_abs, sample;
   InputStatistics(store, cols, mean_abs, sample);
-  std::vector<Linear*> group = input == LinearInput::kQkv ? std::vector<Linear*>{&lw.wq, &lw.wk, &lw.wv}
-                                                          : std::vector<Linear*>{&lw.w_gate, &lw.w_up};
-  std::vector<const DenseMatrix*> dense;
-  for (Linear* g : group) dense.push_back(&std::get<DenseMatrix>(g->weight));
-  const InputScales found = SearchInputScales(dense, sample, mean_abs, scheme, grid, pool);
+  std::vector<MlpUnit> units;
+  std::vector<ScaleSearchTerm> terms;
+  if (input == LinearInput::kQkv) {
+    for (Linear* g : {&lw.wq, &lw.wk, &lw.wv}) terms.push_back({&std::get<DenseMatrix>(g->weight), sample});
+  } else {
+    units = MlpUnits(model.config, l, lw, sample);
+    for (const MlpUnit& u : units)
+      for (Linear* g : {u.gate, u.up}) terms.push_back({&std::get<DenseMatrix>(g->weight), u.x});
+  }
+  const InputScales found = SearchInputScales(terms, mean_abs, scheme, grid, pool);
   FoldInputScales(model.config, lw, input, found.scales);
   DivideInputColumns(store, found.scales);
   report.awq_alphas.push_back({fmt::format("model.layers.{}.{}", l, input == LinearInput::kQkv ? "qkv" : "gate_up"),
                                found.alpha});
-  if (input != LinearInput::kGateUp) return;
-
-  // down_proj's input, in full precision, on the (scaled) sample.
-  const size_t ffn = model.config.ffn_dim, n = sample.size() / cols;
-  std::vector<float> scaled_sample(sample.size());
-  for (size_t i = 0; i < sample.size(); ++i) scaled_sample[i] = sample[i] / found.scales[i % cols];
-  std::vector<float> gate(n * ffn), up(n * ffn);
-  MatMul(lw.w_gate, scaled_sample.data(), n, gate.data(), pool);
-  MatMul(lw.w_up, scaled_sample.data(), n, up.data(), pool);
-  SiluMul(gate.data(), up.data(), gate.size(), gate.data());
-  const std::vector<float>& down_in = gate;
-  std::vector<float> down_abs(ffn, 0.0f);
-  for (size_t i = 0; i < down_in.size(); ++i) down_abs[i % ffn] += std::fabs(down_in[i]) / static_cast<float>(n);
-  const DenseMatrix* down[] = {&std::get<DenseMatrix>(lw.w_down.weight)};
-  const InputScales down_scales = SearchInputScales(down, down_in, down_abs, scheme, grid, pool);
-  FoldInputScales(model.config, lw, LinearInput::kDown, down_scales.scales);
-  report.awq_alphas.push_back({fmt::format("model.layers.{}.down", l), down_scales.alpha});
+  // Each down projection on its unit's (scaled) sample rows.
+  for (MlpUnit& u : units) {
+    const size_t n = u.x.size() / cols;
+    if (n == 0) continue;  // an expert the sample never reaches keeps its scales
+    for (size_t i = 0; i < u.x.size(); ++i) u.x[i] /= found.scales[i % cols];
+    const std::vector<float> down_in = DownInput(u, u.x, pool);
+    const size_t ffn = u.gate->rows();
+    std::vector<float> down_abs(ffn, 0.0f);
+    for (size_t i = 0; i < down_in.size(); ++i) down_abs[i % ffn] += std::fabs(down_in[i]) / static_cast<float>(n);
+    const ScaleSearchTerm down[] = {{&std::get<DenseMatrix>(u.down->weight), down_in}};
+    const InputScales down_scales = SearchInputScales(down, down_abs, scheme, grid, pool);
+    FoldDownScales(*u.up, *u.down, down_scales.scales);
+    report.awq_alphas.push_back({u.name, down_scales.alpha});
+  }
 }
 
 // max |x| per column over every calibration token of the group's input.
@@ -188,33 +228,42 @@ std::vector<float> SmoothingFactors(const std::vector<float>& x_amax, const std:
 }
 
 // SmoothQuant: at the q/k/v and gate/up stages, migrate the input's outlier channels into the
-// weights (folded into the RMSNorm weight); at the gate/up stage also for down_proj, whose
-// full-precision input silu(gate x) * up x is computed over every calibration token and whose
-// factors are folded into up's rows before up is quantized.
+// weights (folded into the RMSNorm weight); at the gate/up stage also for each down_proj, whose
+// full-precision input silu(gate x) * up x is computed over every calibration token its unit sees
+// (a sparse layer's experts: the rows the router sends them) and whose factors are folded into
+// up's rows before up is quantized.
 void ApplySmoothing(size_t l, LinearInput input, Model& model, ActivationStore& store, double alpha, ThreadPool& pool,
                     QuantizeReport& report) {
   if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
   LayerWeights& lw = model.weights.layers[l];
-  const size_t cols = model.config.dim, ffn = model.config.ffn_dim;
-  const std::vector<const Linear*> group = input == LinearInput::kQkv
-                                               ? std::vector<const Linear*>{&lw.wq, &lw.wk, &lw.wv}
-                                               : std::vector<const Linear*>{&lw.w_gate, &lw.w_up};
+  const size_t cols = model.config.dim;
+  std::vector<const Linear*> group;
+  if (input == LinearInput::kQkv) {
+    group = {&lw.wq, &lw.wk, &lw.wv};
+  } else {
+    for (const MlpUnit& u : MlpUnits(model.config, l, lw, {}))
+      for (const Linear* g : {u.gate, u.up}) group.push_back(g);
+  }
   const std::vector<float> s = SmoothingFactors(InputAbsMax(store, cols), group, alpha);
   FoldInputScales(model.config, lw, input, s);
   DivideInputColumns(store, s);
   ++report.smoothed_inputs;
   if (input != LinearInput::kGateUp) return;
-  std::vector<float> d_amax(ffn, 0.0f);
+  std::vector<MlpUnit> units = MlpUnits(model.config, l, lw, {});
+  std::vector<std::vector<float>> d_amax(units.size());
+  for (size_t i = 0; i < units.size(); ++i) d_amax[i].assign(units[i].gate->rows(), 0.0f);
   store.ForEach(false, [&](size_t, BatchActivations& b) {
-    const size_t n = b.input.size() / cols;
-    std::vector<float> gate(n * ffn), up(n * ffn);
-    MatMul(lw.w_gate, b.input.data(), n, gate.data(), pool);
-    MatMul(lw.w_up, b.input.data(), n, up.data(), pool);
-    SiluMul(gate.data(), up.data(), gate.size(), gate.data());
-    for (size_t i = 0; i < gate.size(); ++i) d_amax[i % ffn] = std::max(d_amax[i % ffn], std::fabs(gate[i]));
+    const std::vector<MlpUnit> batch = MlpUnits(model.config, l, lw, b.input);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      std::vector<float>& m = d_amax[i];
+      const std::vector<float> down_in = DownInput(batch[i], batch[i].x, pool);
+      for (size_t j = 0; j < down_in.size(); ++j) m[j % m.size()] = std::max(m[j % m.size()], std::fabs(down_in[j]));
+    }
   });
-  FoldInputScales(model.config, lw, LinearInput::kDown, SmoothingFactors(d_amax, {&lw.w_down}, alpha));
-  ++report.smoothed_inputs;
+  for (size_t i = 0; i < units.size(); ++i) {
+    FoldDownScales(*units[i].up, *units[i].down, SmoothingFactors(d_amax[i], {units[i].down}, alpha));
+    ++report.smoothed_inputs;
+  }
 }
 
 // The activation quantization of one linear; a per-tensor scheme gets its static scale from the
@@ -412,9 +461,6 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       Fail("overrides: methods that rescale a whole input group (awq, smoothquant) can only be the recipe's "
            "main method");
   }
-  if (model.config.n_experts > 0 && (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
-    Fail("method '{}': rescaling the inputs of a mixture of experts is not supported yet; quantize {} with gptq "
-         "or rtn", req.method, model.config.architecture);
   const bool static_acts = req.act_scheme && req.act_scheme->granularity.kind == GranularityKind::kTensor;
   const bool calibrate = needs_hessian || needs_outliers || method->activation_scale_grid() > 0 ||
                          method->smoothing_alpha() >= 0 || static_acts;
@@ -551,16 +597,16 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     LayerWeights& lw = model.weights.layers[l];
     store.ForEach(true, [&](size_t, BatchActivations& b) { engine.BeginLayer(l, b.hidden, b.input); });
     for (InputGroup& group : Groups(lw)) {
+      if (method->activation_scale_grid() > 0)  // (a sparse layer's down group is empty: scaled with gate/up)
+        ApplyActivationScales(l, group.input, model, store, req.scheme, method->activation_scale_grid(),
+                              engine.pool(), report);
+      if (method->smoothing_alpha() >= 0)
+        ApplySmoothing(l, group.input, model, store, method->smoothing_alpha(), engine.pool(), report);
       if (!lw.experts.empty() && group.input == LinearInput::kGateUp) {
         QuantizeExperts(model.config, lw, group.linears, calibrate ? &store : nullptr, collect,
                         [&](const BlockLinear& slot, const InputStats* stats) { quantize_linear(l, slot, stats); },
                         engine.pool());
       } else if (!group.linears.empty()) {
-        if (method->activation_scale_grid() > 0)
-          ApplyActivationScales(l, group.input, model, store, req.scheme, method->activation_scale_grid(),
-                                engine.pool(), report);
-        if (method->smoothing_alpha() >= 0)
-          ApplySmoothing(l, group.input, model, store, method->smoothing_alpha(), engine.pool(), report);
         const size_t cols = group.linears[0].linear->cols();
         const size_t hadamard = group.linears[0].linear->input_hadamard;
         if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);
