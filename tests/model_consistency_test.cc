@@ -1,6 +1,6 @@
 // Hostile checkpoints (issue 18): every tensor of a checkpoint is used or reported, shapes agree
-// with config.json, an lm_head beside tie_word_embeddings is never silently dropped, NaN / Inf
-// weights are errors unless --allow-nonfinite -- each an exact message naming the file, the
+// with config.json, an lm_head beside tie_word_embeddings is never silently dropped (nor silently
+// missing), NaN / Inf weights are errors unless --allow-nonfinite -- each an exact message naming the file, the
 // tensor and the config field, from the library and from the CLI (exit 1, no output left).
 // Also the sweep of stale `OUT.tmp-<pid>` temporaries left by killed runs.
 #include <gtest/gtest.h>
@@ -200,6 +200,14 @@ TEST_F(ModelConsistencyTest, TiedEmbeddingsBesideADifferentLmHeadAreAnError) {
   // Without the tensor, tying uses the embeddings as before.
   const fs::path none = Fixture("tied_none", [](Tensors& t) { t.Remove("lm_head.weight"); }, tie);
   EXPECT_EQ(std::get<DenseMatrix>(LoadHfModel(none).weights.lm_head.weight).values, LoadHfModel(none).weights.embed.Widened());
+  // Untied without an lm_head: the embeddings too (llama.cpp's fallback), but said, naming the config key.
+  const fs::path untied = Fixture("untied_none", [](Tensors& t) { t.Remove("lm_head.weight"); });
+  ::testing::internal::CaptureStderr();
+  const Model fallback = LoadHfModel(untied);
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find((untied / "config.json").string() + ": tie_word_embeddings is false but the checkpoint has no "
+                         "lm_head.weight"), std::string::npos) << warning;
+  EXPECT_EQ(std::get<DenseMatrix>(fallback.weights.lm_head.weight).values, fallback.weights.embed.Widened());
 }
 
 // A 16-bit embedding table stays 16-bit in memory (half the bytes of fp32), and the model computes

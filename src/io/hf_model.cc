@@ -314,6 +314,12 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
   if (!c.tie_embeddings && t->HasLinear(names.lm_head)) {
     m.weights.lm_head = t->Matrix(names.lm_head, c.vocab_size, c.dim, false);
   } else {
+    // Untied without an lm_head: the embeddings, as llama.cpp falls back to them (transformers would
+    // start from random weights instead), said on stderr.
+    if (!c.tie_embeddings)
+      std::fprintf(stderr, "lowbit: warning: %s: tie_word_embeddings is false but the checkpoint has no %s.weight; "
+                   "using %s as the output matrix, as llama.cpp does\n", config_path.string().c_str(),
+                   names.lm_head.c_str(), names.embed().c_str());
     m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed.Widened()};
   }
   ValidateEnds(m.config, m.weights, m.source);
