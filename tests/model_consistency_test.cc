@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@
 #include "core/file_util.h"
 #include "io/hf_model.h"
 #include "io/model_loader.h"
+#include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "model/quantize_weights.h"
@@ -314,6 +316,43 @@ TEST_F(ModelConsistencyTest, NonFiniteWeightsAreAnErrorUnlessAllowed) {
   ExpectRefused(bf16, (bf16 / "model.safetensors").string() +
                           ": tensor 'model.layers.1.self_attn.o_proj.weight' has a non-finite value (-inf) at element 3; "
                           "the model would compute NaN (pass --allow-nonfinite to load it anyway)");
+}
+
+// A quantized checkpoint's scales are weights too: an Inf scale (here patched into a lowbit folder's
+// F16 weight_scale) is refused naming the file, the tensor and the cell.
+TEST_F(ModelConsistencyTest, NonFiniteQuantizedScalesAreAnErrorUnlessAllowed) {
+  Model m = LoadHfModel(kModelDir);
+  QuantizeLinears(m.weights, ParseScheme("int4:g64"));
+  const fs::path out = dir_ / "quantized";
+  SaveQuantizedModel(m, out, kModelDir, json::object());
+  const std::string name = "model.layers.3.mlp.down_proj.weight_scale";
+  {
+    std::fstream f(out / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    std::string header(header_bytes, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+    const json h = json::parse(header);
+    ASSERT_EQ(h[name]["dtype"], "F16");
+    const uint64_t at = 8 + header_bytes + h[name]["data_offsets"][0].get<uint64_t>() + 2 * 5;  // cell 5
+    f.seekp(static_cast<std::streamoff>(at));
+    const uint16_t inf = 0x7c00;
+    f.write(reinterpret_cast<const char*>(&inf), 2);
+  }
+  const std::string message = (out / "model.safetensors").string() + ": tensor '" + name +
+                              "' has a non-finite scale (inf) in scale cell 5; the model would compute NaN (pass "
+                              "--allow-nonfinite to load it anyway)";
+  try {
+    (void)LoadHfModel(out);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+  const auto r = RunLowbit("ppl --text data/kjv-test.txt --model " + out.string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
+  const Model allowed = LoadHfModel(out, LoadOptions{.allow_nonfinite = true});
+  EXPECT_TRUE(std::isinf(std::get<QuantizedTensor>(allowed.weights.layers[3].w_down.weight).Scale(5)));
 }
 
 TEST_F(ModelConsistencyTest, NonFiniteWeightsInALlama2cFile) {

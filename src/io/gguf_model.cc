@@ -116,6 +116,7 @@ class TensorLoader {
       Fail("{}: {}", source_, e.what());
     }
     const bool sixteen = t.ggml_type == kGgmlBF16 || t.ggml_type == kGgmlF16;
+    if (q && !options_.allow_nonfinite) CheckScalesFinite(*q, t.name, source_);
     if (q) l.weight = std::move(*q);
     else if (options_.keep_16bit && sixteen) l.weight = SixteenBit(t, rows, cols);
     else l.weight = DenseMatrix{rows, cols, Decode(t)};
@@ -174,6 +175,7 @@ class TensorLoader {
     } catch (const Error& error) {
       Fail("{}: {}", source_, error.what());
     }
+    if (e.packed && !options_.allow_nonfinite) CheckScalesFinite(*e.packed, t.name, source_);
     if (!e.packed && (t.ggml_type == kGgmlBF16 || t.ggml_type == kGgmlF16)) e.packed = SixteenBit(t, rows, cols);
     if (!e.packed) e.values = Decode(t);
     ReleasePages(t.data);

@@ -276,6 +276,10 @@ class HfTensors {
       if (options_.keep_16bit && sixteen) l.weight = Sixteen(t, rows, cols);
       else l.weight = DenseMatrix{rows, cols, ToFloat32Releasing(t)};
     }
+    if (const auto* q = std::get_if<QuantizedTensor>(&l.weight); q && !options_.allow_nonfinite) {
+      const std::string scales = name + (model_.Find(name + ".scales") ? ".scales" : ".weight_scale");  // GPTQ / AWQ: .scales
+      CheckScalesFinite(*q, scales, FileOf(scales));
+    }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     l.input_quant = engine_ ? engine_->InputQuantOf(model_, name) : quantized_.InputQuantOf(name);
     l.input_hadamard = quantized_.InputHadamardOf(name);

@@ -130,6 +130,20 @@ void CheckFinite(std::span<const float> values, uint64_t offset, std::string_vie
        "--allow-nonfinite to load it anyway)", file, name, values[i], offset + i);
 }
 
+void CheckScalesFinite(const QuantizedTensor& q, std::string_view name, std::string_view file) {
+  const auto fail = [&](std::string_view what, float value, uint64_t cell) {
+    Fail("{}: tensor '{}' has a non-finite {} ({}) in scale cell {}; the model would compute NaN (pass "
+         "--allow-nonfinite to load it anyway)", file, name, what, value, cell);
+  };
+  if (!std::isfinite(q.tensor_scale())) fail("tensor scale", q.tensor_scale(), 0);
+  const bool offset = q.scheme().zero_type != ZeroType::kNone;
+  for (uint64_t cell = 0; cell < q.grid().cells(); ++cell) {
+    if (const float s = q.Scale(cell); !std::isfinite(s)) fail("scale", s, cell);
+    if (offset)
+      if (const float b = q.Bias(cell); !std::isfinite(b)) fail("zero point", b, cell);
+  }
+}
+
 namespace {
 
 void CheckLinearFinite(const Linear& l, const std::string& name, const std::string& source) {

@@ -169,6 +169,10 @@ size_t FirstNonFinite(std::span<const float> values);
 // Throws Error "FILE: tensor 'NAME' has a non-finite value (nan) at element I; ..." when `values`
 // (elements `offset` on of tensor `name` in `file`) hold a NaN or Inf.
 void CheckFinite(std::span<const float> values, uint64_t offset, std::string_view name, std::string_view file);
+// The same for the scales, zero points / biases and tensor scale of a quantized tensor: "FILE: tensor
+// 'NAME' has a non-finite scale (inf) in scale cell I; ..." (codes need no check: integer grids and
+// the float tables lowbit reads hold finite values only).
+void CheckScalesFinite(const QuantizedTensor& q, std::string_view name, std::string_view file);
 // The same for every fp32 tensor of a loaded model (embeddings, norms, dense linears, biases,
 // outlier columns), named as in ValidateWeights: for loaders that do not convert tensor by tensor.
 void CheckWeightsFinite(const ModelWeights& w, const std::string& source);
