@@ -17,6 +17,7 @@
 #include "model/ptq.h"
 #include "quant/fake_quant.h"
 #include "quant/gptq.h"
+#include "quant/linalg.h"
 #include "quant/rtn.h"
 
 namespace lowbit {
@@ -139,6 +140,39 @@ TEST(Gptq, RejectsBadInput) {
   std::vector<double> negative(p.cols * p.cols, 0.0);
   for (size_t i = 0; i < p.cols; ++i) negative[i * p.cols + i] = -1.0;
   EXPECT_THROW(QuantizeGptq(p.w, p.rows, p.cols, ParseScheme("int4:g32"), negative, {0.0, 128, false}), Error);
+}
+
+// The solver kernels against their scalar references: every row tile (8, 4, 1 rows), vector tails on
+// both ends of the column range, and columns outside it untouched.
+TEST(Linalg, KernelsMatchTheirReferences) {
+  std::mt19937 rng(9);
+  std::normal_distribution<double> n(0, 1);
+  std::vector<double> a(1003), b(1003);
+  for (double& v : a) v = n(rng);
+  for (double& v : b) v = n(rng);
+  double magnitude = 0;
+  for (size_t i = 0; i < a.size(); ++i) magnitude += std::abs(a[i] * b[i]);
+  EXPECT_NEAR(DotF64(a.data(), b.data(), a.size()), DotF64Ref(a.data(), b.data(), a.size()), 1e-14 * magnitude);
+  EXPECT_EQ(DotF64(a.data(), b.data(), 0), 0.0);
+
+  const size_t rows = 13, cols = 90, k = 5, stride = 7;
+  std::vector<float> w(rows * cols), coef(rows * stride), u(k * cols);
+  for (float& v : w) v = static_cast<float>(n(rng));
+  for (float& v : coef) v = static_cast<float>(n(rng));
+  for (float& v : u) v = static_cast<float>(n(rng));
+  std::vector<float> fast = w, ref = w;
+  SubtractProducts(fast.data(), rows, cols, coef.data(), stride, u.data(), cols, k, 3, 77);
+  SubtractProductsRef(ref.data(), rows, cols, coef.data(), stride, u.data(), cols, k, 3, 77);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < cols; ++j) {
+      if (j < 3 || j >= 77) {
+        EXPECT_EQ(fast[r * cols + j], w[r * cols + j]) << r << " " << j;
+        continue;
+      }
+      double scale = std::abs(w[r * cols + j]);
+      for (size_t i = 0; i < k; ++i) scale += std::abs(coef[r * stride + i] * u[i * cols + j]);
+      EXPECT_NEAR(fast[r * cols + j], ref[r * cols + j], 1e-6 * scale) << r << " " << j;
+    }
 }
 
 TEST(FakeQuant, MatchesEncodeThenDecodeForEveryPreset) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "quant/linalg.h"
 #include "quant/column_order.h"
 #include "quant/fake_quant.h"
 #include "quant/rtn.h"
@@ -13,30 +14,16 @@
 namespace lowbit {
 namespace {
 
-// Dot product with four partial sums (lets the compiler keep several FMAs in flight).
-double DotD(const double* a, const double* b, size_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
 // In place: A (n x n, symmetric positive definite) -> L with A = L L^T (lower; upper part zeroed).
 bool CholeskyLower(std::vector<double>& a, size_t n) {
   for (size_t j = 0; j < n; ++j) {
     double* row_j = &a[j * n];
-    const double d = row_j[j] - DotD(row_j, row_j, j);
+    const double d = row_j[j] - DotF64(row_j, row_j, j);
     if (!(d > 0)) return false;
     row_j[j] = std::sqrt(d);
     for (size_t i = j + 1; i < n; ++i) {
       double* row_i = &a[i * n];
-      row_i[j] = (row_i[j] - DotD(row_i, row_j, j)) / row_j[j];
+      row_i[j] = (row_i[j] - DotF64(row_i, row_j, j)) / row_j[j];
     }
   }
   for (size_t i = 0; i < n; ++i) std::fill(&a[i * n + i + 1], &a[(i + 1) * n], 0.0);
@@ -56,7 +43,7 @@ bool InverseCholeskyUpper(std::vector<double>& l, size_t n, std::vector<float>& 
     for (size_t j = begin; j < end; ++j) {
       double* x = &inv_t[j * n];  // x[i] for i >= j
       x[j] = 1.0 / l[j * n + j];
-      for (size_t i = j + 1; i < n; ++i) x[i] = -DotD(&l[i * n + j], &x[j], i - j) / l[i * n + i];
+      for (size_t i = j + 1; i < n; ++i) x[i] = -DotF64(&l[i * n + j], &x[j], i - j) / l[i * n + i];
     }
   };
   ParallelFor(pool, n, solve);
@@ -131,15 +118,8 @@ void RunGptq(std::span<const float> w0, uint64_t rows, uint64_t cols, const std:
           for (uint64_t j = i + 1; j < i2; ++j) row[j] -= e * ui[j];
         }
       }
-      // Lazy batch update of the columns after this block.
-      for (uint64_t r = r_begin; r < r_end; ++r) {
-        float* row = &wp[r * cols];
-        for (uint64_t k = 0; k < nb; ++k) {
-          const float e = err[(r - r_begin) * block + k];
-          const float* uk = &u[(i1 + k) * cols];
-          for (uint64_t j = i2; j < cols; ++j) row[j] -= e * uk[j];
-        }
-      }
+      // Lazy batch update of the columns after this block: W[:, i2:] -= E U[i1:i2, i2:].
+      SubtractProducts(&wp[r_begin * cols], r_end - r_begin, cols, err.data(), block, &u[i1 * cols], cols, nb, i2, cols);
     }
     grid.FinishRows(r_begin, r_end);
   };
