@@ -154,6 +154,14 @@ TEST(Linalg, KernelsMatchTheirReferences) {
   for (size_t i = 0; i < a.size(); ++i) magnitude += std::abs(a[i] * b[i]);
   EXPECT_NEAR(DotF64(a.data(), b.data(), a.size()), DotF64Ref(a.data(), b.data(), a.size()), 1e-14 * magnitude);
   EXPECT_EQ(DotF64(a.data(), b.data(), 0), 0.0);
+  std::vector<double> four(4 * 1003);
+  for (double& v : four) v = n(rng);
+  for (const size_t len : {size_t{1003}, size_t{5}}) {
+    double got[4], want[4];
+    DotF64Rows4(a.data(), four.data(), 1003, len, got);
+    DotF64Rows4Ref(a.data(), four.data(), 1003, len, want);
+    for (size_t c = 0; c < 4; ++c) EXPECT_NEAR(got[c], want[c], 1e-14 * magnitude * 4) << len << " " << c;
+  }
 
   const size_t rows = 13, cols = 90, k = 5, stride = 7;
   std::vector<float> w(rows * cols), coef(rows * stride), u(k * cols);

@@ -15,16 +15,40 @@ namespace lowbit {
 namespace {
 
 // In place: A (n x n, symmetric positive definite) -> L with A = L L^T (lower; upper part zeroed).
-bool CholeskyLower(std::vector<double>& a, size_t n) {
-  for (size_t j = 0; j < n; ++j) {
-    double* row_j = &a[j * n];
-    const double d = row_j[j] - DotF64(row_j, row_j, j);
-    if (!(d > 0)) return false;
-    row_j[j] = std::sqrt(d);
-    for (size_t i = j + 1; i < n; ++i) {
-      double* row_i = &a[i * n];
-      row_i[j] = (row_i[j] - DotF64(row_i, row_j, j)) / row_j[j];
+// Left-looking, four columns at a time: each row below the block makes one pass over its finished
+// columns for all four (the rows are far larger than cache; one pass per column made the factor
+// memory-bound), and the rows are split over the pool.
+bool CholeskyLower(std::vector<double>& a, size_t n, ThreadPool* pool) {
+  constexpr size_t kCols = 4;
+  for (size_t j0 = 0; j0 < n; j0 += kCols) {
+    const size_t m = std::min(kCols, n - j0);
+    for (size_t j = j0; j < j0 + m; ++j) {  // the block's own rows, column by column
+      double* row_j = &a[j * n];
+      const double d = row_j[j] - DotF64(row_j, row_j, j);
+      if (!(d > 0)) return false;
+      row_j[j] = std::sqrt(d);
+      for (size_t i = j + 1; i < j0 + m; ++i) {
+        double* row_i = &a[i * n];
+        row_i[j] = (row_i[j] - DotF64(row_i, row_j, j)) / row_j[j];
+      }
     }
+    const size_t first = j0 + m;
+    if (first >= n) break;
+    ParallelFor(pool, n - first, [&](size_t begin, size_t end) {
+      for (size_t i = first + begin; i < first + end; ++i) {
+        double* row_i = &a[i * n];
+        double s[kCols] = {0, 0, 0, 0};
+        if (m == kCols) DotF64Rows4(row_i, &a[j0 * n], n, j0, s);
+        else
+          for (size_t c = 0; c < m; ++c) s[c] = DotF64(row_i, &a[(j0 + c) * n], j0);
+        for (size_t c = 0; c < m; ++c) {  // then the block's columns before this one
+          const double* row_j = &a[(j0 + c) * n];
+          double v = row_i[j0 + c] - s[c];
+          for (size_t p = 0; p < c; ++p) v -= row_i[j0 + p] * row_j[j0 + p];
+          row_i[j0 + c] = v / row_j[j0 + c];
+        }
+      }
+    });
   }
   for (size_t i = 0; i < n; ++i) std::fill(&a[i * n + i + 1], &a[(i + 1) * n], 0.0);
   return true;
@@ -35,18 +59,26 @@ bool CholeskyLower(std::vector<double>& a, size_t n) {
 // inverse, instead of inverting H and factoring the inverse again. Returns false if H is not
 // positive definite. The inverse's columns are independent: they go to the pool.
 bool InverseCholeskyUpper(std::vector<double>& l, size_t n, std::vector<float>& u_out, ThreadPool* pool) {
-  if (!CholeskyLower(l, n)) return false;
+  if (!CholeskyLower(l, n, pool)) return false;
   // Columns of L^-1 by forward substitution (L x = e_j), stored transposed so the solve reads
   // contiguous memory: inv_t[j * n + i] = (L^-1)[i][j], nonzero for i >= j.
+  // Four columns at a time, so each row of L is read once per four (x_c is zero above its diagonal,
+  // so all four dots can start at the first column's).
   std::vector<double> inv_t(n * n, 0.0);
   const auto solve = [&](size_t begin, size_t end) {
-    for (size_t j = begin; j < end; ++j) {
-      double* x = &inv_t[j * n];  // x[i] for i >= j
-      x[j] = 1.0 / l[j * n + j];
-      for (size_t i = j + 1; i < n; ++i) x[i] = -DotF64(&l[i * n + j], &x[j], i - j) / l[i * n + i];
+    for (size_t j = begin * 4; j < std::min(n, end * 4); j += 4) {
+      const size_t m = std::min<size_t>(4, n - j);
+      double* x = &inv_t[j * n];  // x_c[i] = x[c * n + i] for i >= j + c
+      for (size_t i = j; i < n; ++i) {
+        double s[4] = {0, 0, 0, 0};
+        if (m == 4) DotF64Rows4(&l[i * n + j], x + j, n, i - j, s);
+        else
+          for (size_t c = 0; c < m; ++c) s[c] = DotF64(&l[i * n + j], x + c * n + j, i - j);
+        for (size_t c = 0; c < m && j + c <= i; ++c) x[c * n + i] = (j + c == i ? 1.0 : -s[c]) / l[i * n + i];
+      }
     }
   };
-  ParallelFor(pool, n, solve);
+  ParallelFor(pool, (n + 3) / 4, solve);
   u_out.assign(n * n, 0.0f);
   for (size_t a = 0; a < n; ++a)
     for (size_t b = a; b < n; ++b) u_out[a * n + b] = static_cast<float>(inv_t[(n - 1 - b) * n + (n - 1 - a)]);

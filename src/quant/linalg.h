@@ -10,6 +10,10 @@ namespace lowbit {
 double DotF64(const double* a, const double* b, size_t n);
 double DotF64Ref(const double* a, const double* b, size_t n);
 
+// out[c] = sum a[i] * b[c * b_stride + i] over i < n, for c < 4: four dot products in one pass over a.
+void DotF64Rows4(const double* a, const double* b, size_t b_stride, size_t n, double* out);
+void DotF64Rows4Ref(const double* a, const double* b, size_t b_stride, size_t n, double* out);
+
 // The rank-k update of a block of rows: for r < n_rows and j in [begin, end),
 //   rows[r * row_stride + j] -= sum over i < k of coef[r * coef_stride + i] * u[i * u_stride + j],
 // the products subtracted in order of i (each row's arithmetic is independent of n_rows).
