@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "quant/linalg.h"
 #include "quant/column_order.h"
 #include "quant/fake_quant.h"
+#include "quant/linalg.h"
 #include "quant/rtn.h"
 
 namespace lowbit {
