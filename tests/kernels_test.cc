@@ -7,6 +7,7 @@
 #include <random>
 #include <numbers>
 
+#include "formats/minifloat.h"
 #include "kernels/activation.h"
 #include "kernels/attention_tile.h"
 #include "kernels/dot.h"
@@ -147,6 +148,45 @@ TEST(AttendTile, OnlineSoftmaxMatchesReferenceAndDirectSoftmax) {
                                               << " on " << target;
       });
     }
+}
+
+// A 16-bit KV cache is read in place, each value widened in registers: the result must be exactly
+// the result on the same values stored as fp32 (same operations, same order), on every target and
+// in the reference, with the next tile's prefetch pointers set or not.
+TEST(AttendTile, SixteenBitTilesEqualTheirValuesInFp32) {
+  for (const TileElement element : {TileElement::kF16, TileElement::kBF16})
+    for (const size_t head_dim : {size_t{20}, size_t{64}, size_t{128}})
+      for (const size_t heads : {size_t{1}, size_t{4}}) {
+        const size_t stride = head_dim + 16, tiles = 3, per_tile = 13;
+        std::vector<float> k = Gaussian(tiles * per_tile * stride, 10, 2.0f), v = Gaussian(tiles * per_tile * stride, 11);
+        std::vector<uint16_t> k16(k.size()), v16(v.size());
+        const bool f16 = element == TileElement::kF16;
+        for (size_t i = 0; i < k.size(); ++i) {  // the fp32 copy holds exactly the 16-bit values
+          k16[i] = f16 ? Fp32ToFp16(k[i]) : Fp32ToBf16(k[i]);
+          v16[i] = f16 ? Fp32ToFp16(v[i]) : Fp32ToBf16(v[i]);
+          k[i] = f16 ? Fp16ToFp32(k16[i]) : Bf16ToFp32(k16[i]);
+          v[i] = f16 ? Fp16ToFp32(v16[i]) : Bf16ToFp32(v16[i]);
+        }
+        const std::vector<float> q = Gaussian(heads * head_dim, 12);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        const auto run = [&](bool reference, bool sixteen) {
+          std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
+          for (size_t t = 0; t < tiles; ++t) {
+            const size_t at = t * per_tile * stride, next = t + 1 < tiles ? at + per_tile * stride : at;
+            const AttentionTile tile = sixteen ? AttentionTile{&k16[at], stride, &v16[at], stride, per_tile, element,
+                                                              &k16[next], &v16[next]}
+                                               : AttentionTile{&k[at], stride, &v[at], stride, per_tile};
+            (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
+                                                     {max.data(), sum.data(), acc.data()}, scores.data());
+          }
+          return acc;
+        };
+        const auto label = [&] { return fmt::format("{} head_dim {} heads {}", f16 ? "fp16" : "bf16", head_dim, heads); };
+        ASSERT_EQ(run(true, true), run(true, false)) << label();
+        ForEachTarget([&](const std::string& target) {
+          ASSERT_EQ(run(false, true), run(false, false)) << label() << " on " << target;
+        });
+      }
 }
 
 }  // namespace

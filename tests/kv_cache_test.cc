@@ -143,7 +143,9 @@ TEST(KvCache, DtypeNamesRoundTripAndUnknownNamesFail) {
 
 TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
   const ModelConfig c = SmallConfig();
-  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kInt8, KvDtype::kInt4}) {
+  // fp32 and the 16-bit dtypes are read in place (the kernel widens fp16 / bf16 in registers and
+  // prefetches the next tile); the others decode into tiles.
+  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8, KvDtype::kInt4}) {
     const size_t positions = 70;
     const Filled f = Fill(dtype, positions, 3);
     std::mt19937 rng(4);
@@ -180,6 +182,40 @@ TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
     AttendBlocked(f.cache, first, scratch, out.data());
     const KvCache::Tile v = f.cache.ReadV(1, 1, 0, 1, 0, scratch_v.data());
     for (size_t i = 0; i < c.head_dim; ++i) EXPECT_NEAR(out[i], v.data[i], 1e-6);
+  }
+}
+
+// Few long jobs are split into segments over the threads, each with its own online softmax, merged
+// at the end: the merged output equals one pass over the whole range, for caches read in place and
+// decoded, with windows that cut the range and soft-capping.
+TEST(Attention, SplitSegmentsMergeToTheWholeRange) {
+  EXPECT_EQ(AttentionSegments(1, 2, 16384, 32), 4u);  // one KV head: twice the threads
+  EXPECT_EQ(AttentionSegments(2, 2, 16384, 32), 2u);
+  EXPECT_EQ(AttentionSegments(8, 2, 16384, 32), 1u);  // enough jobs already
+  EXPECT_EQ(AttentionSegments(1, 2, 100, 32), 1u);    // too short to be worth splitting
+  EXPECT_EQ(AttentionSegments(1, 1, 16384, 32), 1u);
+  const ModelConfig c = SmallConfig();
+  ThreadPool pool(3);
+  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kInt4}) {
+    const size_t positions = 300;  // 19 blocks of 16: 4 segments of 4 or 5 blocks
+    const Filled f = Fill(dtype, positions, 5);
+    std::mt19937 rng(6);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> q(2 * c.head_dim);
+    for (float& x : q) x = normal(rng);
+    for (const size_t window : {size_t{0}, size_t{70}, size_t{250}})
+      for (const float softcap : {0.0f, 3.0f}) {
+        const size_t position = positions - 1, first = window > 0 ? position + 1 - window : 0;
+        const AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f), first, softcap};
+        EXPECT_GT(AttentionSegments(1, pool.size(), position + 1 - first, 16), window == 70 ? 0u : 1u);
+        std::vector<float> whole(q.size()), split(q.size());
+        AttentionScratch scratch;
+        AttendBlocked(f.cache, query, scratch, whole.data());
+        const AttentionJob job{&f.cache, query, split.data()};
+        AttendJobs(std::span(&job, 1), pool);
+        for (size_t i = 0; i < q.size(); ++i)
+          ASSERT_NEAR(split[i], whole[i], 1e-5) << KvDtypeName(dtype) << " window " << window << " cap " << softcap;
+      }
   }
 }
 

@@ -355,6 +355,38 @@ TEST_F(ModelConsistencyTest, NonFiniteQuantizedScalesAreAnErrorUnlessAllowed) {
   EXPECT_TRUE(std::isinf(std::get<QuantizedTensor>(allowed.weights.layers[3].w_down.weight).Scale(5)));
 }
 
+// FP8 codes can be NaN themselves (E4M3's 0x7f): one patched into a saved FP8 weight is refused
+// naming the file, the tensor, the code and the element.
+TEST_F(ModelConsistencyTest, NanFp8CodesAreAnErrorUnlessAllowed) {
+  Model m = LoadHfModel(kModelDir);
+  QuantizeLinears(m.weights, ParseScheme("fp8_e4m3:channel"));
+  const fs::path out = dir_ / "fp8";
+  SaveQuantizedModel(m, out, kModelDir, json::object());
+  const std::string name = "model.layers.2.self_attn.o_proj.weight_packed";  // one byte per code
+  {
+    std::fstream f(out / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    std::string header(header_bytes, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+    const json h = json::parse(header);
+    ASSERT_EQ(h[name]["dtype"], "U8");
+    f.seekp(static_cast<std::streamoff>(8 + header_bytes + h[name]["data_offsets"][0].get<uint64_t>() + 77));
+    f.put(static_cast<char>(0x7f));
+  }
+  const std::string message = (out / "model.safetensors").string() + ": tensor '" + name +
+                              "' has a non-finite code (nan, 0x7f) at element 77; the model would compute NaN (pass "
+                              "--allow-nonfinite to load it anyway)";
+  try {
+    (void)LoadHfModel(out);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+  const Model allowed = LoadHfModel(out, LoadOptions{.allow_nonfinite = true});
+  EXPECT_TRUE(std::isnan(std::get<QuantizedTensor>(allowed.weights.layers[2].wo.weight).Dequantize()[77]));
+}
+
 TEST_F(ModelConsistencyTest, NonFiniteWeightsInALlama2cFile) {
   const fs::path src = LOWBIT_SOURCE_DIR "/../shared/models/stories260K/stories260K.bin";
   if (!fs::exists(src)) GTEST_SKIP() << "../shared is not available";

@@ -36,7 +36,7 @@ struct RuntimeOptions {
   std::string model, kv_dtype = "fp32";
   std::vector<std::string> formats{"loaded"};
   std::vector<size_t> batches{1};
-  size_t ctx = 512, steps = 8, tokens = 1, rounds = 1;
+  size_t ctx = 512, steps = 8, tokens = 1, rounds = 1, kv_heads = 8;
   size_t gemv_rounds = 3;  // its own field: options bound to one variable share the last default set
 };
 
@@ -175,15 +175,18 @@ void RunSpeeds(const RuntimeOptions& o, bool decode) {
               o.rounds > 1 ? fmt::format(", best of {} rounds", o.rounds).c_str() : "");
 }
 
-// One decode step's attention at position ctx - 1 over a random cache of the given shape:
-// blocked online softmax against the two-pass reference.
+// One decode step's attention at position ctx - 1 over a random cache of the given shape: the
+// engine's path (AttendJobs: blocked online softmax, long contexts split over the threads when KV
+// heads are few) against the two-pass reference, one thread per KV head; and the KV bytes one step
+// reads, against the memory bandwidth.
 void RunAttention(const RuntimeOptions& o) {
   ModelConfig c;
   c.n_layers = 1;
   c.n_heads = 32;
-  c.n_kv_heads = 8;
+  c.n_kv_heads = o.kv_heads;
   c.head_dim = 128;
   c.dim = 4096;
+  if (c.n_heads % c.n_kv_heads != 0) Fail("--kv-heads {} does not divide the {} query heads", c.n_kv_heads, c.n_heads);
   KvCache cache(c, o.ctx, KvOptions(o, c.n_layers));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -197,35 +200,49 @@ void RunAttention(const RuntimeOptions& o) {
   for (float& x : q) x = normal(rng);
   ThreadPool pool(o.threads);
   const size_t group = c.n_heads / c.n_kv_heads;
-  auto time = [&](auto attend) {
-    using Clock = std::chrono::steady_clock;
+  std::vector<AttentionJob> jobs;
+  for (size_t h = 0; h < c.n_kv_heads; ++h)
+    jobs.push_back({&cache, {0, h, o.ctx - 1, &q[h * group * c.head_dim], group, 0.088f}, &out[h * group * c.head_dim]});
+  using Clock = std::chrono::steady_clock;
+  auto time = [&](auto step) {
     const auto start = Clock::now();
     size_t calls = 0;
     do {
-      pool.ParallelFor(c.n_kv_heads, [&](size_t begin, size_t end) {
-        AttentionScratch scratch;
-        for (size_t h = begin; h < end; ++h) {
-          const AttentionQuery query{0, h, o.ctx - 1, &q[h * group * c.head_dim], group, 0.088f};
-          attend(cache, query, scratch, &out[h * group * c.head_dim]);
-        }
-      });
+      step();
       ++calls;
     } while (std::chrono::duration<double>(Clock::now() - start).count() < o.seconds);
     return std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(calls) * 1e6;
   };
-  const double blocked = time(AttendBlocked), two_pass = time(AttendTwoPass);
+  const double blocked = time([&] { AttendJobs(jobs, pool); });
+  const double two_pass = time([&] {
+    pool.ParallelFor(jobs.size(), [&](size_t begin, size_t end) {
+      AttentionScratch scratch;
+      for (size_t i = begin; i < end; ++i) AttendTwoPass(cache, jobs[i].query, scratch, jobs[i].out);
+    });
+  });
+  const size_t segments = AttentionSegments(jobs.size(), pool.size(), o.ctx, cache.options().block_tokens);
+  const double kv_bytes = static_cast<double>(cache.bytes());
+  const MemoryBandwidth m = Bandwidth(o, pool);
+  const double bound_us = kv_bytes / (m.triad_gbps * 1e9) * 1e6;
   if (o.json) {
-    std::puts(nlohmann::json({{"ctx", o.ctx}, {"kv_cache_dtype", o.kv_dtype}, {"blocked_us", blocked},
-                              {"two_pass_us", two_pass}, {"speedup", two_pass / blocked}})
+    std::puts(nlohmann::json({{"ctx", o.ctx}, {"kv_cache_dtype", o.kv_dtype}, {"kv_heads", c.n_kv_heads},
+                              {"threads", pool.size()}, {"segments", segments}, {"blocked_us", blocked},
+                              {"two_pass_us", two_pass}, {"speedup", two_pass / blocked}, {"kv_bytes", kv_bytes},
+                              {"triad_gbps", m.triad_gbps}, {"bandwidth_bound_us", bound_us},
+                              {"blocked_over_bound", blocked / bound_us}})
                   .dump(2)
                   .c_str());
     return;
   }
-  PrintTable({"kernel", "us per decode step", "scores held per query head"},
-             {{"blocked online softmax", fmt::format("{:.1f}", blocked), std::to_string(cache.options().block_tokens)},
-              {"two-pass", fmt::format("{:.1f}", two_pass), std::to_string(o.ctx)}});
-  std::printf("\nOne layer, 32 query heads over 8 KV heads of 128, ctx %zu, KV cache %s, %zu threads.\n", o.ctx,
-              o.kv_dtype.c_str(), pool.size());
+  PrintTable({"kernel", "us per decode step", "KV GB/s", "x bandwidth bound", "scores held per query head"},
+             {{"blocked online softmax", fmt::format("{:.1f}", blocked), fmt::format("{:.1f}", kv_bytes / blocked / 1e3),
+               fmt::format("{:.2f}", blocked / bound_us), std::to_string(cache.options().block_tokens)},
+              {"two-pass", fmt::format("{:.1f}", two_pass), fmt::format("{:.1f}", kv_bytes / two_pass / 1e3),
+               fmt::format("{:.2f}", two_pass / bound_us), std::to_string(o.ctx)}});
+  std::printf("\nOne layer, 32 query heads over %zu KV heads of 128, ctx %zu, KV cache %s (%.1f MB), %zu threads;\n"
+              "blocked splits each KV head's positions into %zu segment(s). Bound: the KV bytes at the triad's %.1f GB/s.\n",
+              static_cast<size_t>(c.n_kv_heads), o.ctx, o.kv_dtype.c_str(), kv_bytes / 1e6, pool.size(), segments,
+              m.triad_gbps);
 }
 
 }  // namespace
@@ -278,7 +295,9 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
   auto* attention = bench.add_subcommand("attention", "Blocked online-softmax attention vs the two-pass version");
   attention->add_option("--ctx", o->ctx, "Cached positions")->default_val(4096)->check(Positive());
   attention->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
+  attention->add_option("--kv-heads", o->kv_heads, "KV heads (of 32 query heads)")->default_val(8)->check(Positive());
   attention->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
+  attention->add_option("--size-mib", o->memory_mib, "Bandwidth test size")->default_val(1536)->check(Positive());
   common(attention);
   attention->callback([o] { RunAttention(*o); });
 }

@@ -324,12 +324,12 @@ class TensorEncoder {
     if (!src.linears.empty()) {
       for (const Linear* l : src.linears) {
         LOWBIT_CHECK(l->cols() == cols);
-        if (const auto* d = std::get_if<DenseMatrix>(&l->weight)) parts.push_back({nullptr, d->values.data(), l->rows()});
+        if (const auto* d = std::get_if<DenseMatrix>(&l->weight)) parts.push_back({nullptr, d->values.data(), l->rows(), {}});
         else parts.push_back({&std::get<QuantizedTensor>(l->weight), nullptr, l->rows(), l->input_order});
       }
     } else {
       LOWBIT_CHECK(src.values && src.values->size() == rows * cols);
-      parts.push_back({nullptr, src.values->data(), rows});
+      parts.push_back({nullptr, src.values->data(), rows, {}});
     }
     LOWBIT_CHECK(std::accumulate(parts.begin(), parts.end(), uint64_t{0},
                                  [](uint64_t n, const Part& p) { return n + p.rows; }) == rows);

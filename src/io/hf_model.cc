@@ -279,6 +279,9 @@ class HfTensors {
     if (const auto* q = std::get_if<QuantizedTensor>(&l.weight); q && !options_.allow_nonfinite) {
       const std::string scales = name + (model_.Find(name + ".scales") ? ".scales" : ".weight_scale");  // GPTQ / AWQ: .scales
       CheckScalesFinite(*q, scales, FileOf(scales));
+      std::string codes = name + ".weight";  // FP8 checkpoints; lowbit folders pack codes as .weight_packed
+      if (model_.Find(name + ".weight_packed")) codes += "_packed";
+      CheckCodesFinite(*q, codes, FileOf(codes));
     }
     if (with_bias) l.bias = Vector(name + ".bias", rows);
     l.input_quant = engine_ ? engine_->InputQuantOf(model_, name) : quantized_.InputQuantOf(name);

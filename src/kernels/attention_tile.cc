@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "formats/minifloat.h"
 #include "kernels/attention_tile.h"
 
 #ifndef LOWBIT_KERNELS_ATTENTION_TILE_SCALAR_  // once, not per target
@@ -28,12 +29,20 @@ void RescaleTo(float new_max, float& max, float& sum, float* acc, size_t head_di
   max = new_max;
 }
 
+float ElementAt(const void* row, TileElement element, size_t i) {
+  switch (element) {
+    case TileElement::kF16: return Fp16ToFp32(static_cast<const uint16_t*>(row)[i]);
+    case TileElement::kBF16: return Bf16ToFp32(static_cast<const uint16_t*>(row)[i]);
+    default: return static_cast<const float*>(row)[i];
+  }
+}
+
 void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softcap, const AttentionTile& t,
                       float& max, float& sum, float* acc, float* scores) {
   float tile_max = -INFINITY;
   for (size_t i = 0; i < t.n; ++i) {
     float s = 0;
-    for (size_t j = 0; j < head_dim; ++j) s += q[j] * t.k[i * t.k_stride + j];
+    for (size_t j = 0; j < head_dim; ++j) s += q[j] * ElementAt(t.k, t.element, i * t.k_stride + j);
     scores[i] = s * scale;
     if (softcap > 0) scores[i] = softcap * std::tanh(scores[i] / softcap);
     tile_max = std::max(tile_max, scores[i]);
@@ -42,7 +51,7 @@ void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softca
   for (size_t i = 0; i < t.n; ++i) {
     const float p = std::exp(scores[i] - max);
     sum += p;
-    for (size_t j = 0; j < head_dim; ++j) acc[j] += p * t.v[i * t.v_stride + j];
+    for (size_t j = 0; j < head_dim; ++j) acc[j] += p * ElementAt(t.v, t.element, i * t.v_stride + j);
   }
 }
 
@@ -67,10 +76,34 @@ void SoftCap(float softcap, size_t n, float* HWY_RESTRICT scores) {
   for (; i < n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
 }
 
-template <size_t kVectors>
+// One vector of a K or V row, widened to fp32 in registers.
+template <class D>
+hn::Vec<D> LoadRow(D d, const float* HWY_RESTRICT p) {
+  return hn::LoadU(d, p);
+}
+template <class D, class T>
+hn::Vec<D> LoadRow(D d, const T* HWY_RESTRICT p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p));
+}
+
+// Head h's share of the next tile, at its position step [i, i + step): rows [(h n + i) / heads,
+// (h n + i + step) / heads), so the heads' steps together fetch every row once, spread over the
+// whole tile (a burst at one head's steps filled the miss queue and stalled the loads).
+template <class T>
+void PrefetchShare(const void* base, size_t stride, size_t row_bytes, size_t h, size_t heads, size_t i, size_t step,
+                   size_t n) {
+  if (base == nullptr) return;
+  for (size_t r = (h * n + i) / heads; r < (h * n + i + step) / heads; ++r)
+    for (size_t b = 0; b < row_bytes; b += 64)  // to L2: this tile and the next do not both fit L1
+      __builtin_prefetch(reinterpret_cast<const char*>(static_cast<const T*>(base) + r * stride) + b, 0, 2);
+}
+
+template <size_t kVectors, class T>
 void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float softcap, const AttentionTile& t,
                  OnlineSoftmax state, float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
+  const T* HWY_RESTRICT keys = static_cast<const T*>(t.k);
+  const T* HWY_RESTRICT values = static_cast<const T*>(t.v);
   const hn::Full128<float> d4;
   const size_t N = hn::Lanes(d), head_dim = kVectors * N;
   // Independent partial outputs for consecutive positions, so short heads still keep several
@@ -82,19 +115,20 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
     for (size_t j = 0; j < kVectors; ++j) qv[j] = hn::LoadU(d, qh + j * N);
     size_t i = 0;
     for (; i + 4 <= t.n; i += 4) {  // four positions, one reduction
-      const float* k = t.k + i * t.k_stride;
+      PrefetchShare<T>(t.next_k, t.k_stride, head_dim * sizeof(T), h, heads, i, 4, t.n);
+      const T* k = keys + i * t.k_stride;
       auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
       for (size_t j = 0; j < kVectors; ++j) {
-        s0 = hn::MulAdd(qv[j], hn::LoadU(d, k + j * N), s0);
-        s1 = hn::MulAdd(qv[j], hn::LoadU(d, k + t.k_stride + j * N), s1);
-        s2 = hn::MulAdd(qv[j], hn::LoadU(d, k + 2 * t.k_stride + j * N), s2);
-        s3 = hn::MulAdd(qv[j], hn::LoadU(d, k + 3 * t.k_stride + j * N), s3);
+        s0 = hn::MulAdd(qv[j], LoadRow(d, k + j * N), s0);
+        s1 = hn::MulAdd(qv[j], LoadRow(d, k + t.k_stride + j * N), s1);
+        s2 = hn::MulAdd(qv[j], LoadRow(d, k + 2 * t.k_stride + j * N), s2);
+        s3 = hn::MulAdd(qv[j], LoadRow(d, k + 3 * t.k_stride + j * N), s3);
       }
       hn::StoreU(hn::Mul(SumOfFour(d, s0, s1, s2, s3), hn::Set(d4, scale)), d4, scores + i);
     }
     for (; i < t.n; ++i) {
       auto s = hn::Zero(d);
-      for (size_t j = 0; j < kVectors; ++j) s = hn::MulAdd(qv[j], hn::LoadU(d, t.k + i * t.k_stride + j * N), s);
+      for (size_t j = 0; j < kVectors; ++j) s = hn::MulAdd(qv[j], LoadRow(d, keys + i * t.k_stride + j * N), s);
       scores[i] = hn::GetLane(hn::SumOfLanes(d, s)) * scale;
     }
     if (softcap > 0) SoftCap(softcap, t.n, scores);
@@ -121,13 +155,14 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
     }
     for (i = 0; i + kSets <= t.n; i += kSets)
       for (size_t set = 0; set < kSets; ++set) {
+        PrefetchShare<T>(t.next_v, t.v_stride, head_dim * sizeof(T), h, heads, i + set, 1, t.n);
         const auto p = hn::Set(d, scores[i + set]);
-        const float* v = t.v + (i + set) * t.v_stride;
-        for (size_t j = 0; j < kVectors; ++j) out[set][j] = hn::MulAdd(p, hn::LoadU(d, v + j * N), out[set][j]);
+        const T* v = values + (i + set) * t.v_stride;
+        for (size_t j = 0; j < kVectors; ++j) out[set][j] = hn::MulAdd(p, LoadRow(d, v + j * N), out[set][j]);
       }
     for (; i < t.n; ++i) {
       const auto p = hn::Set(d, scores[i]);
-      for (size_t j = 0; j < kVectors; ++j) out[0][j] = hn::MulAdd(p, hn::LoadU(d, t.v + i * t.v_stride + j * N), out[0][j]);
+      for (size_t j = 0; j < kVectors; ++j) out[0][j] = hn::MulAdd(p, LoadRow(d, values + i * t.v_stride + j * N), out[0][j]);
     }
     for (size_t j = 0; j < kVectors; ++j) {
       for (size_t set = 1; set < kSets; ++set) out[0][j] = hn::Add(out[0][j], out[set][j]);
@@ -139,12 +174,19 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
 void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
                     const AttentionTile& t, OnlineSoftmax state, float* HWY_RESTRICT scores) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  auto by_element = [&]<size_t kVectors>() {
+    switch (t.element) {
+      case TileElement::kF16: return AttendHeads<kVectors, hwy::float16_t>(q, heads, scale, softcap, t, state, scores);
+      case TileElement::kBF16: return AttendHeads<kVectors, hwy::bfloat16_t>(q, heads, scale, softcap, t, state, scores);
+      default: return AttendHeads<kVectors, float>(q, heads, scale, softcap, t, state, scores);
+    }
+  };
   switch (head_dim % N == 0 ? head_dim / N : 0) {
-    case 1: return AttendHeads<1>(q, heads, scale, softcap, t, state, scores);
-    case 2: return AttendHeads<2>(q, heads, scale, softcap, t, state, scores);
-    case 4: return AttendHeads<4>(q, heads, scale, softcap, t, state, scores);
-    case 8: return AttendHeads<8>(q, heads, scale, softcap, t, state, scores);
-    case 16: return AttendHeads<16>(q, heads, scale, softcap, t, state, scores);
+    case 1: return by_element.template operator()<1>();
+    case 2: return by_element.template operator()<2>();
+    case 4: return by_element.template operator()<4>();
+    case 8: return by_element.template operator()<8>();
+    case 16: return by_element.template operator()<16>();
     default:  // other head sizes (80, 96, ...): the scalar steps
       for (size_t h = 0; h < heads; ++h)
         AttendHeadScalar(q + h * head_dim, head_dim, scale, softcap, t, state.max[h], state.sum[h],

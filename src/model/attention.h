@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "model/kv_cache.h"
 
 namespace lowbit {
@@ -26,10 +28,26 @@ struct AttentionQuery {
 
 // Reusable per-thread buffers, sized on first use.
 struct AttentionScratch {
-  std::vector<float> k_tile, v_tile, scores, acc, max, sum;
+  std::vector<float> k_tile, v_tile, scores, state;
 };
 
 void AttendBlocked(const KvCache& cache, const AttentionQuery& query, AttentionScratch& scratch, float* out);
 void AttendTwoPass(const KvCache& cache, const AttentionQuery& query, AttentionScratch& scratch, float* out);
+
+// One query's attention and where its [heads x head_dim] output goes.
+struct AttentionJob {
+  const KvCache* cache;
+  AttentionQuery query;
+  float* out;
+};
+
+// Every job on the pool. When there are fewer jobs than the pool can keep busy (a decode step of one
+// sequence over few KV heads), each long job's positions are split into block-aligned segments run
+// as separate tasks, each keeping its own online-softmax state, merged at the end (flash-decoding):
+// all threads then share one long context instead of one thread per KV head.
+void AttendJobs(std::span<const AttentionJob> jobs, ThreadPool& pool);
+// How many segments AttendJobs splits each job into (1 = none), for the job count, the pool's
+// threads and the longest job's positions.
+size_t AttentionSegments(size_t jobs, size_t threads, size_t positions, size_t block_tokens);
 
 }  // namespace lowbit

@@ -109,23 +109,23 @@ void Engine::ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)
 void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out) {
   const ModelConfig& c = model_.config;
   const size_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
-  // Flatten (sequence, token, KV head) into one parallel range.
+  // One job per (sequence, token, KV head); AttendJobs splits long ones when they are few.
   std::vector<std::pair<size_t, size_t>> token_of;  // (batch index, token index)
   for (size_t b = 0; b < batch.size(); ++b)
     for (size_t t = 0; t < batch[b].tokens.size(); ++t) token_of.emplace_back(b, t);
   const size_t window = c.sliding(layer) ? c.sliding_window : 0;
   const float scale = c.attention_scale();
-  pool_.ParallelFor(token_of.size() * c.n_kv_heads, [&](size_t begin, size_t end) {
-    AttentionScratch scratch;
-    for (size_t task = begin; task < end; ++task) {
-      const size_t row = task / c.n_kv_heads, kv_head = task % c.n_kv_heads;
+  std::vector<AttentionJob> jobs;
+  jobs.reserve(token_of.size() * c.n_kv_heads);
+  for (size_t row = 0; row < token_of.size(); ++row)
+    for (size_t kv_head = 0; kv_head < c.n_kv_heads; ++kv_head) {
       const auto [b, t] = token_of[row];
       const size_t first = row * c.q_dim() + kv_head * group * hd, position = batch[b].cache->size() + t;
       const AttentionQuery query{layer, kv_head, position, q + first, group, scale,
                                  window > 0 && position >= window ? position + 1 - window : 0, c.attn_softcap};
-      AttendBlocked(*batch[b].cache, query, scratch, out + first);
+      jobs.push_back({batch[b].cache, query, out + first});
     }
-  });
+  AttendJobs(jobs, pool_);
 }
 
 ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const float* x, size_t n_tokens) {

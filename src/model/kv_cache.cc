@@ -103,9 +103,9 @@ void KvCache::Clear() {
 }
 
 KvCache::Block KvCache::NewBlock(size_t layer) const {
-  const size_t b = options_.block_tokens, kv = config_.kv_dim();
-  Block block{k_transposed_ ? QuantizedTensor(k_scheme_, kv, b) : QuantizedTensor(k_scheme_, b, kv),
-              QuantizedTensor(v_scheme_, b, kv)};
+  const size_t b = options_.block_tokens, kv = config_.kv_dim(), rows = config_.n_kv_heads * b;
+  Block block{k_transposed_ ? QuantizedTensor(k_scheme_, kv, b) : QuantizedTensor(k_scheme_, rows, config_.head_dim),
+              QuantizedTensor(v_scheme_, rows, config_.head_dim)};
   SetLayerScales(block, layer);
   return block;
 }
@@ -139,13 +139,15 @@ size_t KvCache::QuantizedBefore(size_t reader) const {
 
 void KvCache::Write(size_t layer, size_t pos, const float* k, const float* v) {
   if (pos >= capacity_) Fail("KV cache: position {} is past the capacity of {}", pos, capacity_);
-  const size_t kv = config_.kv_dim(), hd = config_.head_dim, row = pos % options_.block_tokens;
+  const size_t kv = config_.kv_dim(), hd = config_.head_dim, b = options_.block_tokens, row = pos % b;
   Block& block = BlockAt(layer, pos);
   auto encode_row = [&](QuantizedTensor& q, const float* values) {
-    if (q.scheme().granularity.kind == GranularityKind::kGroup)  // per token and head: scales first
-      for (size_t h = 0; h < config_.n_kv_heads; ++h)
-        ChooseCellScale(q, row * q.grid().grid_cols + h, std::span<const float>(values + h * hd, hd));
-    EncodeRow(q, row, values);
+    for (size_t h = 0; h < config_.n_kv_heads; ++h) {
+      const float* head = values + h * hd;
+      if (q.scheme().granularity.kind == GranularityKind::kGroup)  // per token and head: the scale first
+        ChooseCellScale(q, h * b + row, std::span<const float>(head, hd));
+      EncodeRow(q, h * b + row, head);
+    }
   };
   encode_row(block.v, v);
   if (!kivi()) {
@@ -211,18 +213,39 @@ KvCache::Tile KvCache::Read(bool key, size_t layer, size_t head, size_t begin, s
   const Block& block = blocks_[block_table_[layer][begin / b]];
   const QuantizedTensor& q = key ? block.k : block.v;
   const size_t first = begin % b, n = end - begin;
-  if (kivi() && key) {  // [kv_dim x block]: one channel per row
-    std::vector<float> channel(b);
-    for (size_t c = 0; c < hd; ++c) {
-      q.DequantizeRow(head * hd + c, channel.data());
-      for (size_t t = 0; t < n; ++t) scratch[t * hd + c] = channel[first + t];
-    }
+  if (kivi() && key) {  // [kv_dim x block]: one channel per row, the head's rows decoded at once
+    thread_local std::vector<float> channels;
+    channels.resize(hd * b);
+    q.DequantizeRows(head * hd, hd, channels.data());
+    for (size_t t = 0; t < n; ++t)
+      for (size_t c = 0; c < hd; ++c) scratch[t * hd + c] = channels[c * b + first + t];
     return {scratch, hd};
   }
-  if (q.scheme().element->bits == 32)
-    return {reinterpret_cast<const float*>(q.codes().data() + first * q.row_bytes()) + head * hd, kv};
-  for (size_t t = 0; t < n; ++t) q.DequantizeRange(first + t, head * hd, hd, scratch + t * hd);
+  // A head's positions are consecutive rows of the block: one contiguous run of memory.
+  const size_t row = head * b + first;
+  if (q.scheme().element->bits == 32) return {reinterpret_cast<const float*>(q.codes().data() + row * q.row_bytes()), hd};
+  q.DequantizeRows(row, n, scratch);
   return {scratch, hd};
+}
+
+bool KvCache::TilesInPlace() const {
+  return options_.dtype == KvDtype::kF32 || options_.dtype == KvDtype::kF16 || options_.dtype == KvDtype::kBF16;
+}
+
+AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
+                                float* v_scratch) const {
+  const size_t b = options_.block_tokens, hd = config_.head_dim;
+  const bool f16 = options_.dtype == KvDtype::kF16;
+  if (f16 || options_.dtype == KvDtype::kBF16) {
+    LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
+    const Block& block = blocks_[block_table_[layer][begin / b]];
+    const size_t at = (head * b + begin % b) * block.k.row_bytes();
+    return {block.k.codes().data() + at, hd, block.v.codes().data() + at, hd, end - begin,
+            f16 ? TileElement::kF16 : TileElement::kBF16};
+  }
+  const Tile k = Read(true, layer, head, begin, end, reader, k_scratch);
+  const Tile v = Read(false, layer, head, begin, end, reader, v_scratch);
+  return {k.data, k.stride, v.data, v.stride, end - begin};
 }
 
 KvCache::Tile KvCache::ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader,

@@ -8,8 +8,9 @@
 //                        asymmetric; the newest `recent_tokens` positions stay in fp16 until a
 //                        whole block of older tokens is ready, so recent tokens are exact and
 //                        history is compact.
-// Readers decode one KV head over a range of positions into a small tile (attention never needs
-// more than one block at a time).
+// Within a block, each KV head's positions are consecutive rows ([kv_heads x block] rows of
+// head_dim), so a reader's tile is one contiguous run of memory. Readers decode one KV head over a
+// range of positions into a small tile (attention never needs more than one block at a time).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/attention_tile.h"
 #include "model/config.h"
 #include "quant/quantized_tensor.h"
 
@@ -63,6 +65,12 @@ class KvCache {
   };
   Tile ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
   Tile ReadV(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
+  // K and V together for attention: fp16 / bf16 caches are handed over in place (the kernel widens
+  // them in registers), other dtypes decode into the scratch tiles as ReadK / ReadV.
+  // Whether ReadTile points into the cache (fp32 / fp16 / bf16): then it costs nothing but the pointers.
+  bool TilesInPlace() const;
+  AttentionTile ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
+                         float* v_scratch) const;
 
   size_t bytes() const;          // held now (reusable blocks too), metadata and the fp16 window included
   double BytesPerToken() const;  // one more cached position in a full block, all layers, K + V

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -141,6 +142,27 @@ void CheckScalesFinite(const QuantizedTensor& q, std::string_view name, std::str
     if (const float s = q.Scale(cell); !std::isfinite(s)) fail("scale", s, cell);
     if (offset)
       if (const float b = q.Bias(cell); !std::isfinite(b)) fail("zero point", b, cell);
+  }
+}
+
+void CheckCodesFinite(const QuantizedTensor& q, std::string_view name, std::string_view file) {
+  // Only 8-bit float elements have codes that decode to NaN or Inf; 16-bit weights are checked as
+  // they are converted (SixteenBitMatrix).
+  if (q.scheme().element->bits != 8) return;
+  const std::span<const float> table = q.decode_table().first(256);
+  std::array<uint8_t, 256> bad{};
+  bool any = false;
+  for (size_t c = 0; c < 256; ++c) any |= (bad[c] = !std::isfinite(table[c])) != 0;
+  if (!any) return;
+  for (uint64_t r = 0; r < q.rows(); ++r) {
+    const uint8_t* row = q.codes().data() + r * q.row_bytes();
+    uint8_t found = 0;  // branch-free over the row, searched only when it has one
+    for (uint64_t i = 0; i < q.cols(); ++i) found |= bad[row[i]];
+    if (!found) continue;
+    for (uint64_t i = 0; i < q.cols(); ++i)
+      if (bad[row[i]])
+        Fail("{}: tensor '{}' has a non-finite code ({}, {:#04x}) at element {}; the model would compute NaN (pass "
+             "--allow-nonfinite to load it anyway)", file, name, table[row[i]], row[i], r * q.cols() + i);
   }
 }
 

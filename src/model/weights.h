@@ -170,9 +170,12 @@ size_t FirstNonFinite(std::span<const float> values);
 // (elements `offset` on of tensor `name` in `file`) hold a NaN or Inf.
 void CheckFinite(std::span<const float> values, uint64_t offset, std::string_view name, std::string_view file);
 // The same for the scales, zero points / biases and tensor scale of a quantized tensor: "FILE: tensor
-// 'NAME' has a non-finite scale (inf) in scale cell I; ..." (codes need no check: integer grids and
-// the float tables lowbit reads hold finite values only).
+// 'NAME' has a non-finite scale (inf) in scale cell I; ...".
 void CheckScalesFinite(const QuantizedTensor& q, std::string_view name, std::string_view file);
+// And for its codes, where the element has codes that decode to NaN or Inf (FP8: E4M3's 0x7f/0xff,
+// E5M2's exponent 31; integer grids and the other float tables have none, and are not scanned):
+// "FILE: tensor 'NAME' has a non-finite code (nan, 0x7f) at element I; ...".
+void CheckCodesFinite(const QuantizedTensor& q, std::string_view name, std::string_view file);
 // The same for every fp32 tensor of a loaded model (embeddings, norms, dense linears, biases,
 // outlier columns), named as in ValidateWeights: for loaders that do not convert tensor by tensor.
 void CheckWeightsFinite(const ModelWeights& w, const std::string& source);

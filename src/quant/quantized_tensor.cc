@@ -198,19 +198,42 @@ void QuantizedTensor::DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, fl
     return;
   }
   if (e.bits == 16) {
-    std::vector<uint16_t> halves(n);
-    std::memcpy(halves.data(), codes, n * 2);
-    if (e.minifloat == &kFp16) Fp16ToFp32Row(halves.data(), n, out);
-    else Bf16ToFp32Row(halves.data(), n, out);
+    HalvesToFp32(codes, n, out);
     return;
   }
   const uint64_t first_group = grid_.grid_cols == 1 ? 0 : begin / grid_.cell_cols;
   LOWBIT_CHECK(grid_.grid_cols == 1 || begin % grid_.cell_cols == 0);
-  std::vector<float> scales(grid_.grid_cols), biases(scheme_.asymmetric() ? grid_.grid_cols : 0);
+  // Per thread, not per call: KV cache tiles decode one short row at a time.
+  thread_local std::vector<float> scales, biases;
+  scales.resize(grid_.grid_cols);
+  biases.resize(scheme_.asymmetric() ? grid_.grid_cols : 0);
   RowScales(r, scales.data(), biases.empty() ? nullptr : biases.data());
   const GroupedRow grouped{n, grid_.grid_cols == 1 ? cols_ : grid_.cell_cols, scales.data() + first_group,
                            biases.empty() ? nullptr : biases.data() + first_group};
   DecodeRow(codes, e.bits, decode_table_.data(), decode_affine_, grouped, out);
+}
+
+void QuantizedTensor::DequantizeRows(uint64_t r, uint64_t n, float* out) const {
+  LOWBIT_CHECK(r + n <= rows_);
+  if (scheme_.element->bits == 16) {
+    HalvesToFp32(&codes_[r * row_bytes_], n * cols_, out);
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i) DequantizeRow(r + i, out + i * cols_);
+}
+
+void QuantizedTensor::HalvesToFp32(const uint8_t* codes, uint64_t n, float* out) const {
+  // Through a small buffer, not a cast: the codes are bytes (and this ran once per KV row, so a
+  // heap copy of the row cost more than the conversion).
+  constexpr uint64_t kChunk = 512;
+  alignas(64) uint16_t halves[kChunk];
+  const bool fp16 = scheme_.element->minifloat == &kFp16;
+  for (uint64_t i = 0; i < n; i += kChunk) {
+    const uint64_t m = std::min(kChunk, n - i);
+    std::memcpy(halves, codes + 2 * i, m * 2);
+    if (fp16) Fp16ToFp32Row(halves, m, out + i);
+    else Bf16ToFp32Row(halves, m, out + i);
+  }
 }
 
 std::vector<float> QuantizedTensor::Dequantize() const {

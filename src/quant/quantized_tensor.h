@@ -77,6 +77,8 @@ class QuantizedTensor {
   // Dequantizes elements [begin, begin + n) of row r; `begin` must start a scale group (or the
   // tensor has one group per row) and a whole byte of codes.
   void DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, float* out) const;
+  // Rows [r, r + n) into out[0..n * cols): 16-bit rows in one conversion (a KV cache tile).
+  void DequantizeRows(uint64_t r, uint64_t n, float* out) const;
   std::vector<float> Dequantize() const;
   // Value of each code (<= 8-bit elements): signed for symmetric integers, raw for asymmetric.
   std::span<const float> decode_table() const { return decode_table_; }
@@ -84,6 +86,8 @@ class QuantizedTensor {
   bool decode_affine() const { return decode_affine_; }
 
  private:
+  void HalvesToFp32(const uint8_t* codes, uint64_t n, float* out) const;  // 16-bit codes to fp32
+
   QuantScheme scheme_;
   uint64_t rows_, cols_;
   ScaleGrid grid_;
