@@ -173,9 +173,12 @@ TEST(AttendTile, SixteenBitTilesEqualTheirValuesInFp32) {
           std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
           for (size_t t = 0; t < tiles; ++t) {
             const size_t at = t * per_tile * stride, next = t + 1 < tiles ? at + per_tile * stride : at;
-            const AttentionTile tile = sixteen ? AttentionTile{&k16[at], stride, &v16[at], stride, per_tile, element,
-                                                              &k16[next], &v16[next]}
-                                               : AttentionTile{&k[at], stride, &v[at], stride, per_tile};
+            AttentionTile tile{&k[at], stride, &v[at], stride, per_tile};
+            if (sixteen) {
+              tile = {&k16[at], stride, &v16[at], stride, per_tile, element};
+              tile.next_k = &k16[next];
+              tile.next_v = &v16[next];
+            }
             (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
                                                      {max.data(), sum.data(), acc.data()}, scores.data());
           }
@@ -187,6 +190,57 @@ TEST(AttendTile, SixteenBitTilesEqualTheirValuesInFp32) {
           ASSERT_EQ(run(false, true), run(false, false)) << label() << " on " << target;
         });
       }
+}
+
+// An int8 tile read in place (codes offset by 128, one scale per row) against the fp32 tile of the
+// values it stands for, on every target and in the reference: the same softmax up to the order of
+// the scale multiplications.
+TEST(AttendTile, Int8TilesEqualTheirDecodedValues) {
+  for (const size_t head_dim : {size_t{20}, size_t{128}})
+    for (const size_t heads : {size_t{1}, size_t{4}}) {
+      const size_t stride = head_dim + 16, tiles = 3, per_tile = 13, rows = tiles * per_tile;
+      std::vector<uint8_t> k8(rows * stride), v8(rows * stride);
+      std::vector<float> k(k8.size()), v(v8.size()), k_scales(rows), v_scales(rows);
+      std::mt19937 rng(13);
+      for (size_t i = 0; i < rows; ++i) {
+        k_scales[i] = 0.01f + 0.001f * static_cast<float>(i);
+        v_scales[i] = 0.02f - 0.0003f * static_cast<float>(i);
+        for (size_t j = 0; j < stride; ++j) {
+          k8[i * stride + j] = static_cast<uint8_t>(rng());
+          v8[i * stride + j] = static_cast<uint8_t>(rng());
+          k[i * stride + j] = static_cast<float>(k8[i * stride + j] - 128) * k_scales[i];
+          v[i * stride + j] = static_cast<float>(v8[i * stride + j] - 128) * v_scales[i];
+        }
+      }
+      const std::vector<float> q = Gaussian(heads * head_dim, 14);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const auto run = [&](bool reference, bool int8) {
+        std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
+        for (size_t t = 0; t < tiles; ++t) {
+          const size_t first = t * per_tile, at = first * stride;
+          AttentionTile tile{&k[at], stride, &v[at], stride, per_tile};
+          if (int8) {
+            tile = {&k8[at], stride, &v8[at], stride, per_tile, TileElement::kI8, &k_scales[first], &v_scales[first]};
+            if (t + 1 < tiles) {
+              tile.next_k = &k8[at + per_tile * stride];
+              tile.next_v = &v8[at + per_tile * stride];
+            }
+          }
+          (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
+                                                   {max.data(), sum.data(), acc.data()}, scores.data());
+        }
+        for (size_t h = 0; h < heads; ++h)
+          for (size_t j = 0; j < head_dim; ++j) acc[h * head_dim + j] /= sum[h];
+        return acc;
+      };
+      const std::vector<float> want = run(true, false);
+      const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-5) << "head_dim " << head_dim << " heads " << heads << " " << where;
+      };
+      expect_near(run(true, true), "reference");
+      ForEachTarget([&](const std::string& target) { expect_near(run(false, true), target); });
+    }
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ TEST(KvCache, DtypeNamesRoundTripAndUnknownNamesFail) {
 
 TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
   const ModelConfig c = SmallConfig();
-  // fp32 and the 16-bit dtypes are read in place (the kernel widens fp16 / bf16 in registers and
+  // fp32, the 16-bit dtypes and int8 are read in place (the kernel widens them in registers and
   // prefetches the next tile); the others decode into tiles.
   for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8, KvDtype::kInt4}) {
     const size_t positions = 70;
@@ -196,7 +196,7 @@ TEST(Attention, SplitSegmentsMergeToTheWholeRange) {
   EXPECT_EQ(AttentionSegments(1, 1, 16384, 32), 1u);
   const ModelConfig c = SmallConfig();
   ThreadPool pool(3);
-  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kInt4}) {
+  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kInt8, KvDtype::kInt4}) {
     const size_t positions = 300;  // 19 blocks of 16: 4 segments of 4 or 5 blocks
     const Filled f = Fill(dtype, positions, 5);
     std::mt19937 rng(6);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "formats/minifloat.h"
 #include "kernels/attention_tile.h"
@@ -29,11 +30,14 @@ void RescaleTo(float new_max, float& max, float& sum, float* acc, size_t head_di
   max = new_max;
 }
 
-float ElementAt(const void* row, TileElement element, size_t i) {
+// Element j of row i of K or V.
+float ElementAt(const void* rows, size_t stride, const float* scales, TileElement element, size_t i, size_t j) {
+  const size_t at = i * stride + j;
   switch (element) {
-    case TileElement::kF16: return Fp16ToFp32(static_cast<const uint16_t*>(row)[i]);
-    case TileElement::kBF16: return Bf16ToFp32(static_cast<const uint16_t*>(row)[i]);
-    default: return static_cast<const float*>(row)[i];
+    case TileElement::kF16: return Fp16ToFp32(static_cast<const uint16_t*>(rows)[at]);
+    case TileElement::kBF16: return Bf16ToFp32(static_cast<const uint16_t*>(rows)[at]);
+    case TileElement::kI8: return static_cast<float>(static_cast<int>(static_cast<const uint8_t*>(rows)[at]) - 128) * scales[i];
+    default: return static_cast<const float*>(rows)[at];
   }
 }
 
@@ -42,7 +46,7 @@ void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softca
   float tile_max = -INFINITY;
   for (size_t i = 0; i < t.n; ++i) {
     float s = 0;
-    for (size_t j = 0; j < head_dim; ++j) s += q[j] * ElementAt(t.k, t.element, i * t.k_stride + j);
+    for (size_t j = 0; j < head_dim; ++j) s += q[j] * ElementAt(t.k, t.k_stride, t.k_scales, t.element, i, j);
     scores[i] = s * scale;
     if (softcap > 0) scores[i] = softcap * std::tanh(scores[i] / softcap);
     tile_max = std::max(tile_max, scores[i]);
@@ -51,7 +55,7 @@ void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softca
   for (size_t i = 0; i < t.n; ++i) {
     const float p = std::exp(scores[i] - max);
     sum += p;
-    for (size_t j = 0; j < head_dim; ++j) acc[j] += p * ElementAt(t.v, t.element, i * t.v_stride + j);
+    for (size_t j = 0; j < head_dim; ++j) acc[j] += p * ElementAt(t.v, t.v_stride, t.v_scales, t.element, i, j);
   }
 }
 
@@ -85,6 +89,11 @@ template <class D, class T>
 hn::Vec<D> LoadRow(D d, const T* HWY_RESTRICT p) {
   return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p));
 }
+template <class D>
+hn::Vec<D> LoadRow(D d, const uint8_t* HWY_RESTRICT p) {  // int8 codes offset by 128: the row scale applies later
+  const hn::Rebind<int32_t, D> di;
+  return hn::ConvertTo(d, hn::Sub(hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), p)), hn::Set(di, 128)));
+}
 
 // Head h's share of the next tile, at its position step [i, i + step): rows [(h n + i) / heads,
 // (h n + i + step) / heads), so the heads' steps together fetch every row once, spread over the
@@ -102,6 +111,7 @@ template <size_t kVectors, class T>
 void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float softcap, const AttentionTile& t,
                  OnlineSoftmax state, float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
+  constexpr bool kScaledRows = std::is_same_v<T, uint8_t>;  // int8 rows: one scale each
   const T* HWY_RESTRICT keys = static_cast<const T*>(t.k);
   const T* HWY_RESTRICT values = static_cast<const T*>(t.v);
   const hn::Full128<float> d4;
@@ -124,12 +134,14 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
         s2 = hn::MulAdd(qv[j], LoadRow(d, k + 2 * t.k_stride + j * N), s2);
         s3 = hn::MulAdd(qv[j], LoadRow(d, k + 3 * t.k_stride + j * N), s3);
       }
-      hn::StoreU(hn::Mul(SumOfFour(d, s0, s1, s2, s3), hn::Set(d4, scale)), d4, scores + i);
+      auto four = hn::Mul(SumOfFour(d, s0, s1, s2, s3), hn::Set(d4, scale));
+      if constexpr (kScaledRows) four = hn::Mul(four, hn::LoadU(d4, t.k_scales + i));
+      hn::StoreU(four, d4, scores + i);
     }
     for (; i < t.n; ++i) {
       auto s = hn::Zero(d);
       for (size_t j = 0; j < kVectors; ++j) s = hn::MulAdd(qv[j], LoadRow(d, keys + i * t.k_stride + j * N), s);
-      scores[i] = hn::GetLane(hn::SumOfLanes(d, s)) * scale;
+      scores[i] = hn::GetLane(hn::SumOfLanes(d, s)) * scale * (kScaledRows ? t.k_scales[i] : 1.0f);
     }
     if (softcap > 0) SoftCap(softcap, t.n, scores);
     float tile_max = -INFINITY;
@@ -156,12 +168,12 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
     for (i = 0; i + kSets <= t.n; i += kSets)
       for (size_t set = 0; set < kSets; ++set) {
         PrefetchShare<T>(t.next_v, t.v_stride, head_dim * sizeof(T), h, heads, i + set, 1, t.n);
-        const auto p = hn::Set(d, scores[i + set]);
+        const auto p = hn::Set(d, kScaledRows ? scores[i + set] * t.v_scales[i + set] : scores[i + set]);
         const T* v = values + (i + set) * t.v_stride;
         for (size_t j = 0; j < kVectors; ++j) out[set][j] = hn::MulAdd(p, LoadRow(d, v + j * N), out[set][j]);
       }
     for (; i < t.n; ++i) {
-      const auto p = hn::Set(d, scores[i]);
+      const auto p = hn::Set(d, kScaledRows ? scores[i] * t.v_scales[i] : scores[i]);
       for (size_t j = 0; j < kVectors; ++j) out[0][j] = hn::MulAdd(p, LoadRow(d, values + i * t.v_stride + j * N), out[0][j]);
     }
     for (size_t j = 0; j < kVectors; ++j) {
@@ -178,6 +190,7 @@ void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, 
     switch (t.element) {
       case TileElement::kF16: return AttendHeads<kVectors, hwy::float16_t>(q, heads, scale, softcap, t, state, scores);
       case TileElement::kBF16: return AttendHeads<kVectors, hwy::bfloat16_t>(q, heads, scale, softcap, t, state, scores);
+      case TileElement::kI8: return AttendHeads<kVectors, uint8_t>(q, heads, scale, softcap, t, state, scores);
       default: return AttendHeads<kVectors, float>(q, heads, scale, softcap, t, state, scores);
     }
   };

@@ -15,9 +15,10 @@ struct OnlineSoftmax {
   float* acc;  // [heads x head_dim], start at 0; output = acc / sum
 };
 
-// How a tile's K and V rows are stored: fp32, or a 16-bit KV cache read in place (each value
-// widened in registers as it is used, never copied out to fp32 first).
-enum class TileElement : uint8_t { kF32, kF16, kBF16 };
+// How a tile's K and V rows are stored: fp32, or a KV cache read in place (each value widened in
+// registers as it is used, never copied out to fp32 first): 16-bit floats, or int8 codes (offset
+// by 128: value = (code - 128) x the row's scale) with one fp32 scale per row.
+enum class TileElement : uint8_t { kF32, kF16, kBF16, kI8 };
 
 struct AttentionTile {
   const void* k;  // row i at element i * k_stride
@@ -26,6 +27,8 @@ struct AttentionTile {
   size_t v_stride;
   size_t n;  // positions in the tile
   TileElement element = TileElement::kF32;
+  const float* k_scales = nullptr;  // kI8: row i's scale, for K and for V
+  const float* v_scales = nullptr;
   // The next tile's rows (same strides, at least n of them), when known: fetched from memory while
   // this one is computed. Decode attention streams the whole cache once per step, and without this
   // each tile's first loads waited on memory (ctx 16384 ran 3x slower per position than ctx 256).

@@ -229,7 +229,8 @@ KvCache::Tile KvCache::Read(bool key, size_t layer, size_t head, size_t begin, s
 }
 
 bool KvCache::TilesInPlace() const {
-  return options_.dtype == KvDtype::kF32 || options_.dtype == KvDtype::kF16 || options_.dtype == KvDtype::kBF16;
+  const KvDtype d = options_.dtype;
+  return d == KvDtype::kF32 || d == KvDtype::kF16 || d == KvDtype::kBF16 || d == KvDtype::kInt8;
 }
 
 AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
@@ -242,6 +243,20 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
     const size_t at = (head * b + begin % b) * block.k.row_bytes();
     return {block.k.codes().data() + at, hd, block.v.codes().data() + at, hd, end - begin,
             f16 ? TileElement::kF16 : TileElement::kBF16};
+  }
+  if (options_.dtype == KvDtype::kInt8) {  // codes offset by 128, one fp32 scale per row (token and head)
+    LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
+    const Block& block = blocks_[block_table_[layer][begin / b]];
+    const size_t row = head * b + begin % b;
+    const auto scales = [&](const QuantizedTensor& q) {
+      LOWBIT_CHECK(q.grid().grid_cols == 1 && q.tensor_scale() == 1.0f && q.decode_table()[0] == -128.0f);
+      return reinterpret_cast<const float*>(q.scale_bytes().data()) + row;
+    };
+    AttentionTile tile{block.k.codes().data() + row * hd, hd, block.v.codes().data() + row * hd, hd, end - begin,
+                       TileElement::kI8};
+    tile.k_scales = scales(block.k);
+    tile.v_scales = scales(block.v);
+    return tile;
   }
   const Tile k = Read(true, layer, head, begin, end, reader, k_scratch);
   const Tile v = Read(false, layer, head, begin, end, reader, v_scratch);

@@ -65,9 +65,9 @@ class KvCache {
   };
   Tile ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
   Tile ReadV(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
-  // K and V together for attention: fp16 / bf16 caches are handed over in place (the kernel widens
-  // them in registers), other dtypes decode into the scratch tiles as ReadK / ReadV.
-  // Whether ReadTile points into the cache (fp32 / fp16 / bf16): then it costs nothing but the pointers.
+  // K and V together for attention: fp16 / bf16 / int8 caches are handed over in place (the kernel
+  // widens them in registers), other dtypes decode into the scratch tiles as ReadK / ReadV.
+  // Whether ReadTile points into the cache (fp32 / fp16 / bf16 / int8): then it costs nothing but the pointers.
   bool TilesInPlace() const;
   AttentionTile ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
                          float* v_scratch) const;
