@@ -192,6 +192,45 @@ TEST(AttendTile, SixteenBitTilesEqualTheirValuesInFp32) {
       }
 }
 
+// K handed over channel by channel (KIVI's per-channel int4 / int2 K, decoded without a transpose)
+// gives the softmax of K handed over position by position, on every target and in the reference.
+TEST(AttendTile, KeysByChannelEqualKeysByPosition) {
+  for (const size_t head_dim : {size_t{20}, size_t{128}})
+    for (const size_t heads : {size_t{1}, size_t{4}}) {
+      const size_t tiles = 3, per_tile = 21, rows = tiles * per_tile, channel_stride = 32;  // a block of 32
+      const std::vector<float> k = Gaussian(rows * head_dim, 15, 2.0f), v = Gaussian(rows * head_dim, 16);
+      std::vector<float> by_channel(tiles * head_dim * channel_stride);
+      for (size_t t = 0; t < tiles; ++t)
+        for (size_t i = 0; i < per_tile; ++i)
+          for (size_t j = 0; j < head_dim; ++j)
+            by_channel[(t * head_dim + j) * channel_stride + 3 + i] = k[(t * per_tile + i) * head_dim + j];
+      const std::vector<float> q = Gaussian(heads * head_dim, 17);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const auto run = [&](bool reference, bool channels) {
+        std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
+        for (size_t t = 0; t < tiles; ++t) {
+          AttentionTile tile{&k[t * per_tile * head_dim], head_dim, &v[t * per_tile * head_dim], head_dim, per_tile};
+          if (channels) {  // positions start 3 columns into each channel row, as a tile inside a block does
+            tile.k = &by_channel[t * head_dim * channel_stride + 3];
+            tile.k_stride = channel_stride;
+            tile.k_by_channel = true;
+          }
+          (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
+                                                   {max.data(), sum.data(), acc.data()}, scores.data());
+        }
+        return acc;
+      };
+      const std::vector<float> want = run(true, false);
+      const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+              << "head_dim " << head_dim << " heads " << heads << " " << where;
+      };
+      expect_near(run(true, true), "reference");
+      ForEachTarget([&](const std::string& target) { expect_near(run(false, true), target); });
+    }
+}
+
 // An int8 tile read in place (codes offset by 128, one scale per row) against the fp32 tile of the
 // values it stands for, on every target and in the reference: the same softmax up to the order of
 // the scale multiplications.
@@ -220,7 +259,9 @@ TEST(AttendTile, Int8TilesEqualTheirDecodedValues) {
           const size_t first = t * per_tile, at = first * stride;
           AttentionTile tile{&k[at], stride, &v[at], stride, per_tile};
           if (int8) {
-            tile = {&k8[at], stride, &v8[at], stride, per_tile, TileElement::kI8, &k_scales[first], &v_scales[first]};
+            tile = {&k8[at], stride, &v8[at], stride, per_tile, TileElement::kI8};
+            tile.k_scales = &k_scales[first];
+            tile.v_scales = &v_scales[first];
             if (t + 1 < tiles) {
               tile.next_k = &k8[at + per_tile * stride];
               tile.next_v = &v8[at + per_tile * stride];

@@ -223,6 +223,28 @@ TEST(Rtn, RejectsNonFiniteInputNamingTheTensor) {
   EXPECT_THROW(QuantizeRtn(std::vector<float>(3), 2, 2, ParseScheme("int8")), Error);
 }
 
+// Several rows at once (one long row of per-row groups when each row is one scale cell, as KV cache
+// blocks are) decode exactly as row by row, with and without that fast path.
+TEST(QuantizedTensor, DequantizeRowsEqualsRowByRow) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& [spec, cols] : std::vector<std::pair<std::string, size_t>>{
+           {"int4:channel:asym", 32}, {"int2:channel:asym", 32}, {"int4:g128:asym", 128}, {"int8:g64:scale=f32", 64},
+           {"int4:g32:asym:zero=f16", 32}, {"fp8_e4m3:tensor", 48}, {"int4:g16", 64}, {"int3:channel", 40},
+           {"fp16", 24}}) {
+    const size_t rows = 40;
+    std::vector<float> w(rows * cols);
+    for (float& x : w) x = normal(rng);
+    const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
+    std::vector<float> one(cols), many(17 * cols);
+    q.DequantizeRows(9, 17, many.data());
+    for (size_t r = 0; r < 17; ++r) {
+      q.DequantizeRow(9 + r, one.data());
+      for (size_t i = 0; i < cols; ++i) ASSERT_EQ(many[r * cols + i], one[i]) << spec << " row " << 9 + r << " col " << i;
+    }
+  }
+}
+
 TEST(ErrorReport, HandComputed) {
   const std::vector<float> a = {1, 2, 3, 4}, b = {1, 2, 3, 2};
   const ErrorReport e = MeasureError(a, b, 2, 2);

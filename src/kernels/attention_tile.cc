@@ -46,7 +46,9 @@ void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softca
   float tile_max = -INFINITY;
   for (size_t i = 0; i < t.n; ++i) {
     float s = 0;
-    for (size_t j = 0; j < head_dim; ++j) s += q[j] * ElementAt(t.k, t.k_stride, t.k_scales, t.element, i, j);
+    for (size_t j = 0; j < head_dim; ++j)
+      s += q[j] * (t.k_by_channel ? static_cast<const float*>(t.k)[j * t.k_stride + i]
+                                  : ElementAt(t.k, t.k_stride, t.k_scales, t.element, i, j));
     scores[i] = s * scale;
     if (softcap > 0) scores[i] = softcap * std::tanh(scores[i] / softcap);
     tile_max = std::max(tile_max, scores[i]);
@@ -107,6 +109,28 @@ void PrefetchShare(const void* base, size_t stride, size_t row_bytes, size_t h, 
       __builtin_prefetch(reinterpret_cast<const char*>(static_cast<const T*>(base) + r * stride) + b, 0, 2);
 }
 
+// scores[0..n) = scale * q.K[., i] for K stored channel by channel: a vector of positions per FMA,
+// no horizontal sums. Four accumulators over the channels keep the FMA chains short.
+void ScoresByChannel(const float* HWY_RESTRICT q, size_t head_dim, float scale, const AttentionTile& t,
+                     float* HWY_RESTRICT scores) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const float* HWY_RESTRICT k = static_cast<const float*>(t.k);
+  for (size_t i = 0; i < t.n; i += N) {
+    const auto m = hn::FirstN(d, t.n - i);
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    size_t j = 0;
+    for (; j + 4 <= head_dim; j += 4) {
+      a0 = hn::MulAdd(hn::Set(d, q[j]), hn::MaskedLoad(m, d, k + j * t.k_stride + i), a0);
+      a1 = hn::MulAdd(hn::Set(d, q[j + 1]), hn::MaskedLoad(m, d, k + (j + 1) * t.k_stride + i), a1);
+      a2 = hn::MulAdd(hn::Set(d, q[j + 2]), hn::MaskedLoad(m, d, k + (j + 2) * t.k_stride + i), a2);
+      a3 = hn::MulAdd(hn::Set(d, q[j + 3]), hn::MaskedLoad(m, d, k + (j + 3) * t.k_stride + i), a3);
+    }
+    for (; j < head_dim; ++j) a0 = hn::MulAdd(hn::Set(d, q[j]), hn::MaskedLoad(m, d, k + j * t.k_stride + i), a0);
+    hn::BlendedStore(hn::Mul(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Set(d, scale)), m, d, scores + i);
+  }
+}
+
 template <size_t kVectors, class T>
 void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float softcap, const AttentionTile& t,
                  OnlineSoftmax state, float* HWY_RESTRICT scores) {
@@ -124,6 +148,10 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
     hn::Vec<decltype(d)> qv[kVectors];
     for (size_t j = 0; j < kVectors; ++j) qv[j] = hn::LoadU(d, qh + j * N);
     size_t i = 0;
+    if (t.k_by_channel) {
+      ScoresByChannel(qh, head_dim, scale, t, scores);
+      i = t.n;
+    }
     for (; i + 4 <= t.n; i += 4) {  // four positions, one reduction
       PrefetchShare<T>(t.next_k, t.k_stride, head_dim * sizeof(T), h, heads, i, 4, t.n);
       const T* k = keys + i * t.k_stride;

@@ -27,6 +27,9 @@ struct AttentionTile {
   size_t v_stride;
   size_t n;  // positions in the tile
   TileElement element = TileElement::kF32;
+  // K channel by channel (fp32 only): element j of position i at k + j * k_stride + i. KIVI's int4 /
+  // int2 K is quantized per channel, so it decodes to this layout without a transpose.
+  bool k_by_channel = false;
   const float* k_scales = nullptr;  // kI8: row i's scale, for K and for V
   const float* v_scales = nullptr;
   // The next tile's rows (same strides, at least n of them), when known: fetched from memory while

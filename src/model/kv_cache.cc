@@ -258,6 +258,22 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
     tile.v_scales = scales(block.v);
     return tile;
   }
+  if (kivi()) {
+    LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
+    const size_t kv = config_.kv_dim(), n = end - begin;
+    if (begin >= QuantizedBefore(reader)) {  // the reader's exact recent window: fp16 rows in place
+      LOWBIT_CHECK(begin >= recent_begin_);
+      const size_t at = (begin - recent_begin_) * kv + head * hd;
+      return {recent_k_[layer].data() + at, kv, recent_v_[layer].data() + at, kv, n, TileElement::kF16};
+    }
+    // K per channel: the head's channel rows decode to [head_dim x block], read by channel.
+    const Block& block = blocks_[block_table_[layer][begin / b]];
+    block.k.DequantizeRows(head * hd, hd, k_scratch);
+    block.v.DequantizeRows(head * b + begin % b, n, v_scratch);
+    AttentionTile tile{k_scratch + begin % b, b, v_scratch, hd, n};
+    tile.k_by_channel = true;
+    return tile;
+  }
   const Tile k = Read(true, layer, head, begin, end, reader, k_scratch);
   const Tile v = Read(false, layer, head, begin, end, reader, v_scratch);
   return {k.data, k.stride, v.data, v.stride, end - begin};

@@ -215,11 +215,36 @@ void QuantizedTensor::DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, fl
 
 void QuantizedTensor::DequantizeRows(uint64_t r, uint64_t n, float* out) const {
   LOWBIT_CHECK(r + n <= rows_);
-  if (scheme_.element->bits == 16) {
+  const ElementFormat& e = *scheme_.element;
+  if (e.bits == 16) {
     HalvesToFp32(&codes_[r * row_bytes_], n * cols_, out);
     return;
   }
-  for (uint64_t i = 0; i < n; ++i) DequantizeRow(r + i, out + i * cols_);
+  // One scale cell per row, rows packed back to back, plain scale and zero storage (KV cache blocks:
+  // KIVI's 32-token channel rows): every row's scale and zero at once, then the rows as one long row
+  // of n groups. Row by row, the per-row set-up cost more than the decode.
+  const ZeroType z = scheme_.asymmetric() ? scheme_.zero_type : ZeroType::kNone;
+  const bool plain_zeros = z == ZeroType::kNone || z == ZeroType::kInt || z == ZeroType::kF32 ||
+                           z == ZeroType::kF16 || z == ZeroType::kBF16;
+  if (e.bits > 8 || grid_.grid_cols != 1 || grid_.cell_rows != 1 || scheme_.super_groups() != 0 || !plain_zeros ||
+      row_bytes_ * 8 != cols_ * static_cast<uint64_t>(e.bits)) {
+    for (uint64_t i = 0; i < n; ++i) DequantizeRow(r + i, out + i * cols_);
+    return;
+  }
+  thread_local std::vector<float> scales, biases;
+  scales.resize(n);
+  biases.resize(z == ZeroType::kNone ? 0 : n);
+  DecodeStoredRow(scheme_.scale_type, &scales_[r * ScaleBits(scheme_.scale_type) / 8], n, scales.data());
+  if (tensor_scale_ != 1.0f)
+    for (float& s : scales) s *= tensor_scale_;
+  if (z == ZeroType::kInt) {  // a row's zero-point code alone in its byte (PackedBytes(1, bits) = 1)
+    for (uint64_t i = 0; i < n; ++i) biases[i] = -static_cast<float>(ReadCode(&zeros_[r + i], 0, e.bits)) * scales[i];
+  } else if (z != ZeroType::kNone) {
+    DecodeStoredRow(ZeroStorage(z), &zeros_[r * scheme_.zero_bits() / 8], n, biases.data());
+    for (uint64_t i = 0; i < n; ++i) biases[i] = -biases[i] * scales[i];
+  }
+  const GroupedRow grouped{n * cols_, cols_, scales.data(), biases.empty() ? nullptr : biases.data()};
+  DecodeRow(&codes_[r * row_bytes_], e.bits, decode_table_.data(), decode_affine_, grouped, out);
 }
 
 void QuantizedTensor::HalvesToFp32(const uint8_t* codes, uint64_t n, float* out) const {
