@@ -28,6 +28,7 @@ from ._lowbit import (  # noqa: F401  (the public names)
     __version__,
     _compare,
     _default_format_for,
+    _export,
     _formats_json,
     _inspect,
     _plan,
@@ -43,7 +44,7 @@ Progress = Optional[Callable[[int, int, str], Any]]
 
 __all__ = [
     "Error", "Generation", "Model", "QuantizedTensor", "Scheme", "Token", "Tokenizer", "__version__",
-    "compare", "dequantize", "formats", "inspect", "plan", "ppl", "quantize", "quantize_tensor",
+    "compare", "dequantize", "export", "formats", "inspect", "plan", "ppl", "quantize", "quantize_tensor",
 ]
 
 
@@ -110,6 +111,44 @@ def quantize(
             _quantize(model, out, recipe_json, recipe_path, save_as, _path(eval), eval_ctx, threads, max_ram, resume,
                       stop_after, checkpoint_every, allow_nonfinite, report))
     return result["card"]
+
+
+def export(
+    model: PathLike,
+    out: PathLike,
+    *,
+    to: str = "gguf",
+    type: str = "Q8_0",
+    pure: bool = False,
+    imatrix: Optional[PathLike] = None,
+    calib: Optional[PathLike] = None,
+    calib_samples: int = 128,
+    calib_len: int = 256,
+    seed: int = 0,
+    damp: float = 0.01,
+    tokenizer: Optional[PathLike] = None,
+    name: str = "",
+    format: str = "",
+    scheme: str = "",
+    max_shard_size: str = "5G",
+    threads: int = 0,
+    allow_nonfinite: bool = False,
+    progress: Progress = None,
+) -> dict:
+    """Writes ``model`` for another engine and returns what ``lowbit export --json`` prints.
+
+    ``to="gguf"`` (the default) writes the ``.gguf`` file ``out`` for llama.cpp: ``type`` is a GGUF type or
+    llama-quantize mix (``Q4_K_M``, ``IQ4_XS``, ...), with an importance matrix (``imatrix``) or a calibration
+    text (``calib``: GPTQ onto each tensor's grid). ``to`` = ``gptq``, ``awq`` or ``compressed-tensors`` writes a
+    folder vLLM and transformers load, repacking a lowbit quantized folder's codes (or quantizing a float one with
+    ``scheme``, e.g. ``int4:g128``); ``format="gptq_v2"`` writes true zero points. ``progress(done, total,
+    tensor)`` is called as it goes; without it a bar is drawn when stderr is a terminal.
+    """
+    with progress_or_bar(progress, "export") as report:
+        return json.loads(
+            _export(os.fspath(model), os.fspath(out), to, type, pure, _path(imatrix) or "", _path(calib) or "",
+                    calib_samples, calib_len, seed, damp, _path(tokenizer) or "", name, format, scheme,
+                    max_shard_size, threads, allow_nonfinite, report))
 
 
 def ppl(

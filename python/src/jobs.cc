@@ -1,4 +1,4 @@
-// The whole-model calls: quantize, ppl, compare, inspect, plan. Each takes keywords, releases the GIL,
+// The whole-model calls: quantize, export, ppl, compare, inspect, plan. Each takes keywords, releases the GIL,
 // reports progress through a Python callable (and honours Ctrl-C between its steps), and returns the
 // JSON text the CLI's --json prints, which the package turns into a dict.
 #include <nanobind/stl/optional.h>
@@ -12,6 +12,7 @@
 #include "core/json_util.h"
 #include "model/recipe.h"
 #include "pipeline/evaluate.h"
+#include "pipeline/export_job.h"
 #include "pipeline/quantize_job.h"
 #include "plan/arch.h"
 #include "plan/hardware.h"
@@ -78,6 +79,42 @@ void BindJobs(nb::module_& m) {
       nb::arg("stop_after"), nb::arg("checkpoint_every"), nb::arg("allow_nonfinite"), nb::arg("progress").none());
 
   m.def("_default_format_for", &DefaultFormatFor, nb::arg("save_as"), nb::arg("out"));
+
+  m.def(
+      "_export",
+      [](const std::string& model, const std::string& out, const std::string& to, const std::string& type, bool pure,
+         const std::string& imatrix, const std::string& calib, size_t calib_samples, size_t calib_len, uint64_t seed,
+         double damp, const std::string& tokenizer, const std::string& name, const std::string& format,
+         const std::string& scheme, const std::string& max_shard, size_t threads, bool allow_nonfinite,
+         nb::object progress) {
+        ExportJob job;
+        job.model = model;
+        job.out = out;
+        job.to = to;
+        job.type = type;
+        job.pure = pure;
+        job.imatrix = imatrix;
+        job.calib = calib;
+        job.calib_samples = calib_samples;
+        job.calib_len = calib_len;
+        job.seed = seed;
+        job.damp = damp;
+        job.tokenizer = tokenizer;
+        job.name = name;
+        job.format = format;
+        job.scheme = scheme;
+        job.max_shard = max_shard;
+        job.threads = threads;
+        job.load.allow_nonfinite = allow_nonfinite;
+        job.progress = [&progress](size_t done, size_t total, std::string_view tensor) {
+          ReportProgress(progress, done, total, std::string(tensor));
+        };
+        return WithoutGil([&] { return RunExportJob(job); }).dump();
+      },
+      nb::arg("model"), nb::arg("out"), nb::arg("to"), nb::arg("type"), nb::arg("pure"), nb::arg("imatrix"),
+      nb::arg("calib"), nb::arg("calib_samples"), nb::arg("calib_len"), nb::arg("seed"), nb::arg("damp"),
+      nb::arg("tokenizer"), nb::arg("name"), nb::arg("format"), nb::arg("scheme"), nb::arg("max_shard"),
+      nb::arg("threads"), nb::arg("allow_nonfinite"), nb::arg("progress").none());
 
   m.def(
       "_ppl",

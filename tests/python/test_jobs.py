@@ -1,4 +1,4 @@
-"""quantize, ppl, compare, inspect and plan: the same numbers as the CLI's --json, to the last digit;
+"""quantize, export, ppl, compare, inspect and plan: the same numbers as the CLI's --json, to the last digit;
 Ctrl-C and errors leave no output."""
 
 import os
@@ -99,6 +99,26 @@ def test_ctrl_c_during_quantize_leaves_no_output(model_path, calib_text, tmp_pat
     assert child.wait(timeout=120) == 3, rest
     assert "interrupted" in rest and not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_export_matches_the_cli_byte_for_byte(model_path, tmp_path):
+    seen = []
+    py = lowbit.export(model_path, tmp_path / "py.gguf", type="Q4_K_M", threads=2,
+                       progress=lambda done, total, tensor: seen.append((done, total, tensor)))
+    cli = run_cli_json("export", model_path, "-o", str(tmp_path / "cli.gguf"), "--type", "q4_k_m", "--threads", "2")
+    assert {k: v for k, v in py.items() if k != "out"} == {k: v for k, v in cli.items() if k != "out"}
+    assert py["type"] == "Q4_K_M" and {t["type"] for t in py["tensors"]} >= {"Q4_K", "Q6_K"}
+    assert (tmp_path / "py.gguf").read_bytes() == (tmp_path / "cli.gguf").read_bytes()
+    assert seen and seen[-1][0] == seen[-1][1] == len(py["tensors"])
+    # an engine folder from a float model, quantized on the way (RTN)
+    gptq = lowbit.export(model_path, tmp_path / "gptq", to="gptq", scheme="int4:g64")
+    assert gptq["quant_method"] == "gptq" and gptq["quantized_linears"] == 42
+    assert lowbit.inspect(tmp_path / "gptq")["quant_method"] == "gptq"
+    with pytest.raises(lowbit.Error, match="Q9_K"):
+        lowbit.export(model_path, tmp_path / "bad.gguf", type="Q9_K")
+    with pytest.raises(lowbit.Error, match="--imatrix, --calib, --pure and --type apply to GGUF"):
+        lowbit.export(model_path, tmp_path / "bad", to="awq", type="Q4_0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.gguf", "gptq", "py.gguf"]
 
 
 def test_inspect_and_plan_match_the_cli(model_path):
