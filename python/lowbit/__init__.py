@@ -27,8 +27,10 @@ from ._lowbit import (  # noqa: F401  (the public names)
     Tokenizer,
     __version__,
     _compare,
+    _calibrate_kv,
     _default_format_for,
     _export,
+    _imatrix,
     _formats_json,
     _inspect,
     _plan,
@@ -44,7 +46,8 @@ Progress = Optional[Callable[[int, int, str], Any]]
 
 __all__ = [
     "Error", "Generation", "Model", "QuantizedTensor", "Scheme", "Token", "Tokenizer", "__version__",
-    "compare", "dequantize", "export", "formats", "inspect", "plan", "ppl", "quantize", "quantize_tensor",
+    "calibrate_kv", "compare", "dequantize", "export", "formats", "imatrix", "inspect", "plan", "ppl", "quantize",
+    "quantize_tensor",
 ]
 
 
@@ -149,6 +152,43 @@ def export(
             _export(os.fspath(model), os.fspath(out), to, type, pure, _path(imatrix) or "", _path(calib) or "",
                     calib_samples, calib_len, seed, damp, _path(tokenizer) or "", name, format, scheme,
                     max_shard_size, threads, allow_nonfinite, report))
+
+
+def imatrix(
+    model: PathLike,
+    calib: PathLike,
+    out: PathLike,
+    *,
+    ctx: int = 512,
+    chunks: int = 0,
+    tokenizer: Optional[PathLike] = None,
+    threads: int = 0,
+    progress: Progress = None,
+) -> dict:
+    """Writes the importance matrix of every decoder linear to ``out`` in llama.cpp's imatrix GGUF format (for
+    ``export(imatrix=...)`` or ``llama-quantize --imatrix``), from ``calib`` cut into chunks of ``ctx`` tokens as
+    llama-imatrix cuts it (``chunks``: at most this many); the fields of ``lowbit imatrix --json``."""
+    with progress_or_bar(progress, "imatrix") as report:
+        return json.loads(_imatrix(os.fspath(model), os.fspath(calib), os.fspath(out), ctx, chunks,
+                                   _path(tokenizer) or "", threads, report))
+
+
+def calibrate_kv(
+    model: PathLike,
+    calib: PathLike,
+    *,
+    out: Optional[PathLike] = None,
+    dtype: str = "fp8_e4m3",
+    samples: int = 32,
+    length: int = 256,
+    seed: int = 0,
+    threads: int = 0,
+) -> dict:
+    """Static FP8 KV-cache scales per layer from ``calib``, written to ``out`` (default: the model's
+    ``kv_cache_scales.json``, which ``ppl``, ``compare`` and the exports pick up); the fields of
+    ``lowbit calibrate-kv --json``."""
+    return json.loads(_calibrate_kv(os.fspath(model), os.fspath(calib), _path(out) or "", dtype, samples, length, seed,
+                                    threads))
 
 
 def ppl(

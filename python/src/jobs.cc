@@ -1,4 +1,4 @@
-// The whole-model calls: quantize, export, ppl, compare, inspect, plan. Each takes keywords, releases the GIL,
+// The whole-model calls: quantize, export, imatrix, calibrate_kv, ppl, compare, inspect, plan. Each takes keywords, releases the GIL,
 // reports progress through a Python callable (and honours Ctrl-C between its steps), and returns the
 // JSON text the CLI's --json prints, which the package turns into a dict.
 #include <nanobind/stl/optional.h>
@@ -13,6 +13,8 @@
 #include "model/recipe.h"
 #include "pipeline/evaluate.h"
 #include "pipeline/export_job.h"
+#include "pipeline/imatrix_job.h"
+#include "pipeline/kv_scales_job.h"
 #include "pipeline/quantize_job.h"
 #include "plan/arch.h"
 #include "plan/hardware.h"
@@ -115,6 +117,26 @@ void BindJobs(nb::module_& m) {
       nb::arg("calib"), nb::arg("calib_samples"), nb::arg("calib_len"), nb::arg("seed"), nb::arg("damp"),
       nb::arg("tokenizer"), nb::arg("name"), nb::arg("format"), nb::arg("scheme"), nb::arg("max_shard"),
       nb::arg("threads"), nb::arg("allow_nonfinite"), nb::arg("progress").none());
+
+  m.def(
+      "_imatrix",
+      [](const std::string& model, const std::string& calib, const std::string& out, size_t ctx, size_t chunks,
+         const std::string& tokenizer, size_t threads, nb::object progress) {
+        ImatrixJob job{model, calib, out, tokenizer, ctx, chunks, threads, ChunkCallback(progress)};
+        return WithoutGil([&] { return RunImatrixJob(job); }).dump();
+      },
+      nb::arg("model"), nb::arg("calib"), nb::arg("out"), nb::arg("ctx"), nb::arg("chunks"), nb::arg("tokenizer"),
+      nb::arg("threads"), nb::arg("progress").none());
+
+  m.def(
+      "_calibrate_kv",
+      [](const std::string& model, const std::string& calib, const std::string& out, const std::string& dtype,
+         size_t samples, size_t length, uint64_t seed, size_t threads) {
+        KvScalesJob job{model, calib, out, dtype, samples, length, threads, seed};
+        return WithoutGil([&] { return RunKvScalesJob(job); }).dump();
+      },
+      nb::arg("model"), nb::arg("calib"), nb::arg("out"), nb::arg("dtype"), nb::arg("samples"), nb::arg("length"),
+      nb::arg("seed"), nb::arg("threads"));
 
   m.def(
       "_ppl",

@@ -1,4 +1,4 @@
-"""quantize, export, ppl, compare, inspect and plan: the same numbers as the CLI's --json, to the last digit;
+"""quantize, export, imatrix, calibrate_kv, ppl, compare, inspect and plan: the same numbers as the CLI's --json, to the last digit;
 Ctrl-C and errors leave no output."""
 
 import os
@@ -119,6 +119,30 @@ def test_export_matches_the_cli_byte_for_byte(model_path, tmp_path):
     with pytest.raises(lowbit.Error, match="--imatrix, --calib, --pure and --type apply to GGUF"):
         lowbit.export(model_path, tmp_path / "bad", to="awq", type="Q4_0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.gguf", "gptq", "py.gguf"]
+
+
+def test_imatrix_and_calibrate_kv_match_the_cli(model_path, calib_text, tmp_path):
+    chunks = []
+    py = lowbit.imatrix(model_path, calib_text, tmp_path / "py.imatrix.gguf", ctx=128, chunks=4, threads=2,
+                        progress=lambda done, total, _: chunks.append((done, total)))
+    cli = run_cli_json("imatrix", model_path, "--calib", calib_text, "-o", str(tmp_path / "cli.imatrix.gguf"),
+                       "--ctx", "128", "--chunks", "4", "--threads", "2")
+    assert {k: v for k, v in py.items() if k != "out"} == {k: v for k, v in cli.items() if k != "out"}
+    assert py["entries"] == 42 and py["tokens"] == 512 and chunks[-1] == (4, 4)
+    assert (tmp_path / "py.imatrix.gguf").read_bytes() == (tmp_path / "cli.imatrix.gguf").read_bytes()
+    # the file it wrote feeds a GGUF export
+    assert lowbit.export(model_path, tmp_path / "iq4.gguf", type="IQ4_XS", imatrix=tmp_path / "py.imatrix.gguf")[
+        "type"] == "IQ4_XS"
+
+    kv = lowbit.calibrate_kv(model_path, calib_text, out=tmp_path / "py-kv.json", samples=4, length=64, threads=2)
+    cli = run_cli_json("calibrate-kv", "--model", model_path, "--calib", calib_text, "-o", str(tmp_path / "cli-kv.json"),
+                       "--samples", "4", "--len", "64", "--threads", "2")
+    assert {k: v for k, v in kv.items() if k != "out"} == {k: v for k, v in cli.items() if k != "out"}
+    assert len(kv["k_scales"]) == 6 and all(s > 0 for s in kv["k_scales"] + kv["v_scales"]) and kv["windows"] == 4
+    assert (tmp_path / "py-kv.json").read_bytes() == (tmp_path / "cli-kv.json").read_bytes()
+    with pytest.raises(lowbit.Error, match="fp8_e4m3"):
+        lowbit.calibrate_kv(model_path, calib_text, out=tmp_path / "bad.json", dtype="fp9")
+    assert not (tmp_path / "bad.json").exists()
 
 
 def test_inspect_and_plan_match_the_cli(model_path):
