@@ -30,6 +30,12 @@ HWY_INLINE hn::Vec<DI> LoadCodes(const uint8_t* HWY_RESTRICT packed, size_t i) {
   const DU8 du8;
   if constexpr (kBits == 8) {
     return hn::PromoteTo(di, hn::LoadU(du8, packed + i));
+  } else if constexpr (kBits == 2) {
+    // Lanes / 4 bytes (at most 4: 16 lanes) as one word in every lane, lane k shifted by 2k.
+    uint32_t word = 0;
+    std::memcpy(&word, packed + i / 4, hn::Lanes(di) / 4);
+    const auto shifts = hn::Mul(hn::Iota(di, 0), hn::Set(di, 2));
+    return hn::And(hn::Shr(hn::Set(di, static_cast<int32_t>(word)), shifts), hn::Set(di, 3));
   } else {
     static_assert(kBits == 4);
     if constexpr (hn::MaxLanes(DF()) >= 4) {
@@ -89,10 +95,7 @@ void DecodeRowFast(const uint8_t* HWY_RESTRICT packed, const float* HWY_RESTRICT
       DecodeSpan<kBits>(packed, table, affine, g0, vec_end, scale, bias, out);
       i = vec_end;
     }
-    for (; i < g1; ++i) {
-      const uint32_t code = kBits == 8 ? packed[i] : (packed[i / 2] >> ((i & 1) * 4)) & 0xF;
-      out[i] = std::fma(table[code], scale, bias);
-    }
+    for (; i < g1; ++i) out[i] = std::fma(table[ReadCode(packed, i, kBits)], scale, bias);
   }
 }
 
@@ -116,6 +119,8 @@ void DecodeRowImpl(const uint8_t* HWY_RESTRICT packed, int bits, const float* HW
                    const GroupedRow& row, float* HWY_RESTRICT out) {
   if (bits == 8) return DecodeRowFast<8>(packed, table, affine, row, out);
   if (bits == 4) return DecodeRowFast<4>(packed, table, affine, row, out);
+  // 2-bit codes (KIVI's int2 KV cache) straight from their bytes, when a vector holds 4 to 16 lanes.
+  if (bits == 2 && hn::Lanes(DF()) >= 4 && hn::Lanes(DF()) <= 16) return DecodeRowFast<2>(packed, table, affine, row, out);
   auto unpack = bits == 2 ? UnpackToBytes<2> : bits == 3 ? UnpackToBytes<3> : bits == 5 ? UnpackToBytes<5>
               : bits == 6 ? UnpackToBytes<6> : bits == 7 ? UnpackToBytes<7> : nullptr;
   HWY_ASSERT(unpack != nullptr);
