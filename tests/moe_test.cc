@@ -21,6 +21,8 @@
 #include "model/forward.h"
 #include "model/awq_scales.h"
 #include "model/ptq.h"
+#include "model/rotation.h"
+#include "quant/hadamard.h"
 #include "quant/scheme.h"
 #include "test_util.h"
 
@@ -205,6 +207,41 @@ TEST(MoeQuantize, QuantizedExpertsRoundTrip) {
   EXPECT_TRUE(ct.weights.layers[0].w_down.quantized());  // the shared expert
   EXPECT_TRUE(ct.weights.layers[1].experts.empty());     // mlp_only_layers: a dense MLP
   EXPECT_TRUE(ct.weights.layers[1].w_gate.quantized());
+}
+
+// QuaRot on a mixture of experts: the router, the shared expert's gate, every expert and the shared
+// expert take the rotation (each down_proj its own Hadamard block: experts 24 wide get 8), so the
+// rotated model computes the same logits, dense layers of a mixed model included; rotated then GPTQ
+// at 4 bits runs on the routed tokens, and the rotated checkpoint reloads to the same logits.
+TEST(MoeQuantize, RotationKeepsEveryRouteAndSurvivesGptqAndSaving) {
+  testing_util::ScratchDir dir("lowbit-moe-rotate");
+  for (const char* name : {"mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe"}) {
+    const Model fp = LoadModel((kFixtures / name).string());
+    Model rotated = fp;
+    const RotationInfo info = RotateModel(rotated, 3);
+    EXPECT_EQ(info.down_block, fp.config.architecture == "MixtralForCausalLM" ? 64u : 8u) << name;
+    const LayerWeights& l0 = rotated.weights.layers[0];
+    EXPECT_EQ(l0.experts[1].down.input_hadamard, LargestPowerOfTwoDivisor(fp.config.expert_ffn_dim)) << name;
+    double moved = 0;
+    for (size_t i = 0; i < fp.config.dim; ++i) moved += std::fabs(l0.router[i] - fp.weights.layers[0].router[i]);
+    EXPECT_GT(moved, 0.1) << name;
+    const auto windows = Windows(2, 16, fp.config.vocab_size);
+    EXPECT_LT(LogitError(fp, rotated, windows), 1e-9) << name;
+
+    Model quantized = fp;
+    QuantizeRequest req;
+    req.scheme = ParseScheme("int4:g8");
+    req.method = "gptq";
+    req.rotate = true;
+    req.calibration = Windows(8, 32, fp.config.vocab_size);
+    req.threads = 2;
+    const QuantizeReport report = QuantizeModel(quantized, req);
+    EXPECT_TRUE(report.rotated) << name;
+    EXPECT_LT(LogitError(fp, quantized, windows), 1.0) << name;
+    SaveQuantizedModel(quantized, dir / name, kFixtures / name, nlohmann::json::object());
+    const Model back = LoadModel((dir / name).string());
+    EXPECT_EQ(LogitError(quantized, back, windows), 0.0) << name;
+  }
 }
 
 // llama.cpp's MoE architectures run experts in every layer, and renormalize (llama, qwen3moe) or not

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string>
+
 #include "core/error.h"
 #include "quant/hadamard.h"
 
@@ -46,15 +49,49 @@ void RotateInput(Linear& l, const std::vector<float>& norm, const RandomHadamard
   RotateRows(m.values, m.rows(), m.cols(), q);
 }
 
+// A router or sigmoid gate ([rows x dim], row-major) reads the normalized residual as a linear does.
+void RotateInputRows(std::vector<float>& m, size_t rows, const std::vector<float>& norm, const RandomHadamard& q) {
+  const size_t cols = norm.size();
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) m[r * cols + c] *= norm[c];
+  RotateRows(m, rows, cols, q);
+}
+
+// One SwiGLU MLP (dense, an expert or the shared expert): gate/up read the rotated residual, down
+// writes it and gets its online Hadamard over the largest power of two dividing its width.
+void RotateMlp(Linear& gate, Linear& up, Linear& down, const std::vector<float>& norm, const RandomHadamard& q,
+               const std::string& name) {
+  RotateInput(gate, norm, q, (name + " gate/up").c_str());
+  RotateInput(up, norm, q, (name + " gate/up").c_str());
+  RotateOutput(down, q, (name + ".down_proj").c_str());
+  DenseMatrix& d = std::get<DenseMatrix>(down.weight);
+  const size_t block = LargestPowerOfTwoDivisor(d.cols());
+  HadamardRows(d.values, d.rows(), d.cols(), block);  // Q^T W_down H (H symmetric)
+  down.input_hadamard = static_cast<uint32_t>(block);
+}
+
 // A rotation Q of the residual stream passes through RMSNorm(x) * w only where w is folded into the
 // next linear; an RMSNorm on a block's output (Gemma 2/3) would need diag(w) Q = Q diag(w'), which no w' gives.
 void CheckRotatable(const ModelConfig& c) {
   if (c.sandwich_norms)
     Fail("rotate: {} normalizes the attention and MLP outputs before the residual add, and those norms do not "
          "commute with a rotation of the residual stream; quantize it without rotation", c.architecture);
-  if (c.n_experts > 0)
-    Fail("rotate: {} is a mixture of experts, whose routers and experts lowbit does not rotate yet; quantize it "
-         "without rotation", c.architecture);
+}
+
+// The smallest online Hadamard block among the model's down_proj inputs (dense MLPs, experts, shared experts).
+size_t SmallestDownBlock(const ModelConfig& c) {
+  size_t block = 0;
+  const auto add = [&](size_t width) {
+    if (width > 0) block = block == 0 ? LargestPowerOfTwoDivisor(width) : std::min(block, LargestPowerOfTwoDivisor(width));
+  };
+  bool any_dense = false;
+  for (size_t l = 0; l < c.n_layers; ++l) any_dense |= !c.moe(l);
+  if (any_dense) add(c.ffn_dim);
+  if (c.n_experts > 0) {
+    add(c.expert_ffn_dim);
+    add(c.shared_expert_ffn_dim);
+  }
+  return block;
 }
 
 }  // namespace
@@ -68,21 +105,25 @@ RotationInfo RotateModelEnds(Model& model, uint64_t seed) {
   RotateInput(w.lm_head, w.final_norm, q, "lm_head");
   std::fill(w.final_norm.begin(), w.final_norm.end(), 1.0f);
   model.config.tie_embeddings = false;  // lm_head now holds diag(final_norm) and differs from embed
-  return {c.dim, LargestPowerOfTwoDivisor(c.ffn_dim)};
+  return {c.dim, SmallestDownBlock(c)};
 }
 
 void RotateBlock(const ModelConfig& c, LayerWeights& lw, size_t index, uint64_t seed) {
   CheckRotatable(c);
   const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
-  const size_t block = LargestPowerOfTwoDivisor(c.ffn_dim);
   const std::string p = fmt::format("model.layers.{}.", index);
   for (Linear* l : {&lw.wq, &lw.wk, &lw.wv}) RotateInput(*l, lw.attn_norm, q, (p + "self_attn q/k/v").c_str());
   RotateOutput(lw.wo, q, (p + "self_attn.o_proj").c_str());
-  for (Linear* l : {&lw.w_gate, &lw.w_up}) RotateInput(*l, lw.ffn_norm, q, (p + "mlp gate/up").c_str());
-  RotateOutput(lw.w_down, q, (p + "mlp.down_proj").c_str());
-  DenseMatrix& down = std::get<DenseMatrix>(lw.w_down.weight);
-  HadamardRows(down.values, down.rows(), down.cols(), block);  // Q^T W_down H (H symmetric)
-  lw.w_down.input_hadamard = static_cast<uint32_t>(block);
+  if (!c.moe(index)) {
+    RotateMlp(lw.w_gate, lw.w_up, lw.w_down, lw.ffn_norm, q, p + "mlp");
+  } else {  // the router (and the shared expert's gate) choose from the rotated residual unchanged
+    RotateInputRows(lw.router, c.n_experts, lw.ffn_norm, q);
+    if (!lw.shared_gate.empty()) RotateInputRows(lw.shared_gate, 1, lw.ffn_norm, q);
+    for (size_t e = 0; e < lw.experts.size(); ++e)
+      RotateMlp(lw.experts[e].gate, lw.experts[e].up, lw.experts[e].down, lw.ffn_norm, q,
+                fmt::format("{}mlp.experts.{}", p, e));
+    if (c.shared_expert_ffn_dim > 0) RotateMlp(lw.w_gate, lw.w_up, lw.w_down, lw.ffn_norm, q, p + "mlp.shared_expert");
+  }
   std::fill(lw.attn_norm.begin(), lw.attn_norm.end(), 1.0f);
   std::fill(lw.ffn_norm.begin(), lw.ffn_norm.end(), 1.0f);
 }

@@ -10,6 +10,9 @@
 // Outliers of the residual stream and of the down_proj input are spread over all channels, which
 // makes weights and activations far easier to quantize. A tied lm_head absorbs the final norm
 // and so no longer equals the embeddings: the model is untied (config.tie_embeddings = false).
+// Mixtures of experts: every expert and the shared expert are MLPs as above (each down_proj with its
+// own Hadamard block), and the router and the shared expert's sigmoid gate read the residual like
+// gate/up, so every token is routed exactly as before.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +23,7 @@ namespace lowbit {
 
 struct RotationInfo {
   size_t residual_size = 0;  // Q is residual_size x residual_size
-  size_t down_block = 0;     // online Hadamard block of down_proj's input
+  size_t down_block = 0;     // online Hadamard block of down_proj's input (the smallest, with experts)
 };
 
 // Rotates a full-precision model in place. Fails if any linear is quantized or already carries
