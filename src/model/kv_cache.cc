@@ -235,48 +235,47 @@ bool KvCache::TilesInPlace() const {
 
 AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
                                 float* v_scratch) const {
-  const size_t b = options_.block_tokens, hd = config_.head_dim;
-  const bool f16 = options_.dtype == KvDtype::kF16;
-  if (f16 || options_.dtype == KvDtype::kBF16) {
-    LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
-    const Block& block = blocks_[block_table_[layer][begin / b]];
-    const size_t at = (head * b + begin % b) * block.k.row_bytes();
-    return {block.k.codes().data() + at, hd, block.v.codes().data() + at, hd, end - begin,
-            f16 ? TileElement::kF16 : TileElement::kBF16};
+  const size_t b = options_.block_tokens, hd = config_.head_dim, n = end - begin;
+  LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
+  if (kivi() && begin >= QuantizedBefore(reader)) {  // the reader's exact recent window: fp16 rows in place
+    LOWBIT_CHECK(begin >= recent_begin_);
+    const size_t kv = config_.kv_dim(), at = (begin - recent_begin_) * kv + head * hd;
+    return {recent_k_[layer].data() + at, kv, recent_v_[layer].data() + at, kv, n, TileElement::kF16};
   }
-  if (options_.dtype == KvDtype::kInt8) {  // codes offset by 128, one fp32 scale per row (token and head)
-    LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
-    const Block& block = blocks_[block_table_[layer][begin / b]];
-    const size_t row = head * b + begin % b;
-    const auto scales = [&](const QuantizedTensor& q) {
-      LOWBIT_CHECK(q.grid().grid_cols == 1 && q.tensor_scale() == 1.0f && q.decode_table()[0] == -128.0f);
-      return reinterpret_cast<const float*>(q.scale_bytes().data()) + row;
-    };
-    AttentionTile tile{block.k.codes().data() + row * hd, hd, block.v.codes().data() + row * hd, hd, end - begin,
-                       TileElement::kI8};
-    tile.k_scales = scales(block.k);
-    tile.v_scales = scales(block.v);
-    return tile;
-  }
-  if (kivi()) {
-    LOWBIT_CHECK(begin < end && end <= reader + 1 && begin / b == (end - 1) / b);
-    const size_t kv = config_.kv_dim(), n = end - begin;
-    if (begin >= QuantizedBefore(reader)) {  // the reader's exact recent window: fp16 rows in place
-      LOWBIT_CHECK(begin >= recent_begin_);
-      const size_t at = (begin - recent_begin_) * kv + head * hd;
-      return {recent_k_[layer].data() + at, kv, recent_v_[layer].data() + at, kv, n, TileElement::kF16};
+  const Block& block = blocks_[block_table_[layer][begin / b]];
+  const size_t row = head * b + begin % b;  // of V, and of K but for KIVI's [kv_dim x block]
+  switch (options_.dtype) {
+    case KvDtype::kF16:
+    case KvDtype::kBF16: {
+      const size_t at = row * block.k.row_bytes();
+      return {block.k.codes().data() + at, hd, block.v.codes().data() + at, hd, n,
+              options_.dtype == KvDtype::kF16 ? TileElement::kF16 : TileElement::kBF16};
     }
-    // K per channel: the head's channel rows decode to [head_dim x block], read by channel.
-    const Block& block = blocks_[block_table_[layer][begin / b]];
-    block.k.DequantizeRows(head * hd, hd, k_scratch);
-    block.v.DequantizeRows(head * b + begin % b, n, v_scratch);
-    AttentionTile tile{k_scratch + begin % b, b, v_scratch, hd, n};
-    tile.k_by_channel = true;
-    return tile;
+    case KvDtype::kInt8: {  // codes offset by 128, one fp32 scale per row (token and head)
+      const auto scales = [&](const QuantizedTensor& q) {
+        LOWBIT_CHECK(q.grid().grid_cols == 1 && q.tensor_scale() == 1.0f && q.decode_table()[0] == -128.0f);
+        return reinterpret_cast<const float*>(q.scale_bytes().data()) + row;
+      };
+      AttentionTile tile{block.k.codes().data() + row * hd, hd, block.v.codes().data() + row * hd, hd, n,
+                         TileElement::kI8};
+      tile.k_scales = scales(block.k);
+      tile.v_scales = scales(block.v);
+      return tile;
+    }
+    case KvDtype::kInt4:
+    case KvDtype::kInt2: {  // K per channel: the head's channel rows decode to [head_dim x block], read by channel
+      block.k.DequantizeRows(head * hd, hd, k_scratch);
+      block.v.DequantizeRows(row, n, v_scratch);
+      AttentionTile tile{k_scratch + begin % b, b, v_scratch, hd, n};
+      tile.k_by_channel = true;
+      return tile;
+    }
+    default: {
+      const Tile k = Read(true, layer, head, begin, end, reader, k_scratch);
+      const Tile v = Read(false, layer, head, begin, end, reader, v_scratch);
+      return {k.data, k.stride, v.data, v.stride, n};
+    }
   }
-  const Tile k = Read(true, layer, head, begin, end, reader, k_scratch);
-  const Tile v = Read(false, layer, head, begin, end, reader, v_scratch);
-  return {k.data, k.stride, v.data, v.stride, end - begin};
 }
 
 KvCache::Tile KvCache::ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader,
