@@ -110,24 +110,29 @@ void PrefetchShare(const void* base, size_t stride, size_t row_bytes, size_t h, 
 }
 
 // scores[0..n) = scale * q.K[., i] for K stored channel by channel: a vector of positions per FMA,
-// no horizontal sums. Four accumulators over the channels keep the FMA chains short.
+// no horizontal sums. Four accumulators over the channels keep the FMA chains short. The last
+// n % Lanes positions (a tile cut by the reader's position) are summed one by one: a partial vector
+// load would read past the channel row, and on some targets a masked load reads the whole vector.
 void ScoresByChannel(const float* HWY_RESTRICT q, size_t head_dim, float scale, const AttentionTile& t,
                      float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const float* HWY_RESTRICT k = static_cast<const float*>(t.k);
-  for (size_t i = 0; i < t.n; i += N) {
-    const auto m = hn::FirstN(d, t.n - i);
+  size_t i = 0;
+  for (; i + N <= t.n; i += N) {
     auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-    size_t j = 0;
-    for (; j + 4 <= head_dim; j += 4) {
-      a0 = hn::MulAdd(hn::Set(d, q[j]), hn::MaskedLoad(m, d, k + j * t.k_stride + i), a0);
-      a1 = hn::MulAdd(hn::Set(d, q[j + 1]), hn::MaskedLoad(m, d, k + (j + 1) * t.k_stride + i), a1);
-      a2 = hn::MulAdd(hn::Set(d, q[j + 2]), hn::MaskedLoad(m, d, k + (j + 2) * t.k_stride + i), a2);
-      a3 = hn::MulAdd(hn::Set(d, q[j + 3]), hn::MaskedLoad(m, d, k + (j + 3) * t.k_stride + i), a3);
+    for (size_t j = 0; j < head_dim; j += 4) {  // head_dim = kVectors x Lanes (>= 4): a multiple of 4
+      a0 = hn::MulAdd(hn::Set(d, q[j]), hn::LoadU(d, k + j * t.k_stride + i), a0);
+      a1 = hn::MulAdd(hn::Set(d, q[j + 1]), hn::LoadU(d, k + (j + 1) * t.k_stride + i), a1);
+      a2 = hn::MulAdd(hn::Set(d, q[j + 2]), hn::LoadU(d, k + (j + 2) * t.k_stride + i), a2);
+      a3 = hn::MulAdd(hn::Set(d, q[j + 3]), hn::LoadU(d, k + (j + 3) * t.k_stride + i), a3);
     }
-    for (; j < head_dim; ++j) a0 = hn::MulAdd(hn::Set(d, q[j]), hn::MaskedLoad(m, d, k + j * t.k_stride + i), a0);
-    hn::BlendedStore(hn::Mul(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Set(d, scale)), m, d, scores + i);
+    hn::StoreU(hn::Mul(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Set(d, scale)), d, scores + i);
+  }
+  for (; i < t.n; ++i) {
+    float s = 0;
+    for (size_t j = 0; j < head_dim; ++j) s += q[j] * k[j * t.k_stride + i];
+    scores[i] = s * scale;
   }
 }
 
