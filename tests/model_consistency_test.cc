@@ -18,6 +18,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -318,6 +319,31 @@ TEST_F(ModelConsistencyTest, NonFiniteWeightsAreAnErrorUnlessAllowed) {
                           "the model would compute NaN (pass --allow-nonfinite to load it anyway)");
 }
 
+// Overwrites bytes of tensor `name` in a single-file safetensors checkpoint, at `offset` into its
+// data, after checking its dtype (so a renamed or retyped tensor fails here, not silently).
+void PatchTensorBytes(const fs::path& file, const std::string& name, const std::string& dtype, uint64_t offset,
+                      std::string_view bytes) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;
+  f.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const json h = json::parse(header);
+  ASSERT_EQ(h[name]["dtype"], dtype);
+  f.seekp(static_cast<std::streamoff>(8 + header_bytes + h[name]["data_offsets"][0].get<uint64_t>() + offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Loading `folder` fails with exactly `message`.
+void ExpectLoadError(const fs::path& folder, const std::string& message) {
+  try {
+    (void)LoadHfModel(folder);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
+
 // A quantized checkpoint's scales are weights too: an Inf scale (here patched into a lowbit folder's
 // F16 weight_scale) is refused naming the file, the tensor and the cell.
 TEST_F(ModelConsistencyTest, NonFiniteQuantizedScalesAreAnErrorUnlessAllowed) {
@@ -326,28 +352,11 @@ TEST_F(ModelConsistencyTest, NonFiniteQuantizedScalesAreAnErrorUnlessAllowed) {
   const fs::path out = dir_ / "quantized";
   SaveQuantizedModel(m, out, kModelDir, json::object());
   const std::string name = "model.layers.3.mlp.down_proj.weight_scale";
-  {
-    std::fstream f(out / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t header_bytes = 0;
-    f.read(reinterpret_cast<char*>(&header_bytes), 8);
-    std::string header(header_bytes, '\0');
-    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
-    const json h = json::parse(header);
-    ASSERT_EQ(h[name]["dtype"], "F16");
-    const uint64_t at = 8 + header_bytes + h[name]["data_offsets"][0].get<uint64_t>() + 2 * 5;  // cell 5
-    f.seekp(static_cast<std::streamoff>(at));
-    const uint16_t inf = 0x7c00;
-    f.write(reinterpret_cast<const char*>(&inf), 2);
-  }
+  PatchTensorBytes(out / "model.safetensors", name, "F16", 2 * 5, std::string("\x00\x7c", 2));  // cell 5: fp16 +inf
   const std::string message = (out / "model.safetensors").string() + ": tensor '" + name +
                               "' has a non-finite scale (inf) in scale cell 5; the model would compute NaN (pass "
                               "--allow-nonfinite to load it anyway)";
-  try {
-    (void)LoadHfModel(out);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
+  ExpectLoadError(out, message);
   const auto r = RunLowbit("ppl --text data/kjv-test.txt --model " + out.string());
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find(message), std::string::npos) << r.out;
@@ -363,26 +372,10 @@ TEST_F(ModelConsistencyTest, NanFp8CodesAreAnErrorUnlessAllowed) {
   const fs::path out = dir_ / "fp8";
   SaveQuantizedModel(m, out, kModelDir, json::object());
   const std::string name = "model.layers.2.self_attn.o_proj.weight_packed";  // one byte per code
-  {
-    std::fstream f(out / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t header_bytes = 0;
-    f.read(reinterpret_cast<char*>(&header_bytes), 8);
-    std::string header(header_bytes, '\0');
-    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
-    const json h = json::parse(header);
-    ASSERT_EQ(h[name]["dtype"], "U8");
-    f.seekp(static_cast<std::streamoff>(8 + header_bytes + h[name]["data_offsets"][0].get<uint64_t>() + 77));
-    f.put(static_cast<char>(0x7f));
-  }
-  const std::string message = (out / "model.safetensors").string() + ": tensor '" + name +
-                              "' has a non-finite code (nan, 0x7f) at element 77; the model would compute NaN (pass "
-                              "--allow-nonfinite to load it anyway)";
-  try {
-    (void)LoadHfModel(out);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
+  PatchTensorBytes(out / "model.safetensors", name, "U8", 77, "\x7f");
+  ExpectLoadError(out, (out / "model.safetensors").string() + ": tensor '" + name +
+                           "' has a non-finite code (nan, 0x7f) at element 77; the model would compute NaN (pass "
+                           "--allow-nonfinite to load it anyway)");
   const Model allowed = LoadHfModel(out, LoadOptions{.allow_nonfinite = true});
   EXPECT_TRUE(std::isnan(std::get<QuantizedTensor>(allowed.weights.layers[2].wo.weight).Dequantize()[77]));
 }
