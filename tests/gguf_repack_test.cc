@@ -18,6 +18,7 @@
 #include "io/gguf_blocks.h"
 #include "io/gguf_model.h"
 #include "kernels/qmatmul.h"
+#include "kernels/qgemm_int8.h"
 #include "kernels/qmatmul_int8.h"
 #include "model/forward.h"
 #include "test_util.h"
@@ -189,6 +190,9 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
     std::vector<float> got(kTokens * kRows, NAN);
     Int8DotRows(q, a, 0, kRows, got.data(), kRows);
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], int8_reference[i], 1e-5 * magnitude) << i;
+    std::vector<float> gemm(kTokens * kRows, NAN);
+    Int8GemmRows(q, TileTokens(a), 0, kRows, gemm.data(), kRows);
+    for (size_t i = 0; i < gemm.size(); ++i) ASSERT_NEAR(gemm[i], int8_reference[i], 1e-5 * magnitude) << "GEMM " << i;
   }
 }
 

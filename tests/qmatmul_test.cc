@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "kernels/qgemm_int8.h"
 #include "kernels/qmatmul.h"
 #include "kernels/qmatmul_bf16.h"
 #include "kernels/qmatmul_int8.h"
@@ -146,6 +147,19 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     for (size_t i = 0; i < part.size(); ++i)
       if (i % rows < 2) EXPECT_TRUE(std::isnan(part[i])) << spec << " at " << i;
       else EXPECT_EQ(part[i], got[i]) << spec << " at " << i;
+    // The prefill GEMM: 37 tokens (two tiles of 16 and a padded one), 19 rows (two bands of 8 and
+    // single rows), rows 3.. (a thread's share, nothing written before it).
+    const size_t many = 37;
+    const std::vector<float> xs = Gaussian(many * cols, 9);
+    const Int8Activations tokens = QuantizeActivationsInt8(q, xs.data(), many);
+    std::vector<float> tokens_ref(many * rows), gemm(many * rows, NAN);
+    Int8DotRowsRef(q, tokens, 0, rows, tokens_ref.data(), rows);
+    Int8GemmRows(q, TileTokens(tokens), 3, rows, gemm.data(), rows);
+    double tokens_magnitude = 0;
+    for (float v : tokens_ref) tokens_magnitude = std::max(tokens_magnitude, std::fabs(static_cast<double>(v)));
+    for (size_t i = 0; i < gemm.size(); ++i)
+      if (i % rows < 3) EXPECT_TRUE(std::isnan(gemm[i])) << spec << " at " << i;
+      else ASSERT_NEAR(gemm[i], tokens_ref[i], 1e-5 * tokens_magnitude) << spec << " GEMM vs reference at " << i;
   }
   // E8M0 scales decoded inside the kernel, 0 (2^-127, a subnormal) included: every group at one
   // exponent, so the outputs are on one scale. Near 2^-127 the products are subnormal in fp32
