@@ -5,6 +5,7 @@
 
 #include "formats/codec.h"
 #include "kernels/dot.h"
+#include "kernels/gemm_f32.h"
 #include "kernels/input_transform.h"
 #include "kernels/qgemm_int8.h"
 #include "kernels/qmatmul.h"
@@ -16,16 +17,13 @@ namespace lowbit {
 
 namespace {
 // Up to this many tokens the fused kernel (codes decoded in registers per token tile) wins; past
-// it, decoding a tile of rows once and running the dense 4 x 4 tiles over all tokens does.
-constexpr size_t kFusedMaxTokens = 8;
-// Exact prefill decodes up to this many bytes of fp32 rows at a time: each token chunk is then
-// reused over many rows (with 4 rows a tile, every 4 rows re-streamed all tokens from L3).
+// it, the GEMMs (tokens in vector lanes, tiles of 16) do. On an 11008 x 4096 matrix, one thread,
+// the int8 GEMM ran 0.8-1.1x the integer row kernel at 8 tokens, 1.0-1.1x at 12, 1.3-1.8x at 10
+// and 1.8-3.1x at 16 (int4 g128, Q4_K, Q8_0).
+constexpr size_t kFusedMaxTokens = 8, kGemmMinTokens = kFusedMaxTokens + 1;
+// Exact prefill without AVX-512 decodes up to this many bytes of fp32 rows at a time: each token
+// chunk is then reused over many rows (with 4 rows a tile, every 4 rows re-streamed all tokens from L3).
 constexpr size_t kDecodeTileBytes = 256 << 10;
-constexpr size_t kBf16TileRows = 64;  // 64 bf16 rows of 4096: 512 KiB, decoded once per call
-// From this many tokens the integer dots run as a GEMM (qgemm_int8.h), in tiles of 16 tokens: on
-// an 11008 x 4096 matrix, one thread, it ran 0.8-1.1x the row kernel at 8 tokens, 1.0-1.1x at 12,
-// 1.3-1.8x at 10 and 1.8-3.1x at 16 (int4 g128, Q4_K, Q8_0).
-constexpr size_t kInt8GemmMinTokens = 9;
 }  // namespace
 
 std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_t n_tokens, size_t cols) {
@@ -47,21 +45,29 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     quantized_input = FakeQuantizeInput(*w.input_quant, x, n_tokens, cols);
     x = quantized_input.data();
   }
+  const bool gemm = n_tokens >= kGemmMinTokens;
   if (const auto* dense = std::get_if<DenseMatrix>(&w.weight)) {
-    pool.ParallelFor(rows, [&](size_t begin, size_t end) {
-      DotRows(dense->values.data(), cols, begin, end, x, n_tokens, y, rows);
-    });
+    if (gemm && CpuHasF32Gemm()) {
+      const F32TokenTiles tiles = TileTokensF32(x, n_tokens, cols);
+      pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+        F32GemmRows(dense->values.data(), cols, tiles, begin, end, y, rows);
+      });
+    } else {
+      pool.ParallelFor(rows, [&](size_t begin, size_t end) {
+        DotRows(dense->values.data(), cols, begin, end, x, n_tokens, y, rows);
+      });
+    }
   } else {
     const QuantizedTensor& q = std::get<QuantizedTensor>(w.weight);
     const bool fast = activations == Activations::kFast;
-    if (fast && HasBf16DotKernel(q)) {
+    if (fast && !gemm && HasBf16DotKernel(q)) {
       const AlignedVector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Bf16DotRows(q, xb.data(), n_tokens, begin, end, y, rows); });
     } else if (fast && HasInt8DotKernel(q)) {
       // Every batch, prefill included: at 256 tokens the integer dots ran 1.3-2.4x the bf16 route
       // below (int4 g128 229 vs 96 tokens/s, Q4_K_M 131 vs 99), and the GEMM form more again.
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
-      if (n_tokens >= kInt8GemmMinTokens) {
+      if (gemm) {
         const Int8TokenTiles tiles = TileTokens(a);
         pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8GemmRows(q, tiles, begin, end, y, rows); });
       } else {
@@ -70,19 +76,17 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     } else if (n_tokens <= kFusedMaxTokens && HasFusedKernel(q)) {
       const QuantInput in = PrepareQuantInput(q, x, n_tokens);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { QuantDotRows(q, in, begin, end, y, rows); });
-    } else if (fast && n_tokens > kFusedMaxTokens && cols % 32 == 0 && CpuHasBf16Dot()) {
-      // Prefill, fast: decode a tile of rows to bf16 once, then BF16 dots for every token.
-      const AlignedVector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
+    } else if (gemm && CpuHasF32Gemm()) {
+      // Every other weight (16-bit, FP8, NF4, exact activations): rows decoded to fp32 a block at a
+      // time, each block against every token.
+      const F32TokenTiles tiles = TileTokensF32(x, n_tokens, cols);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) {
-        std::vector<float> row(cols);
-        AlignedVector<uint16_t> tile(kBf16TileRows * cols);
-        for (size_t r = begin; r < end; r += kBf16TileRows) {
-          const size_t n = std::min(kBf16TileRows, end - r);
-          for (size_t i = 0; i < n; ++i) {
-            q.DequantizeRow(r + i, row.data());
-            Fp32ToBf16Row(row.data(), cols, &tile[i * cols]);
-          }
-          Bf16DotRows(tile.data(), cols, xb.data(), n_tokens, 0, n, y + r, rows);
+        const size_t block_rows = F32GemmBlockRows(cols);
+        AlignedVector<float> block(block_rows * cols);
+        for (size_t r = begin; r < end; r += block_rows) {
+          const size_t n = std::min(block_rows, end - r);
+          for (size_t i = 0; i < n; ++i) q.DequantizeRow(r + i, &block[i * cols]);
+          F32GemmRows(block.data(), cols, tiles, 0, n, y + r, rows);
         }
       });
     } else {

@@ -1,0 +1,96 @@
+#include "kernels/gemm_f32.h"
+
+// GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -W(maybe-)uninitialized
+// reports inside the inlined intrinsics; the values are all written first.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace lowbit {
+namespace {
+
+#define LOWBIT_F32GEMM __attribute__((target("avx512f")))
+
+constexpr size_t kTile = F32TokenTiles::kTokens;
+constexpr size_t kBandRows = 6, kBandTiles = 2;  // 12 accumulators, 2 input vectors, a broadcast
+// A block of rows (fp32) that stays in L2 while every tile of tokens passes it.
+constexpr size_t kBlockBytes = 1 << 20;
+
+template <size_t kRows, size_t kTiles>
+LOWBIT_F32GEMM void Band(const float* w, size_t cols, const float* x, size_t tile_floats, size_t t0, size_t n_tokens,
+                         float* y, size_t y_stride) {
+  __m512 acc[kRows][kTiles];
+  for (size_t r = 0; r < kRows; ++r)
+    for (size_t t = 0; t < kTiles; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (size_t k = 0; k < cols; ++k) {
+    __m512 xv[kTiles];
+    for (size_t t = 0; t < kTiles; ++t) xv[t] = _mm512_load_ps(x + t * tile_floats + k * kTile);
+    for (size_t r = 0; r < kRows; ++r) {
+      const __m512 wv = _mm512_set1_ps(w[r * cols + k]);
+      for (size_t t = 0; t < kTiles; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  const __m512i token_offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                   _mm512_set1_epi32(static_cast<int>(y_stride)));
+  for (size_t t = 0; t < kTiles; ++t) {
+    const size_t first = t0 + t * kTile, tokens = std::min(kTile, n_tokens - first);
+    const __mmask16 valid = static_cast<__mmask16>((1u << tokens) - 1);
+    for (size_t r = 0; r < kRows; ++r) _mm512_mask_i32scatter_ps(y + first * y_stride + r, valid, token_offsets, acc[r][t], 4);
+  }
+}
+
+template <size_t kTiles>
+LOWBIT_F32GEMM void Bands(const float* w, size_t cols, size_t rows, const float* x, size_t tile_floats, size_t t0,
+                          size_t n_tokens, float* y, size_t y_stride) {
+  size_t r = 0;
+  for (; r + kBandRows <= rows; r += kBandRows)
+    Band<kBandRows, kTiles>(w + r * cols, cols, x, tile_floats, t0, n_tokens, y + r, y_stride);
+  for (; r < rows; ++r) Band<1, kTiles>(w + r * cols, cols, x, tile_floats, t0, n_tokens, y + r, y_stride);
+}
+
+bool CpuHasAvx512f() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+}  // namespace
+
+bool CpuHasF32Gemm() { return CpuHasAvx512f(); }
+
+size_t F32GemmBlockRows(size_t cols) {
+  return std::clamp<size_t>(kBlockBytes / (cols * sizeof(float)) / kBandRows * kBandRows, kBandRows, 16 * kBandRows);
+}
+
+F32TokenTiles TileTokensF32(const float* x, size_t n_tokens, size_t cols) {
+  F32TokenTiles tiles;
+  tiles.n_tokens = n_tokens;
+  tiles.cols = cols;
+  tiles.values.assign(tiles.tiles() * cols * kTile, 0.0f);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    float* to = tiles.values.data() + t / kTile * cols * kTile + t % kTile;
+    for (size_t k = 0; k < cols; ++k) to[k * kTile] = x[t * cols + k];
+  }
+  return tiles;
+}
+
+void F32GemmRows(const float* w, size_t cols, const F32TokenTiles& x, size_t row_begin, size_t row_end, float* y,
+                 size_t y_stride) {
+  LOWBIT_CHECK(CpuHasF32Gemm() && x.cols == cols);
+  const size_t block = F32GemmBlockRows(cols), tile_floats = cols * kTile, tiles = x.tiles();
+  for (size_t r0 = row_begin; r0 < row_end; r0 += block) {
+    const size_t rows = std::min(block, row_end - r0);
+    size_t tile = 0;
+    for (; tile + kBandTiles <= tiles; tile += kBandTiles)
+      Bands<kBandTiles>(w + r0 * cols, cols, rows, x.values.data() + tile * tile_floats, tile_floats, tile * kTile,
+                        x.n_tokens, y + r0, y_stride);
+    for (; tile < tiles; ++tile)
+      Bands<1>(w + r0 * cols, cols, rows, x.values.data() + tile * tile_floats, tile_floats, tile * kTile, x.n_tokens,
+               y + r0, y_stride);
+  }
+}
+
+}  // namespace lowbit

@@ -1,0 +1,37 @@
+// Prefill GEMM on fp32 values with the tokens in vector lanes: a band of 6 weight rows meets two
+// tiles of 16 tokens, each weight is broadcast from memory against 32 tokens at once, 12
+// accumulators live in registers. Row-shaped kernels (DotRows, Bf16DotRows) load a vector of
+// weights and one of inputs per 16 products per 4x4 tile: at prefill they ran at the L2's 64
+// bytes a cycle, and vdpbf16ps issues at half the rate of vfmadd on this machine (1.0 against 5.0
+// G instructions/s), so 16-bit weights, widened to fp32 a panel of rows at a time, run here too.
+#pragma once
+
+#include <cstddef>
+
+#include "core/aligned.h"
+
+namespace lowbit {
+
+// Activations [n_tokens x cols] regrouped in tiles of 16 tokens: [tile][cols][16], a short last
+// tile padded with zeros.
+struct F32TokenTiles {
+  static constexpr size_t kTokens = 16;
+  size_t n_tokens = 0, cols = 0;
+  AlignedVector<float> values;
+  size_t tiles() const { return (n_tokens + kTokens - 1) / kTokens; }
+};
+
+bool CpuHasF32Gemm();  // AVX-512F
+
+F32TokenTiles TileTokensF32(const float* x, size_t n_tokens, size_t cols);
+
+// y[t * y_stride + r] = dot(w + r * cols, x_t) for r in [row_begin, row_end) and every token, w
+// row-major fp32. Rows are taken a cache-sized block at a time, each block against every tile.
+void F32GemmRows(const float* w, size_t cols, const F32TokenTiles& x, size_t row_begin, size_t row_end, float* y,
+                 size_t y_stride);
+
+// Rows per block that F32GemmRows keeps in L2 for a row length: callers that widen or decode rows
+// first (16-bit or quantized weights) do so this many at a time.
+size_t F32GemmBlockRows(size_t cols);
+
+}  // namespace lowbit
