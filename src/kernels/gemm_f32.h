@@ -2,8 +2,9 @@
 // tiles of 16 tokens, each weight is broadcast from memory against 32 tokens at once, 12
 // accumulators live in registers. Row-shaped kernels (DotRows, Bf16DotRows) load a vector of
 // weights and one of inputs per 16 products per 4x4 tile: at prefill they ran at the L2's 64
-// bytes a cycle, and vdpbf16ps issues at half the rate of vfmadd on this machine (1.0 against 5.0
-// G instructions/s), so 16-bit weights, widened to fp32 a panel of rows at a time, run here too.
+// bytes a cycle. vdpbf16ps issues at a fifth of vfmadd's rate on this machine (1.0 against 5.0 G
+// instructions/s: 34 against 80 G products/s), so 16-bit weights, widened to fp32 a block of rows
+// at a time, run here too: 2.0-2.5x the bf16 and fp32 row kernels at 256 tokens.
 #pragma once
 
 #include <cstddef>
