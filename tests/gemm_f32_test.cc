@@ -24,7 +24,10 @@ TEST(F32Gemm, MatchesReferenceOverBlocksBandsAndTokenTiles) {
   for (float& v : x) v = dist(rng);
   std::vector<float> want(n_tokens * rows), got(n_tokens * rows, NAN);
   DotRowsRef(w.data(), cols, 0, rows, x.data(), n_tokens, want.data(), rows);
-  F32GemmRows(w.data(), cols, TileTokensF32(x.data(), n_tokens, cols), first, rows, got.data(), rows);
+  F32TokenTiles tiles(n_tokens, cols);
+  tiles.Fill(x.data(), 0, 1);  // in two shares, as a pool's threads fill it
+  tiles.Fill(x.data(), 1, tiles.tiles());
+  F32GemmRows(w.data(), cols, tiles, first, rows, got.data(), rows);
   for (size_t t = 0; t < n_tokens; ++t)
     for (size_t r = 0; r < rows; ++r) {
       const size_t i = t * rows + r;

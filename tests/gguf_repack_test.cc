@@ -191,7 +191,9 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
     Int8DotRows(q, a, 0, kRows, got.data(), kRows);
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], int8_reference[i], 1e-5 * magnitude) << i;
     std::vector<float> gemm(kTokens * kRows, NAN);
-    Int8GemmRows(q, TileTokens(a), 0, kRows, gemm.data(), kRows);
+    Int8TokenTiles tiles(a);
+    tiles.Fill(a, 0, tiles.tiles());
+    Int8GemmRows(q, tiles, 0, kRows, gemm.data(), kRows);
     for (size_t i = 0; i < gemm.size(); ++i) ASSERT_NEAR(gemm[i], int8_reference[i], 1e-5 * magnitude) << "GEMM " << i;
   }
 }

@@ -154,7 +154,9 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     const Int8Activations tokens = QuantizeActivationsInt8(q, xs.data(), many);
     std::vector<float> tokens_ref(many * rows), gemm(many * rows, NAN);
     Int8DotRowsRef(q, tokens, 0, rows, tokens_ref.data(), rows);
-    Int8GemmRows(q, TileTokens(tokens), 3, rows, gemm.data(), rows);
+    Int8TokenTiles tiles(tokens);
+    tiles.Fill(tokens, 0, tiles.tiles());
+    Int8GemmRows(q, tiles, 3, rows, gemm.data(), rows);
     double tokens_magnitude = 0;
     for (float v : tokens_ref) tokens_magnitude = std::max(tokens_magnitude, std::fabs(static_cast<double>(v)));
     for (size_t i = 0; i < gemm.size(); ++i)

@@ -65,16 +65,14 @@ size_t F32GemmBlockRows(size_t cols) {
   return std::clamp<size_t>(kBlockBytes / (cols * sizeof(float)) / kBandRows * kBandRows, kBandRows, 16 * kBandRows);
 }
 
-F32TokenTiles TileTokensF32(const float* x, size_t n_tokens, size_t cols) {
-  F32TokenTiles tiles;
-  tiles.n_tokens = n_tokens;
-  tiles.cols = cols;
-  tiles.values.assign(tiles.tiles() * cols * kTile, 0.0f);
-  for (size_t t = 0; t < n_tokens; ++t) {
-    float* to = tiles.values.data() + t / kTile * cols * kTile + t % kTile;
+F32TokenTiles::F32TokenTiles(size_t n_tokens, size_t cols)
+    : n_tokens(n_tokens), cols(cols), values(tiles() * cols * kTile, 0.0f) {}
+
+void F32TokenTiles::Fill(const float* x, size_t tile_begin, size_t tile_end) {
+  for (size_t t = tile_begin * kTile; t < std::min(n_tokens, tile_end * kTile); ++t) {
+    float* to = values.data() + t / kTile * cols * kTile + t % kTile;
     for (size_t k = 0; k < cols; ++k) to[k * kTile] = x[t * cols + k];
   }
-  return tiles;
 }
 
 void F32GemmRows(const float* w, size_t cols, const F32TokenTiles& x, size_t row_begin, size_t row_end, float* y,

@@ -48,7 +48,8 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
   const bool gemm = n_tokens >= kGemmMinTokens;
   if (const auto* dense = std::get_if<DenseMatrix>(&w.weight)) {
     if (gemm && CpuHasF32Gemm()) {
-      const F32TokenTiles tiles = TileTokensF32(x, n_tokens, cols);
+      F32TokenTiles tiles(n_tokens, cols);
+      pool.ParallelFor(tiles.tiles(), [&](size_t begin, size_t end) { tiles.Fill(x, begin, end); });
       pool.ParallelFor(rows, [&](size_t begin, size_t end) {
         F32GemmRows(dense->values.data(), cols, tiles, begin, end, y, rows);
       });
@@ -68,7 +69,8 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
       // below (int4 g128 229 vs 96 tokens/s, Q4_K_M 131 vs 99), and the GEMM form more again.
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
       if (gemm) {
-        const Int8TokenTiles tiles = TileTokens(a);
+        Int8TokenTiles tiles(a);
+        pool.ParallelFor(tiles.tiles(), [&](size_t begin, size_t end) { tiles.Fill(a, begin, end); });
         pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8GemmRows(q, tiles, begin, end, y, rows); });
       } else {
         pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8DotRows(q, a, begin, end, y, rows); });
@@ -79,7 +81,8 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     } else if (gemm && CpuHasF32Gemm()) {
       // Every other weight (16-bit, FP8, NF4, exact activations): rows decoded to fp32 a block at a
       // time, each block against every token.
-      const F32TokenTiles tiles = TileTokensF32(x, n_tokens, cols);
+      F32TokenTiles tiles(n_tokens, cols);
+      pool.ParallelFor(tiles.tiles(), [&](size_t begin, size_t end) { tiles.Fill(x, begin, end); });
       pool.ParallelFor(rows, [&](size_t begin, size_t end) {
         const size_t block_rows = F32GemmBlockRows(cols);
         AlignedVector<float> block(block_rows * cols);

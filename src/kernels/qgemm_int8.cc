@@ -138,26 +138,25 @@ LOWBIT_VNNI void GemmRows(const QuantizedTensor& w, const Layout& l, const Int8T
 
 }  // namespace
 
-Int8TokenTiles TileTokens(const Int8Activations& a) {
-  const Int8DotLayout& l = a.layout;
-  const size_t cols = a.cols, units = cols / 4, blocks = cols / l.block;
-  Int8TokenTiles tiles;
-  tiles.layout = l;
-  tiles.n_tokens = a.n_tokens;
-  tiles.cols = cols;
-  tiles.values.assign(tiles.tiles() * cols * kTile, 0);
-  tiles.scales.assign(tiles.tiles() * blocks * kTile, 0.0f);
-  tiles.group_sums.assign(tiles.tiles() * l.groups * kTile, 0.0f);
-  for (size_t t = 0; t < a.n_tokens; ++t) {
+Int8TokenTiles::Int8TokenTiles(const Int8Activations& a)
+    : layout(a.layout),
+      n_tokens(a.n_tokens),
+      cols(a.cols),
+      values(tiles() * cols * kTile, 0),
+      scales(tiles() * cols / layout.block * kTile, 0.0f),
+      group_sums(tiles() * layout.groups * kTile, 0.0f) {}
+
+void Int8TokenTiles::Fill(const Int8Activations& a, size_t tile_begin, size_t tile_end) {
+  const size_t units = cols / 4, blocks = cols / layout.block;
+  for (size_t t = tile_begin * kTile; t < std::min(n_tokens, tile_end * kTile); ++t) {
     const size_t tile = t / kTile, lane = t % kTile;
     const int8_t* from = a.values.data() + t * cols;
-    int8_t* to = tiles.values.data() + tile * cols * kTile + lane * 4;
+    int8_t* to = values.data() + tile * cols * kTile + lane * 4;
     for (size_t u = 0; u < units; ++u) std::memcpy(to + u * 4 * kTile, from + u * 4, 4);
-    for (size_t b = 0; b < blocks; ++b) tiles.scales[(tile * blocks + b) * kTile + lane] = a.scales[t * blocks + b];
-    for (size_t g = 0; g < l.groups; ++g)
-      tiles.group_sums[(tile * l.groups + g) * kTile + lane] = a.group_sums[t * l.groups + g];
+    for (size_t b = 0; b < blocks; ++b) scales[(tile * blocks + b) * kTile + lane] = a.scales[t * blocks + b];
+    for (size_t g = 0; g < layout.groups; ++g)
+      group_sums[(tile * layout.groups + g) * kTile + lane] = a.group_sums[t * layout.groups + g];
   }
-  return tiles;
 }
 
 void Int8GemmRows(const QuantizedTensor& w, const Int8TokenTiles& a, size_t row_begin, size_t row_end, float* y,

@@ -20,15 +20,17 @@ namespace lowbit {
 // Int8Activations regrouped in tiles of 16 tokens (a short last tile is padded with zeros).
 struct Int8TokenTiles {
   static constexpr size_t kTokens = 16;
+  explicit Int8TokenTiles(const Int8Activations& a);  // zeros, the layout of a
+  // Tiles [tile_begin, tile_end) from a: a share of the copy, for a pool's threads.
+  void Fill(const Int8Activations& a, size_t tile_begin, size_t tile_end);
+  size_t tiles() const { return (n_tokens + kTokens - 1) / kTokens; }
+
   Int8DotLayout layout;
-  size_t n_tokens = 0, cols = 0;
+  size_t n_tokens, cols;
   AlignedVector<int8_t> values;      // [tile][cols / 4][16 tokens][4 bytes], each token's bytes in Int8Activations' order
   AlignedVector<float> scales;       // [tile][cols / layout.block][16]
   AlignedVector<float> group_sums;   // [tile][layout.groups][16]
-  size_t tiles() const { return (n_tokens + kTokens - 1) / kTokens; }
 };
-
-Int8TokenTiles TileTokens(const Int8Activations& a);
 
 // What Int8DotRows computes (to fp32 rounding) for every token: y[t * y_stride + r], r in
 // [row_begin, row_end). Needs the CPU HasInt8DotKernel asks for.
