@@ -64,24 +64,9 @@ LOWBIT_BF16 void Tile(const uint16_t* w, size_t cols, const uint16_t* x, size_t 
   }
 }
 
-const uint16_t* Bf16Codes(const QuantizedTensor& w) { return reinterpret_cast<const uint16_t*>(w.codes().data()); }
-
-}  // namespace
-
-bool CpuHasBf16Dot() { return CpuHasBf16Flags(); }
-
-bool HasBf16DotKernel(const QuantizedTensor& w) {
-  return CpuHasBf16Flags() && w.scheme().element->minifloat == &kBf16 && w.cols() % 32 == 0;
-}
-
-AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols) {
-  AlignedVector<uint16_t> out(n_tokens * cols);
-  Fp32ToBf16Row(x, out.size(), out.data());
-  return out;
-}
-
-void Bf16DotRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
-                 float* y, size_t y_stride) {
+// y[t * y_stride + r] = dot(row r of w [rows x cols], x_t) for r in [row_begin, row_end).
+void MatrixRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
+                float* y, size_t y_stride) {
   LOWBIT_CHECK(CpuHasBf16Flags() && cols % 32 == 0);
   // Cache blocking: a chunk of tokens over a slice of columns (256 x 2 KiB) stays in L2 while a
   // block of rows over that slice (16 x 2 KiB, in L1) passes every token tile of the chunk;
@@ -114,10 +99,25 @@ void Bf16DotRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_tok
   }
 }
 
+const uint16_t* Bf16Codes(const QuantizedTensor& w) { return reinterpret_cast<const uint16_t*>(w.codes().data()); }
+
+}  // namespace
+
+
+bool HasBf16DotKernel(const QuantizedTensor& w) {
+  return CpuHasBf16Flags() && w.scheme().element->minifloat == &kBf16 && w.cols() % 32 == 0;
+}
+
+AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols) {
+  AlignedVector<uint16_t> out(n_tokens * cols);
+  Fp32ToBf16Row(x, out.size(), out.data());
+  return out;
+}
+
 void Bf16DotRows(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
                  float* y, size_t y_stride) {
   LOWBIT_CHECK(HasBf16DotKernel(w));
-  Bf16DotRows(Bf16Codes(w), w.cols(), x, n_tokens, row_begin, row_end, y, y_stride);
+  MatrixRows(Bf16Codes(w), w.cols(), x, n_tokens, row_begin, row_end, y, y_stride);
 }
 
 void Bf16DotRowsRef(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
