@@ -21,6 +21,11 @@ constexpr size_t kBandTiles = 2;
 // Rows decoded at a time, reused by every tile of tokens: 32 x 11008 levels (344 KiB) stay in L2.
 constexpr size_t kPanelRows = 32;
 
+// The first 4-byte unit of block b in the activations' order: a chunk holds `split` blocks and
+// `planes` bit planes (2/4/8 bits; one otherwise) of 16 units each, and block b takes 16 / split
+// units from first + 16 * p in every plane p (as Int8DotRows splits a chunk's lanes).
+constexpr size_t FirstUnit(size_t b, size_t split, size_t planes) { return b / split * planes * 16 + b % split * (16 / split); }
+
 // Rows [r0, r0 + n) as byte levels in the activations' order, and their group scales and biases.
 template <int kBits, bool kLookup>
 LOWBIT_VNNI void DecodePanel(const QuantizedTensor& w, const Layout& l, size_t r0, size_t n, uint8_t* levels,
@@ -28,6 +33,7 @@ LOWBIT_VNNI void DecodePanel(const QuantizedTensor& w, const Layout& l, size_t r
   using Decoder = LevelDecoder<kBits, kLookup>;
   const Decoder decoder(l);
   const RowScaleSource<kBits> row_scales(w, l);
+  const __m512 offset = _mm512_set1_ps(l.offset);
   const size_t cols = w.cols(), chunks = cols / l.chunk;
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* row = w.codes().data() + (r0 + i) * w.row_bytes();
@@ -43,7 +49,8 @@ LOWBIT_VNNI void DecodePanel(const QuantizedTensor& w, const Layout& l, size_t r
     }
     row_scales.ForRow(r0 + i, [&](size_t g, __mmask16, __m512 s, __m512 bias) LOWBIT_VNNI __attribute__((always_inline)) {
       _mm512_storeu_ps(scales + i * padded_groups + g, s);
-      _mm512_storeu_ps(biases + i * padded_groups + g, bias);
+      // The offset's part of the bias is in the integer sums (offset_sums).
+      _mm512_storeu_ps(biases + i * padded_groups + g, _mm512_fnmadd_ps(s, offset, bias));
     });
   }
 }
@@ -53,13 +60,15 @@ struct TileInputs {
   const int8_t* values;
   const float* scales;
   const float* group_sums;
-  size_t values_stride, scales_stride, group_sums_stride;
+  const int32_t* offset_sums;
+  size_t values_stride, scales_stride, group_sums_stride;  // offset_sums: as scales
 };
 
 // kRows decoded rows against kTiles tiles of 16 tokens over the whole row; lane t of out[r][i] is
 // token t of tile i, row r. Block b of chunk c holds, in each of the chunk's kPer planes, the
-// 4-byte lanes b % kSplit * 16 / kSplit onwards (as Int8DotRows splits a chunk's lanes).
-template <size_t kSplit, int kPer, size_t kRows, size_t kTiles>
+// 4-byte lanes b % kSplit * 16 / kSplit onwards (FirstUnit). Without zero-points (kZeroPoints false) the biases are all zero: the
+// offset is in the integer sums, so the groups' sums of inputs are not needed.
+template <size_t kSplit, int kPer, size_t kRows, size_t kTiles, bool kZeroPoints>
 LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const float* scales, const float* biases,
                       size_t padded_groups, const TileInputs& x, __m512 (&out)[kRows][kTiles]) {
   constexpr size_t kLanes = 16 / kSplit;
@@ -67,16 +76,19 @@ LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const
   for (size_t r = 0; r < kRows; ++r)
     for (size_t i = 0; i < kTiles; ++i) out[r][i] = _mm512_setzero_ps();
   for (size_t g = 0, b = 0; g < l.groups; ++g) {
-    for (size_t i = 0; i < kTiles; ++i) {  // offsets and zero-points, through the group's sums of inputs
-      const __m512 group_sum = _mm512_load_ps(x.group_sums + i * x.group_sums_stride + g * kTile);
-      for (size_t r = 0; r < kRows; ++r)
-        out[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(biases[r * padded_groups + g]), group_sum, out[r][i]);
-    }
+    if constexpr (kZeroPoints)
+      for (size_t i = 0; i < kTiles; ++i) {  // zero-points, through the group's sums of inputs
+        const __m512 group_sum = _mm512_load_ps(x.group_sums + i * x.group_sums_stride + g * kTile);
+        for (size_t r = 0; r < kRows; ++r)
+          out[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(biases[r * padded_groups + g]), group_sum, out[r][i]);
+      }
     for (size_t in_group = 0; in_group < blocks_per_group; ++in_group, ++b) {
-      const size_t first = (b / kSplit * kPer) * 16 + b % kSplit * kLanes;
+      const size_t first = FirstUnit(b, kSplit, kPer);
       __m512i sums[kRows][kTiles];
-      for (size_t r = 0; r < kRows; ++r)
-        for (size_t i = 0; i < kTiles; ++i) sums[r][i] = _mm512_setzero_si512();
+      for (size_t i = 0; i < kTiles; ++i) {
+        const __m512i offset_sum = _mm512_load_si512(x.offset_sums + i * x.scales_stride + b * kTile);
+        for (size_t r = 0; r < kRows; ++r) sums[r][i] = offset_sum;
+      }
       for (int p = 0; p < kPer; ++p)
         for (size_t j = 0; j < kLanes; ++j) {
           const size_t unit = first + p * 16 + j;  // 4 bytes of each row, 4 bytes of each token
@@ -104,6 +116,7 @@ LOWBIT_VNNI void GemmRows(const QuantizedTensor& w, const Layout& l, const Int8T
                           size_t row_end, float* y, size_t y_stride) {
   constexpr int kPer = LevelDecoder<kBits, kLookup>::kPer;
   const size_t cols = w.cols(), blocks = cols / l.block, padded_groups = (l.groups + 15) / 16 * 16;
+  const bool zero_points = w.scheme().asymmetric();
   AlignedVector<uint8_t> levels(kPanelRows * cols);
   // 16 floats past the last row: ForRow stores whole vectors.
   AlignedVector<float> scales(kPanelRows * padded_groups + 16), biases(kPanelRows * padded_groups + 16);
@@ -113,12 +126,18 @@ LOWBIT_VNNI void GemmRows(const QuantizedTensor& w, const Layout& l, const Int8T
     const size_t n = std::min(kPanelRows, row_end - p0);
     DecodePanel<kBits, kLookup>(w, l, p0, n, levels.data(), scales.data(), biases.data(), padded_groups);
     auto tiles = [&]<size_t kTiles>(size_t tile) LOWBIT_VNNI {
-      const TileInputs x{a.values.data() + tile * cols * kTile, a.scales.data() + tile * blocks * kTile,
-                         a.group_sums.data() + tile * l.groups * kTile, cols * kTile, blocks * kTile, l.groups * kTile};
+      const TileInputs x{a.values.data() + tile * cols * kTile,        a.scales.data() + tile * blocks * kTile,
+                         a.group_sums.data() + tile * l.groups * kTile, a.offset_sums.data() + tile * blocks * kTile,
+                         cols * kTile,                                 blocks * kTile,
+                         l.groups * kTile};
       auto band = [&]<size_t kRows>(size_t i) LOWBIT_VNNI {
         __m512 out[kRows][kTiles];
-        Band<kSplit, kPer, kRows, kTiles>(l, cols, levels.data() + i * cols, scales.data() + i * padded_groups,
-                                          biases.data() + i * padded_groups, padded_groups, x, out);
+        auto run = [&]<bool kZeroPoints>() LOWBIT_VNNI {
+          Band<kSplit, kPer, kRows, kTiles, kZeroPoints>(l, cols, levels.data() + i * cols, scales.data() + i * padded_groups,
+                                                         biases.data() + i * padded_groups, padded_groups, x, out);
+        };
+        if (zero_points) run.template operator()<true>();
+        else run.template operator()<false>();
         for (size_t k = 0; k < kTiles; ++k) {
           const size_t t0 = (tile + k) * kTile, tokens = std::min(kTile, a.n_tokens - t0);
           const __mmask16 valid = static_cast<__mmask16>((1u << tokens) - 1);
@@ -144,16 +163,24 @@ Int8TokenTiles::Int8TokenTiles(const Int8Activations& a)
       cols(a.cols),
       values(tiles() * cols * kTile, 0),
       scales(tiles() * cols / layout.block * kTile, 0.0f),
-      group_sums(tiles() * layout.groups * kTile, 0.0f) {}
+      group_sums(tiles() * layout.groups * kTile, 0.0f),
+      offset_sums(tiles() * cols / layout.block * kTile, 0) {}
 
 void Int8TokenTiles::Fill(const Int8Activations& a, size_t tile_begin, size_t tile_end) {
-  const size_t units = cols / 4, blocks = cols / layout.block;
+  const size_t units = cols / 4, blocks = cols / layout.block, split = layout.chunk / layout.block;
+  const size_t planes = layout.planes() ? 8 / layout.bits : 1;
   for (size_t t = tile_begin * kTile; t < std::min(n_tokens, tile_end * kTile); ++t) {
     const size_t tile = t / kTile, lane = t % kTile;
     const int8_t* from = a.values.data() + t * cols;
     int8_t* to = values.data() + tile * cols * kTile + lane * 4;
     for (size_t u = 0; u < units; ++u) std::memcpy(to + u * 4 * kTile, from + u * 4, 4);
-    for (size_t b = 0; b < blocks; ++b) scales[(tile * blocks + b) * kTile + lane] = a.scales[t * blocks + b];
+    for (size_t b = 0; b < blocks; ++b) {
+      scales[(tile * blocks + b) * kTile + lane] = a.scales[t * blocks + b];
+      int32_t sum = 0;
+      for (size_t p = 0; p < planes; ++p)
+        for (size_t k = 0; k < 4 * 16 / split; ++k) sum += from[(FirstUnit(b, split, planes) + 16 * p) * 4 + k];
+      offset_sums[(tile * blocks + b) * kTile + lane] = static_cast<int32_t>(layout.offset) * sum;
+    }
     for (size_t g = 0; g < layout.groups; ++g)
       group_sums[(tile * layout.groups + g) * kTile + lane] = a.group_sums[t * layout.groups + g];
   }

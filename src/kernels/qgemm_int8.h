@@ -30,6 +30,9 @@ struct Int8TokenTiles {
   AlignedVector<int8_t> values;      // [tile][cols / 4][16 tokens][4 bytes], each token's bytes in Int8Activations' order
   AlignedVector<float> scales;       // [tile][cols / layout.block][16]
   AlignedVector<float> group_sums;   // [tile][layout.groups][16]
+  // [tile][cols / layout.block][16]: the layout's offset (levels - offset = codes' values) times
+  // the block's sum of int8 inputs, its share of every row's dot, added to the integer sums.
+  AlignedVector<int32_t> offset_sums;
 };
 
 // What Int8DotRows computes (to fp32 rounding) for every token: y[t * y_stride + r], r in
