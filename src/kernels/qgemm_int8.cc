@@ -65,9 +65,9 @@ struct TileInputs {
 };
 
 // kRows decoded rows against kTiles tiles of 16 tokens over the whole row; lane t of out[r][i] is
-// token t of tile i, row r. Block b of chunk c holds, in each of the chunk's kPer planes, the
-// 4-byte lanes b % kSplit * 16 / kSplit onwards (FirstUnit). Without zero-points (kZeroPoints false) the biases are all zero: the
-// offset is in the integer sums, so the groups' sums of inputs are not needed.
+// token t of tile i, row r. A block's int32 sums start from the offset's share (offset_sums), so
+// without zero-points (kZeroPoints false) the biases are all zero and the groups' sums of inputs
+// are not needed.
 template <size_t kSplit, int kPer, size_t kRows, size_t kTiles, bool kZeroPoints>
 LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const float* scales, const float* biases,
                       size_t padded_groups, const TileInputs& x, __m512 (&out)[kRows][kTiles]) {
