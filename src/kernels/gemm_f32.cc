@@ -52,14 +52,12 @@ LOWBIT_F32GEMM void Bands(const float* w, size_t cols, size_t rows, const float*
   for (; r < rows; ++r) Band<1, kTiles>(w + r * cols, cols, x, tile_floats, t0, n_tokens, y + r, y_stride);
 }
 
-bool CpuHasAvx512f() {
+}  // namespace
+
+bool CpuHasF32Gemm() {
   static const bool has = __builtin_cpu_supports("avx512f");
   return has;
 }
-
-}  // namespace
-
-bool CpuHasF32Gemm() { return CpuHasAvx512f(); }
 
 size_t F32GemmBlockRows(size_t cols) {
   return std::clamp<size_t>(kBlockBytes / (cols * sizeof(float)) / kBandRows * kBandRows, kBandRows, 16 * kBandRows);

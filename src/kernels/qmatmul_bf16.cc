@@ -103,7 +103,6 @@ const uint16_t* Bf16Codes(const QuantizedTensor& w) { return reinterpret_cast<co
 
 }  // namespace
 
-
 bool HasBf16DotKernel(const QuantizedTensor& w) {
   return CpuHasBf16Flags() && w.scheme().element->minifloat == &kBf16 && w.cols() % 32 == 0;
 }
