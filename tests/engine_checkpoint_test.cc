@@ -355,7 +355,8 @@ TEST(EngineFormats, UnpackedFormatsStoreSignedInt8AndE4M3Bytes) {
 
   ExpectError([&] { (void)CompressedTensorsFormatOf(q8.scheme(), InputQuant{ParseScheme("fp8_e4m3:token"), 0}, "p"); },
               {"int8 weights with int8 inputs"});
-  ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("nvfp4"), std::nullopt, "p"); }, {"fp4_e2m1"});
+  ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("fp4_e2m1:g32:scale=f16"), std::nullopt, "p"); },
+              {"fp4_e2m1"});
 }
 
 TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {

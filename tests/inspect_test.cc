@@ -461,6 +461,26 @@ TEST(InspectCompressedTensors, Nvfp4IsNativeOnlyOnBlackwell) {
   EXPECT_EQ(k.at("MI300X").status, PathStatus::kUnsupported);
 }
 
+TEST(InspectCompressedTensors, Mxfp6PacksFourCodesInThreeBytesAndIsOutsideTheRules) {
+  FakeCheckpoint c("ct_mxfp6");
+  c.AddUnquantized(DType::kBF16);
+  c.ForEachLinear([&](const std::string& p, const Linear& l) {
+    c.Add(p + ".weight_packed", DType::kU8, {l.out, l.in * 3 / 4});
+    c.Add(p + ".weight_scale", DType::kU8, {l.out, l.in / 32});
+  });
+  c.WriteTensors();
+  const json fp6 = {{"num_bits", 6}, {"type", "float"}, {"strategy", "group"}, {"group_size", 32}};
+  c.WriteConfig(CtConfig("mxfp6-pack-quantized", fp6, nullptr));
+  const CheckpointInfo info = InspectCheckpoint(c.dir());
+  ExpectTotals(info, c);
+  const LayerInfo& l = Layer(info, "model.layers.0.mlp.down_proj");
+  EXPECT_EQ(l.cols, 512u);
+  EXPECT_EQ(l.scheme, "fp6_e2m3 g32");
+  EXPECT_DOUBLE_EQ(l.bits_per_weight(), 6 + 8.0 / 32);
+  EXPECT_EQ(info.summary.family, QuantFamily::kMxFloat);
+  EXPECT_EQ(Kernels(info).at("B200").status, PathStatus::kNotCovered);
+}
+
 TEST(InspectFp8, BlockScaledAndAnFp8KvCacheWithoutScales) {
   FakeCheckpoint c("fp8_block");
   c.AddUnquantized(DType::kBF16);

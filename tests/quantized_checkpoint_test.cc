@@ -413,10 +413,10 @@ TEST(QuantizedCheckpoint, ForeignQuantizedCheckpointsAreNotSupportedYet) {
   for (const auto& [name, qc] : configs)
     ExpectLoadError(DenseWeightsWithConfig(scratch / name, qc), {"not supported yet", qc["quant_method"].get<std::string>()});
   // compressed-tensors formats lowbit does not read yet name the format.
-  const json nvfp4 = json::parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float"}}}})");
-  ExpectLoadError(DenseWeightsWithConfig(scratch / "ct-nvfp4", nvfp4),
-                  {"nvfp4-pack-quantized", "not supported yet", "quantization_config.format"});
+  const json marlin = json::parse(R"({"quant_method": "compressed-tensors", "format": "marlin-24",
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int"}}}})");
+  ExpectLoadError(DenseWeightsWithConfig(scratch / "ct-marlin-24", marlin),
+                  {"is 'marlin-24'", "lowbit reads", "quantization_config.format"});
 }
 
 // A GPTQ / AWQ / compressed-tensors config over weights that hold no quantized linear is an error,

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "formats/codec.h"
+#include "io/compressed_tensors_mx.h"
 
 namespace lowbit {
 namespace {
@@ -45,6 +46,9 @@ std::optional<OrderedJson> CompressedTensorsArgs(const QuantScheme& s) {
     const bool nvfp4 = s.scale_type == ScaleType::kUE4M3 && s.tensor_scale;
     const bool mxfp4 = s.mx_scales() && group == 32;
     if (!float_scale && !nvfp4 && !mxfp4) return std::nullopt;
+    w["type"] = "float";
+  } else if (e.name == "fp6_e2m3") {  // compressed-tensors' 6-bit float is E2M3, in MXFP6 only
+    if (!(s.mx_scales() && group == 32)) return std::nullopt;
     w["type"] = "float";
   } else {
     return std::nullopt;
@@ -237,14 +241,21 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
   const std::string scheme = w.ToString();
   const bool fp8 = w.element->name == "fp8_e4m3";
   const bool int8 = w.element->kind == ElementKind::kInt && w.element->bits == 8;
+  if (const std::optional<std::string> microscaled = MicroscaledFormatOf(w)) {
+    if (input)
+      Fail("{}: scheme '{}' with input_quant '{}': compressed-tensors exports of {} weights are weight-only (W4A16 "
+           "/ W8A16); lowbit does not write NVFP4 or MX activations", where, scheme, input->scheme.ToString(), *microscaled);
+    return *microscaled;
+  }
   if (!input) {
     if (w.element->kind == ElementKind::kInt) {
       CheckPackQuantized(w, where);
       return "pack-quantized";
     }
     if (!fp8)
-      Fail("{}: scheme '{}': element format {}: compressed-tensors exports hold integer and fp8_e4m3 weights (NVFP4 "
-           "and MXFP4 are not supported yet)", where, scheme, w.element->name);
+      Fail("{}: scheme '{}': element format {}: compressed-tensors holds integer and fp8_e4m3 weights, and the "
+           "microscaled nvfp4 (fp4_e2m1:g16:scale=ue4m3:tscale), mxfp4, mxfp6_e2m3 and mxfp8_e4m3 (g32, e8m0 scales)",
+           where, scheme, w.element->name);
   } else {
     const QuantScheme& a = input->scheme;
     const GranularityKind g = a.granularity.kind;
@@ -291,6 +302,7 @@ void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, cons
                                 const std::optional<InputQuant>& input) {
   const std::string format = CompressedTensorsFormatOf(q.scheme(), input, prefix);
   if (format == "pack-quantized") return AddPackQuantizedLinear(out, prefix, q);
+  if (IsMicroscaledFormat(format)) return AddMicroscaledLinear(out, prefix, q);
   const QuantScheme& s = q.scheme();
   const uint64_t n_out = q.rows(), k_in = q.cols();
   std::vector<std::byte> weight(n_out * k_in);

@@ -18,6 +18,9 @@
 //   "naive-quantized" P.weight F8_E4M3 [N, K], FP8 weight-only
 // with P.weight_scale [N, 1] / [1] / [groups] / [blocks] and, for static per-tensor inputs,
 // P.input_scale F32 [1]. Per-token inputs are dynamic (no tensor).
+//
+// NVFP4 and the MX formats (nvfp4-pack-quantized, mxfp4-/mxfp6-pack-quantized, mxfp8-quantized):
+// io/compressed_tensors_mx.h.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +47,8 @@ std::optional<nlohmann::ordered_json> CompressedTensorsArgs(const QuantScheme& s
 
 // The compressed-tensors format a linear of these weights and inputs is written in, as
 // compressed-tensors itself picks it; Error naming the field when it has none (float zero points,
-// NF4, FP6, asymmetric W8A8, inputs other than int8 / fp8 per token or per tensor, ...).
+// NF4, FP6 E3M2, fp4 with float scales, asymmetric W8A8, NVFP4 / MX activations, inputs other than
+// int8 / fp8 per token or per tensor, ...).
 std::string CompressedTensorsFormatOf(const QuantScheme& weights, const std::optional<InputQuant>& input,
                                       const std::string& where);
 // QuantizationArgs of a linear's quantized input (always symmetric; token = dynamic).

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "io/compressed_tensors.h"
+#include "io/compressed_tensors_mx.h"
 
 namespace lowbit {
 namespace {
@@ -123,16 +124,20 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
       const JsonView g = groups[name].ExpectObject();
       Group group;
       group.format = g.Get<std::string>("format", format);
+      const bool microscaled = IsMicroscaledFormat(group.format);
       if (group.format != "pack-quantized" && group.format != "int-quantized" && group.format != "float-quantized" &&
-          group.format != "naive-quantized")
+          group.format != "naive-quantized" && !microscaled)
         (g.Has("format") ? g["format"] : qc["format"])
-            .Fail(fmt::format("is '{}'; lowbit reads compressed-tensors pack-quantized, int-quantized, float-quantized "
-                              "and naive-quantized checkpoints (nvfp4-pack-quantized and the MX formats are not "
-                              "supported yet)", group.format));
+            .Fail(fmt::format("is '{}'; lowbit reads compressed-tensors pack-quantized, int-quantized, float-quantized, "
+                              "naive-quantized, nvfp4-pack-quantized, mxfp4-pack-quantized, mxfp6-pack-quantized and "
+                              "mxfp8-quantized checkpoints", group.format));
       group.targets = g.Get<std::vector<std::string>>("targets");
       group.weights = g["weights"].ExpectObject().value();
       group.path = g["weights"].path();
       if (g.Has("input_activations")) {
+        if (microscaled)  // NVFP4 W4A4 / MXFP4 W4A4: per-16/32 fp4 activations
+          g["input_activations"].Fail(fmt::format("{} activations are not supported; lowbit runs {} weights on "
+                                                  "unquantized inputs (W4A16) only", group.format, group.format));
         if (group.format == "pack-quantized" || group.format == "naive-quantized")
           g["input_activations"].Fail(fmt::format("quantized inputs with format '{}' are not supported", group.format));
         group.input = g["input_activations"].ExpectObject().value();
@@ -140,12 +145,13 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
       }
       // Every field checked once, up front.
       if (group.format == "pack-quantized") (void)PackQuantizedScheme(g["weights"], DType::kF16);
+      else if (microscaled) (void)MicroscaledScheme(g["weights"], group.format);
       else (void)UnpackedScheme(g["weights"], DType::kF32);
       e.groups_.push_back(std::move(group));
     }
     e.ignore_ = qc.Get<std::vector<std::string>>("ignore", {});
     e.suffixes_ = {".weight", ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx",
-                   ".input_scale"};
+                   ".input_scale", ".weight_global_scale"};
   }
   return e;
 }
@@ -192,6 +198,11 @@ OrderedTensor EngineLinears::Load(const SafetensorsModel& st, const std::string&
   const JsonView weights(g.weights, config_path_, g.path);
   if (g.format == "pack-quantized")
     return ReadPackQuantizedLinear(st, prefix, rows, cols, PackQuantizedScheme(weights, scale->dtype));
+  if (IsMicroscaledFormat(g.format)) {
+    if (st.Find(prefix + ".weight_g_idx"))
+      Fail("{}: tensor '{}.weight_g_idx': {} has no act-order", st.path().string(), prefix, g.format);
+    return {ReadMicroscaledLinear(st, prefix, rows, cols, MicroscaledScheme(weights, g.format)), {}};
+  }
   if (st.Find(prefix + ".weight_g_idx"))
     Fail("{}: tensor '{}.weight_g_idx': act-order is defined for pack-quantized group weights, not {}",
          st.path().string(), prefix, g.format);

@@ -41,6 +41,22 @@ struct LinearRecord {
   bool act_order = false;  // a stored column order, written as g_idx
 };
 
+// vLLM loads q/k/v and gate/up into one fused matrix with one NVFP4 global scale (the largest of the
+// shards'), so shards with different tensor scales would be served with a wrong one.
+void CheckFusedTensorScales(const std::vector<NamedLinear>& linears) {
+  std::map<std::string, const NamedLinear*> first;
+  for (const NamedLinear& nl : linears) {
+    const auto* q = std::get_if<QuantizedTensor>(&nl.linear->weight);
+    if (!q || !q->scheme().tensor_scale) continue;
+    const auto [it, inserted] = first.emplace(FusedMatrixOf(nl.prefix), &nl);
+    const auto& q0 = std::get<QuantizedTensor>(it->second->linear->weight);
+    if (!inserted && q0.tensor_scale() != q->tensor_scale())
+      Fail("{} and {}: tensor scales {} and {} differ, but vLLM loads both into {} with one global scale; "
+           "quantize again with this lowbit, which gives the shards of a fused matrix one tensor scale",
+           it->second->prefix, nl.prefix, q0.tensor_scale(), q->tensor_scale(), it->first);
+  }
+}
+
 // The input transforms no engine format carries; an exported linear must have none.
 void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
   const Linear& l = *nl.linear;
@@ -317,7 +333,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       const std::string p = fmt::format("model.layers.{}.", i);
       for (const HfBlockVector& v : HfBlockVectors(c, i))
         AddDense(list, p + v.name, v.shape, VectorToCheckpoint(c, v, block), dense);
-      for (const NamedLinear& nl : HfBlockLinears(c, block, i)) linears.push_back(AddLinear(list, nl, o, dense, r));
+      const std::vector<NamedLinear> block_linears = HfBlockLinears(c, block, i);
+      if (o.format == EngineFormat::kCompressedTensors) CheckFusedTensorScales(block_linears);
+      for (const NamedLinear& nl : block_linears) linears.push_back(AddLinear(list, nl, o, dense, r));
       if (o.format != EngineFormat::kCompressedTensors && r.quantized_linears > 0)
         (void)SharedParams(linears, o.format);  // mixed schemes fail at the block that brings them, not at the end
       if (kv && o.format == EngineFormat::kCompressedTensors) {

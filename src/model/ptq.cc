@@ -14,6 +14,7 @@
 #include "model/awq_scales.h"
 #include "model/calibration.h"
 #include "model/forward.h"
+#include "model/quantize_weights.h"
 #include "model/rotation.h"
 #include "quant/column_order.h"
 #include "quant/hadamard.h"
@@ -516,8 +517,19 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
            tokens * model.config.dim);
   });
 
+  // The fused-matrix amax (FusedAbsMax) of `linears` planned with a tensor scale, taken just before they
+  // are quantized (after AWQ / SmoothQuant rescaled them).
+  const auto fused_amax = [&](size_t l, std::span<const BlockLinear> linears) {
+    std::vector<BlockLinear> scaled;
+    for (const BlockLinear& slot : linears) {
+      const Plan p = plan_of(fmt::format("model.layers.{}.{}", l, slot.name));
+      if (p.method && p.scheme.tensor_scale) scaled.push_back(slot);
+    }
+    return FusedAbsMax(scaled);
+  };
   // One linear quantized by its plan, on the statistics of its input (null: no calibration).
-  const auto quantize_linear = [&](size_t l, const BlockLinear& slot, const InputStats* stats) {
+  const auto quantize_linear = [&](size_t l, const BlockLinear& slot, const InputStats* stats,
+                                   const std::unordered_map<const Linear*, float>& fused) {
     const std::string name = fmt::format("model.layers.{}.{}", l, slot.name);
     Plan plan = plan_of(name);
     if (!plan.method) return;  // ignored: stays full precision, no activation quantization
@@ -548,6 +560,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     }
     const bool hessian = stats && needs_hessian;
     WeightToQuantize w{name, values, dense->rows(), cols, hessian ? &stats->hessian.sum() : nullptr, &engine.pool()};
+    if (const auto it = fused.find(slot.linear); it != fused.end()) w.tensor_amax = it->second;
     // Act-order with groups in processing order: the method sees its columns in that order.
     std::vector<uint32_t> order = plan.method->InputOrder(w, plan.scheme);
     std::vector<float> ordered_values;
@@ -603,8 +616,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       if (method->smoothing_alpha() >= 0)
         ApplySmoothing(l, group.input, model, store, method->smoothing_alpha(), engine.pool(), report);
       if (!lw.experts.empty() && group.input == LinearInput::kGateUp) {
+        const auto fused = fused_amax(l, group.linears);
         QuantizeExperts(model.config, lw, group.linears, calibrate ? &store : nullptr, collect,
-                        [&](const BlockLinear& slot, const InputStats* stats) { quantize_linear(l, slot, stats); },
+                        [&](const BlockLinear& slot, const InputStats* stats) { quantize_linear(l, slot, stats, fused); },
                         engine.pool());
       } else if (!group.linears.empty()) {
         const size_t cols = group.linears[0].linear->cols();
@@ -612,7 +626,8 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
         if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);
         std::optional<InputStats> stats;
         if (calibrate) stats = collect(cols, StoreRows(store, cols));
-        for (const BlockLinear& slot : group.linears) quantize_linear(l, slot, stats ? &*stats : nullptr);
+        const auto fused = fused_amax(l, group.linears);
+        for (const BlockLinear& slot : group.linears) quantize_linear(l, slot, stats ? &*stats : nullptr, fused);
         if (calibrate && hadamard != 0) HadamardInputs(store, cols, hadamard);  // back to the engine's inputs
       }
       if (calibrate) {  // run the now-quantized group on to the next group's input

@@ -2,24 +2,68 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+
 #include "quant/registry.h"
 
 namespace lowbit {
 
+std::string FusedMatrixOf(std::string_view name) {
+  for (const auto& [shard, fused] : {std::pair{"q_proj", "qkv_proj"}, {"k_proj", "qkv_proj"}, {"v_proj", "qkv_proj"},
+                                     {"gate_proj", "gate_up_proj"}, {"up_proj", "gate_up_proj"}}) {
+    const std::string_view s(shard);
+    if (name.ends_with(s) && (name.size() == s.size() || name[name.size() - s.size() - 1] == '.'))
+      return std::string(name.substr(0, name.size() - s.size())) + fused;
+  }
+  return std::string(name);
+}
+
+std::unordered_map<const Linear*, float> FusedAbsMax(std::span<const BlockLinear> linears) {
+  std::map<std::string, std::vector<const DenseMatrix*>> matrices;
+  std::map<std::string, std::vector<const Linear*>> members;
+  for (const BlockLinear& bl : linears)
+    if (const auto* dense = std::get_if<DenseMatrix>(&bl.linear->weight)) {
+      const std::string fused = FusedMatrixOf(bl.name);
+      matrices[fused].push_back(dense);
+      members[fused].push_back(bl.linear);
+    }
+  std::unordered_map<const Linear*, float> out;
+  for (const auto& [fused, shards] : matrices) {
+    if (shards.size() < 2) continue;
+    float amax = 0;
+    for (const DenseMatrix* d : shards)
+      for (const float v : d->values) amax = std::max(amax, std::fabs(v));
+    for (const Linear* l : members[fused]) out[l] = amax;
+  }
+  return out;
+}
+
 namespace {
 
-bool QuantizeLinear(const QuantMethod& quantizer, const QuantScheme& scheme, Linear& linear, const std::string& name) {
+bool QuantizeLinear(const QuantMethod& quantizer, const QuantScheme& scheme, Linear& linear, const std::string& name,
+                    float tensor_amax) {
   WidenPlainFloat(linear);
   const auto* dense = std::get_if<DenseMatrix>(&linear.weight);
   if (!dense) return false;  // already quantized
-  linear.weight = quantizer.Quantize({name, dense->values, dense->rows(), dense->cols()}, scheme);
+  WeightToQuantize w{name, dense->values, dense->rows(), dense->cols()};
+  w.tensor_amax = tensor_amax;
+  linear.weight = quantizer.Quantize(w, scheme);
   return true;
 }
 
 uint64_t QuantizeBlock(const QuantMethod& quantizer, const QuantScheme& scheme, LayerWeights& lw, size_t l) {
   uint64_t count = 0;
-  for (const BlockLinear& bl : BlockLinears(lw))
-    count += QuantizeLinear(quantizer, scheme, *bl.linear, fmt::format("model.layers.{}.{}", l, bl.name));
+  const std::vector<BlockLinear> linears = BlockLinears(lw);
+  for (const BlockLinear& bl : linears) WidenPlainFloat(*bl.linear);
+  const std::unordered_map<const Linear*, float> fused =
+      scheme.tensor_scale ? FusedAbsMax(linears) : std::unordered_map<const Linear*, float>{};
+  for (const BlockLinear& bl : linears) {
+    const auto it = fused.find(bl.linear);
+    count += QuantizeLinear(quantizer, scheme, *bl.linear, fmt::format("model.layers.{}.{}", l, bl.name),
+                            it == fused.end() ? 0.0f : it->second);
+  }
   return count;
 }
 
@@ -30,7 +74,7 @@ uint64_t QuantizeLinears(ModelWeights& weights, const QuantScheme& scheme, std::
   const auto quantizer = BuiltinMethods().Create(method, nullptr, scheme);
   uint64_t count = 0;
   for (size_t l = 0; l < weights.layers.size(); ++l) count += QuantizeBlock(*quantizer, scheme, weights.layers[l], l);
-  if (include_lm_head) count += QuantizeLinear(*quantizer, scheme, weights.lm_head, "lm_head");
+  if (include_lm_head) count += QuantizeLinear(*quantizer, scheme, weights.lm_head, "lm_head", 0);
   return count;
 }
 

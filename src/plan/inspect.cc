@@ -265,6 +265,8 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
       if (s.activations_quantized) info.details += fmt::format("; activations {}", fmt::join(ct.activations, ", "));
       if (main_type == "int")
         s.family = s.activations_quantized && int8_acts ? QuantFamily::kInt8W8A8 : QuantFamily::kWeightInt;
+      else if (ct.formats.contains("mxfp8-quantized") || ct.formats.contains("mxfp6-pack-quantized"))
+        s.family = QuantFamily::kMxFloat;
       else if (main_type == "fp8")
         s.family = QuantFamily::kFp8;
       else if (main_type == "fp4") {

@@ -103,6 +103,7 @@ std::string SchemeText(const LayerInfo& l) {
     return fmt::format("int{} {} {}{}", l.bits, GroupText(l), l.symmetric ? "sym" : "asym",
                        l.act_order ? " act-order" : "");
   if (l.type == "fp8") return "fp8_e4m3 " + GroupText(l);
+  if (l.type == "fp6") return "fp6_e2m3 " + GroupText(l);
   if (l.type == "fp4")
     return l.group == 16   ? "nvfp4 (fp4_e2m1 g16, e4m3 scales)"
            : l.group == 32 ? "mxfp4 (fp4_e2m1 g32, e8m0 scales)"
@@ -462,7 +463,8 @@ class Walker {
     uint64_t rows = w.shape[0], cols = w.shape[1];
     if (w.name.ends_with("weight_packed")) {
       if (type == "float") {
-        cols *= 2;  // two FP4 codes per byte
+        if (8 % bits != 0 && bits != 6) Bad(w, "{}-bit float codes are not a compressed-tensors packing", bits);
+        cols = cols * 8 / bits;  // bytes of FP4 (two per byte) or MXFP6 (four in three) codes
       } else if (const TensorView* shape = m.Leaf("weight_shape")) {
         const std::vector<float> dims = ToFloat32(*shape);
         if (dims.size() != 2) Bad(*shape, "must hold [out, in]");
@@ -476,7 +478,7 @@ class Walker {
     }
     LayerInfo& l = Add(m, rows, cols);
     l.bits = bits;
-    l.type = type == "int" ? "int" : bits == 8 ? "fp8" : bits == 4 ? "fp4" : "float" + std::to_string(bits);
+    l.type = type == "int" ? "int" : bits == 8 ? "fp8" : bits == 6 ? "fp6" : bits == 4 ? "fp4" : "float" + std::to_string(bits);
     if (strategy == "channel")
       l.group = -1;
     else if (strategy == "group" || strategy == "tensor_group")

@@ -271,6 +271,7 @@ std::string_view QuantFamilyName(QuantFamily f) {
     case QuantFamily::kInt8W8A8: return "int8 w8a8";
     case QuantFamily::kNvfp4: return "nvfp4";
     case QuantFamily::kMxfp4: return "mxfp4";
+    case QuantFamily::kMxFloat: return "mxfp6/mxfp8";
     case QuantFamily::kGguf: return "gguf";
     case QuantFamily::kLowbit: return "lowbit";
   }
@@ -374,6 +375,11 @@ KernelPath ChooseKernel(const QuantSummary& q, const Hardware& hw, const EngineF
     case QuantFamily::kGguf:
       k.kernel = "GGUF dequant + MMVQ/MMQ";
       k.reason = "llama.cpp's block-format kernels (vLLM's GGUF loader is experimental)";
+      break;
+    case QuantFamily::kMxFloat:
+      k.kernel = "-";
+      k.status = PathStatus::kNotCovered;
+      k.reason = "compressed-tensors MXFP6 / MXFP8 (E8M0 scales per 32) are outside these rules";
       break;
     case QuantFamily::kLowbit:
       k.kernel = "-";

@@ -40,6 +40,7 @@ enum class QuantFamily : uint8_t {
   kInt8W8A8,   // INT8 weights and INT8 activations
   kNvfp4,      // FP4 E2M1 weights, E4M3 scales per 16 (W4A4 when activations are FP4 too)
   kMxfp4,      // FP4 E2M1 weights, E8M0 scales per 32
+  kMxFloat,    // MXFP6 / MXFP8 weights (E8M0 scales per 32): no published vLLM rule here
   kGguf,       // llama.cpp block formats
   kLowbit,     // lowbit-packed: no serving engine reads it
 };

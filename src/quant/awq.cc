@@ -10,12 +10,13 @@
 namespace lowbit {
 
 QuantizedTensor QuantizeAwqClip(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                                const std::vector<double>& h, const AwqOptions& options, std::string_view name) {
+                                const std::vector<double>& h, const AwqOptions& options, std::string_view name,
+                                float tensor_amax) {
   scheme.ValidateShape(rows, cols, name);
   if (w.size() != rows * cols) Fail("tensor '{}': {} values for shape [{} x {}]", name, w.size(), rows, cols);
   if (h.size() != cols * cols) Fail("tensor '{}': Hessian has {} entries, expected {}^2", name, h.size(), cols);
   QuantizedTensor q(scheme, rows, cols);
-  ChooseScales(q, w, name);
+  ChooseScales(q, w, name, nullptr, tensor_amax);
   const ScaleGrid grid = q.grid();
   const bool per_row = grid.cell_rows == 1 && scheme.granularity.kind != GranularityKind::kNone &&
                        scheme.granularity.kind != GranularityKind::kTensor;

@@ -27,6 +27,6 @@ struct AwqOptions {
 // block scales are quantized as they are.
 QuantizedTensor QuantizeAwqClip(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
                                 const std::vector<double>& hessian, const AwqOptions& options,
-                                std::string_view tensor_name = "tensor");
+                                std::string_view tensor_name = "tensor", float tensor_amax = 0);
 
 }  // namespace lowbit

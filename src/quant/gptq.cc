@@ -166,11 +166,12 @@ namespace {
 // lowbit's own schemes as a GPTQ grid: a QuantizedTensor's cells.
 class SchemeGrid final : public GptqGrid {
  public:
-  SchemeGrid(QuantizedTensor& q, std::string_view name) : q_(q), name_(name), grid_(q.grid()), values_(q.numel()) {
+  SchemeGrid(QuantizedTensor& q, std::string_view name, float tensor_amax)
+      : q_(q), name_(name), tensor_amax_(tensor_amax), grid_(q.grid()), values_(q.numel()) {
     groups_ = q.scheme().granularity.kind == GranularityKind::kGroup ? grid_.cell_cols : 0;
   }
   void Begin(std::span<const float> w) override {
-    ChooseScales(q_, w, name_);  // all cells up front; grouped ones are redone as their columns are reached
+    ChooseScales(q_, w, name_, nullptr, tensor_amax_);  // all cells up front; grouped ones are redone as their columns are reached
   }
   uint64_t group_cols() const override { return groups_; }
   uint64_t row_block() const override { return grid_.cell_rows; }
@@ -190,6 +191,7 @@ class SchemeGrid final : public GptqGrid {
   uint64_t Cell(uint64_t r, uint64_t c) const { return (r / grid_.cell_rows) * grid_.grid_cols + c / grid_.cell_cols; }
   QuantizedTensor& q_;
   std::string_view name_;
+  float tensor_amax_;
   ScaleGrid grid_;
   uint64_t groups_ = 0;
   std::vector<float> values_;  // the grid values, original column order
@@ -199,11 +201,11 @@ class SchemeGrid final : public GptqGrid {
 
 QuantizedTensor QuantizeGptq(std::span<const float> w0, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
                              const std::vector<double>& h, const GptqOptions& options, std::string_view name,
-                             ThreadPool* pool) {
+                             ThreadPool* pool, float tensor_amax) {
   scheme.ValidateShape(rows, cols, name);
   if (scheme.granularity.kind == GranularityKind::kNone) return QuantizeRtn(w0, rows, cols, scheme, name);
   QuantizedTensor q(scheme, rows, cols);
-  SchemeGrid grid(q, name);
+  SchemeGrid grid(q, name, tensor_amax);
   RunGptq(w0, rows, cols, h, options, grid, name, pool);
   return q;
 }

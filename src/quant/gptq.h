@@ -61,6 +61,7 @@ void RunGptq(std::span<const float> w, uint64_t rows, uint64_t cols, const std::
 // GPTQ onto a lowbit scheme.
 QuantizedTensor QuantizeGptq(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
                              const std::vector<double>& hessian, const GptqOptions& options,
-                             std::string_view tensor_name = "tensor", ThreadPool* pool = nullptr);
+                             std::string_view tensor_name = "tensor", ThreadPool* pool = nullptr,
+                             float tensor_amax = 0);
 
 }  // namespace lowbit

@@ -23,6 +23,9 @@ struct WeightToQuantize {
   uint64_t rows = 0, cols = 0;
   const std::vector<double>* hessian = nullptr;  // [cols x cols] sum of x x^T over calibration inputs
   ThreadPool* pool = nullptr;                    // for methods that can split their work
+  // > 0: the tensor scale (NVFP4) comes from this max |w| of the matrix an engine fuses this weight
+  // into (q/k/v, gate/up: model/quantize_weights.h), not from the weight's own.
+  float tensor_amax = 0;
 };
 
 class QuantMethod {

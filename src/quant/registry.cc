@@ -84,7 +84,7 @@ class RtnMethod final : public QuantMethod {
   double smoothing_alpha() const override { return smoothing_alpha_; }
   double outlier_threshold() const override { return outlier_threshold_; }
   QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
-    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name, w.pool);
+    return QuantizeRtn(w.values, w.rows, w.cols, scheme, w.name, w.pool, w.tensor_amax);
   }
 
  private:
@@ -108,7 +108,7 @@ class GptqMethod final : public QuantMethod {
     GptqOptions o = options_;
     // Group act-order on a grouped scheme: the columns arrive sorted (InputOrder), groups follow them.
     if (group_order_ && scheme.granularity.kind == GranularityKind::kGroup) o.act_order = false;
-    return QuantizeGptq(w.values, w.rows, w.cols, scheme, *w.hessian, o, w.name, w.pool);
+    return QuantizeGptq(w.values, w.rows, w.cols, scheme, *w.hessian, o, w.name, w.pool, w.tensor_amax);
   }
 
  private:
@@ -147,7 +147,7 @@ class AwqMethod final : public QuantMethod {
   size_t activation_scale_grid() const override { return options_.scale_grid; }
   QuantizedTensor Quantize(const WeightToQuantize& w, const QuantScheme& scheme) const override {
     if (!w.hessian) Fail("awq: tensor '{}' has no calibration statistics (give calibration data)", w.name);
-    return QuantizeAwqClip(w.values, w.rows, w.cols, scheme, *w.hessian, options_, w.name);
+    return QuantizeAwqClip(w.values, w.rows, w.cols, scheme, *w.hessian, options_, w.name, w.tensor_amax);
   }
 
  private:

@@ -60,7 +60,8 @@ void ChooseCellScale(QuantizedTensor& q, uint64_t cell, std::span<const float> v
   q.SetZero(cell, p.zero);
 }
 
-void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name, ThreadPool* pool) {
+void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view tensor_name, ThreadPool* pool,
+                  float tensor_amax) {
   const uint64_t rows = q.rows(), cols = q.cols();
   auto fail_non_finite = [&] {
     for (size_t i = 0; i < w.size(); ++i)
@@ -83,12 +84,12 @@ void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view
       }
     }
   });
-  float tensor_amax = 0;
+  float own_amax = 0;
   for (const CellStats& st : stats) {
     if (!std::isfinite(st.abs_sum)) fail_non_finite();
-    tensor_amax = std::max(tensor_amax, st.amax);
+    own_amax = std::max(own_amax, st.amax);
   }
-  q.set_tensor_scale(ChooseTensorScale(q.scheme(), tensor_amax));
+  q.set_tensor_scale(ChooseTensorScale(q.scheme(), std::max(own_amax, tensor_amax)));
   for (uint64_t cell = 0; cell < g.cells(); ++cell) {
     const CellParams p = ChooseCellParams(q.scheme(), stats[cell], q.tensor_scale());
     q.SetScale(cell, p.stored_scale);
@@ -97,12 +98,12 @@ void ChooseScales(QuantizedTensor& q, std::span<const float> w, std::string_view
 }
 
 QuantizedTensor QuantizeRtn(std::span<const float> w, uint64_t rows, uint64_t cols, const QuantScheme& scheme,
-                            std::string_view tensor_name, ThreadPool* pool) {
+                            std::string_view tensor_name, ThreadPool* pool, float tensor_amax) {
   scheme.ValidateShape(rows, cols, tensor_name);
   if (w.size() != rows * cols)
     Fail("tensor '{}': {} values given for shape [{} x {}]", tensor_name, w.size(), rows, cols);
   QuantizedTensor q(scheme, rows, cols);
-  ChooseScales(q, w, tensor_name, pool);
+  ChooseScales(q, w, tensor_name, pool, tensor_amax);
   // Rows own whole bytes of the packed codes, so rows encode independently.
   ParallelFor(pool, rows, [&](size_t begin, size_t end) {
     for (size_t r = begin; r < end; ++r) EncodeRow(q, r, &w[r * cols]);

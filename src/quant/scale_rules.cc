@@ -24,8 +24,9 @@ void CellStats::AddSpan(const float* x, uint64_t n) {
 
 float ChooseTensorScale(const QuantScheme& s, float tensor_amax) {
   if (!s.tensor_scale) return 1.0f;
-  const float t = tensor_amax / static_cast<float>(ScaleDivisor(*s.element) * MaxFinite(kUE4M3));
-  return t > 0 && std::isfinite(t) ? t : 1.0f;
+  const float global = static_cast<float>(ScaleDivisor(*s.element) * MaxFinite(kUE4M3)) / tensor_amax;
+  const float t = 1.0f / global;
+  return t > 0 && std::isfinite(t) && std::isfinite(global) ? t : 1.0f;
 }
 
 namespace {

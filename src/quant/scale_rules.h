@@ -24,7 +24,9 @@ struct CellStats {
   void AddSpan(const float* x, uint64_t n);  // NaN/Inf input makes abs_sum non-finite
 };
 
-// The tensor-level scale of schemes that have one (NVFP4), from the tensor's absolute max.
+// The tensor-level scale of schemes that have one (NVFP4), from the tensor's absolute max: the
+// reciprocal of the fp32 global scale compressed-tensors and vLLM store (6 * 448 / amax), so that a
+// stored global scale g with 1 / g == this value exists and the engines' 1 / g is exactly it.
 float ChooseTensorScale(const QuantScheme& s, float tensor_amax);
 
 struct CellParams {

@@ -5,7 +5,12 @@ checked by their consumers (make test-interop).
 Each export starts from a lowbit quantized folder of the bundled model, whose codes it repacks:
   * the reference is that folder's own tensors decoded as lowbit defines them (W = (code - zero) * scale);
   * compressed-tensors exports: transformers + compressed-tensors load the folder and decompress every
-    linear; each must equal the reference exactly (max abs difference 0). transformers' fp32 logits on
+    linear; each must equal the reference exactly (max abs difference 0). NVFP4 is decompressed to bf16
+    there, as code * (scale / global scale) where lowbit and vLLM's kernels multiply by 1 / global scale:
+    it must equal the reference rounded to bf16 within one bf16 step, and compressed-tensors' own fp32
+    decompression must equal the reference within one fp32 step of the block scale; the global scale's
+    fp32 reciprocal must be lowbit's tensor scale exactly, and q/k/v and gate/up (one fused matrix in
+    vLLM) must share it. transformers' fp32 logits on
     the KJV windows are written as a lowbit --kl-base file, and lowbit, running the same export,
     must agree: KL(transformers || lowbit) < 1e-6 and top-1 >= 99 % (W8A8 exports: < 1e-4, as transformers
     runs their decompressed weights on unquantized inputs while lowbit quantizes the inputs).
@@ -24,6 +29,9 @@ import tempfile
 import numpy as np
 import torch
 from safetensors.torch import load_file as load_torch
+from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+from compressed_tensors.quantization import QuantizationArgs
+from compressed_tensors.quantization.lifecycle.forward import dequantize
 from transformers import AutoModelForCausalLM, CompressedTensorsConfig
 
 from common import check, failures, lowbit_json, print_table, run, window_token_ids, write_kl_base
@@ -48,6 +56,11 @@ EXPORTS = [
     ("ct-fp8-channel", ["--format", "fp8_e4m3"], ["--to", "compressed-tensors"]),
     ("ct-fp8-block128-dynamic", ["--format", "fp8_e4m3:block128x128:scale=f32", "--act-format", "fp8_e4m3:token"],
      ["--to", "compressed-tensors"]),
+    ("ct-nvfp4a16", ["--format", "nvfp4"], ["--to", "compressed-tensors"]),
+    ("ct-nvfp4a16-gptq", ["--method", "gptq", "--format", "nvfp4", *CALIB], ["--to", "compressed-tensors"]),
+    ("ct-mxfp4a16", ["--format", "mxfp4"], ["--to", "compressed-tensors"]),
+    ("ct-mxfp6a16", ["--format", "mxfp6_e2m3"], ["--to", "compressed-tensors"]),
+    ("ct-mxfp8a16", ["--format", "mxfp8_e4m3"], ["--to", "compressed-tensors"]),
     ("gptq-v1-int4-g128", ["--format", "int4:g128"], ["--to", "gptq"]),
     ("gptq-v2-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "gptq", "--format", "gptq_v2"]),
     ("gptq-v1-int3-g64", ["--format", "int3:g64"], ["--to", "gptq"]),
@@ -70,18 +83,44 @@ def unpack_lsb(data, count, bits):
     return (bitstream.reshape(*bitstream.shape[:-1], count, bits).astype(np.int64) * weights).sum(-1)
 
 
+# The OCP element formats by their definitions (sign, then exponent and mantissa fields).
+def minifloat(codes, exp_bits, man_bits, bias):
+    sign = np.where(codes >> (exp_bits + man_bits) & 1, -1.0, 1.0)
+    e = (codes >> man_bits) & ((1 << exp_bits) - 1)
+    m = (codes & ((1 << man_bits) - 1)) / float(1 << man_bits)
+    return sign * np.where(e == 0, m * 2.0 ** (1 - bias), (1 + m) * 2.0 ** (e - bias))
+
+
+def decode_scales(raw, options):
+    """A lowbit folder's scales as float64: E8M0 bytes are 2^(b - 127), UE4M3 bytes E4M3 values."""
+    kind = next((o[6:] for o in options if o.startswith("scale=")), None)
+    if kind == "e8m0":
+        return np.exp2(raw.astype(np.float64) - 127)
+    if kind == "ue4m3":
+        return minifloat(raw.astype(np.int64), 4, 3, 7)
+    return raw.astype(np.float64)
+
+
 def lowbit_reference(folder, config):
     """Every quantized linear of a lowbit folder, decoded from its own tensors: (code - zero) * scale for
-    integers, the E4M3 value times the scale for fp8, each scale over its group, channel, tensor or block;
-    an act-order linear's stored column j is input column input_order[j]."""
+    integers, the element's value times the scale for fp8 / fp6 / fp4 (times the tensor scale, NVFP4),
+    each scale over its group, channel, tensor or block; an act-order linear's stored column j is input
+    column input_order[j]."""
     t = load_file(os.path.join(folder, "model.safetensors"))
     out = {}
     for prefix, scheme in config["quantization_config"]["lowbit"]["tensors"].items():
         element, *options = scheme.split(":")
         packed = t[prefix + ".weight_packed"]
-        scale = t[prefix + ".weight_scale"].astype(np.float64)
+        scale = decode_scales(t[prefix + ".weight_scale"], options)
+        if "tscale" in options:
+            scale = scale * np.float64(t[prefix + ".weight_global_scale"][0])
+            scale = scale.astype(np.float32).astype(np.float64)  # the fp32 product lowbit decodes with
         n = packed.shape[0]
-        if element == "fp8_e4m3":
+        if element in ("fp4_e2m1", "fp6_e2m3"):
+            bits, exp_bits, man_bits, bias = (4, 2, 1, 1) if element == "fp4_e2m1" else (6, 2, 3, 1)
+            k = packed.shape[1] * 8 // bits
+            values = minifloat(unpack_lsb(packed, k, bits), exp_bits, man_bits, bias)
+        elif element == "fp8_e4m3":
             k = packed.shape[1]
             values = torch.from_numpy(np.ascontiguousarray(packed)).view(torch.float8_e4m3fn).double().numpy()
         else:
@@ -134,6 +173,37 @@ def decode_awq(t, prefix, q):
     return w.T.astype(np.float32)
 
 
+def check_nvfp4(name, out, source, model, reference, weights_args):
+    """NVFP4 exports (see the module doc); returns transformers' largest difference in bf16 steps."""
+    t = load_torch(os.path.join(out, "model.safetensors"))
+    src = load_torch(os.path.join(source, "model.safetensors"))
+    args = QuantizationArgs(**weights_args)
+    worst_steps, worst_fp32 = 0.0, 0.0
+    for prefix, ref in reference.items():
+        g = t[prefix + ".weight_global_scale"].float()
+        check(np.float32(1) / g.numpy()[0] == src[prefix + ".weight_global_scale"].numpy()[0],
+              f"{name}: {prefix}: 1 / weight_global_scale is not lowbit's tensor scale")
+        fused = prefix.replace("k_proj", "q_proj").replace("v_proj", "q_proj").replace("up_proj", "gate_proj")
+        check(torch.equal(g, t[fused + ".weight_global_scale"].float()),
+              f"{name}: {prefix} and {fused} have different global scales, but vLLM fuses them")
+        packed = t[prefix + ".weight_packed"]
+        codes = unpack_fp4_from_uint8(packed, packed.shape[0], packed.shape[1] * 2, dtype=torch.float32)
+        fp32 = dequantize(codes, t[prefix + ".weight_scale"].float(), args=args, global_scale=g,
+                          dtype=torch.float32).numpy()
+        # One fp32 step of the block scale: |dW| <= |W| * 2^-23 (E2M1 values have two significant bits).
+        bound = np.abs(ref).astype(np.float64) * 2.0 ** -22
+        worst_fp32 = max(worst_fp32, float(np.max(np.abs(fp32.astype(np.float64) - ref) - bound)))
+        got = model.get_submodule(prefix).weight.detach().float().numpy().astype(np.float64)
+        step = np.abs(torch.from_numpy(ref).bfloat16().float().numpy()).astype(np.float64) * 2.0 ** -7
+        rounded = torch.from_numpy(ref).bfloat16().float().numpy().astype(np.float64)
+        steps = np.abs(got - rounded) / np.where(step > 0, step, 1)
+        worst_steps = max(worst_steps, float(np.max(steps)))
+    check(worst_fp32 <= 0, f"{name}: compressed-tensors' fp32 decompression is more than one fp32 step of the block "
+                           f"scale from lowbit's")
+    check(worst_steps <= 1, f"{name}: transformers' bf16 weights are {worst_steps} bf16 steps from lowbit's rounded")
+    return worst_steps
+
+
 def max_diff(a, b):
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.shape == b.shape else float("inf")
 
@@ -143,6 +213,7 @@ def main():
     ap.add_argument("--lowbit", default=os.path.join(ROOT, "build", "lowbit"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "kjv-llama-7m"))
     ap.add_argument("--text", default=os.path.join(ROOT, "data", "kjv-test.txt"))
+    ap.add_argument("--only", default="", help="run only the exports whose name contains this")
     args = ap.parse_args()
     lowbit = args.lowbit
     torch.set_num_threads(2)
@@ -152,6 +223,8 @@ def main():
     bos = json.load(open(os.path.join(args.model, "config.json"))).get("bos_token_id", 1)
     rows = []
     for name, quantize_args, export_args in EXPORTS:
+        if args.only not in name:
+            continue
         source = os.path.join(tmp, f"lowbit-{name}")
         out = os.path.join(tmp, name)
         # lm_head kept as it is: the engines (AWQ, vLLM's compressed-tensors) run it unquantized.
@@ -166,14 +239,21 @@ def main():
         ppl_source = lowbit_json(lowbit, "ppl", "--model", source, "--text", window_text, "--ctx", CTX)["ppl"]
         ppl_export = lowbit_json(lowbit, "ppl", "--model", out, "--text", window_text, "--ctx", CTX)["ppl"]
         check(ppl_export == ppl_source, f"{name}: lowbit reads the export to PPL {ppl_export}, the source folder to {ppl_source}")
-        worst, consumer, kl, top1 = 0.0, "", float("nan"), float("nan")
+        worst, consumer, kl, top1, nvfp4 = 0.0, "", float("nan"), float("nan"), False
         if q["quant_method"] == "compressed-tensors":
             consumer = "transformers + compressed-tensors"
             model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
                                                          quantization_config=CompressedTensorsConfig(dequantize=True))
-            for prefix, ref in reference.items():
-                module = model.get_submodule(prefix)
-                worst = max(worst, max_diff(module.weight.detach().float().numpy(), ref))
+            nvfp4 = q["format"] == "nvfp4-pack-quantized"
+            if "fp4" in q["format"] or "fp6" in q["format"] or "mxfp8" in q["format"]:
+                model = model.float()  # the microscaled formats decompress to bf16 (exactly, but for NVFP4)
+            if nvfp4:
+                consumer += " (bf16 steps)"
+                bf16_steps = check_nvfp4(name, out, source, model, reference, q["config_groups"]["group_0"]["weights"])
+            else:
+                for prefix, ref in reference.items():
+                    module = model.get_submodule(prefix)
+                    worst = max(worst, max_diff(module.weight.detach().float().numpy(), ref))
             if kv:  # the calibrated FP8 KV scales arrive as each attention's k_scale / v_scale
                 scales = json.load(open(os.path.join(source, "kv_cache_scales.json")))
                 for i, layer in enumerate(model.model.layers):
@@ -196,7 +276,8 @@ def main():
             kl, top1 = agree["kld_mean"], agree["top1_agreement"]
             # transformers runs decompressed weights on unquantized inputs; lowbit quantizes the inputs of
             # W8A8 exports as the engines do, so there the KL also holds the activation quantization.
-            bound = 1e-4 if any(g.get("input_activations") for g in q["config_groups"].values()) else 1e-6
+            # NVFP4: transformers runs its bf16 weights.
+            bound = 1e-4 if nvfp4 or any(g.get("input_activations") for g in q["config_groups"].values()) else 1e-6
             check(kl < bound, f"{name}: KL(transformers || lowbit) = {kl:.3g}, must be < {bound:g}")
             check(top1 >= 0.99, f"{name}: top-1 agreement {top1:.4f} < 0.99")
             del model
@@ -214,17 +295,19 @@ def main():
             check(q["desc_act"] is True and permuted == len(reference),
                   f"{name}: desc_act {q['desc_act']}, {permuted} of {len(reference)} g_idx out of column order")
         rows.append((name, q["quant_method"], exported["format"], f"{exported['bits_per_weight']:.4f}",
-                     f"{exported['file_bytes'] / 2**20:.2f}", f"{ppl_export:.4f}", consumer, f"{worst:g}",
+                     f"{exported['file_bytes'] / 2**20:.2f}", f"{ppl_export:.4f}", consumer,
+                     f"{bf16_steps:g} steps" if nvfp4 else f"{worst:g}",
                      f"{kl:.2e}" if kl == kl else "-", f"{top1:.4f}" if top1 == top1 else "-"))
         print(f"{name}: done", flush=True)
 
     # quantize --save-as writes the same tensors as quantize + export.
-    direct = os.path.join(tmp, "direct-ct")
-    run(lowbit, "quantize", args.model, "-o", direct, "--format", "int4:g128", "--save-as", "compressed-tensors")
-    a = load_file(os.path.join(direct, "model.safetensors"))
-    b = load_file(os.path.join(tmp, "ct-w4a16-g128", "model.safetensors"))
-    check(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a),
-          "quantize --save-as compressed-tensors differs from quantize + export --to compressed-tensors")
+    if os.path.isdir(os.path.join(tmp, "ct-w4a16-g128")):
+        direct = os.path.join(tmp, "direct-ct")
+        run(lowbit, "quantize", args.model, "-o", direct, "--format", "int4:g128", "--save-as", "compressed-tensors")
+        a = load_file(os.path.join(direct, "model.safetensors"))
+        b = load_file(os.path.join(tmp, "ct-w4a16-g128", "model.safetensors"))
+        check(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a),
+              "quantize --save-as compressed-tensors differs from quantize + export --to compressed-tensors")
 
     header = ("export", "quant_method", "format", "bits/w", "MiB", "lowbit PPL", "checked by", "max |dW|",
               "KL", "top-1")
