@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/json_util.h"
@@ -26,6 +28,8 @@
 #include "io/gguf_export.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
+#include "io/safetensors.h"
+#include "model/quantize_weights.h"
 #include "model/forward.h"
 #include "quant/scheme.h"
 #include "test_util.h"
@@ -156,7 +160,7 @@ TEST(ArchitectureFixtureGguf, CalibratedBeatsDirectEncoding) {
 
 // Gemma 3's image-text checkpoint exported for vLLM: only its language model is written, under a
 // Gemma3ForCausalLM config.json, and its tied lm_head (a Linear in transformers, stored by no tensor) is
-// ignored by name so "targets: Linear" does not claim it. Phi-3's fused projections are refused by name.
+// ignored by name so "targets: Linear" does not claim it.
 TEST(ArchitectureFixtureExport, EngineFormatsWriteTextModelsAndIgnoreTiedLmHead) {
   testing_util::ScratchDir dir("lowbit-arch-export");
   const fs::path source = kFixtures / "gemma3mm";
@@ -170,15 +174,53 @@ TEST(ArchitectureFixtureExport, EngineFormatsWriteTextModelsAndIgnoreTiedLmHead)
   EXPECT_FALSE(config.contains("text_config") || config.contains("vision_config"));
   EXPECT_EQ(config["quantization_config"]["ignore"], nlohmann::json::array({"lm_head"}));
   EXPECT_EQ(LoadModel((dir / "ct").string()).config.architecture, "Gemma3ForCausalLM");
+}
 
-  StreamedModel phi3 = OpenModel(kFixtures / "phi3");
-  try {
-    (void)ExportEngineCheckpoint(phi3, kFixtures / "phi3", dir / "phi3", nullptr, o);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fused qkv_proj / gate_up_proj"), std::string::npos) << e.what();
+// Phi-3 exported for vLLM keeps its own layout: q/k/v and gate/up go out stacked as qkv_proj and
+// gate_up_proj (what vLLM and transformers load for Phi-3) and come back split, each linear bit for bit
+// with the model quantized in memory, so the logits are the same to the last bit.
+TEST(ArchitectureFixtureExport, Phi3GoesOutWithFusedProjectionsAndComesBackSplit) {
+  testing_util::ScratchDir dir("lowbit-arch-phi3");
+  const fs::path source = kFixtures / "phi3";
+  const auto tokens = ReadJsonFile(source / "reference.json")["tokens"].get<std::vector<int32_t>>();
+  const auto logits = [&](const Model& m) {
+    Engine engine(m, 1);
+    KvCache cache = engine.NewCache(tokens.size());
+    return engine.Forward(cache, tokens, /*all_logits=*/true);
+  };
+  for (const auto& [format, scheme, suffix] :
+       {std::tuple{EngineFormat::kGptq, "int4:g16", ".qweight"}, {EngineFormat::kAwq, "int4:g16:asym", ".qweight"},
+        {EngineFormat::kCompressedTensors, "int8:channel", ".weight_packed"},
+        {EngineFormat::kCompressedTensors, "nvfp4", ".weight_packed"}}) {
+    const std::string name = std::string(EngineFormatName(format)) + "-" + scheme;
+    SCOPED_TRACE(name);
+    Model expected = LoadModel(source.string());
+    QuantizeLinears(expected.weights, ParseScheme(scheme));
+    StreamedModel s = OpenModel(source);
+    EngineExportOptions o;
+    o.format = format;
+    o.scheme = ParseScheme(scheme);
+    (void)ExportEngineCheckpoint(s, source, dir / name, nullptr, o);
+    const SafetensorsModel st = SafetensorsModel::Open(dir / name);
+    EXPECT_NE(st.Find("model.layers.1.self_attn.qkv_proj" + std::string(suffix)), nullptr);
+    EXPECT_NE(st.Find("model.layers.1.mlp.gate_up_proj" + std::string(suffix)), nullptr);
+    EXPECT_EQ(st.Find("model.layers.1.self_attn.q_proj" + std::string(suffix)), nullptr);
+    const Model back = LoadModel((dir / name).string());
+    for (size_t i = 0; i < back.weights.layers.size(); ++i) {
+      const std::vector<ConstBlockLinear> a = BlockLinears(std::as_const(expected.weights.layers[i]));
+      const std::vector<ConstBlockLinear> b = BlockLinears(back.weights.layers[i]);
+      for (size_t k = 0; k < a.size(); ++k) {
+        const auto& qa = std::get<QuantizedTensor>(a[k].linear->weight);
+        const auto& qb = std::get<QuantizedTensor>(b[k].linear->weight);
+        EXPECT_EQ(qb.scheme().ToString(), qa.scheme().ToString()) << a[k].name;
+        EXPECT_TRUE(std::ranges::equal(qa.codes(), qb.codes())) << a[k].name;
+        EXPECT_TRUE(std::ranges::equal(qa.scale_bytes(), qb.scale_bytes())) << a[k].name;
+        EXPECT_TRUE(std::ranges::equal(qa.zero_bytes(), qb.zero_bytes())) << a[k].name;
+        EXPECT_EQ(qa.tensor_scale(), qb.tensor_scale()) << a[k].name;
+      }
+    }
+    EXPECT_EQ(logits(back), logits(expected));
   }
-  EXPECT_FALSE(fs::exists(dir / "phi3"));
 }
 
 // Past its window a sliding layer's cache drops whole blocks (KvCache::Advance): decoding 100 tokens one

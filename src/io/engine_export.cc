@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "core/file_util.h"
 #include "formats/codec.h"
 #include "io/compressed_tensors.h"
+#include "io/fused_projections.h"
 #include "io/gptq_awq.h"
 #include "io/hf_names.h"
 #include "model/kv_calibration.h"
@@ -298,9 +300,6 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   const fs::path dest = CheckpointDestination(out_dir);
   CheckQuantizedModelTarget(c, dest, source_dir);
   if (o.gptq_v2 && o.format != EngineFormat::kGptq) Fail("gptq_v2 zero points apply to --to gptq only");
-  if (HasFusedProjections(c))
-    Fail("{}: {} stores q/k/v and gate/up as fused qkv_proj / gate_up_proj, which --to {} does not write yet",
-         model.source, c.architecture, EngineFormatName(o.format));
   if (o.scheme) CheckEngineScheme(o.format, *o.scheme, fmt::format("--scheme {}", o.scheme->ToString()));
   if (c.tie_embeddings && model.weights.lm_head.quantized())
     Fail("{}: lm_head is quantized but tie_word_embeddings is true, so it would not be stored", dest.string());
@@ -333,9 +332,10 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
       const std::string p = fmt::format("model.layers.{}.", i);
       for (const HfBlockVector& v : HfBlockVectors(c, i))
         AddDense(list, p + v.name, v.shape, VectorToCheckpoint(c, v, block), dense);
-      const std::vector<NamedLinear> block_linears = HfBlockLinears(c, block, i);
-      if (o.format == EngineFormat::kCompressedTensors) CheckFusedTensorScales(block_linears);
-      for (const NamedLinear& nl : block_linears) linears.push_back(AddLinear(list, nl, o, dense, r));
+      if (o.format == EngineFormat::kCompressedTensors) CheckFusedTensorScales(HfBlockLinears(c, block, i));
+      std::deque<Linear> stacked;  // Phi-3's qkv_proj and gate_up_proj
+      for (const NamedLinear& nl : StoredBlockLinears(c, block, i, stacked))
+        linears.push_back(AddLinear(list, nl, o, dense, r));
       if (o.format != EngineFormat::kCompressedTensors && r.quantized_linears > 0)
         (void)SharedParams(linears, o.format);  // mixed schemes fail at the block that brings them, not at the end
       if (kv && o.format == EngineFormat::kCompressedTensors) {

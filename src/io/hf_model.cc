@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "io/engine_checkpoint.h"
+#include "io/fused_projections.h"
 #include "io/hf_names.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
@@ -52,37 +53,6 @@ std::optional<uint64_t> BlockOf(std::string_view name, std::string_view layers) 
   const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
   if (ec != std::errc() || end == rest.data() || end == rest.data() + rest.size() || *end != '.') return std::nullopt;
   return n;
-}
-
-// Phi-3's fused projections: consecutive row ranges of `fused` as separate linears (q, k, v or
-// gate, up). Dense and 16-bit weights split exactly; a fused linear stored quantized is refused.
-std::vector<Linear> SplitRows(Linear fused, const std::vector<uint64_t>& rows, const std::string& name,
-                              const std::string& file) {
-  if (fused.input_quant || fused.outliers || fused.input_hadamard)
-    Fail("{}: '{}' is a fused projection with an input transform, which lowbit cannot split", file, name);
-  std::vector<Linear> out(rows.size());
-  uint64_t first = 0;
-  const uint64_t cols = fused.cols();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (auto* d = std::get_if<DenseMatrix>(&fused.weight)) {
-      const auto begin = d->values.begin() + static_cast<ptrdiff_t>(first * cols);
-      out[i].weight = DenseMatrix{rows[i], cols, std::vector<float>(begin, begin + static_cast<ptrdiff_t>(rows[i] * cols))};
-    } else {
-      const auto& q = std::get<QuantizedTensor>(fused.weight);
-      if (!IsPlainFloat(q))
-        Fail("{}: '{}' is a fused projection stored quantized ({}); lowbit splits fused projections only from "
-             "full-precision checkpoints", file, name, q.scheme().ToString());
-      QuantizedTensor part(q.scheme(), rows[i], cols);
-      std::copy_n(q.codes().begin() + static_cast<ptrdiff_t>(first * q.row_bytes()), part.codes().size(),
-                  part.codes().begin());
-      out[i].weight = std::move(part);
-    }
-    if (!fused.bias.empty())
-      out[i].bias.assign(fused.bias.begin() + static_cast<ptrdiff_t>(first),
-                         fused.bias.begin() + static_cast<ptrdiff_t>(first + rows[i]));
-    first += rows[i];
-  }
-  return out;
 }
 
 class HfTensors {

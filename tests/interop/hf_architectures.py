@@ -12,8 +12,8 @@
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2 and gemma3
                 architectures in llama.cpp, and its llama-with-experts, qwen2moe and qwen3moe); and exports
-                the mixtures of experts to compressed-tensors and checks transformers' logits on that
-                folder against lowbit's.
+                the mixtures of experts and Phi-3 (fused qkv_proj / gate_up_proj) to compressed-tensors and
+                checks transformers' logits on that folder against lowbit's.
 """
 import argparse
 import json
@@ -210,25 +210,28 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 
 # Mixtures of experts exported to compressed-tensors (W4A16, group 8: every expert its own Linear, the
 # routers ignored) load in transformers + compressed-tensors, whose loader decompresses each expert and fuses
-# them into transformers 5's expert tensors; its logits must be lowbit's on the same folder (KL over windows
-# of a text in the fixtures' byte vocabulary).
-MOE_ENGINE_CHECKS = ["mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe"]
+# them into transformers 5's expert tensors; Phi-3 goes out with its fused qkv_proj / gate_up_proj.
+# transformers' logits must be lowbit's on the same folder (KL over windows of a text in the fixtures' byte
+# vocabulary).
+ENGINE_CHECKS = [("mixtral", "int4:g8"), ("qwen2_moe", "int4:g8"), ("qwen2_moe_dense", "int4:g8"),
+                 ("qwen3_moe", "int4:g8"), ("phi3", "int4:g8")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
-def check_moe_engine_exports(lowbit, folder):
+def check_engine_exports(lowbit, folder):
     from transformers import CompressedTensorsConfig
     text = byte_text(folder)
     rows = []
-    for name in MOE_ENGINE_CHECKS:
-        src = os.path.join(folder, f"{name}-ct-source")
+    for name, scheme in ENGINE_CHECKS:
+        src = os.path.join(folder, f"{name}-{scheme}-ct-source")
         shutil.copytree(os.path.join(FIXTURES, name), src)
         byte_level_tokenizer(src)
-        out = os.path.join(folder, f"{name}-ct")
-        run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", "int4:g8")
+        out = os.path.join(folder, f"{name}-{scheme}-ct")
+        run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
-        check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
-              f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
+        if name != "phi3":
+            check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
+                  f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
                                                      quantization_config=CompressedTensorsConfig(dequantize=True)).eval()
         # transformers 5 leaves the tensors its checkpoint conversion builds (Mixtral's fused experts and its
@@ -239,12 +242,12 @@ def check_moe_engine_exports(lowbit, folder):
             with torch.no_grad():
                 return model(torch.tensor([chunk])).logits[0].double().numpy()
 
-        agree = kl_against_lowbit(lowbit, out, text, logits, f"{name} compressed-tensors in transformers")
-        check(agree["kld_mean"] < 1e-6, f"{name}: KL(transformers || lowbit) on the compressed-tensors export = "
+        agree = kl_against_lowbit(lowbit, out, text, logits, f"{name} {scheme} compressed-tensors in transformers")
+        check(agree["kld_mean"] < 1e-6, f"{name} {scheme}: KL(transformers || lowbit) on the compressed-tensors export = "
                                         f"{agree['kld_mean']:.3g}, must be < 1e-6")
-        rows.append([name, f"{agree['kld_mean']:.2e}", f"{agree['top1_agreement']:.4f}"])
+        rows.append([name, scheme, f"{agree['kld_mean']:.2e}", f"{agree['top1_agreement']:.4f}"])
         del model
-    print_table(["MoE fixture, compressed-tensors W4A16 g8", "KL(transformers || lowbit)", "top-1 agreement"], rows)
+    print_table(["fixture", "compressed-tensors export", "KL(transformers || lowbit)", "top-1 agreement"], rows)
 
 
 def check_llama_cpp(lowbit, folder):
@@ -302,7 +305,7 @@ def main():
         rows.append([name, f"{scale:.3f}", f"{diff:.2e}"])
     print_table(["fixture", "max |logit|", "max diff to committed"], rows)
     check_llama_cpp(args.lowbit, folder)
-    check_moe_engine_exports(args.lowbit, folder)
+    check_engine_exports(args.lowbit, folder)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
     print("hf_architectures: all checks passed")
