@@ -168,6 +168,22 @@ TEST(GgufMix, EightExpertModelsGetMoreBitsInAttention) {
   EXPECT_EQ(four.Choose("blk.1.attn_v.weight", {4096, 1024}), kGgmlQ6_K);  // the first attn_v: use_more_bits(0, 32)
 }
 
+// MXFP4_MOE (gpt-oss's mix, llama_tensor_get_type_impl): the experts' 3-D tensors in MXFP4, every other
+// matrix, the output (tied or not) and a 2-D "expert" of a one-expert stack too, in Q8_0; routers and norms F32.
+TEST(GgufMix, Mxfp4MoePutsTheExpertsInMxfp4AndTheRestInQ8_0) {
+  GgufTypeChooser moe(FindGgufFileType("mxfp4_moe"), GgufMixModel{24, 8, true, 32}, false, false);
+  EXPECT_EQ(moe.Choose("blk.0.ffn_gate_exps.weight", {2880, 2880, 32}), kGgmlMXFP4);
+  EXPECT_EQ(moe.Choose("blk.0.ffn_down_exps.weight", {2880, 2880, 32}), kGgmlMXFP4);
+  EXPECT_EQ(moe.Choose("blk.0.ffn_gate_inp.weight", {2880, 32}), kGgmlF32);
+  EXPECT_EQ(moe.Choose("blk.0.attn_v.weight", {2880, 512}), kGgmlQ8_0);
+  EXPECT_EQ(moe.Choose("blk.0.ffn_up_shexp.weight", {2880, 2880}), kGgmlQ8_0);
+  EXPECT_EQ(moe.Choose("token_embd.weight", {2880, 201088}), kGgmlQ8_0);
+  EXPECT_EQ(moe.Choose("output.weight", {2880, 201088}), kGgmlQ8_0);
+  EXPECT_EQ(moe.Choose("blk.0.ffn_gate_exps.weight", {2880, 2880, 1}), kGgmlQ8_0);
+  EXPECT_EQ(moe.Choose("blk.0.ffn_down_exps.weight", {2900, 2880, 32}), kGgmlF16);  // rows not whole blocks
+  EXPECT_EQ(FindGgufFileType("MXFP4_MOE").ftype, 38u);
+}
+
 TEST(GgufMix, FallsBackWhereRowsAreNotWholeBlocks) {
   GgufTypeChooser chooser(FindGgufFileType("Q4_K_S"), GgufMixModel{1, 1, true}, false, false);
   EXPECT_EQ(chooser.Choose("blk.0.attn_q.weight", {96, 8}), kGgmlQ5_0);  // 96 = 3 x 32

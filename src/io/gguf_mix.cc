@@ -24,7 +24,7 @@ constexpr GgufFileType kFileTypes[] = {
     {"Q5_K_S", 16, kGgmlQ5_K, true},     {"Q5_K_M", 17, kGgmlQ5_K, true},
     {"Q6_K", 18, kGgmlQ6_K, true},       {"IQ4_NL", 25, kGgmlIQ4_NL, true},
     {"IQ4_XS", 30, kGgmlIQ4_XS, true},   {"TQ1_0", 36, kGgmlTQ1_0, true},
-    {"TQ2_0", 37, kGgmlTQ2_0, true},
+    {"TQ2_0", 37, kGgmlTQ2_0, true},     {"MXFP4_MOE", 38, kGgmlMXFP4, true},
     // Tensor types without a llama.cpp mix of their own: every matrix gets the type; the file
     // type is the mix that is "mostly" that type.
     {"Q3_K", 11, kGgmlQ3_K, false},      {"Q4_K", 14, kGgmlQ4_K, false},
@@ -94,16 +94,19 @@ uint32_t GgufTypeChooser::Choose(const std::string& name, const std::vector<uint
     return kGgmlF32;
   uint32_t type = file_type_.base_type;
   if (!Quantized(type)) return type;
-  if (!pure_) type = MixType(name, ne[0], type);
+  if (!pure_) type = MixType(name, ne, type);
   return Fallback(type, ne[0]);
 }
 
 // llama_tensor_get_type_impl for llama / qwen2 / qwen3 / gemma / phi3 models (with their mixture-of-experts
 // variants: ffn_down*_exps and _shexp follow ffn_down's rule by their layer) and the file types above.
-uint32_t GgufTypeChooser::MixType(const std::string& name, uint64_t row_length, uint32_t type) {
+uint32_t GgufTypeChooser::MixType(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type) {
   const std::string_view ft = file_type_.name;
   const int n = static_cast<int>(model_.n_layers);
+  const uint64_t row_length = ne[0];
   const bool output = name == "output.weight" || (!model_.has_output && name == "token_embd.weight");
+  // gpt-oss's mix: the experts (3-D tensors) in MXFP4, every other matrix, the output too, in Q8_0.
+  if (ft == "MXFP4_MOE") return !output && ne.size() > 2 && ne[2] > 1 ? kGgmlMXFP4 : kGgmlQ8_0;
   if (output) return row_length % FindGgmlType(type)->block_elems != 0 || type == kGgmlQ8_0 ? kGgmlQ8_0 : kGgmlQ6_K;
   if (name == "token_embd.weight") return ft == "TQ1_0" || ft == "TQ2_0" ? kGgmlQ4_K : type;
   const bool eight_experts = model_.n_experts == 8;

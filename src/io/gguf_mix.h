@@ -18,7 +18,7 @@ struct GgufFileType {
 };
 
 // Case-insensitive. Mixes: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S
-// Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS TQ1_0 TQ2_0; single tensor types: Q3_K Q4_K Q5_K MXFP4.
+// Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS TQ1_0 TQ2_0 MXFP4_MOE; single tensor types: Q3_K Q4_K Q5_K MXFP4.
 // Throws Error listing them for any other name.
 const GgufFileType& FindGgufFileType(std::string_view name);
 std::vector<std::string_view> GgufFileTypeNames();
@@ -40,7 +40,7 @@ class GgufTypeChooser {
   uint32_t Choose(const std::string& name, const std::vector<uint64_t>& ne);
 
  private:
-  uint32_t MixType(const std::string& name, uint64_t row_length, uint32_t type);
+  uint32_t MixType(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type);
   const GgufFileType& file_type_;
   GgufMixModel model_;
   bool pure_, has_imatrix_;
