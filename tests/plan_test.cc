@@ -81,6 +81,33 @@ TEST(PlanWorkedFigures, DecodeBound140GBOver3_35TBs) {
   EXPECT_EQ(*p.ridge_batch, 296u);  // ceil(989 TFLOPS / 3.35 TB/s) at 1 FLOP/byte per sequence
 }
 
+// Sliding-window layers cache at most their window. Mistral-7B-v0.1 (every layer, window 4096): 32 layers x
+// 8 KV heads x 128 x 2 (K, V) x 2 bytes = 131,072 bytes per token; at 32k tokens the cache holds 4096 of them
+// per layer, 8x less than full attention; below the window nothing changes. The bytes one decode step reads
+// shrink with it (ms/token).
+TEST(PlanWorkedFigures, SlidingWindowLayersCacheTheirWindowOnly) {
+  const ModelSpec s = Preset("mistral-7b");
+  EXPECT_EQ(KvBytesPerToken(s, ParseKvCacheDtype("fp16")), 131'072u);
+  EXPECT_EQ(KvLayerTokens(s, 2048), 32u * 2048);
+  EXPECT_EQ(KvLayerTokens(s, 32768), 32u * 4096);
+  PlanOptions o;
+  o.ctx = 32768;
+  o.batch = 4;
+  const FormatPlan p = PlanOf(s, "H100-SXM", "fp16", o);
+  EXPECT_EQ(p.kv_bytes, 131'072u * 4096 * 4);
+  ModelSpec full = s;
+  full.kv_window = 0;
+  const FormatPlan q = PlanOf(full, "H100-SXM", "fp16", o);
+  EXPECT_EQ(q.kv_bytes, 8 * p.kv_bytes);
+  EXPECT_LT(p.memory_ms, q.memory_ms);
+  EXPECT_NEAR(q.step_bytes - p.step_bytes, 4.0 * 131'072 * (32768 - 4096), 1.0);
+  // From a config: Gemma 3's layer_types (one sliding layer of two, window 6).
+  const ModelSpec g = SpecFromArch(ArchFromPath(LOWBIT_SOURCE_DIR "/tests/data/architectures/gemma3"));
+  EXPECT_EQ(g.kv_window, 6u);
+  EXPECT_EQ(g.window_layers, 1u);
+  EXPECT_EQ(KvLayerTokens(g, 100), 100u + 6);
+}
+
 TEST(PlanWorkedFigures, Llama2_70bKvCache) {
   const ModelSpec s = Preset("llama-2-70b");
   EXPECT_EQ(KvBytesPerToken(s, ParseKvCacheDtype("fp16")), 327'680u);

@@ -20,6 +20,8 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
   a.qkv_bias = config.qkv_bias;
   a.qk_norm = config.qk_norm;
   a.source = config.architecture;
+  a.sliding_window = config.sliding_window;
+  for (uint32_t i = 0; i < config.n_layers; ++i) a.window_layers += config.sliding(i) ? 1 : 0;
   if (config.n_experts > 0) {
     a.n_experts = config.n_experts;
     a.experts_per_token = config.experts_per_token;

@@ -24,6 +24,10 @@ struct ModelArch {
   bool tied = false;      // lm_head shares the embedding matrix
   bool qkv_bias = false;  // Qwen2: biases on q/k/v
   bool qk_norm = false;   // Qwen3: RMSNorm weights over each q and k head
+  // Sliding-window attention (Mistral, Gemma 2/3, Qwen's use_sliding_window): `window_layers` of the
+  // layers attend to their last `sliding_window` positions and cache no more than that.
+  uint32_t sliding_window = 0;
+  uint32_t window_layers = 0;
 
   // Mixture of experts (n_experts == 0: dense). The first `dense_layers` layers keep a dense MLP of
   // `ffn`; every later layer routes each token to `experts_per_token` of `n_experts` experts and

@@ -68,6 +68,10 @@ ModelSpec SpecFromArch(const ModelArch& a) {
     if (a.qk_norm) s.other_params += uint64_t{2} * a.head_dim * L;
     s.kv_rows = 2 * uint64_t{a.n_kv_heads};  // K and V, one row per KV head
     s.kv_cols = a.head_dim;
+    if (a.sliding_window > 0) {
+      s.kv_window = a.sliding_window;
+      s.window_layers = std::min(a.window_layers, a.n_layers);
+    }
     s.attn_flops_per_cached_token = L * 4 * q_dim;  // q.k and p.v, 2 FLOPs per multiply-add
     attn_width = 2 * q_dim + 2 * kv_dim;
   }
@@ -160,13 +164,26 @@ ByteSplit SplitStorage(const QuantScheme& s, uint64_t rows, uint64_t cols) {
   return b;
 }
 
-uint64_t KvBytesPerToken(const ModelSpec& spec, const QuantScheme& kv) {
+namespace {
+// One cached token in one layer.
+uint64_t KvBytesPerLayerToken(const ModelSpec& spec, const QuantScheme& kv) {
   if (spec.bare) return 0;  // no architecture, no KV shape
   ByteSplit b = SplitStorage(kv, spec.kv_rows, spec.kv_cols);
   // Per-tensor scales (and NVFP4's tensor scale) are stored once per layer, not once per token.
   if (kv.granularity.kind == GranularityKind::kTensor) b.scales = b.zeros = 0;
   else if (kv.tensor_scale) b.scales -= 4;
-  return spec.n_layers * b.total();
+  return b.total();
+}
+}  // namespace
+
+uint64_t KvBytesPerToken(const ModelSpec& spec, const QuantScheme& kv) {
+  return spec.n_layers * KvBytesPerLayerToken(spec, kv);
+}
+
+uint64_t KvLayerTokens(const ModelSpec& spec, uint64_t ctx) {
+  const uint64_t windowed = spec.kv_window ? spec.window_layers : 0;
+  return CheckedMul(spec.n_layers - windowed, ctx, "KV tokens") +
+         CheckedMul(windowed, std::min<uint64_t>(ctx, spec.kv_window), "KV tokens");
 }
 
 double RoundTo(double v, int decimals) {
@@ -302,7 +319,10 @@ FormatPlan PlanFormat(const ModelSpec& spec, const Hardware& hw, std::string_vie
   // KV cache and activations.
   p.kv_bytes_per_token = KvBytesPerToken(spec, kv);
   const uint64_t kv_tokens = CheckedMul(o.ctx, o.batch, "ctx x batch");
-  p.kv_bytes = CheckedMul(p.kv_bytes_per_token, kv_tokens, "KV bytes");
+  // Per sequence: sliding-window layers keep at most their window.
+  const uint64_t kv_layer_tokens = KvLayerTokens(spec, o.ctx);
+  const uint64_t kv_seq_bytes = CheckedMul(KvBytesPerLayerToken(spec, kv), kv_layer_tokens, "KV bytes");
+  p.kv_bytes = CheckedMul(kv_seq_bytes, o.batch, "KV bytes");
   if (!spec.bare) {
     const uint64_t prefill_tokens = std::max<uint64_t>(1, std::min(o.prefill_chunk, kv_tokens));
     p.activation_bytes = prefill_tokens * spec.activation_width * 2 + o.batch * spec.vocab * 4 +
@@ -321,8 +341,9 @@ FormatPlan PlanFormat(const ModelSpec& spec, const Hardware& hw, std::string_vie
   // Roofline for one decode step at `batch` with `ctx` cached tokens per sequence.
   p.peak_flops = PeakFor(scheme, hw, &p.compute_path);
   p.ridge_point = p.peak_flops / hw.bandwidth;
-  const double kv_seq = double(p.kv_bytes_per_token) * o.ctx;
-  const double flops_per_token = 2 * matmul_params + double(spec.attn_flops_per_cached_token) * o.ctx;
+  const double kv_seq = double(kv_seq_bytes);
+  const double flops_per_token =
+      2 * matmul_params + double(spec.attn_flops_per_cached_token) * kv_layer_tokens / std::max<uint32_t>(1, spec.n_layers);
   auto bytes_at = [&](uint64_t b) { return step.WeightBytes(b) + kv_seq * b; };
   auto intensity = [&](uint64_t b) { return flops_per_token * b / bytes_at(b); };
   p.step_bytes = static_cast<uint64_t>(std::llround(bytes_at(o.batch)));
@@ -380,6 +401,10 @@ nlohmann::json ModelToJson(const ModelSpec& s) {
   if (!s.bare) {
     j["layers"] = s.n_layers;
     j["kv_elements_per_token_per_layer"] = s.kv_rows * s.kv_cols;
+    if (s.kv_window) {
+      j["sliding_window"] = s.kv_window;
+      j["sliding_window_layers"] = s.window_layers;
+    }
     if (s.n_experts) {
       j["experts"] = s.n_experts;
       j["experts_per_token"] = s.experts_per_token;

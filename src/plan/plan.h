@@ -72,6 +72,7 @@ struct ModelSpec {
   uint32_t moe_layers = 0, n_experts = 0, experts_per_token = 0;
   uint64_t vocab = 0;
   uint64_t kv_rows = 0, kv_cols = 0;         // cached elements per token and layer, as [rows x cols]
+  uint32_t kv_window = 0, window_layers = 0;  // sliding-window layers cache at most kv_window tokens
   uint64_t attn_flops_per_cached_token = 0;  // decode FLOPs per new token per cached token, all layers
   uint64_t activation_width = 0;             // bf16 values alive per token inside one layer
 
@@ -88,7 +89,11 @@ uint64_t ParseParamCount(std::string_view text);
 // --kv-cache-dtype: any lowbit format; the bare names fp8 / fp8_e4m3 / fp8_e5m2 mean one
 // per-tensor scale (what serving engines store), other bare names take their preset granularity.
 QuantScheme ParseKvCacheDtype(std::string_view text);
+// One cached token in every layer (what a context of full-attention layers costs per token).
 uint64_t KvBytesPerToken(const ModelSpec& spec, const QuantScheme& kv);
+// The (layer, token) pairs a sequence of `ctx` tokens keeps cached: every layer holds all of them, a
+// sliding-window layer at most its window (as vLLM's sliding-window cache and lowbit's own do).
+uint64_t KvLayerTokens(const ModelSpec& spec, uint64_t ctx);
 
 struct ByteSplit {
   uint64_t codes = 0, scales = 0, zeros = 0;

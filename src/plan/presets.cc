@@ -43,7 +43,10 @@ std::vector<ModelArch> BuildPresets() {
   p.push_back(Dense("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 72706203648.0, "Qwen/Qwen2.5-72B"));
   p.back().qkv_bias = true;
   // mistralai/Mistral-7B-v0.1 config.json.
-  p.push_back(Dense("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 7241732096.0, "mistralai/Mistral-7B-v0.1"));
+  ModelArch mistral = Dense("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 7241732096.0, "mistralai/Mistral-7B-v0.1");
+  mistral.sliding_window = 4096;  // "sliding_window": 4096, every layer
+  mistral.window_layers = 32;
+  p.push_back(mistral);
   // mistralai/Mixtral-8x7B-v0.1 config.json: 8 experts of 14336, top-2, every layer MoE.
   // Mistral AI quotes 46.7B total and 12.9B active parameters.
   ModelArch mixtral = Dense("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 46702792704.0, "mistralai/Mixtral-8x7B-v0.1");
