@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <vector>
@@ -134,11 +135,23 @@ void AddGptqLinear(TensorList& out, const std::string& prefix, const QuantizedTe
   if (n_out * b % 32 != 0)
     Fail("{}: out_features {} times {} bits is not a multiple of 32: GPTQ's qzeros packs whole int32 words along "
          "the output dimension", prefix, n_out, b);
-  std::vector<uint32_t> qweight(k_in * b / 32 * n_out, 0);
-  for (uint64_t n = 0; n < n_out; ++n) {
-    const uint8_t* row = q.codes().data() + n * q.row_bytes();
-    for (uint64_t j = 0; j < k_in; ++j)
-      OrWordCode(qweight.data() + n, n_out, order.empty() ? j : order[j], b, ReadCode(row, j, b));
+  const uint64_t words = k_in * b / 32;
+  std::vector<uint32_t> qweight(words * n_out, 0);
+  if (order.empty()) {
+    // Column n of qweight is lowbit's row n as it is (one LSB-first stream along the input, whole words):
+    // a transpose of [n_out x words] words, in tiles that keep both sides in cache.
+    constexpr uint64_t kTile = 32;
+    for (uint64_t n0 = 0; n0 < n_out; n0 += kTile)
+      for (uint64_t w0 = 0; w0 < words; w0 += kTile)
+        for (uint64_t n = n0; n < std::min(n0 + kTile, n_out); ++n) {
+          const uint8_t* row = q.codes().data() + n * q.row_bytes();
+          for (uint64_t w = w0; w < std::min(w0 + kTile, words); ++w) std::memcpy(&qweight[w * n_out + n], row + 4 * w, 4);
+        }
+  } else {
+    for (uint64_t n = 0; n < n_out; ++n) {
+      const uint8_t* row = q.codes().data() + n * q.row_bytes();
+      for (uint64_t j = 0; j < k_in; ++j) OrWordCode(qweight.data() + n, n_out, order[j], b, ReadCode(row, j, b));
+    }
   }
   const uint32_t mask = (1u << b) - 1;
   const uint64_t zero_words = n_out * b / 32;
@@ -169,12 +182,18 @@ void AddAwqLinear(TensorList& out, const std::string& prefix, const QuantizedTen
          p.group_size);
   const uint64_t words = n_out / 8;
   std::vector<uint32_t> qweight(k_in * words, 0), qzeros(cells * words, 0);
-  for (uint64_t n = 0; n < n_out; ++n) {
-    const uint8_t* row = q.codes().data() + n * q.row_bytes();
-    const int shift = 4 * kAwqSlot[n % 8];
-    for (uint64_t i = 0; i < k_in; ++i) qweight[i * words + n / 8] |= ReadCode(row, i, 4) << shift;
-    for (uint64_t c = 0; c < cells; ++c) qzeros[c * words + n / 8] |= IntZero(q, n, c) << shift;
-  }
+  // Tiles of 128 rows x 256 inputs: the 16 words each input's row of qweight gets from them stay in cache.
+  constexpr uint64_t kRowTile = 128, kInputTile = 256;
+  for (uint64_t n0 = 0; n0 < n_out; n0 += kRowTile)
+    for (uint64_t i0 = 0; i0 < k_in; i0 += kInputTile)
+      for (uint64_t n = n0; n < std::min(n0 + kRowTile, n_out); ++n) {
+        const uint8_t* row = q.codes().data() + n * q.row_bytes();
+        const int shift = 4 * kAwqSlot[n % 8];
+        for (uint64_t i = i0; i < std::min(i0 + kInputTile, k_in); ++i)  // code i: nibble i % 2 of byte i / 2
+          qweight[i * words + n / 8] |= static_cast<uint32_t>((row[i / 2] >> (4 * (i % 2))) & 15) << shift;
+      }
+  for (uint64_t n = 0; n < n_out; ++n)
+    for (uint64_t c = 0; c < cells; ++c) qzeros[c * words + n / 8] |= IntZero(q, n, c) << (4 * kAwqSlot[n % 8]);
   out.AddOwnedBytes(prefix + ".qweight", DType::kI32, {k_in, words}, WordBytes(qweight));
   out.AddOwnedBytes(prefix + ".qzeros", DType::kI32, {cells, words}, WordBytes(qzeros));
   out.AddOwnedBytes(prefix + ".scales", DType::kF16, {cells, n_out}, TransposedScales(q));
