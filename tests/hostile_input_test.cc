@@ -165,6 +165,30 @@ TEST_F(HostileInputTest, MistypedCommandsAreNamed) {
   EXPECT_NE(r.out.find("unknown command 'frobnicate' (see lowbit --help)"), std::string::npos) << r.out;
 }
 
+// Options are checked before CLI11 parses (which would first ask for a missing required option), and
+// CLI11's own messages are said in lowbit's words, naming the command.
+TEST_F(HostileInputTest, MistypedOptionsAndCli11ErrorsNameTheCommand) {
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"ppl --modle x", "lowbit: error: ppl: unknown option '--modle', did you mean '--model'?"},
+      {"bench gemv --formt int4", "lowbit: error: bench gemv: unknown option '--formt', did you mean '--format'?"},
+      {"ppl --model x --frobnicate", "lowbit: error: ppl: unknown option '--frobnicate' (lowbit ppl --help lists the options)"},
+      {"ppl --model", "lowbit: error: ppl: --model needs a value (lowbit ppl --help lists the options)"},
+      {"export", "lowbit: error: export: the model argument is required"},
+      {"ppl --model a b c --text t", "lowbit: error: ppl: unexpected arguments 'b' 'c'"},
+      {"plan --batch -3 --preset llama-2-7b", "lowbit: error: plan: --batch: must be in [1, 16777216], not '-3'"},
+      {"bench", "lowbit: error: bench: a command is required: "},
+  };
+  for (const auto& c : cases) {
+    const auto r = RunLowbit(c.args);
+    EXPECT_EQ(r.status, 1) << c.args;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+  // Values that look like options are values ("--group -1"), and --help still exits 0.
+  EXPECT_EQ(RunLowbit("quantize --help").status, 0);
+}
+
 TEST_F(HostileInputTest, JsonRunsReportErrorsAsJson) {
   const auto r = RunLowbit("ppl --json --model " + ModelWith("num_hidden_layers", -6) + kText);
   EXPECT_EQ(r.status, 1);

@@ -1,10 +1,16 @@
 #include "cli/front_door.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <cstdio>
+#include <iterator>
+#include <optional>
+#include <regex>
+#include <sstream>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -72,6 +78,85 @@ std::string UnknownCommandMessage(const CLI::App& app, int argc, char** argv) {
   if (best_distance <= std::max<size_t>(2, given.size() / 3))
     return "unknown command '" + given + "', did you mean '" + best + "'?";
   return "unknown command '" + given + "' (see lowbit --help)";
+}
+
+namespace {
+
+// The command argv names ("lowbit bench gemv"), and its app: subcommand names followed from argv[1].
+const CLI::App* CommandOf(const CLI::App& app, int argc, char** argv, std::string* path) {
+  const CLI::App* current = &app;
+  *path = "lowbit";
+  for (int i = 1; i < argc; ++i)
+    for (const CLI::App* sub : current->get_subcommands({}))
+      if (sub->get_name() == argv[i]) {
+        current = sub;
+        *path += " " + sub->get_name();
+        break;
+      }
+  return current;
+}
+
+// "ppl: " before a message about `lowbit ppl` (after "lowbit: error: "), nothing for lowbit itself.
+std::string Prefix(const std::string& path) { return path == "lowbit" ? "" : path.substr(7) + ": "; }
+
+// Whether `token` looks like an option rather than a value ("-5" and "-1e-3" are values).
+bool LooksLikeOption(const std::string& token) {
+  return token.size() > 1 && token[0] == '-' && token != "--" && !Number(token).has_value();
+}
+
+}  // namespace
+
+std::string UnknownOptionMessage(const CLI::App& app, int argc, char** argv) {
+  std::string path;
+  const CLI::App* command = CommandOf(app, argc, argv, &path);
+  std::vector<std::string> known = {"--help", "-h"};
+  for (const CLI::Option* o : command->get_options()) {
+    for (const std::string& l : o->get_lnames()) known.push_back("--" + l);
+    for (const std::string& s : o->get_snames()) known.push_back("-" + s);
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string token = argv[i];
+    if (!LooksLikeOption(token)) continue;
+    token = token.substr(0, token.find('='));
+    if (std::find(known.begin(), known.end(), token) != known.end() || (command == &app && token == "--version")) continue;
+    std::string best;
+    size_t best_distance = SIZE_MAX;
+    for (const std::string& k : known)
+      if (const size_t d = EditDistance(token, k); d < best_distance) best_distance = d, best = k;
+    if (best_distance <= std::max<size_t>(2, token.size() / 3))
+      return fmt::format("{}unknown option '{}', did you mean '{}'?", Prefix(path), token, best);
+    return fmt::format("{}unknown option '{}' ({} --help lists the options)", Prefix(path), token, path);
+  }
+  return {};
+}
+
+std::string ParseErrorMessage(const CLI::ParseError& e, const CLI::App& app, int argc, char** argv) {
+  std::string path;
+  (void)CommandOf(app, argc, argv, &path);
+  std::string message = e.what();
+  // CLI11's wording where it says less than it should.
+  static const std::regex missing_value(R"(^(\S+): \d+ required \S+ missing$)");
+  static const std::regex not_expected(R"(^The following arguments? (was|were) not expected: (.*)$)");
+  static const std::regex out_of_range(R"(^(\S+): Value (\S+) not in range (\S+) to (\S+)$)");
+  static const std::regex positional_required(R"(^([^-\s]\S*) is required$)");
+  std::smatch m;
+  if (std::regex_match(message, m, missing_value)) {
+    message = m[1].str() + " needs a value";
+  } else if (std::regex_match(message, m, not_expected)) {
+    std::istringstream words(m[2].str());  // CLI11 lists them last first
+    std::vector<std::string> extras{std::istream_iterator<std::string>(words), {}};
+    std::reverse(extras.begin(), extras.end());
+    message = fmt::format("unexpected argument{} '{}'", extras.size() > 1 ? "s" : "", fmt::join(extras, "' '"));
+  } else if (std::regex_match(message, m, out_of_range)) {
+    message = fmt::format("{}: must be in [{}, {}], not '{}'", m[1].str(), m[3].str(), m[4].str(), m[2].str());
+  } else if (std::regex_match(message, m, positional_required)) {
+    message = fmt::format("the {} argument is required", m[1].str());
+  } else if (message == "A subcommand is required") {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : CommandOf(app, argc, argv, &path)->get_subcommands({})) names.push_back(sub->get_name());
+    message = fmt::format("a command is required: {}", fmt::join(names, ", "));
+  }
+  return fmt::format("{}{} ({} --help lists the options)", Prefix(path), message, path);
 }
 
 CLI::Validator GroupSize() {

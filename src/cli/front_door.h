@@ -16,6 +16,13 @@ void GuardUnsignedOptions(CLI::App& app);
 
 // "unknown command 'quantiz', did you mean 'quantize'?" when argv[1] names no command; empty otherwise.
 std::string UnknownCommandMessage(const CLI::App& app, int argc, char** argv);
+// "lowbit ppl: unknown option '--modle', did you mean '--model'?" for the first option argv's command does
+// not have (checked before parsing, where CLI11 would first complain of a missing required option); empty
+// otherwise.
+std::string UnknownOptionMessage(const CLI::App& app, int argc, char** argv);
+// A CLI11 parse error as one line naming the command, in lowbit's words where CLI11's say less
+// ("--model needs a value", "--batch: must be in [1, 16777216], not '-3'").
+std::string ParseErrorMessage(const CLI::ParseError& e, const CLI::App& app, int argc, char** argv);
 
 // Validators with messages that say what is wanted ("--ctx: must be a positive number, not '-5'").
 CLI::Validator Positive();

@@ -40,16 +40,18 @@ int main(int argc, char** argv) {
   lowbit::cli::AddImatrixCommand(app);
   lowbit::cli::GuardUnsignedOptions(app);
   const bool json = std::any_of(argv + 1, argv + argc, [](const char* a) { return std::strcmp(a, "--json") == 0; });
-  if (const std::string unknown = lowbit::cli::UnknownCommandMessage(app, argc, argv); !unknown.empty()) {
-    lowbit::cli::PrintError(unknown, "", "", json);
-    return 1;
-  }
+  for (const std::string& unknown : {lowbit::cli::UnknownCommandMessage(app, argc, argv),
+                                     lowbit::cli::UnknownOptionMessage(app, argc, argv)})
+    if (!unknown.empty()) {
+      lowbit::cli::PrintError(unknown, "", "", json);
+      return 1;
+    }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (!json || e.get_exit_code() == 0) return app.exit(e);  // --help and --version exit 0
-    lowbit::cli::PrintError(e.what(), "", "", json);
-    return e.get_exit_code();
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help and --version
+    lowbit::cli::PrintError(lowbit::cli::ParseErrorMessage(e, app, argc, argv), "", "", json);
+    return 1;
   } catch (const lowbit::Error& e) {
     lowbit::cli::PrintError(e.what(), e.file(), e.field(), json);
     return 1;
