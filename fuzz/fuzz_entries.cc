@@ -18,9 +18,11 @@
 #include "io/gguf_model.h"
 #include "io/llama2c.h"
 #include "io/engine_checkpoint.h"
+#include "io/hf_model.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/forward.h"
 #include "model/kv_calibration.h"
 #include "model/recipe.h"
 #include "tokenizer/chat_template.h"
@@ -53,6 +55,10 @@ class ScratchDir {
   fs::path Write(const std::string& name, FuzzInput data) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir_)) fs::remove_all(entry.path(), ec);
+    return Add(name, data);
+  }
+  // Writes `data` to `name` beside the files already there (a folder of several files).
+  fs::path Add(const std::string& name, FuzzInput data) {
     const fs::path path = dir_ / name;
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
@@ -110,6 +116,7 @@ constexpr FuzzEntry kEntries[] = {
     {"hf_tokenizer", HfTokenizer},
     {"chat_template", ChatTemplate},
     {"topk_base", TopkBase},
+    {"engine_checkpoint", EngineCheckpoint},
 };
 
 }  // namespace
@@ -204,6 +211,33 @@ void TopkBase(FuzzInput data) {
   for (const BaseRecord& r : records)
     for (const int32_t id : r.ids)
       if (id < 0 || static_cast<uint32_t>(id) >= expected.vocab) throw std::logic_error("base id outside the vocabulary");
+}
+
+PackedCheckpoint SplitCheckpoint(FuzzInput data) {
+  const size_t n = std::min<size_t>(LoadLe<uint32_t>(data, 0), data.size() > 4 ? data.size() - 4 : 0);
+  const size_t start = std::min<size_t>(4, data.size());
+  return {{reinterpret_cast<const char*>(data.data()) + start, n}, data.subspan(start + n)};
+}
+
+void EngineCheckpoint(FuzzInput data) {
+  const PackedCheckpoint packed = SplitCheckpoint(data);
+  Scratch().Write("config.json", {reinterpret_cast<const uint8_t*>(packed.config.data()), packed.config.size()});
+  Scratch().Add("model.safetensors", packed.safetensors);
+  const Model model = LoadHfModel(Scratch().dir());
+  // Bounded by the input's own bytes (the seeds are 2-layer models of width 32).
+  if (model.config.dim > 4096 || model.config.vocab_size > 4096) return;
+  std::vector<float> row;
+  for (const LayerWeights& layer : model.weights.layers)
+    for (const ConstBlockLinear& bl : BlockLinears(layer))
+      if (const auto* q = std::get_if<QuantizedTensor>(&bl.linear->weight)) {
+        row.resize(q->cols());
+        for (uint64_t r = 0; r < q->rows(); ++r) q->DequantizeRow(r, row.data());
+      }
+  Engine engine(model, 1);
+  KvCache cache = engine.NewCache(3);
+  const int32_t vocab = static_cast<int32_t>(model.config.vocab_size);
+  const std::vector<int32_t> tokens = {1 % vocab, 2 % vocab, 3 % vocab};
+  (void)engine.Forward(cache, tokens, false);
 }
 
 std::span<const FuzzEntry> AllFuzzEntries() { return kEntries; }

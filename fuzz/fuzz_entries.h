@@ -35,6 +35,18 @@ void GgufVocab(FuzzInput data);          // LoadTokenizer of a .gguf vocabulary,
 void HfTokenizer(FuzzInput data);        // LoadTokenizer of a tokenizer.json, encode/decode
 void ChatTemplate(FuzzInput data);       // RenderChatTemplate of a Jinja chat template over a fixed conversation
 void TopkBase(FuzzInput data);           // ReadBaseFile (--kl-base top-K file)
+// A Hugging Face folder of engine-quantized linears (GPTQ, AWQ, compressed-tensors, Phi-3's fused
+// projections): LoadHfModel, every linear decoded, a 3-token forward pass. The input is a checkpoint
+// packed as SplitCheckpoint reads it.
+void EngineCheckpoint(FuzzInput data);
+
+// The packing of engine_checkpoint inputs: a little-endian u32 length n, n bytes of config.json, and
+// the rest model.safetensors (a short input is all config).
+struct PackedCheckpoint {
+  std::string_view config;
+  FuzzInput safetensors;
+};
+PackedCheckpoint SplitCheckpoint(FuzzInput data);
 
 // Every entry, in the order above.
 std::span<const FuzzEntry> AllFuzzEntries();

@@ -12,7 +12,9 @@
 
 #include "eval/compare.h"
 #include "formats/minifloat.h"
+#include "io/engine_export.h"
 #include "io/gguf_writer.h"
+#include "io/model_loader.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "core/file_util.h"
@@ -234,6 +236,40 @@ void KvScalesSeeds(const fs::path& dir) {
   WriteKvScales(s, dir / "kv_cache_scales.json");
 }
 
+// Engine exports of the 2-layer architecture fixtures, each packed as the engine_checkpoint target reads it
+// (fuzz_entries.h SplitCheckpoint: u32 length, config.json, model.safetensors).
+void EngineCheckpointSeeds(const fs::path& dir) {
+  const fs::path fixtures = fs::path(LOWBIT_SOURCE_DIR) / "tests" / "data" / "architectures";
+  struct Case {
+    const char* name;
+    const char* fixture;
+    EngineFormat format;
+    const char* scheme;
+  };
+  for (const Case& c : {Case{"gptq_v1_int4", "llama", EngineFormat::kGptq, "int4:g16"},
+                        Case{"awq_int4", "llama", EngineFormat::kAwq, "int4:g16:asym"},
+                        Case{"ct_pack_int4_asym", "llama", EngineFormat::kCompressedTensors, "int4:g16:asym"},
+                        Case{"ct_naive_fp8", "llama", EngineFormat::kCompressedTensors, "fp8_e4m3"},
+                        Case{"ct_nvfp4", "llama", EngineFormat::kCompressedTensors, "nvfp4"},
+                        Case{"ct_mxfp6", "llama", EngineFormat::kCompressedTensors, "mxfp6_e2m3"},
+                        Case{"ct_mxfp8", "llama", EngineFormat::kCompressedTensors, "mxfp8_e4m3"},
+                        Case{"phi3_gptq_fused", "phi3", EngineFormat::kGptq, "int4:g16"}}) {
+    const fs::path source = fixtures / c.fixture, out = dir / (std::string(c.name) + ".export");
+    StreamedModel s = OpenModel(source);
+    EngineExportOptions o;
+    o.format = c.format;
+    o.scheme = ParseScheme(c.scheme);
+    (void)ExportEngineCheckpoint(s, source, out, nullptr, o);
+    const std::string config = ReadTextFile(out / "config.json"), weights = ReadTextFile(out / "model.safetensors");
+    std::vector<std::byte> packed;
+    Put(packed, static_cast<uint32_t>(config.size()));
+    for (const std::string* part : {&config, &weights})
+      for (const char ch : *part) packed.push_back(static_cast<std::byte>(ch));
+    WriteRaw(dir / (std::string(c.name) + ".ckpt"), packed);
+    fs::remove_all(out);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -254,6 +290,7 @@ int main(int argc, char** argv) {
     TopkBase(dir("topk_base"));
     KvScalesSeeds(dir("kv_scales"));
     RecipeSeeds(dir("recipe"));
+    EngineCheckpointSeeds(dir("engine_checkpoint"));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_fuzz_seeds: %s\n", e.what());
     return 1;

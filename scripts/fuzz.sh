@@ -16,7 +16,7 @@ BUILD_DIR=${BUILD_DIR:-build-fuzz}
 # than the (small) fuzz input can supply.
 LIMIT_MB=${FUZZ_LIMIT_MB:-2048}
 
-all_targets=(safetensors_header gguf llama2c hf_config recipe quantized_config kv_scales sentencepiece gguf_vocab hf_tokenizer chat_template topk_base)
+all_targets=(safetensors_header gguf llama2c hf_config recipe quantized_config kv_scales sentencepiece gguf_vocab hf_tokenizer chat_template topk_base engine_checkpoint)
 targets=("${@:-${all_targets[@]}}")
 
 start=$(date +%s)
