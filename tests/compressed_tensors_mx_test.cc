@@ -193,6 +193,22 @@ TEST(MicroscaledFormats, BadTensorsAndConfigsAreNamedErrors) {
                 {"p.weight_global_scale"});
   ExpectError([&] { (void)ReadMicroscaledLinear(with("ok.safetensors", set_global(2.0f)), "p", 2, 32, q.scheme()); },
               {"p.weight_packed", "[2, 16]"});
+  // The global scale is one F32 value, shaped [1] or [] (a scalar).
+  for (const std::vector<uint64_t>& shape : {std::vector<uint64_t>{2}, std::vector<uint64_t>{}}) {
+    TensorList list;
+    AddMicroscaledLinear(list, "p", q);
+    std::vector<TensorToWrite> tensors = std::move(list).Sorted();
+    const std::vector<float> globals = {2.0f, 2.0f};
+    for (TensorToWrite& t : tensors)
+      if (t.name == "p.weight_global_scale") {
+        t.shape = shape;
+        t.data = std::as_bytes(std::span(globals)).first(shape.empty() ? 4 : 8);
+      }
+    WriteSafetensors(dir / "shape.safetensors", tensors);
+    const SafetensorsModel st = SafetensorsModel::Open(dir / "shape.safetensors");
+    if (shape.empty()) EXPECT_EQ(ReadMicroscaledLinear(st, "p", 1, 32, q.scheme()).tensor_scale(), 0.5f);
+    else ExpectError([&] { (void)ReadMicroscaledLinear(st, "p", 1, 32, q.scheme()); }, {"p.weight_global_scale", "one F32 value"});
+  }
   const QuantizedTensor mx = Row("mxfp4", [](uint64_t i) { return static_cast<uint32_t>(i % 16); }, {1.0f});
   TensorList mx_list;
   AddMicroscaledLinear(mx_list, "p", mx);

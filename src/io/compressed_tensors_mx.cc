@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -71,7 +71,7 @@ void AddMicroscaledLinear(TensorList& out, const std::string& prefix, const Quan
   const uint64_t row_bytes = cols * m->bits / 8;
   LOWBIT_CHECK(q.row_bytes() == row_bytes);
   std::vector<std::byte> codes(rows * row_bytes);
-  std::memcpy(codes.data(), q.codes().data(), codes.size());
+  std::copy_n(reinterpret_cast<const std::byte*>(q.codes().data()), codes.size(), codes.begin());
   out.AddOwnedBytes(CodesName(*m, prefix), CodesDType(*m), {rows, row_bytes}, std::move(codes));
   const auto scales = std::as_bytes(q.scale_bytes());
   out.AddOwnedBytes(prefix + ".weight_scale", ScalesDType(*m), {rows, cols / m->group}, {scales.begin(), scales.end()});
@@ -110,7 +110,7 @@ QuantizedTensor ReadMicroscaledLinear(const SafetensorsModel& st, const std::str
   const uint64_t row_bytes = cols * m->bits / 8;
   LOWBIT_CHECK(q.row_bytes() == row_bytes);
   const std::span<const std::byte> codes = ExpectTensor(st, CodesName(*m, prefix), CodesDType(*m), {rows, row_bytes}, what);
-  std::memcpy(q.codes().data(), codes.data(), codes.size());
+  std::copy_n(reinterpret_cast<const uint8_t*>(codes.data()), codes.size(), q.codes().begin());
   const std::span<const std::byte> scales =
       ExpectTensor(st, prefix + ".weight_scale", ScalesDType(*m), {rows, cols / m->group}, what);
   for (size_t i = 0; i < scales.size(); ++i) {
@@ -120,12 +120,15 @@ QuantizedTensor ReadMicroscaledLinear(const SafetensorsModel& st, const std::str
       Fail("{}: tensor '{}.weight_scale' [{}, {}] is byte 0x{:02X}, {} ({})", st.path().string(), prefix,
            i / (cols / m->group), i % (cols / m->group), b, b == 0xFF || b == 0x7F ? "NaN" : "a negative scale", what);
   }
-  std::memcpy(q.scale_bytes().data(), scales.data(), scales.size());
+  std::copy_n(reinterpret_cast<const uint8_t*>(scales.data()), scales.size(), q.scale_bytes().begin());
   if (m->tensor_scale) {
-    const std::vector<uint32_t> word =
-        CopyWords(ExpectTensor(st, prefix + ".weight_global_scale", DType::kF32, {1}, what));
-    float global;
-    std::memcpy(&global, word.data(), 4);
+    // One F32 value, shaped [1] as compressed-tensors saves it (or [] as some writers do).
+    const TensorView* g = st.Find(prefix + ".weight_global_scale");
+    if (!g) Fail("{}: tensor '{}.weight_global_scale' is missing ({})", st.path().string(), prefix, what);
+    if (g->dtype != DType::kF32 || g->numel() != 1)
+      Fail("{}: tensor '{}.weight_global_scale' is {} with {} values; expected one F32 value ({})", st.path().string(),
+           prefix, DTypeName(g->dtype), g->numel(), what);
+    const float global = ToFloat32(*g)[0];
     const float t = 1.0f / global;
     if (!(global > 0) || !std::isfinite(global) || !std::isfinite(t) || !std::isnormal(t))
       Fail("{}: tensor '{}.weight_global_scale' is {}, not a positive global scale with a finite reciprocal",

@@ -1,7 +1,6 @@
 #include "quant/row_slices.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 
@@ -31,7 +30,7 @@ QuantizedTensor SliceRows(const QuantizedTensor& q, uint64_t first, uint64_t n, 
   LOWBIT_CHECK(first + n <= q.rows() && n > 0);
   QuantizedTensor out(q.scheme(), n, q.cols());
   out.set_tensor_scale(q.tensor_scale());
-  std::memcpy(out.codes().data(), q.codes().data() + first * q.row_bytes(), n * q.row_bytes());
+  std::copy_n(q.codes().begin() + first * q.row_bytes(), n * q.row_bytes(), out.codes().begin());
   if (OneCellTall(q)) {
     std::ranges::copy(q.scale_bytes(), out.scale_bytes().begin());
     std::ranges::copy(q.zero_bytes(), out.zero_bytes().begin());
@@ -43,8 +42,9 @@ QuantizedTensor SliceRows(const QuantizedTensor& q, uint64_t first, uint64_t n, 
          q.scheme().ToString());
   const RowStrides s(q);
   const uint64_t grid_first = first / cell_rows;
-  std::memcpy(out.scale_bytes().data(), q.scale_bytes().data() + grid_first * s.scales, out.scale_bytes().size());
-  std::memcpy(out.zero_bytes().data(), q.zero_bytes().data() + grid_first * s.zeros, out.zero_bytes().size());
+  // (copy_n, not memcpy: a symmetric tensor's zeros are empty, a null pointer memcpy may not take)
+  std::copy_n(q.scale_bytes().begin() + grid_first * s.scales, out.scale_bytes().size(), out.scale_bytes().begin());
+  std::copy_n(q.zero_bytes().begin() + grid_first * s.zeros, out.zero_bytes().size(), out.zero_bytes().begin());
   return out;
 }
 
