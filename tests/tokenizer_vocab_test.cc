@@ -17,7 +17,10 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "model/config.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/gguf_vocab_export.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/vocab.h"
 
@@ -136,6 +139,44 @@ TEST(GgufVocab, SpecialTokensInTextBecomeIdsOnlyWhenAsked) {
   EXPECT_EQ(bpe->EncodeWithSpecialTokens("a<|endoftext|>b"),
             (std::vector<int32_t>{bpe->Encode("a", false)[0], 50256, bpe->Encode("b", false)[0]}));
   EXPECT_GT(bpe->Encode("a<|endoftext|>b", false).size(), 3u);
+}
+
+// A tokenizer.model reads special tokens in text as llama.cpp reads them in the GGUF its converter
+// makes of the same model (lowbit's own GgufVocabularyFor writes that vocabulary): Llama-2's <s> / </s>,
+// Mistral v3's control tokens [INST] / [/INST] / [TOOL_CALLS], text around and between them; plain Encode
+// keeps reading them as text.
+TEST(SentencePieceModel, SpecialTokensInTextMatchTheGgufOfTheSameModel) {
+  const fs::path shared = LOWBIT_SOURCE_DIR "/../shared/tokenizers";
+  const std::vector<std::string> texts = {
+      "<s>[INST] Hi there [/INST] Hello!</s>",  "<s>[INST]Hi[/INST]", "[INST]  two  spaces [/INST]</s>",
+      "<s><s> x</s></s>", " leading<s>", "[TOOL_CALLS][{\"name\": \"f\"}]</s>", "no specials at all", "<unk>a<s>",
+      "[INST]\n\tnewline[/INST]", "\xe2\x96\x81 mark <s>"};
+  for (const fs::path& model : {shared / "llama2" / "tokenizer.model", shared / "hf" / "mistral-v0.3" / "tokenizer.model.v3"}) {
+    if (!fs::exists(model)) GTEST_SKIP() << model << " is not available";
+    SCOPED_TRACE(model.string());
+    const auto sp = LoadTokenizer(model);
+    ModelConfig c;
+    c.vocab_size = static_cast<uint32_t>(sp->vocab_size());
+    c.bos_id = sp->bos_id();
+    c.eos_id = sp->eos_id();
+    const fs::path gguf = fs::temp_directory_path() / ("lowbit-sp-special-" + std::to_string(::getpid()) + ".gguf");
+    {
+      GgufWriter writer(gguf);
+      for (GgufKeyValue& kv : GgufVocabularyFor(model, c)) writer.Set(std::move(kv.key), std::move(kv.value));
+      writer.Commit();
+    }
+    const auto llama = LoadTokenizer(gguf);
+    fs::remove(gguf);
+    size_t specials = 0;
+    for (const std::string& text : texts) {
+      const std::vector<int32_t> ids = sp->EncodeWithSpecialTokens(text);
+      EXPECT_EQ(ids, llama->EncodeWithSpecialTokens(text)) << text;
+      specials += std::count(ids.begin(), ids.end(), sp->bos_id());
+    }
+    EXPECT_GE(specials, 6u);
+    EXPECT_EQ(sp->Encode("<s>", false), llama->Encode("<s>", false));  // text, not BOS
+    EXPECT_NE(sp->Encode("<s>", false), std::vector<int32_t>{sp->bos_id()});
+  }
 }
 
 TEST(GgufVocab, ReadsLlamaSpmKeysAndDefaults) {

@@ -110,15 +110,23 @@ std::string UnknownOptionMessage(const CLI::App& app, int argc, char** argv) {
   std::string path;
   const CLI::App* command = CommandOf(app, argc, argv, &path);
   std::vector<std::string> known = {"--help", "-h"};
+  std::vector<std::string> with_value;  // the options whose next argument is their value
   for (const CLI::Option* o : command->get_options()) {
-    for (const std::string& l : o->get_lnames()) known.push_back("--" + l);
-    for (const std::string& s : o->get_snames()) known.push_back("-" + s);
+    std::vector<std::string>& names = o->get_type_size() != 0 ? with_value : known;
+    for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+    for (const std::string& s : o->get_snames()) names.push_back("-" + s);
   }
   for (int i = 1; i < argc; ++i) {
     std::string token = argv[i];
     if (!LooksLikeOption(token)) continue;
+    const bool inline_value = token.find('=') != std::string::npos;
     token = token.substr(0, token.find('='));
+    if (std::find(with_value.begin(), with_value.end(), token) != with_value.end()) {
+      i += inline_value ? 0 : 1;  // its value may look like an option ("--engine-flags '--quantization gptq'")
+      continue;
+    }
     if (std::find(known.begin(), known.end(), token) != known.end() || (command == &app && token == "--version")) continue;
+    known.insert(known.end(), with_value.begin(), with_value.end());
     std::string best;
     size_t best_distance = SIZE_MAX;
     for (const std::string& k : known)

@@ -9,12 +9,10 @@
 #include "core/file_util.h"
 #include "tokenizer/gguf_pre_tokenizers.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/sentencepiece_tokenizer.h"
 
 namespace lowbit {
 namespace {
-
-// llama.cpp's token types (formats.md 2.5).
-enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 // tokenizer_config.json's add_bos_token / add_eos_token, when the folder has one.
 void AddSpecialFlags(const std::filesystem::path& folder, std::vector<GgufKeyValue>& kvs) {
@@ -35,13 +33,12 @@ std::vector<GgufKeyValue> FromSentencePiece(const std::filesystem::path& file, c
     Fail("{}: {} tokens, more than the model's vocab_size {}", file.string(), n, c.vocab_size);
   std::vector<std::string> tokens(c.vocab_size);
   std::vector<float> scores(c.vocab_size, -10000.0f);
-  std::vector<int32_t> types(c.vocab_size, kUnused);
+  std::vector<int32_t> types(c.vocab_size, kTokenUnused);
   for (uint32_t id = 0; id < c.vocab_size; ++id) tokens[id] = "[PAD" + std::to_string(id) + "]";
   for (int id = 0; id < n; ++id) {
     tokens[id] = sp.IdToPiece(id);
     scores[id] = sp.GetScore(id);
-    types[id] = sp.IsUnknown(id) ? kUnknown : sp.IsControl(id) ? kControl : sp.IsUnused(id) ? kUnused
-              : sp.IsByte(id)    ? kByte    : kNormal;
+    types[id] = SentencePieceTokenType(sp, id);
   }
   std::vector<GgufKeyValue> kvs;
   kvs.push_back({"tokenizer.ggml.model", std::string("llama")});
@@ -95,16 +92,16 @@ std::vector<GgufKeyValue> FromTokenizerJson(const std::filesystem::path& file, c
     Fail("{}: {} tokens, more than the model's vocab_size {}", file.string(), tokenizer.vocab_size(), c.vocab_size);
 
   std::vector<std::string> tokens(c.vocab_size);
-  std::vector<int32_t> types(c.vocab_size, kUnused);
+  std::vector<int32_t> types(c.vocab_size, kTokenUnused);
   for (uint32_t id = 0; id < c.vocab_size; ++id) tokens[id] = "[PAD" + std::to_string(id) + "]";
   for (const auto& [token, id] : parsed["model"]["vocab"].items()) {
     tokens[id.get<uint32_t>()] = token;
-    types[id.get<uint32_t>()] = kNormal;
+    types[id.get<uint32_t>()] = kTokenNormal;
   }
   for (const JsonView& added : root["added_tokens"].Items()) {
     const auto id = added.Get<uint32_t>("id");
     tokens[id] = added.Get<std::string>("content");
-    types[id] = added.Get<bool>("special", false) ? kControl : kUserDefined;
+    types[id] = added.Get<bool>("special", false) ? kTokenControl : kTokenUserDefined;
   }
   std::vector<std::string> merges;
   for (const nlohmann::json& merge : parsed["model"]["merges"])

@@ -1,7 +1,5 @@
 #include "tokenizer/sentencepiece_tokenizer.h"
 
-#include <sentencepiece_processor.h>
-
 #include <exception>
 #include <string>
 #include <string_view>
@@ -24,9 +22,16 @@ class SentencePieceTokenizer final : public Tokenizer {
     }
     if (!status.ok()) Fail("{}: cannot load SentencePiece model: {}", source_, status.ToString());
     // Byte pieces are decoded by their text: each must be exactly "<0xHH>".
-    for (int32_t id = 0; id < vocab_size(); ++id)
+    VocabData vocab;
+    vocab.source = source_;
+    vocab.model = "llama";
+    for (int32_t id = 0; id < vocab_size(); ++id) {
       if (processor_.IsByte(id) && ByteOf(processor_.IdToPiece(id)) < 0)
         Fail("{}: piece {} ('{}') is a byte piece but not of the form <0xHH>", source_, id, processor_.IdToPiece(id));
+      vocab.tokens.push_back(processor_.IdToPiece(id));
+      vocab.token_types.push_back(SentencePieceTokenType(processor_, id));
+    }
+    specials_ = std::make_unique<VocabIndex>(vocab);
   }
 
   std::vector<int32_t> Encode(std::string_view text, bool add_bos) const override {
@@ -45,6 +50,22 @@ class SentencePieceTokenizer final : public Tokenizer {
       out.push_back(bos_id());
     }
     out.insert(out.end(), ids.begin(), ids.end());
+    return out;
+  }
+
+  // llama.cpp's parse_special on the GGUF of this model: control, unknown and user-defined pieces in the
+  // text become their ids, and SentencePiece encodes each stretch between them with its dummy-prefix
+  // space, as llama.cpp prefixes one after every special token.
+  std::vector<int32_t> EncodeWithSpecialTokens(std::string_view text) const override {
+    std::vector<int32_t> out;
+    for (const TextFragment& fragment : specials_->Partition(text, /*parse_special=*/true)) {
+      if (fragment.token >= 0) {
+        out.push_back(fragment.token);
+      } else {
+        const std::vector<int32_t> ids = Encode(fragment.text, false);
+        out.insert(out.end(), ids.begin(), ids.end());
+      }
+    }
     return out;
   }
 
@@ -86,12 +107,18 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   std::string source_;
   sentencepiece::SentencePieceProcessor processor_;
+  std::unique_ptr<VocabIndex> specials_;  // the pieces' llama.cpp attributes, for EncodeWithSpecialTokens
 };
 
 }  // namespace
 
 std::unique_ptr<Tokenizer> LoadSentencePiece(const std::filesystem::path& model_file) {
   return std::make_unique<SentencePieceTokenizer>(model_file);
+}
+
+GgufTokenType SentencePieceTokenType(const sentencepiece::SentencePieceProcessor& sp, int id) {
+  return sp.IsUnknown(id) ? kTokenUnknown : sp.IsControl(id) ? kTokenControl : sp.IsUnused(id) ? kTokenUnused
+         : sp.IsByte(id)  ? kTokenByte    : kTokenNormal;
 }
 
 }  // namespace lowbit
