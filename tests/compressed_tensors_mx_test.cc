@@ -242,6 +242,8 @@ TEST(MicroscaledFormats, BadTensorsAndConfigsAreNamedErrors) {
 TEST(MicroscaledFormats, FusedShardsShareOneTensorScaleFromQuantizerToExport) {
   EXPECT_EQ(FusedMatrixOf("model.layers.3.self_attn.k_proj"), "model.layers.3.self_attn.qkv_proj");
   EXPECT_EQ(FusedMatrixOf("mlp.experts.7.up_proj"), "mlp.experts.7.gate_up_proj");
+  EXPECT_EQ(FusedMatrixOf("block_sparse_moe.experts.2.w3"), "block_sparse_moe.experts.2.w13");
+  EXPECT_EQ(FusedMatrixOf("block_sparse_moe.experts.2.w2"), "block_sparse_moe.experts.2.w2");
   EXPECT_EQ(FusedMatrixOf("mlp.down_proj"), "mlp.down_proj");
   EXPECT_EQ(FusedMatrixOf("self_attn.o_proj"), "self_attn.o_proj");
   EXPECT_EQ(FusedMatrixOf("mlp.not_up_proj"), "mlp.not_up_proj");

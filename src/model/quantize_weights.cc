@@ -11,8 +11,10 @@
 namespace lowbit {
 
 std::string FusedMatrixOf(std::string_view name) {
+  // (Mixtral's checkpoint names its experts' gate and up w1 and w3; vLLM fuses them into w13.)
   for (const auto& [shard, fused] : {std::pair{"q_proj", "qkv_proj"}, {"k_proj", "qkv_proj"}, {"v_proj", "qkv_proj"},
-                                     {"gate_proj", "gate_up_proj"}, {"up_proj", "gate_up_proj"}}) {
+                                     {"gate_proj", "gate_up_proj"}, {"up_proj", "gate_up_proj"}, {"w1", "w13"},
+                                     {"w3", "w13"}}) {
     const std::string_view s(shard);
     if (name.ends_with(s) && (name.size() == s.size() || name[name.size() - s.size() - 1] == '.'))
       return std::string(name.substr(0, name.size() - s.size())) + fused;
@@ -21,21 +23,16 @@ std::string FusedMatrixOf(std::string_view name) {
 }
 
 std::unordered_map<const Linear*, float> FusedAbsMax(std::span<const BlockLinear> linears) {
-  std::map<std::string, std::vector<const DenseMatrix*>> matrices;
-  std::map<std::string, std::vector<const Linear*>> members;
+  std::map<std::string, std::vector<const Linear*>> shards;  // by fused matrix
   for (const BlockLinear& bl : linears)
-    if (const auto* dense = std::get_if<DenseMatrix>(&bl.linear->weight)) {
-      const std::string fused = FusedMatrixOf(bl.name);
-      matrices[fused].push_back(dense);
-      members[fused].push_back(bl.linear);
-    }
+    if (std::holds_alternative<DenseMatrix>(bl.linear->weight)) shards[FusedMatrixOf(bl.name)].push_back(bl.linear);
   std::unordered_map<const Linear*, float> out;
-  for (const auto& [fused, shards] : matrices) {
-    if (shards.size() < 2) continue;
+  for (const auto& [fused, members] : shards) {
+    if (members.size() < 2) continue;
     float amax = 0;
-    for (const DenseMatrix* d : shards)
-      for (const float v : d->values) amax = std::max(amax, std::fabs(v));
-    for (const Linear* l : members[fused]) out[l] = amax;
+    for (const Linear* l : members)
+      for (const float v : std::get<DenseMatrix>(l->weight).values) amax = std::max(amax, std::fabs(v));
+    for (const Linear* l : members) out[l] = amax;
   }
   return out;
 }

@@ -15,7 +15,7 @@ namespace lowbit {
 // Serving engines fuse q/k/v into one qkv_proj and each gate/up pair into one gate_up_proj (an
 // expert's w13), with one NVFP4 global scale for the fused matrix (vLLM keeps the largest of the
 // shards'). The fused matrix a linear belongs to, by name: "...self_attn.qkv_proj",
-// "...mlp.experts.3.gate_up_proj"; any other linear is its own.
+// "...mlp.experts.3.gate_up_proj", Mixtral's "...experts.3.w13"; any other linear is its own.
 std::string FusedMatrixOf(std::string_view linear_name);
 // For each dense linear of `linears` whose fused matrix has another dense member there: the max |w|
 // over that matrix, which schemes with a tensor scale choose it from (WeightToQuantize::tensor_amax),
