@@ -190,12 +190,12 @@ def check_nvfp4(name, out, source, model, reference, weights_args):
         codes = unpack_fp4_from_uint8(packed, packed.shape[0], packed.shape[1] * 2, dtype=torch.float32)
         fp32 = dequantize(codes, t[prefix + ".weight_scale"].float(), args=args, global_scale=g,
                           dtype=torch.float32).numpy()
-        # One fp32 step of the block scale: |dW| <= |W| * 2^-23 (E2M1 values have two significant bits).
+        # One fp32 step of the block scale, and the product's own rounding: |dW| <= |W| * 2^-22.
         bound = np.abs(ref).astype(np.float64) * 2.0 ** -22
         worst_fp32 = max(worst_fp32, float(np.max(np.abs(fp32.astype(np.float64) - ref) - bound)))
         got = model.get_submodule(prefix).weight.detach().float().numpy().astype(np.float64)
-        step = np.abs(torch.from_numpy(ref).bfloat16().float().numpy()).astype(np.float64) * 2.0 ** -7
         rounded = torch.from_numpy(ref).bfloat16().float().numpy().astype(np.float64)
+        step = np.abs(rounded) * 2.0 ** -7  # one bf16 step (8 significant bits) at the rounded value
         steps = np.abs(got - rounded) / np.where(step > 0, step, 1)
         worst_steps = max(worst_steps, float(np.max(steps)))
     check(worst_fp32 <= 0, f"{name}: compressed-tensors' fp32 decompression is more than one fp32 step of the block "
