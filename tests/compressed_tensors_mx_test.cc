@@ -56,15 +56,7 @@ void ExpectSame(const QuantizedTensor& a, const QuantizedTensor& b) {
   EXPECT_EQ(a.tensor_scale(), b.tensor_scale());
 }
 
-template <class F>
-void ExpectError(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using testing_util::ExpectError;
 
 // One row of 32 codes code(i) with the given scales.
 QuantizedTensor Row(const std::string& scheme, uint32_t (*code)(uint64_t), std::vector<float> scales) {

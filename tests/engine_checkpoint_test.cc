@@ -94,15 +94,7 @@ void ExpectSame(const QuantizedTensor& a, const QuantizedTensor& b) {
   for (uint64_t cell = 0; cell < a.grid().cells(); ++cell) EXPECT_EQ(a.Zero(cell), b.Zero(cell)) << cell;
 }
 
-template <class F>
-void ExpectError(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using testing_util::ExpectError;
 
 TEST(EngineFormats, GptqPacksAlongTheInputDimensionByHand) {
   Scratch dir;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "quant/row_slices.h"
 #include "quant/rtn.h"
+#include "test_util.h"
 
 namespace lowbit {
 namespace {
@@ -29,15 +30,7 @@ bool Same(const QuantizedTensor& a, const QuantizedTensor& b) {
          std::ranges::equal(a.zero_bytes(), b.zero_bytes()) && a.tensor_scale() == b.tensor_scale();
 }
 
-template <class F>
-void ExpectError(F f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using testing_util::ExpectError;
 
 TEST(RowSlices, SlicesStackBackToTheTensor) {
   // q/k/v-like cuts (32, 16, 16 rows) of channel, group (integer and float zeros), block, tensor-wide and
@@ -58,17 +51,17 @@ TEST(RowSlices, SlicesStackBackToTheTensor) {
 
 TEST(RowSlices, CutsThroughCellsAndMismatchedPartsAreNamedErrors) {
   const QuantizedTensor blocks = Random("fp8_e4m3:block16x32:scale=f32", 64, 64, 4);
-  ExpectError([&] { (void)SliceRows(blocks, 8, 16, "model.layers.0.self_attn.qkv_proj"); }, "qkv_proj: rows 8..24");
+  ExpectError([&] { (void)SliceRows(blocks, 8, 16, "model.layers.0.self_attn.qkv_proj"); }, {"qkv_proj: rows 8..24"});
   const QuantizedTensor a = Random("int4:g32", 16, 64, 5), b = Random("int4:g16", 16, 64, 6),
                         c = Random("int8:tensor", 16, 64, 7), d = Random("int8:tensor", 16, 64, 8),
                         e = Random("nvfp4", 16, 64, 9), f = Random("nvfp4", 16, 64, 10), g = Random("int4:g32", 16, 32, 11);
   const auto stack = [](std::vector<const QuantizedTensor*> parts) { (void)StackRows(parts, "gate_up_proj"); };
-  ExpectError([&] { stack({&a, &b}); }, "one scheme and width");
-  ExpectError([&] { stack({&a, &g}); }, "one scheme and width");
-  ExpectError([&] { stack({&c, &d}); }, "tensor-wide scale");
-  ExpectError([&] { stack({&e, &f}); }, "tensor scale");
+  ExpectError([&] { stack({&a, &b}); }, {"one scheme and width"});
+  ExpectError([&] { stack({&a, &g}); }, {"one scheme and width"});
+  ExpectError([&] { stack({&c, &d}); }, {"tensor-wide scale"});
+  ExpectError([&] { stack({&e, &f}); }, {"tensor scale"});
   const QuantizedTensor h = Random("fp8_e4m3:block16x32:scale=f32", 8, 64, 12), i = Random("fp8_e4m3:block16x32:scale=f32", 8, 64, 13);
-  ExpectError([&] { stack({&blocks, &h, &i}); }, "part 1 has 8 rows");
+  ExpectError([&] { stack({&blocks, &h, &i}); }, {"part 1 has 8 rows"});
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Shared test helpers.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <hwy/targets.h>
 #include <sys/wait.h>
 
@@ -11,11 +12,26 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
+#include "core/error.h"
+
 namespace lowbit::testing_util {
+
+// Runs `f`, which must throw lowbit::Error with every one of `needles` in its message.
+template <class F>
+void ExpectError(F&& f, std::initializer_list<std::string_view> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected lowbit::Error";
+  } catch (const Error& e) {
+    for (std::string_view needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
 
 // A fresh scratch folder per test (under the temp directory, named after `prefix`, the pid and a counter),
 // removed afterwards.
