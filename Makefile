@@ -45,6 +45,7 @@ fuzz: setup
 test-interop: build
 	@scripts/setup-interop.sh $(BUILD)/interop-venv
 	$(BUILD)/interop-venv/bin/python tests/interop/hf_tokenizers.py --lowbit $(BUILD)/lowbit
+	$(BUILD)/interop-venv/bin/python tests/interop/gguf_pre_tokenizers.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/hf_architectures.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/chat_templates.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/gguf_llamacpp.py --lowbit $(BUILD)/lowbit

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
@@ -23,9 +25,12 @@
 #include "tokenizer/gguf_vocab_export.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/vocab.h"
+#include "test_util.h"
 
 namespace lowbit {
 namespace {
+
+using testing_util::ExpectError;
 
 namespace fs = std::filesystem;
 
@@ -121,6 +126,45 @@ TEST(GgufVocab, FalconMatchesLlamaCpp) { RunConformance("ggml-vocab-falcon.gguf"
 TEST(GgufVocab, StarcoderMatchesLlamaCpp) { RunConformance("ggml-vocab-starcoder.gguf"); }
 TEST(GgufVocab, RefactMatchesLlamaCpp) { RunConformance("ggml-vocab-refact.gguf"); }
 TEST(GgufVocab, MptMatchesLlamaCpp) { RunConformance("ggml-vocab-mpt.gguf"); }
+
+// Every tokenizer.ggml.pre name lowbit reads, on llama.cpp's GPT-2 test vocabulary written again
+// under that name: llama.cpp's own ids, with its add-BOS default for the name (the file has no
+// add_bos_token), from tests/data/gguf_pre_tokenizer_cases.json (tests/interop/gguf_pre_tokenizers.py
+// regenerates it with the pinned llama.cpp). The names lowbit cannot split are refused by name.
+TEST(GgufVocab, EveryPreTokenizerNameMatchesLlamaCpp) {
+  std::ifstream in(LOWBIT_SOURCE_DIR "/tests/data/gguf_pre_tokenizer_cases.json");
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  const GgufFile original = GgufFile::Open(kVocabDir / fixture["vocab"].get<std::string>());
+  const testing_util::ScratchDir dir("lowbit-gguf-pre");
+  const auto vocab_named = [&](const std::string& pre) {
+    const fs::path path = dir.path() / (pre + ".gguf");
+    GgufWriter writer(path);
+    for (const GgufKeyValue& kv : original.metadata())
+      writer.Set(kv.key, kv.key == "tokenizer.ggml.pre" ? GgufValue(pre) : kv.value);
+    writer.Commit();
+    return ReadGgufVocab(GgufFile::Open(path));
+  };
+  const auto strings = fixture["strings"].get<std::vector<std::string>>();
+  size_t names = 0, with_bos = 0;
+  for (const nlohmann::json& group : fixture["cases"]) {
+    const auto ids = group["ids"].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(ids.size(), strings.size());
+    for (const std::string pre : group["names"]) {
+      const VocabData vocab = vocab_named(pre);
+      const auto tokenizer = MakeGgufTokenizer(vocab);
+      for (size_t i = 0; i < strings.size(); ++i)
+        EXPECT_EQ(tokenizer->Encode(strings[i], true), ids[i]) << pre << " string " << i << " \"" << Escape(strings[i]) << '"';
+      ++names;
+      with_bos += vocab.add_bos;
+    }
+  }
+  EXPECT_GE(names, 70u);
+  EXPECT_GE(with_bos, 10u);  // Llama-3's, Tekken's and Chameleon's names put BOS first
+  for (const std::string pre : fixture["refused"]) {
+    const std::string quoted = "'" + pre + "'";
+    ExpectError([&] { MakeGgufTokenizer(vocab_named(pre)); }, {quoted, "tokenizer.ggml.pre"});
+  }
+}
 
 // A rendered chat template holds its special tokens as text: with parse_special (llama.cpp's, used
 // by --chat) control tokens become their ids; plain Encode keeps reading them as text.
@@ -299,27 +343,20 @@ TEST(BpeTokenizer, MergesByRankAndKeepsTheFirstDuplicate) {
   v.tokens = {"a", "b", "c", "ab", "bc", "abc", "\xC4\xA0", "\xC4\xA0" "a", "<|endoftext|>"};
   v.merges = {"b c", "a b", "a bc", "ab c", "b c", "\xC4\xA0 a", "nospace"};
   v.bos_id = v.eos_id = 8;
+  v.add_bos = true;
   const BpeTokenizer tok(v);
   // "b c" (rank 0) first, then "a bc" (rank 2); "ab c" (rank 3) never gets a chance.
   EXPECT_EQ(tok.Encode("abc", false), (std::vector<int32_t>{5}));
   EXPECT_EQ(tok.Encode("ab a", true), (std::vector<int32_t>{8, 3, 7}));
+  // A vocabulary without add_bos_token (GPT-2's, Qwen2's) gets no BOS, as llama.cpp's add_special.
+  v.add_bos = false;
+  EXPECT_EQ(BpeTokenizer(v).Encode("ab a", true), (std::vector<int32_t>{3, 7}));
   // 'd' has no token and no one-byte token: llama.cpp drops it.
   EXPECT_EQ(tok.Encode("dab", false), (std::vector<int32_t>{3}));
   EXPECT_EQ(tok.Decode({3, 7}), "ab a");
   EXPECT_EQ(tok.DecodeToken(8, -1), "");  // forced to a control token by its name
 }
 
-// Expects lowbit::Error whose message contains every needle.
-template <class F>
-void ExpectError(F&& f, std::initializer_list<std::string_view> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected lowbit::Error";
-  } catch (const Error& e) {
-    for (std::string_view needle : needles)
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(GgufVocab, RejectsWhatItCannotTokenizeFaithfully) {
   VocabData v = TinySpm();
@@ -336,8 +373,8 @@ TEST(GgufVocab, RejectsWhatItCannotTokenizeFaithfully) {
   ExpectError([&] { SpmTokenizer tok(v); }, {"bos", "99"});
   v.model = "gpt2";
   v.bos_id = 1;
-  v.pre = "tekken";
-  ExpectError([&] { MakeGgufTokenizer(v); }, {"tokenizer.ggml.pre", "'tekken'", "'gpt-2'", "'llama-bpe'", "'qwen2'"});
+  v.pre = "kimi-k2";
+  ExpectError([&] { MakeGgufTokenizer(v); }, {"tokenizer.ggml.pre", "'kimi-k2'", "'gpt-2'", "'llama-bpe'", "'tekken'"});
 }
 
 // Writes a GGUF file with only metadata: string, u32, bool and array values.

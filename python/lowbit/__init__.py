@@ -36,6 +36,8 @@ from ._lowbit import (  # noqa: F401  (the public names)
     _plan,
     _ppl,
     _quantize,
+    _bench_speed,
+    _synth,
     _scheme_text_from_flags,
     quantize_tensor,
 )
@@ -46,8 +48,8 @@ Progress = Optional[Callable[[int, int, str], Any]]
 
 __all__ = [
     "Error", "Generation", "Model", "QuantizedTensor", "Scheme", "Token", "Tokenizer", "__version__",
-    "calibrate_kv", "compare", "dequantize", "export", "formats", "imatrix", "inspect", "plan", "ppl", "quantize",
-    "quantize_tensor",
+    "bench_decode", "bench_prefill", "calibrate_kv", "compare", "dequantize", "export", "formats", "imatrix", "inspect",
+    "plan", "ppl", "quantize", "quantize_tensor", "synth",
 ]
 
 
@@ -255,3 +257,61 @@ def plan(
     the given hardware (``lowbit plan --json``)."""
     return json.loads(_plan(os.fspath(model), list(formats), hardware, ctx, batch, kv_cache_dtype,
                             quantize_embeddings))
+
+
+def synth(
+    preset: str,
+    out: PathLike,
+    *,
+    layers: int = 0,
+    dtype: str = "BF16",
+    seed: int = 0,
+    threads: int = 0,
+) -> dict:
+    """Writes a checkpoint with a preset's real shapes and deterministic random weights (config.json and
+    model.safetensors in ``out``), for speed and memory measurements (``lowbit synth --json``). ``layers`` 0
+    keeps the preset's; ``dtype`` is F32, BF16 or F16."""
+    return json.loads(_synth(preset, os.fspath(out), layers, dtype, seed, threads))
+
+
+def _bench(model, decode, formats, batch, ctx, steps, rounds, threads, kv_cache_dtype):
+    if isinstance(formats, str):
+        formats = [formats]
+    if isinstance(batch, int):
+        batch = [batch]
+    return json.loads(_bench_speed(os.fspath(model), decode, list(formats), list(batch), ctx, steps, rounds, threads,
+                                   kv_cache_dtype))
+
+
+def bench_decode(
+    model: PathLike,
+    formats: Union[str, Sequence[str]] = ("loaded",),
+    *,
+    batch: Union[int, Sequence[int]] = (1,),
+    ctx: int = 512,
+    steps: int = 8,
+    rounds: int = 1,
+    threads: int = 0,
+    kv_cache_dtype: str = "fp32",
+) -> list[dict]:
+    """Decode tokens/s of a model per format and batch size, one row each (``lowbit bench decode --json``).
+
+    ``formats``: ``loaded`` (as the file holds it), ``fp32``, or schemes such as ``int4:g128`` (RTN of every
+    linear in memory). Every format is measured in the same run; ``rounds`` > 1 measures them round-robin and
+    keeps each one's best, so the ratios survive a noisy machine."""
+    return _bench(model, True, formats, batch, ctx, steps, rounds, threads, kv_cache_dtype)
+
+
+def bench_prefill(
+    model: PathLike,
+    formats: Union[str, Sequence[str]] = ("loaded",),
+    *,
+    batch: Union[int, Sequence[int]] = (1,),
+    ctx: int = 256,
+    rounds: int = 1,
+    threads: int = 0,
+    kv_cache_dtype: str = "fp32",
+) -> list[dict]:
+    """Prefill tokens/s of a model per format and batch size (``lowbit bench prefill --json``); the arguments
+    are bench_decode's, ``ctx`` being the prompt length."""
+    return _bench(model, False, formats, batch, ctx, 0, rounds, threads, kv_cache_dtype)

@@ -1,4 +1,5 @@
-// The whole-model calls: quantize, export, imatrix, calibrate_kv, ppl, compare, inspect, plan. Each takes keywords, releases the GIL,
+// The whole-model calls: quantize, export, imatrix, calibrate_kv, ppl, compare, inspect, plan, synth and the
+// decode / prefill benchmarks. Each takes keywords, releases the GIL,
 // reports progress through a Python callable (and honours Ctrl-C between its steps), and returns the
 // JSON text the CLI's --json prints, which the package turns into a dict.
 #include <nanobind/stl/optional.h>
@@ -16,11 +17,13 @@
 #include "pipeline/imatrix_job.h"
 #include "pipeline/kv_scales_job.h"
 #include "pipeline/quantize_job.h"
+#include "pipeline/speed_job.h"
 #include "plan/arch.h"
 #include "plan/hardware.h"
 #include "plan/inspect_report.h"
 #include "plan/plan.h"
 #include "plan/presets.h"
+#include "plan/synth.h"
 
 namespace lowbit::python {
 namespace {
@@ -202,6 +205,28 @@ void BindJobs(nb::module_& m) {
       },
       nb::arg("model"), nb::arg("formats"), nb::arg("hardware"), nb::arg("ctx"), nb::arg("batch"),
       nb::arg("kv_cache_dtype"), nb::arg("quantize_embeddings"));
+
+  m.def(
+      "_synth",
+      [](const std::string& preset, const std::string& out, uint32_t layers, const std::string& dtype, uint64_t seed,
+         size_t threads) {
+        const std::optional<DType> parsed = ParseDType(dtype);
+        if (!parsed) Fail("synth: unknown dtype '{}' (F32, BF16, F16)", dtype);
+        const SynthOptions o{preset, layers, *parsed, seed, threads};
+        return SynthJson(WithoutGil([&] { return WriteSynthModel(o, out); }), out).dump();
+      },
+      nb::arg("preset"), nb::arg("out"), nb::arg("layers"), nb::arg("dtype"), nb::arg("seed"), nb::arg("threads"));
+
+  m.def(
+      "_bench_speed",
+      [](const std::string& model, bool decode, const std::vector<std::string>& formats,
+         const std::vector<size_t>& batches, size_t ctx, size_t steps, size_t rounds, size_t threads,
+         const std::string& kv_cache_dtype) {
+        const SpeedJob job{model, decode, formats, batches, ctx, steps, rounds, threads, kv_cache_dtype};
+        return SpeedsJson(WithoutGil([&] { return RunSpeedJob(job); })).dump();
+      },
+      nb::arg("model"), nb::arg("decode"), nb::arg("formats"), nb::arg("batches"), nb::arg("ctx"), nb::arg("steps"),
+      nb::arg("rounds"), nb::arg("threads"), nb::arg("kv_cache_dtype"));
 }
 
 }  // namespace lowbit::python

@@ -12,10 +12,9 @@
 #include "pipeline/session.h"
 #include "core/error.h"
 #include "eval/speed.h"
-#include "io/model_loader.h"
 #include "kernels/stream.h"
 #include "model/attention.h"
-#include "model/quantize_weights.h"
+#include "pipeline/speed_job.h"
 
 namespace lowbit::cli {
 namespace {
@@ -93,61 +92,16 @@ KvCacheOptions KvOptions(const RuntimeOptions& o, uint32_t n_layers) {
   return KvCacheOptionsFor(o.kv_dtype, o.model, "", n_layers);
 }
 
-// The model as loaded ("loaded", or "fp32": dense checkpoints load as fp32), or RTN-quantized in
-// `format` (every linear, lm_head included). The last format takes the loaded model itself, so a
-// single-format run holds one copy (its peak memory is the model's).
-Model ModelIn(Model& loaded, const std::string& format, bool last) {
-  Model model = last ? std::move(loaded) : loaded;
-  if (format == "fp32") {  // 16-bit linears as loaded, widened
-    for (LayerWeights& l : model.weights.layers)
-      for (const BlockLinear& bl : BlockLinears(l)) WidenPlainFloat(*bl.linear);
-    WidenPlainFloat(model.weights.lm_head);
-  } else if (format != "loaded") {
-    QuantizeLinears(model.weights, ParseScheme(format), "rtn", /*include_lm_head=*/true);
-  }
-  return model;
-}
-
-// Each format in turn on one loaded model, so the ratios come from one run. With rounds > 1 every
-// format's model is built first and the formats are measured round-robin, keeping each one's
-// best: slow phases of a shared machine then hit every format alike (memory: all models at once).
+// Each format in turn on one loaded model, so the ratios come from one run (pipeline/speed_job.h).
 void RunSpeeds(const RuntimeOptions& o, bool decode) {
-  Model loaded = LoadModel(o.model, LoadOptions{.keep_16bit = true});  // as the runtime commands load it
-  struct Result {
-    std::string format;
-    uint64_t weight_bytes = 0;
-    std::vector<BatchSpeed> speeds;
-  };
-  std::vector<Result> results(o.formats.size());
-  std::vector<Model> models;  // rounds > 1: every format's model, built up front
-  for (size_t i = 0; o.rounds > 1 && i < o.formats.size(); ++i)
-    models.push_back(ModelIn(loaded, o.formats[i], i + 1 == o.formats.size()));
-  for (size_t round = 0; round < std::max<size_t>(1, o.rounds); ++round)
-    for (size_t i = 0; i < o.formats.size(); ++i) {
-      const Model single = models.empty() ? ModelIn(loaded, o.formats[i], i + 1 == o.formats.size()) : Model{};
-      const Model& model = models.empty() ? single : models[i];
-      const KvCacheOptions kv = KvOptions(o, model.config.n_layers);
-      const std::vector<BatchSpeed> speeds = decode ? MeasureDecode(model, o.batches, o.ctx, o.steps, o.threads, kv)
-                                                    : MeasurePrefill(model, o.batches, o.ctx, o.threads, kv);
-      Result& r = results[i];
-      if (r.speeds.empty()) {
-        r = {o.formats[i], LinearWeightBytes(model.weights), speeds};
-        continue;
-      }
-      for (size_t b = 0; b < speeds.size(); ++b)
-        if (speeds[b].tokens_per_second > r.speeds[b].tokens_per_second) r.speeds[b] = speeds[b];
-    }
+  const std::vector<FormatSpeeds> results = RunSpeedJob(
+      {o.model, decode, o.formats, o.batches, o.ctx, o.steps, o.rounds, o.threads, o.kv_dtype});
   if (o.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const Result& r : results)
-      for (const BatchSpeed& s : r.speeds)
-        out.push_back({{"format", r.format}, {"batch", s.batch}, {"tokens_per_second", s.tokens_per_second},
-                       {"ms_per_token", s.ms_per_token}, {"weight_gbps", s.weight_gbps}});
-    std::puts(out.dump(2).c_str());
+    std::puts(SpeedsJson(results).dump(2).c_str());
     return;
   }
   std::vector<std::vector<std::string>> rows;
-  for (const Result& r : results)
+  for (const FormatSpeeds& r : results)
     for (size_t i = 0; i < r.speeds.size(); ++i) {
       const BatchSpeed& s = r.speeds[i];
       rows.push_back({r.format, fmt::format("{}", r.weight_bytes / kMiB), std::to_string(s.batch),
@@ -161,7 +115,7 @@ void RunSpeeds(const RuntimeOptions& o, bool decode) {
   // Memory-bound while a step costs about the same at every batch; the crossover is the first
   // batch whose step takes 1.5x the batch-1 step.
   if (decode && o.batches.size() > 1)
-    for (const Result& r : results) {
+    for (const FormatSpeeds& r : results) {
       std::string crossover = "beyond the largest batch measured";
       for (const BatchSpeed& s : r.speeds)
         if (s.ms_per_token > 1.5 * r.speeds.front().ms_per_token) {

@@ -32,10 +32,7 @@ void AddSynthCommand(CLI::App& app) {
     o->dtype = *parsed;
     const SynthResult r = WriteSynthModel(*o, *out);
     if (*json) {
-      std::puts(nlohmann::json({{"preset", r.arch.name}, {"layers", r.arch.n_layers}, {"parameters", r.parameters},
-                                {"bytes", r.bytes}, {"out", *out}})
-                    .dump(2)
-                    .c_str());
+      std::puts(SynthJson(r, *out).dump(2).c_str());
       return;
     }
     PrintTable({"preset", "layers", "parameters", "dtype", "size"},

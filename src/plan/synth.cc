@@ -140,4 +140,9 @@ SynthResult WriteSynthModel(const SynthOptions& o, const std::filesystem::path& 
   return result;
 }
 
+nlohmann::json SynthJson(const SynthResult& result, const std::filesystem::path& out) {
+  return {{"preset", result.arch.name}, {"layers", result.arch.n_layers}, {"parameters", result.parameters},
+          {"bytes", result.bytes}, {"out", out.string()}};
+}
+
 }  // namespace lowbit

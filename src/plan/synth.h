@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "io/dtype.h"
 #include "plan/arch.h"
 
@@ -28,5 +30,8 @@ struct SynthResult {
 // Writes OUT/config.json and OUT/model.safetensors (atomically each). Throws Error for an MLA preset
 // (DeepSeek-V3: the engine does not run multi-head latent attention).
 SynthResult WriteSynthModel(const SynthOptions& options, const std::filesystem::path& out);
+
+// What `lowbit synth --json` prints for a model written to `out`.
+nlohmann::json SynthJson(const SynthResult& result, const std::filesystem::path& out);
 
 }  // namespace lowbit

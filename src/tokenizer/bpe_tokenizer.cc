@@ -217,7 +217,8 @@ BpeTokenizer::BpeTokenizer(const VocabData& vocab)
       source_(vocab.source.empty() ? "vocabulary" : vocab.source),
       bos_id_(vocab.bos_id),
       eos_id_(vocab.eos_id),
-      add_space_prefix_(vocab.add_space_prefix) {
+      add_space_prefix_(vocab.add_space_prefix),
+      adds_bos_(vocab.add_bos) {
   if (std::find(std::begin(kGpt2Pre), std::end(kGpt2Pre), vocab.pre) == std::end(kGpt2Pre)) {
     const GgufPreTokenizer* pre = FindGgufPreTokenizer(vocab.pre);
     if (pre == nullptr) {
@@ -327,7 +328,7 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) 
 
 std::vector<int32_t> BpeTokenizer::EncodeText(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
-  if (add_bos) {
+  if (add_bos && adds_bos_) {
     if (bos_id_ < 0) Fail("{}: the vocabulary has no BOS token", source_);
     out.push_back(bos_id_);
   }

@@ -55,6 +55,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string source_;
   int32_t bos_id_, eos_id_;
   bool add_space_prefix_;
+  bool adds_bos_;  // tokenizer.ggml.add_bos_token: Encode's add_bos puts BOS first only when set
   std::vector<Regex> regexes_;  // empty: the GPT-2 split
   bool ignore_merges_ = false;
   // "left right" -> rank. Symbols of the byte-level alphabet never contain a space, so joining a

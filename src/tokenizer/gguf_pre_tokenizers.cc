@@ -12,6 +12,31 @@ constexpr std::string_view kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen35 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Llama-3's, with white space taken in runs of 512, 256, ... 4, then 1-2, then 1.
+constexpr std::string_view kJais2 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+)"
+    R"(|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S))"
+    R"(|\s{1,2}(?!\S)|\s{1})";
+// Tekken (Mistral-Nemo, Mistral Small 3) and GPT-4o (Llama-4): llama.cpp reads each non-ASCII
+// letter as one "letter" class, so it rewrites the upper/lower-case classes of the tokenizer.json
+// regex (kTekkenHf, kGpt4oHf) as "a letter other than a-z" / "a letter other than A-Z". These are
+// llama.cpp's rewrites: a GGUF file is tokenized as llama.cpp tokenizes it.
+constexpr std::string_view kTekken =
+    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+)"
+    R"(((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kTekkenHf =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?)"
+    R"([\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kGpt4o =
+    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kGpt4oHf =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kDeepseekLetters =
     R"(\s?[A-Za-z\x{b5}\x{c0}-\x{d6}\x{d8}-\x{f6}\x{f8}-\x{1ba}\x{1bc}-\x{1bf}\x{1c4}-\x{293}\x{295}-\x{2af})"
     R"(\x{370}-\x{373}\x{376}\x{377}\x{37b}-\x{37d}\x{37f}\x{386}\x{388}-\x{38a}\x{38c}\x{38e}-\x{3a1})"
@@ -27,18 +52,60 @@ constexpr std::string_view kDeepseekLetters =
     R"(\x{10400}-\x{1044f}\x{104b0}-\x{104d3}\x{104d8}-\x{104fb}\x{10c80}-\x{10cb2}\x{10cc0}-\x{10cf2})"
     R"(\x{118a0}-\x{118df}\x{1e900}-\x{1e943}]+)";
 constexpr std::string_view kCjkHangul = R"([\x{4e00}-\x{9fa5}\x{800}-\x{4e00}\x{ac00}-\x{d7ff}]+)";
+constexpr std::string_view kCjkKana = R"([\x{4e00}-\x{9fa5}\x{3040}-\x{309f}\x{30a0}-\x{30ff}]+)";
+// DeepSeek-V3's words: an ASCII punctuation mark may lead a run of ASCII letters.
+#define LOWBIT_PUNCTUATED_WORDS R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+)"
+constexpr std::string_view kDeepseekV3Words =
+    LOWBIT_PUNCTUATED_WORDS R"(| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kSpark25Words = LOWBIT_PUNCTUATED_WORDS R"(| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+)";
+#undef LOWBIT_PUNCTUATED_WORDS
+// BLOOM-style: a run of anything but white space and the listed punctuation (llama.cpp's list,
+// with its parentheses and '|' inside the class).
+constexpr std::string_view kBloom = R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{ff0c}\x{3001}\x{964}\x{6d4}\x{60c})]+)";
 
 const std::vector<GgufPreTokenizer>& Table() {
   static const std::vector<GgufPreTokenizer> table = {
       // The first name of each entry is what lowbit writes for a tokenizer.json with that regex.
-      {{"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral", "dbrx", "smaug-bpe"}, {kLlama3}, true},
-      {{"qwen2", "deepseek-r1-qwen", "megrez"}, {kQwen2}},
+      // Names, regexes and flags are llama.cpp's (llama-vocab.cpp): ignore_merges, then add_bos.
+      {{"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"},
+       {kLlama3}, true, true},
+      {{"dbrx", "smaug-bpe"}, {kLlama3}},
+      {{"qwen2", "deepseek-r1-qwen", "megrez", "kormo", "f2llmv2", "stablelm2", "hunyuan", "solar-open", "grok-2"},
+       {kQwen2}},
+      {{"qwen35"}, {kQwen35}},
+      {{"jais-2"}, {kJais2}},
+      {{"tekken"}, {kTekken}, true, true, kTekkenHf},
+      {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {kGpt4o}, false, false, kGpt4oHf},
       {{"deepseek-llm"},
        {R"([\r\n])", kDeepseekLetters, R"(\s?[!-/:-~\x{ff01}-\x{ff0f}\x{ff1a}-\x{ff5e}\x{2018}-\x{201f}\x{3000}-\x{3002}]+)",
         R"(\s+$)", kCjkHangul, R"(\p{N}+)"}},
       {{"deepseek-coder"}, {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kCjkHangul, R"(\p{N})"}},
+      {{"deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"},
+       {R"(\p{N}{1,3})", kCjkKana, kDeepseekV3Words}},
+      {{"spark2_5"},
+       {R"(\p{N}{1,3})", kCjkKana, kSpark25Words, R"(\p{N})"}},
       {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2NoTail, R"([0-9][0-9][0-9])"}},
-      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, {R"(\p{N})", kGpt2NoTail}},
+      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2"},
+       {R"(\p{N})", kGpt2NoTail}},
+      {{"poro-chat", "bloom", "gpt3-finnish"}, {kBloom}},
+      {{"viking"}, {kBloom, R"(\p{N})"}},
+      {{"chameleon"},
+       {R"(<sentinel:[0-9]+>)", R"((IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z)", "([\t\n]|    |  )", R"(\p{N})",
+        R"([\p{P}!-/:-@\[-`{-~])", kGpt2NoTail},
+       false, true},
+      {{"bailingmoe", "bailingmoe2", "llada-moe"},
+       {R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)"}},
+      {{"seed-coder"},
+       {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      {{"ufakzeka"}, {R"([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      {{"laguna"}, {R"([^\n]+|[\n]+)", kQwen2}},
+      {{"exaone-moe"},
+       {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N})"
+        R"(| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)"}},
+      {{"minicpm5"},
+       {R"(\p{N}{1,3})",
+        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+       true},
   };
   return table;
 }
@@ -54,7 +121,8 @@ const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre) {
 
 std::string_view GgufPreNameOfRegex(std::string_view regex) {
   for (const GgufPreTokenizer& entry : Table())
-    if (entry.regexes.size() == 1 && entry.regexes[0] == regex) return entry.names.front();
+    if (entry.regexes.size() == 1 && (entry.regexes[0] == regex || entry.hf_regex == regex))
+      return entry.names.front();
   return {};
 }
 

@@ -1,6 +1,7 @@
 // The pre-tokenizer of a GGUF "gpt2" vocabulary by its tokenizer.ggml.pre name: the regexes
 // llama.cpp applies in turn (each splits the pieces the previous one left, keeping matches and
-// the text between them), written as the model families' own tokenizer.json files have them.
+// the text between them), written as the model families' own tokenizer.json files have them where
+// llama.cpp splits alike, else as llama.cpp rewrites them.
 #pragma once
 
 #include <string>
@@ -13,13 +14,15 @@ struct GgufPreTokenizer {
   std::vector<std::string_view> names;    // tokenizer.ggml.pre values
   std::vector<std::string_view> regexes;  // PCRE2 syntax, applied in order
   bool ignore_merges = false;             // a piece that is a whole token is not merged (Llama-3)
+  bool add_bos = false;                   // llama.cpp's default when the file has no add_bos_token
+  std::string_view hf_regex;              // the tokenizer.json regex, where llama.cpp rewrote it
 };
 
 // The pre-tokenizer for `pre`, or nullptr when llama.cpp's name is not one lowbit knows.
 const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre);
 
 // The tokenizer.ggml.pre name of a family whose pre-tokenizer is the single regex `regex` (as a
-// tokenizer.json Split holds it), or "" when none is.
+// tokenizer.json Split holds it, or as llama.cpp rewrote it), or "" when none is.
 std::string_view GgufPreNameOfRegex(std::string_view regex);
 
 // The names FindGgufPreTokenizer knows, for error messages.

@@ -52,7 +52,8 @@ SpmTokenizer::SpmTokenizer(const VocabData& vocab)
       bos_id_(vocab.bos_id),
       eos_id_(vocab.eos_id),
       unk_id_(vocab.unk_id),
-      add_space_prefix_(vocab.add_space_prefix) {
+      add_space_prefix_(vocab.add_space_prefix),
+      adds_bos_(vocab.add_bos) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   for (int b = 0; b < 256; ++b) {
     // llama.cpp looks for the <0xXX> piece (upper-case hex) first, then the raw byte itself.
@@ -121,7 +122,7 @@ void SpmTokenizer::EncodeFragment(std::string_view text, std::vector<int32_t>& o
 
 std::vector<int32_t> SpmTokenizer::EncodeText(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
-  if (add_bos) {
+  if (add_bos && adds_bos_) {
     if (bos_id_ < 0) Fail("{}: the vocabulary has no BOS token", source_);
     out.push_back(bos_id_);
   }

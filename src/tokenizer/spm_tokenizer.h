@@ -42,6 +42,7 @@ class SpmTokenizer final : public Tokenizer {
   std::string source_;
   int32_t bos_id_, eos_id_, unk_id_;
   bool add_space_prefix_;
+  bool adds_bos_;  // tokenizer.ggml.add_bos_token: Encode's add_bos puts BOS first only when set
   int32_t byte_ids_[256];  // -1 where the vocabulary has neither <0xXX> nor the raw byte
 };
 

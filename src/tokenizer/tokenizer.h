@@ -15,7 +15,9 @@ namespace lowbit {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Token ids of `text`, with BOS first when add_bos; never appends EOS.
+  // Token ids of `text`; never appends EOS. add_bos puts BOS first where the model's tokenizer adds
+  // one (tokenizer_config.json's add_bos_token, GGUF's tokenizer.ggml.add_bos_token), as
+  // transformers' add_special_tokens and llama.cpp's add_special do.
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos) const = 0;
   // Token ids of a text with special tokens written in it (a rendered chat template): those become
   // their ids, as with llama.cpp's parse_special and transformers' tokenizers; no BOS is added.

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "tokenizer/gguf_pre_tokenizers.h"
 
 namespace lowbit {
 namespace {
@@ -96,6 +97,7 @@ VocabData ReadGgufVocab(const GgufFile& file) {
       Fail("{}: {} is missing (required for the gpt2 tokenizer)", vocab.source, kMergesKey);
     vocab.merges = file.GetArrayOf<std::string>(kMergesKey);
     bos = 11, eos = 11;
+    if (const GgufPreTokenizer* pre = FindGgufPreTokenizer(vocab.pre)) vocab.add_bos = pre->add_bos;
   }
   // A default the vocabulary cannot hold means "no such token".
   const auto fit = [n](int32_t id) { return id >= 0 && static_cast<size_t>(id) < n ? id : -1; };

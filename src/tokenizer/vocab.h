@@ -40,7 +40,7 @@ struct VocabData {
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   bool add_space_prefix = false;  // SPM: prepend a space to the text (the "dummy prefix")
-  bool add_bos = false;           // what the model expects callers to pass as Encode's add_bos
+  bool add_bos = false;           // Encode(text, add_bos=true) puts BOS first (llama.cpp: add_special)
 };
 
 // Reads the tokenizer.ggml.* keys, filling what is absent with llama.cpp's defaults for the model

@@ -1,4 +1,5 @@
-"""quantize, export, imatrix, calibrate_kv, ppl, compare, inspect and plan: the same numbers as the CLI's --json, to the last digit;
+"""quantize, export, imatrix, calibrate_kv, ppl, compare, inspect, plan and synth: the same numbers as the CLI's --json, to
+the last digit (bench: the same rows);
 Ctrl-C and errors leave no output."""
 
 import os
@@ -158,3 +159,29 @@ def test_example_script_runs(tmp_path):
                         str(tmp_path / "out"), "--ctx", "128"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "KL" in r.stdout
+
+
+def test_synth_and_bench_match_the_cli(tmp_path):
+    py = lowbit.synth("llama-2-7b", tmp_path / "py", layers=1, dtype="F16", seed=3)
+    cli = run_cli_json("synth", "--preset", "llama-2-7b", "--layers", "1", "--dtype", "F16", "--seed", "3", "-o",
+                       str(tmp_path / "cli"))
+    assert {k: v for k, v in py.items() if k != "out"} == {k: v for k, v in cli.items() if k != "out"}
+    assert py["layers"] == 1 and py["bytes"] == (tmp_path / "py" / "model.safetensors").stat().st_size
+    assert (tmp_path / "py" / "config.json").read_bytes() == (tmp_path / "cli" / "config.json").read_bytes()
+    with pytest.raises(lowbit.Error, match="F32, BF16, F16"):
+        lowbit.synth("llama-2-7b", tmp_path / "bad", dtype="int4")
+    with pytest.raises(lowbit.Error, match="no-such-model"):
+        lowbit.synth("no-such-model", tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+    # Speeds differ run to run; what was measured must not.
+    rows = lowbit.bench_decode(tmp_path / "py", ["loaded", "int8"], batch=[1, 2], ctx=8, steps=2)
+    cli_rows = run_cli_json("bench", "decode", "--model", str(tmp_path / "cli"), "--quantize", "loaded,int8",
+                            "--batch", "1,2", "--ctx", "8", "--steps", "2")
+    shape = lambda rs: [(r["format"], r["batch"], r["weight_bytes"]) for r in rs]  # noqa: E731
+    assert shape(rows) == shape(cli_rows)
+    f16_linears = 2 * (4 * 4096 * 4096 + 3 * 4096 * 11008 + 32000 * 4096)  # q k v o, gate up down, lm_head
+    assert [r["weight_bytes"] for r in rows if r["format"] == "loaded"] == [f16_linears] * 2
+    assert all(r["tokens_per_second"] > 0 for r in rows)
+    prefill = lowbit.bench_prefill(tmp_path / "py", "loaded", batch=1, ctx=16)
+    assert [(r["format"], r["batch"]) for r in prefill] == [("loaded", 1)] and prefill[0]["tokens_per_second"] > 0
