@@ -195,6 +195,46 @@ TEST_F(HfTokenizerCases, GgufVocabularyFromTokenizerJsonTokenizesAlike) {
   }
 }
 
+// Mistral-Nemo's (Tekken) and Llama-4's (GPT-4o) tokenizer.json regexes, as those files hold them,
+// are exported under llama.cpp's names. llama.cpp splits those with its own rewrite of the case
+// classes (a non-ASCII capital opening an all-capital word becomes a piece of its own: ÉCOLE is
+// É | COLE), which gives the library's ids on these strings.
+TEST(HfTokenizer, TekkenAndGpt4oRegexesExportUnderLlamaCppsNames) {
+  const fs::path gpt2 = kShared / "ggml-vocab" / "ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(gpt2)) GTEST_SKIP();
+  const std::string tekken = R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
+                             R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|)"
+                             R"( ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string contraction = "(?i:'s|'t|'re|'ve|'m|'ll|'d)?";
+  const std::string gpt4o = R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)" +
+                            contraction + R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)" +
+                            contraction + R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  ScratchDir dir("lowbit-hf-tekken");
+  ModelConfig config;
+  config.vocab_size = 50257;
+  config.bos_id = config.eos_id = 50256;
+  for (const auto& [regex, name] : {std::pair{tekken, "tekken"}, std::pair{gpt4o, "gpt-4o"}}) {
+    nlohmann::json data = TokenizerJsonFromGguf(gpt2);
+    data["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+    const fs::path json = dir / (std::string(name) + ".json");
+    WriteJson(json, data);
+    GgufWriter writer(dir / (std::string(name) + ".gguf"));
+    for (GgufKeyValue& kv : GgufVocabularyFor(json, config)) writer.Set(kv.key, std::move(kv.value));
+    writer.Commit();
+    const VocabData vocab = ReadGgufVocab(GgufFile::Open(dir / (std::string(name) + ".gguf")));
+    EXPECT_EQ(vocab.pre, name);
+    const auto gguf = MakeGgufTokenizer(vocab);
+    const HfTokenizer hf(json);
+    for (const char* text : {"HelloWorld iPhone XMLHttpRequest getHTTPResponse I'M SURE it's", "path/to/x.txt\r\n 12345",
+                             "\xC3\xA9" "cole \xC3\x89" "cole \xC3\x89" "COLE"})
+      EXPECT_EQ(gguf->Encode(text, false), hf.Encode(text, false)) << name << ": " << text;
+  }
+}
+
 TEST(HfTokenizer, BosComesFromThePostProcessorOrTokenizerConfig) {
   if (!fs::exists(kPhi)) GTEST_SKIP();
   ScratchDir dir("lowbit-hf-bos");
