@@ -12,6 +12,7 @@
 #include "kernels/qmatmul.h"
 #include "kernels/qmatmul_bf16.h"
 #include "kernels/qmatmul_int8.h"
+#include "formats/minifloat.h"
 #include "quant/rtn.h"
 #include "test_util.h"
 
@@ -83,7 +84,7 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
   const size_t rows = 70, cols = 384;
   const std::vector<float> w = Gaussian(rows * cols, 5);
   ThreadPool pool(2);
-  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "bf16"}) {  // int3 / fp6: row-decode fallback
+  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "bf16", "fp8_e4m3"}) {  // int3 / fp6: row-decode fallback
     Linear linear;
     linear.weight = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     const QuantizedTensor& q = std::get<QuantizedTensor>(linear.weight);
@@ -95,8 +96,8 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
         QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, want.data(), rows);
         double magnitude = 0;
         for (float v : want) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
-        // Fast mode may round activations to int8 blocks (int4 with VNNI) or, decoding bf16 weights,
-        // to bf16: about 2% of the largest output here at worst. Exact mode, and the fp32 GEMM that
+        // Fast mode may round activations to int8 blocks (int4 with VNNI) or, decoding bf16 or FP8
+        // weights, to bf16: about 2% of the largest output here at worst. Exact mode, and the fp32 GEMM that
         // takes 9+ tokens of 16-bit weights, differ from the reference by float rounding only.
         const bool low_precision = mode == Activations::kFast && (HasInt8DotKernel(q) || (HasBf16DotKernel(q) && n_tokens <= 8));
         ExpectClose(got, want, low_precision ? 2e-2 * magnitude : 1e-3,
@@ -215,24 +216,56 @@ namespace {
 // 1088 columns: a full 1024-column slice and a short one (partial dots added to y); 23 rows: a
 // row block, tiles of 4 and single rows; 261 tokens: a full 256-token chunk and a tail.
 TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
-  for (const size_t cols : {size_t{256}, size_t{1088}}) {
-    for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}, size_t{261}}) {
-      const size_t rows = 23;
-      const std::vector<float> w = Gaussian(rows * cols, 9);
-      const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme("bf16"), "w");
-      const std::vector<float> x = Gaussian(n_tokens * cols, 10);
-      const AlignedVector<uint16_t> xb = ToBf16Activations(x.data(), n_tokens, cols);
-      std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
-      Bf16DotRowsRef(q, xb.data(), n_tokens, 0, rows, reference.data(), rows);
-      QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);
-      ExpectClose(reference, exact, 0.5 * std::sqrt(cols / 256.0), "bf16 activations vs fp32 activations");  // bf16: 2^-9
-      if (!HasBf16DotKernel(q)) continue;  // no AVX512_BF16 here
-      std::vector<float> got(n_tokens * rows, NAN);
-      Bf16DotRows(q, xb.data(), n_tokens, 0, rows, got.data(), rows);
-      ExpectClose(got, reference, 1e-4 * std::sqrt(cols / 256.0),
-                  "vdpbf16ps vs reference, cols " + std::to_string(cols) + " tokens " + std::to_string(n_tokens));
+  for (const char* spec : {"bf16", "fp8_e4m3", "fp8_e4m3:tensor"}) {  // FP8: widened to bf16 in registers
+    SCOPED_TRACE(spec);
+    for (const size_t cols : {size_t{256}, size_t{1088}}) {
+      for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}, size_t{261}}) {
+        const size_t rows = 23;
+        const std::vector<float> w = Gaussian(rows * cols, 9);
+        const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
+        const std::vector<float> x = Gaussian(n_tokens * cols, 10);
+        const AlignedVector<uint16_t> xb = ToBf16Activations(x.data(), n_tokens, cols);
+        std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
+        Bf16DotRowsRef(q, xb.data(), n_tokens, 0, rows, reference.data(), rows);
+        QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);
+        ExpectClose(reference, exact, 0.5 * std::sqrt(cols / 256.0), "bf16 activations vs fp32 activations");  // bf16: 2^-9
+        if (!HasBf16DotKernel(q)) continue;  // no AVX512_BF16 here
+        std::vector<float> got(n_tokens * rows, NAN);
+        Bf16DotRows(q, xb.data(), n_tokens, 0, rows, got.data(), rows);
+        ExpectClose(got, reference, 1e-4 * std::sqrt(cols / 256.0),
+                    "vdpbf16ps vs reference, cols " + std::to_string(cols) + " tokens " + std::to_string(n_tokens));
+      }
     }
   }
+}
+
+// Every finite E4M3 code, through the kernel's widening to bf16: with one-hot activations each output
+// is one code's value times its row's scale, which must be the format's value exactly (OCP FP8 table:
+// subnormals m * 2^-9, normals up to 448, both signs).
+TEST(Bf16DotRows, WidensEveryE4m3CodeExactly) {
+  const size_t rows = 2, cols = 256;
+  QuantizedTensor q(ParseScheme("fp8_e4m3"), rows, cols);
+  if (!HasBf16DotKernel(q)) GTEST_SKIP() << "no AVX512_BF16 here";
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; ++c) q.codes()[r * q.row_bytes() + c] = static_cast<uint8_t>(IsNanCode(kE4M3, c) ? 0 : c);
+    q.SetScale(r, r == 0 ? 1.0f : 0.5f);
+  }
+  std::vector<float> x(cols * cols, 0.0f);
+  for (size_t t = 0; t < cols; ++t) x[t * cols + t] = 1.0f;  // token t picks column t
+  const AlignedVector<uint16_t> xb = ToBf16Activations(x.data(), cols, cols);
+  std::vector<float> y(cols * rows, NAN);
+  Bf16DotRows(q, xb.data(), cols, 0, rows, y.data(), rows);
+  size_t subnormals = 0;
+  for (size_t c = 0; c < cols; ++c) {
+    if (IsNanCode(kE4M3, c)) continue;
+    const float value = DecodeMiniFloat(kE4M3, c);
+    EXPECT_EQ(y[c * rows], value) << "code " << c;
+    EXPECT_EQ(y[c * rows + 1], 0.5f * value) << "code " << c;
+    subnormals += (c & 0x78) == 0 && (c & 7) != 0;
+  }
+  EXPECT_EQ(subnormals, 14u);
+  EXPECT_EQ(DecodeMiniFloat(kE4M3, 0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(DecodeMiniFloat(kE4M3, 0x7E), 448.0f);
 }
 
 }  // namespace

@@ -34,10 +34,37 @@ LOWBIT_BF16 inline __m128 SumOfFour(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// y[t][r] (+)= dot(w row r, x token t) over columns [k0, k1), for kRows rows x kTokens tokens.
-template <size_t kRows, size_t kTokens>
-LOWBIT_BF16 void Tile(const uint16_t* w, size_t cols, const uint16_t* x, size_t k0, size_t k1, bool accumulate,
-                      float* y, size_t y_stride, size_t r0, size_t t0) {
+// 32 weights of a row as bf16, from the row's storage: bf16 as stored, or FP8 E4M3 widened exactly
+// (bf16 has E4M3's exponent range and more mantissa). Normal E4M3 codes are their bits moved under
+// bf16's exponent field, rebiased by 127 - 7; the 8 subnormal magnitudes (m * 2^-9) come from a table.
+struct Bf16Weights {
+  const uint16_t* codes;
+  size_t stride;  // elements per row
+  LOWBIT_BF16 __m512bh Load(size_t r, size_t i) const {
+    return (__m512bh)_mm512_loadu_si512(codes + r * stride + i);
+  }
+};
+
+struct E4m3Weights {
+  const uint8_t* codes;
+  size_t stride;                // bytes per row
+  const uint16_t* subnormals;   // 32 entries, 64-byte aligned: bf16 bits of E4M3 magnitudes 0..7
+  LOWBIT_BF16 __m512bh Load(size_t r, size_t i) const {
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * stride + i)));
+    const __m512i magnitude = _mm512_and_si512(b, _mm512_set1_epi16(0x7F));
+    const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), _mm512_set1_epi16((127 - 7) << 7));
+    const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
+    const __m512i value = _mm512_mask_permutexvar_epi16(normal, subnormal, magnitude, _mm512_load_si512(subnormals));
+    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8);
+    return (__m512bh)_mm512_or_si512(value, sign);
+  }
+};
+
+// y[t][r] (+)= scales[r - r0] * dot(w row r, x token t) over columns [k0, k1), for kRows rows from r0
+// x kTokens tokens; `scales` nullptr: no scale.
+template <size_t kRows, size_t kTokens, class Weights>
+LOWBIT_BF16 void Tile(const Weights& w, size_t cols, const uint16_t* x, size_t k0, size_t k1, bool accumulate,
+                      const float* scales, float* y, size_t y_stride, size_t r0, size_t t0) {
   __m512 acc[kRows][kTokens];
   for (size_t r = 0; r < kRows; ++r)
     for (size_t t = 0; t < kTokens; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -45,28 +72,31 @@ LOWBIT_BF16 void Tile(const uint16_t* w, size_t cols, const uint16_t* x, size_t 
     __m512bh xv[kTokens];
     for (size_t t = 0; t < kTokens; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(x + (t0 + t) * cols + i);
     for (size_t r = 0; r < kRows; ++r) {
-      const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + (r0 + r) * cols + i);
+      const __m512bh wv = w.Load(r0 + r, i);
       for (size_t t = 0; t < kTokens; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, xv[t]);
     }
   }
   if constexpr (kRows == 4) {  // the four rows of a token are adjacent in y
+    const __m128 scale = scales ? _mm_loadu_ps(scales) : _mm_set1_ps(1.0f);
     for (size_t t = 0; t < kTokens; ++t) {
       float* out = y + (t0 + t) * y_stride + r0;
-      const __m128 sums = SumOfFour(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+      const __m128 sums = _mm_mul_ps(scale, SumOfFour(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
       _mm_storeu_ps(out, accumulate ? _mm_add_ps(_mm_loadu_ps(out), sums) : sums);
     }
   } else {
     for (size_t r = 0; r < kRows; ++r)
       for (size_t t = 0; t < kTokens; ++t) {
         float& out = y[(t0 + t) * y_stride + r0 + r];
-        out = (accumulate ? out : 0.0f) + _mm512_reduce_add_ps(acc[r][t]);
+        out = (accumulate ? out : 0.0f) + (scales ? scales[r] : 1.0f) * _mm512_reduce_add_ps(acc[r][t]);
       }
   }
 }
 
-// y[t * y_stride + r] = dot(row r of w [rows x cols], x_t) for r in [row_begin, row_end).
-void MatrixRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
-                float* y, size_t y_stride) {
+// y[t * y_stride + r] = scales[r - row_begin] * dot(row r of w [rows x cols], x_t) for r in
+// [row_begin, row_end); `scales` nullptr: none.
+template <class Weights>
+void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
+                const float* scales, float* y, size_t y_stride) {
   LOWBIT_CHECK(CpuHasBf16Flags() && cols % 32 == 0);
   // Cache blocking: a chunk of tokens over a slice of columns (256 x 2 KiB) stays in L2 while a
   // block of rows over that slice (16 x 2 KiB, in L1) passes every token tile of the chunk;
@@ -75,6 +105,7 @@ void MatrixRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_toke
   // of 1.75x; long rows (down_proj's 11008) gain most.
   // Decode-sized batches are memory-bound: there each row is read whole, in one sequential pass.
   constexpr size_t kTokenChunk = 256, kColSlice = 1024, kRowBlock = 16, kTileTokens = 4, kSlicedFromTokens = 16;
+  const auto scales_of = [&](size_t r) { return scales ? scales + (r - row_begin) : nullptr; };
   const size_t slice = n_tokens >= kSlicedFromTokens ? kColSlice : cols;
   for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
     const size_t t1 = std::min(n_tokens, t0 + kTokenChunk);
@@ -86,13 +117,13 @@ void MatrixRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_toke
         size_t t = t0;
         for (; t + kTileTokens <= t1; t += kTileTokens) {
           size_t r = rb;
-          for (; r + 4 <= re; r += 4) Tile<4, kTileTokens>(w, cols, x, k0, k1, accumulate, y, y_stride, r, t);
-          for (; r < re; ++r) Tile<1, kTileTokens>(w, cols, x, k0, k1, accumulate, y, y_stride, r, t);
+          for (; r + 4 <= re; r += 4) Tile<4, kTileTokens>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
+          for (; r < re; ++r) Tile<1, kTileTokens>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
         }
         for (; t < t1; ++t) {
           size_t r = rb;
-          for (; r + 4 <= re; r += 4) Tile<4, 1>(w, cols, x, k0, k1, accumulate, y, y_stride, r, t);
-          for (; r < re; ++r) Tile<1, 1>(w, cols, x, k0, k1, accumulate, y, y_stride, r, t);
+          for (; r + 4 <= re; r += 4) Tile<4, 1>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
+          for (; r < re; ++r) Tile<1, 1>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
         }
       }
     }
@@ -101,10 +132,25 @@ void MatrixRows(const uint16_t* w, size_t cols, const uint16_t* x, size_t n_toke
 
 const uint16_t* Bf16Codes(const QuantizedTensor& w) { return reinterpret_cast<const uint16_t*>(w.codes().data()); }
 
+// FP8 E4M3 with one scale per row (channel) or per tensor: the scale multiplies the row's dot.
+bool IsRowScaledE4m3(const QuantizedTensor& w) {
+  const QuantScheme& s = w.scheme();
+  const GranularityKind g = s.granularity.kind;
+  return s.element->minifloat == &kE4M3 && (g == GranularityKind::kChannel || g == GranularityKind::kTensor) &&
+         !s.asymmetric() && s.super_block == 0;
+}
+
+struct E4m3SubnormalTable {
+  alignas(64) uint16_t bits[32] = {};
+  E4m3SubnormalTable() {
+    for (uint32_t m = 0; m < 8; ++m) bits[m] = Fp32ToBf16(DecodeMiniFloat(kE4M3, m));
+  }
+};
+
 }  // namespace
 
 bool HasBf16DotKernel(const QuantizedTensor& w) {
-  return CpuHasBf16Flags() && w.scheme().element->minifloat == &kBf16 && w.cols() % 32 == 0;
+  return CpuHasBf16Flags() && (w.scheme().element->minifloat == &kBf16 || IsRowScaledE4m3(w)) && w.cols() % 32 == 0;
 }
 
 AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols) {
@@ -116,20 +162,31 @@ AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_
 void Bf16DotRows(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
                  float* y, size_t y_stride) {
   LOWBIT_CHECK(HasBf16DotKernel(w));
-  MatrixRows(Bf16Codes(w), w.cols(), x, n_tokens, row_begin, row_end, y, y_stride);
+  if (w.scheme().element->minifloat == &kBf16) {
+    MatrixRows(Bf16Weights{Bf16Codes(w), w.cols()}, w.cols(), x, n_tokens, row_begin, row_end, nullptr, y, y_stride);
+    return;
+  }
+  std::vector<float> scales(row_end - row_begin);
+  for (size_t r = row_begin; r < row_end; ++r) w.RowScales(r, &scales[r - row_begin], nullptr);
+  static const E4m3SubnormalTable subnormals;
+  MatrixRows(E4m3Weights{w.codes().data(), w.row_bytes(), subnormals.bits}, w.cols(), x, n_tokens, row_begin, row_end,
+             scales.data(), y, y_stride);
 }
 
+// Scalar reference: the weights as their codec decodes them (bf16 widened exactly; E4M3 times its
+// row's scale), times the bf16 activations, summed in double.
 void Bf16DotRowsRef(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
                     float* y, size_t y_stride) {
   const size_t cols = w.cols();
-  const uint16_t* codes = Bf16Codes(w);
-  for (size_t r = row_begin; r < row_end; ++r)
+  std::vector<float> row(cols);
+  for (size_t r = row_begin; r < row_end; ++r) {
+    w.DequantizeRow(r, row.data());
     for (size_t t = 0; t < n_tokens; ++t) {
       double sum = 0;
-      for (size_t i = 0; i < cols; ++i)
-        sum += static_cast<double>(Bf16ToFp32(codes[r * cols + i])) * Bf16ToFp32(x[t * cols + i]);
+      for (size_t i = 0; i < cols; ++i) sum += static_cast<double>(row[i]) * Bf16ToFp32(x[t * cols + i]);
       y[t * y_stride + r] = static_cast<float>(sum);
     }
+  }
 }
 
 }  // namespace lowbit
