@@ -1,6 +1,8 @@
 // Writes the binary seed files of fuzz/corpus/ with lowbit's own writers (and from the bundled
 // model), small enough to keep in the repository: `build-fuzz/fuzz/make_fuzz_seeds fuzz/corpus`.
 // The JSON and tokenizer.model seeds are copies of our own files (fuzz/corpus/README.md).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -148,8 +150,9 @@ void GgufVocab(const fs::path& dir) {
     for (GgufKeyValue& kv : GgufVocabularyFor(kBundled / "tokenizer.model", config)) w.Set(kv.key, std::move(kv.value));
     w.Commit();
   }
-  // A tiny byte-level BPE vocabulary (gpt2): bytes as GPT-2 maps them, a few merges.
-  GgufWriter w(dir / "tiny_gpt2_vocab.gguf");
+  // A tiny byte-level BPE vocabulary (gpt2): bytes as GPT-2 maps them, a few merges; under GPT-2's
+  // pre-tokenizer and three of llama.cpp's regex lists (lookaheads and ignore_merges, CJK ranges, six
+  // regexes in turn).
   std::vector<std::string> tokens;
   for (char c = '!'; c <= '~'; ++c) tokens.emplace_back(1, c);
   tokens.push_back("\xc4\xa0");  // U+0120, the space byte
@@ -157,15 +160,18 @@ void GgufVocab(const fs::path& dir) {
   for (const char* t : {"he", "ll", "hell", "hello", "\xc4\xa0w", "or", "\xc4\xa0wor", "ld", "<|endoftext|>"}) tokens.push_back(t);
   std::vector<int32_t> types(tokens.size(), 1);
   types.back() = 3;
-  w.Set("tokenizer.ggml.model", std::string("gpt2"));
-  w.Set("tokenizer.ggml.pre", std::string("gpt-2"));
-  w.Set("tokenizer.ggml.tokens", GgufArray{tokens});
-  w.Set("tokenizer.ggml.token_type", GgufArray{types});
-  w.Set("tokenizer.ggml.merges", GgufArray{std::vector<std::string>{"h e", "l l", "he ll", "hell o", "\xc4\xa0 w", "o r",
-                                                                      "\xc4\xa0w or", "l d"}});
-  w.Set("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tokens.size() - 1));
-  w.Set("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokens.size() - 1));
-  w.Commit();
+  for (const char* pre : {"gpt-2", "tekken", "deepseek-v3", "chameleon"}) {
+    GgufWriter w(dir / fmt::format("tiny_{}_vocab.gguf", std::string(pre) == "gpt-2" ? "gpt2" : pre));
+    w.Set("tokenizer.ggml.model", std::string("gpt2"));
+    w.Set("tokenizer.ggml.pre", std::string(pre));
+    w.Set("tokenizer.ggml.tokens", GgufArray{tokens});
+    w.Set("tokenizer.ggml.token_type", GgufArray{types});
+    w.Set("tokenizer.ggml.merges", GgufArray{std::vector<std::string>{"h e", "l l", "he ll", "hell o", "\xc4\xa0 w",
+                                                                        "o r", "\xc4\xa0w or", "l d"}});
+    w.Set("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tokens.size() - 1));
+    w.Set("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokens.size() - 1));
+    w.Commit();
+  }
 }
 
 void Llama2c(const fs::path& dir) {
