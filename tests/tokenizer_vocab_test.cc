@@ -127,13 +127,47 @@ TEST(GgufVocab, StarcoderMatchesLlamaCpp) { RunConformance("ggml-vocab-starcoder
 TEST(GgufVocab, RefactMatchesLlamaCpp) { RunConformance("ggml-vocab-refact.gguf"); }
 TEST(GgufVocab, MptMatchesLlamaCpp) { RunConformance("ggml-vocab-mpt.gguf"); }
 
+nlohmann::json ReadJson(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// A gpt2-model GGUF vocabulary from a SentencePiece-style tokenizer.json, as Gemma 4's GGUF files
+// hold one (and as tests/interop/gguf_pre_tokenizers.py writes it for llama.cpp): added tokens
+// control (special) or user-defined, "<0xAB>" pieces byte tokens, the rest normal; the merges.
+void WriteSentencePieceStyleVocab(const nlohmann::json& tokenizer_json, const std::string& pre, const fs::path& out) {
+  std::vector<std::string> tokens(tokenizer_json["model"]["vocab"].size());
+  for (const auto& [piece, id] : tokenizer_json["model"]["vocab"].items()) tokens.at(id.get<size_t>()) = piece;
+  std::vector<int32_t> types(tokens.size(), kTokenNormal);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i].size() == 6 && tokens[i].starts_with("<0x") && tokens[i].ends_with(">")) types[i] = kTokenByte;
+  for (const nlohmann::json& added : tokenizer_json["added_tokens"]) {
+    const auto id = added["id"].get<size_t>();
+    if (id >= tokens.size()) tokens.resize(id + 1), types.resize(id + 1, kTokenNormal);
+    tokens[id] = added["content"].get<std::string>();
+    types[id] = added["special"].get<bool>() ? kTokenControl : kTokenUserDefined;
+  }
+  std::vector<std::string> merges;
+  for (const nlohmann::json& m : tokenizer_json["model"]["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  GgufWriter w(out);
+  w.Set("general.architecture", std::string("gpt2"));
+  w.Set("tokenizer.ggml.model", std::string("gpt2"));
+  w.Set("tokenizer.ggml.pre", pre);
+  w.Set("tokenizer.ggml.tokens", GgufArray{std::move(tokens)});
+  w.Set("tokenizer.ggml.token_type", GgufArray{std::move(types)});
+  w.Set("tokenizer.ggml.merges", GgufArray{std::move(merges)});
+  w.Set("tokenizer.ggml.bos_token_id", uint32_t{1});
+  w.Set("tokenizer.ggml.eos_token_id", uint32_t{2});
+  w.Commit();
+}
+
 // Every tokenizer.ggml.pre name lowbit reads, on llama.cpp's GPT-2 test vocabulary written again
 // under that name: llama.cpp's own ids, with its add-BOS default for the name (the file has no
 // add_bos_token), from tests/data/gguf_pre_tokenizer_cases.json (tests/interop/gguf_pre_tokenizers.py
 // regenerates it with the pinned llama.cpp). The names lowbit cannot split are refused by name.
 TEST(GgufVocab, EveryPreTokenizerNameMatchesLlamaCpp) {
-  std::ifstream in(LOWBIT_SOURCE_DIR "/tests/data/gguf_pre_tokenizer_cases.json");
-  const nlohmann::json fixture = nlohmann::json::parse(in);
+  const nlohmann::json fixture = ReadJson(LOWBIT_SOURCE_DIR "/tests/data/gguf_pre_tokenizer_cases.json");
   const GgufFile original = GgufFile::Open(kVocabDir / fixture["vocab"].get<std::string>());
   const testing_util::ScratchDir dir("lowbit-gguf-pre");
   const auto vocab_named = [&](const std::string& pre) {
@@ -164,6 +198,28 @@ TEST(GgufVocab, EveryPreTokenizerNameMatchesLlamaCpp) {
     const std::string quoted = "'" + pre + "'";
     ExpectError([&] { MakeGgufTokenizer(vocab_named(pre)); }, {quoted, "tokenizer.ggml.pre"});
   }
+
+  // Gemma 4's SentencePiece-style BPE, on the gpt2-model vocabulary the script builds from a
+  // SentencePiece-style tokenizer.json: U+2581 pieces, <0xAB> byte tokens, merges.
+  const nlohmann::json& spm = fixture["sentencepiece_style"];
+  const nlohmann::json source = ReadJson(kVocabDir.parent_path() / spm["source"].get<std::string>());
+  for (const nlohmann::json& group : spm["cases"]) {
+    const auto ids = group["ids"].get<std::vector<std::vector<int32_t>>>();
+    for (const std::string pre : group["names"]) {
+      const fs::path path = dir.path() / (pre + "-spm.gguf");
+      WriteSentencePieceStyleVocab(source, pre, path);
+      const auto tokenizer = LoadGguf(path);
+      for (size_t i = 0; i < strings.size(); ++i) {
+        const std::vector<int32_t> got = tokenizer->Encode(strings[i], true);
+        EXPECT_EQ(got, ids[i]) << pre << " string " << i << " \"" << Escape(strings[i]) << '"';
+        // Decoding gives the text back where every byte had a token (llama.cpp drops the others).
+        if (got == ids[i] && strings[i].find('<') == std::string::npos)
+          EXPECT_EQ(tokenizer->Decode(got), strings[i]) << pre << " string " << i;
+      }
+      ++names;
+    }
+  }
+  EXPECT_GE(names, 74u);
 }
 
 // A rendered chat template holds its special tokens as text: with parse_special (llama.cpp's, used

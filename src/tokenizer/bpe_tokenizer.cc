@@ -230,6 +230,7 @@ BpeTokenizer::BpeTokenizer(const VocabData& vocab)
     }
     for (const std::string_view regex : pre->regexes) regexes_.emplace_back(regex, source_ + ": tokenizer.ggml.pre");
     ignore_merges_ = pre->ignore_merges;
+    raw_utf8_ = pre->raw_utf8;
   }
   ranks_.reserve(vocab.merges.size());
   for (size_t i = 0; i < vocab.merges.size(); ++i) {
@@ -270,7 +271,7 @@ std::vector<std::string> BpeTokenizer::RegexPreTokenize(std::string_view text) c
 }
 
 void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) const {
-  if (ignore_merges_) {
+  if (ignore_merges_ || (raw_utf8_ && word.find_first_not_of('\n') == std::string_view::npos)) {
     if (const int32_t id = index_.Find(word); id >= 0) {
       out.push_back(id);
       return;
@@ -319,10 +320,12 @@ void BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>& out) 
       out.push_back(id);
       continue;
     }
-    // A piece missing from the vocabulary: llama.cpp looks up each of its bytes as a
-    // one-byte token and silently drops the bytes that have none.
-    for (const char c : piece)
-      if (const int32_t id = index_.Find(std::string_view(&c, 1)); id >= 0) out.push_back(id);
+    // A piece missing from the vocabulary: llama.cpp looks up each of its bytes as a one-byte
+    // token (raw UTF-8: as "<0xAB>") and silently drops the bytes that have none.
+    for (const char c : piece) {
+      const std::string byte = raw_utf8_ ? fmt::format("<0x{:02X}>", static_cast<uint8_t>(c)) : std::string(1, c);
+      if (const int32_t id = index_.Find(byte); id >= 0) out.push_back(id);
+    }
   }
 }
 
@@ -338,6 +341,15 @@ std::vector<int32_t> BpeTokenizer::EncodeText(std::string_view text, bool add_bo
       out.push_back(fragment.token);
       continue;
     }
+    if (raw_utf8_) {
+      std::string escaped;
+      for (const char c : fragment.text) {
+        if (c == ' ') escaped.append(kSpaceMark);
+        else escaped.push_back(c);
+      }
+      for (const std::string& word : RegexPreTokenize(escaped)) EncodeWord(word, out);
+      continue;
+    }
     for (const std::string& word : regexes_.empty() ? PreTokenize(fragment.text) : RegexPreTokenize(fragment.text)) {
       encoded.clear();
       AppendByteLevel(word, encoded);
@@ -349,6 +361,7 @@ std::vector<int32_t> BpeTokenizer::EncodeText(std::string_view text, bool add_bo
 
 std::string BpeTokenizer::DecodeToken(int32_t id, int32_t previous) const {
   if (!index_.valid(id)) return "";
+  if (raw_utf8_) return index_.SentencePieceText(id);
   const std::string& piece = index_.text(id);
   std::string text;
   switch (index_.attr(id)) {

@@ -47,7 +47,7 @@ class BpeTokenizer final : public Tokenizer {
 
  private:
   std::vector<int32_t> EncodeText(std::string_view text, bool add_bos, bool parse_special) const;
-  // Appends the ids of one pre-token, already mapped to the byte-level alphabet.
+  // Appends the ids of one pre-token, already mapped to the byte-level alphabet (or raw UTF-8).
   void EncodeWord(std::string_view word, std::vector<int32_t>& out) const;
   int32_t Rank(std::string_view left, std::string_view right) const;
 
@@ -58,6 +58,7 @@ class BpeTokenizer final : public Tokenizer {
   bool adds_bos_;  // tokenizer.ggml.add_bos_token: Encode's add_bos puts BOS first only when set
   std::vector<Regex> regexes_;  // empty: the GPT-2 split
   bool ignore_merges_ = false;
+  bool raw_utf8_ = false;  // SentencePiece-style pieces (GgufPreTokenizer::raw_utf8)
   // "left right" -> rank. Symbols of the byte-level alphabet never contain a space, so joining a
   // pair with one space is unambiguous.
   std::unordered_map<std::string, int32_t> ranks_;

@@ -102,6 +102,8 @@ const std::vector<GgufPreTokenizer>& Table() {
       {{"exaone-moe"},
        {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N})"
         R"(| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)"}},
+      {.names = {"gemma4", "granite-embed-multi-311m"}, .regexes = {R"([^\n]+|[\n]+)"}, .add_bos = true,
+       .raw_utf8 = true},
       {{"minicpm5"},
        {R"(\p{N}{1,3})",
         R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},

@@ -1,7 +1,6 @@
 #include "tokenizer/spm_tokenizer.h"
 
 #include <algorithm>
-#include <charconv>
 #include <queue>
 
 #include "core/error.h"
@@ -9,7 +8,6 @@
 namespace lowbit {
 namespace {
 
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's escaped space
 
 // Byte length of the UTF-8 sequence a lead byte announces. Like llama.cpp this trusts the lead
 // byte alone (continuation bytes are not checked), so invalid input still splits deterministically
@@ -153,31 +151,7 @@ std::vector<int32_t> SpmTokenizer::EncodeText(std::string_view text, bool add_bo
 
 std::string SpmTokenizer::DecodeToken(int32_t id, int32_t previous) const {
   if (!index_.valid(id)) return "";
-  const std::string& piece = index_.text(id);
-  std::string text;
-  switch (index_.attr(id)) {
-    case TokenAttr::kUserDefined:
-      text = piece;
-      break;
-    case TokenAttr::kNormal:
-      for (size_t i = 0; i < piece.size(); ++i) {
-        if (piece.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
-          text += ' ';
-          i += kSpaceMark.size() - 1;
-        } else {
-          text += piece[i];
-        }
-      }
-      break;
-    case TokenAttr::kByte:
-      // "<0xAB>"; llama.cpp reads the two hex digits after "<0x".
-      if (unsigned value = 0; piece.size() == 6 && piece.starts_with("<0x") &&
-                              std::from_chars(&piece[3], &piece[5], value, 16).ptr == &piece[5])
-        text = std::string(1, static_cast<char>(value));
-      break;
-    default:  // control, unknown, unused, undefined: no text, as llama.cpp renders them
-      return "";
-  }
+  std::string text = index_.SentencePieceText(id);
   // Drop the space the encoder put in front of the text.
   if (add_space_prefix_ && (previous < 0 || previous == bos_id_) && text.starts_with(' '))
     text.erase(0, 1);

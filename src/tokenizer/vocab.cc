@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <limits>
 #include <variant>
 
@@ -28,20 +29,20 @@ int32_t ReadSpecialId(const GgufFile& file, std::string_view key, int32_t fallba
   return id < n_tokens ? static_cast<int32_t>(id) : fallback;
 }
 
-// Token texts that llama.cpp turns into control tokens whatever the file says: the
-// end-of-generation names it recognises and the fill-in-the-middle markers.
-constexpr std::array<std::string_view, 36> kForcedControl = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+// Token texts that llama.cpp (llama-cpp-python 0.3.36's) turns into control tokens whatever the file
+// says: the end-of-generation names it recognises and the fill-in-the-middle markers. Non-ASCII
+// bytes are escapes: fullwidth bars (U+FF5C) and U+2581 that an editor could normalize away.
+constexpr std::string_view kForcedControl[] = {
+    "</s>", "<EOT>", "<MID>", "<PAD>", "<PRE>", "<REPO>", "<SUF>", "<end_of_turn>", "<end_of_utterance>", "<eos>",
+    "<fim-middle>", "<fim-pad>", "<fim-prefix>", "<fim-repo>", "<fim-suffix>", "<fim_middle>", "<fim_pad>",
+    "<fim_prefix>", "<fim_suffix>", "<reponame>", "<turn|>", "<|calls|>", "<|call|>", "<|code_middle|>",
+    "<|code_prefix|>", "<|code_suffix|>", "<|end_of_text|>", "<|endoftext|>", "<|end|>", "<|eom_id|>", "<|eot_id|>",
+    "<|file_sep|>", "<|fim_middle|>", "<|fim_pad|>", "<|fim_prefix|>", "<|fim_repo|>", "<|fim_suffix|>", "<|flush|>",
+    "<|im_end|>", "<|middle|>", "<|prefix|>", "<|repo_name|>", "<|return|>", "<|suffix|>", "<|tool_response>",
     "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\xE2\x96\x81<PRE>",
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "\xE2\x96\x81<SUF>",
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "\xE2\x96\x81<MID>",
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "<|file_sep|>",
-    // DeepSeek's markers use fullwidth bars and U+2581.
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>",
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
+    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
+    "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "[EOS]", "[EOT]", "[PAD]", "[e~[", "_<EOT>",
+    "\xE2\x96\x81<MID>", "\xE2\x96\x81<PRE>", "\xE2\x96\x81<SUF>",
 };
 // gpt-oss ("harmony") tokens that llama.cpp always renders, i.e. treats as user-defined.
 constexpr std::array<std::string_view, 4> kForcedUserDefined = {
@@ -88,6 +89,7 @@ VocabData ReadGgufVocab(const GgufFile& file) {
 
   // Defaults per model, as llama.cpp's loader sets them before reading the optional keys.
   int32_t bos = -1, eos = -1, unk = -1;
+  const GgufPreTokenizer* pre = vocab.model == "gpt2" ? FindGgufPreTokenizer(vocab.pre) : nullptr;
   if (vocab.model == "llama") {
     bos = 1, eos = 2, unk = 0;
     vocab.add_space_prefix = true;
@@ -97,7 +99,7 @@ VocabData ReadGgufVocab(const GgufFile& file) {
       Fail("{}: {} is missing (required for the gpt2 tokenizer)", vocab.source, kMergesKey);
     vocab.merges = file.GetArrayOf<std::string>(kMergesKey);
     bos = 11, eos = 11;
-    if (const GgufPreTokenizer* pre = FindGgufPreTokenizer(vocab.pre)) vocab.add_bos = pre->add_bos;
+    if (pre) vocab.add_bos = pre->add_bos;
   }
   // A default the vocabulary cannot hold means "no such token".
   const auto fit = [n](int32_t id) { return id >= 0 && static_cast<size_t>(id) < n ? id : -1; };
@@ -107,6 +109,8 @@ VocabData ReadGgufVocab(const GgufFile& file) {
   vocab.add_space_prefix =
       file.GetBoolOr("tokenizer.ggml.add_space_prefix", vocab.add_space_prefix);
   vocab.add_bos = file.GetBoolOr("tokenizer.ggml.add_bos_token", vocab.add_bos);
+  // llama.cpp puts BOS before Gemma 4's text whatever the file says (its PR 21500).
+  if (pre && pre->raw_utf8) vocab.add_bos = true;
   return vocab;
 }
 
@@ -157,6 +161,33 @@ VocabIndex::VocabIndex(const VocabData& vocab) : tokens_(vocab.tokens), scores_(
 int32_t VocabIndex::Find(std::string_view piece) const {
   const auto it = ids_.find(piece);
   return it == ids_.end() ? -1 : it->second;
+}
+
+std::string VocabIndex::SentencePieceText(int32_t id) const {
+  const std::string& piece = text(id);
+  std::string out;
+  switch (attr(id)) {
+    case TokenAttr::kUserDefined:
+      return piece;
+    case TokenAttr::kNormal:
+      for (size_t i = 0; i < piece.size(); ++i) {
+        if (piece.compare(i, kSpaceMark.size(), kSpaceMark) == 0) {
+          out += ' ';
+          i += kSpaceMark.size() - 1;
+        } else {
+          out += piece[i];
+        }
+      }
+      return out;
+    case TokenAttr::kByte:
+      // "<0xAB>"; llama.cpp reads the two hex digits after "<0x".
+      if (unsigned value = 0; piece.size() == 6 && piece.starts_with("<0x") &&
+                              std::from_chars(&piece[3], &piece[5], value, 16).ptr == &piece[5])
+        out = std::string(1, static_cast<char>(value));
+      return out;
+    default:  // control, unknown, unused, undefined: no text, as llama.cpp renders them
+      return out;
+  }
 }
 
 std::vector<TextFragment> VocabIndex::Partition(std::string_view text, bool parse_special) const {

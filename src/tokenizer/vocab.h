@@ -28,6 +28,8 @@ enum GgufTokenType : int32_t {
   kTokenByte = 6,
 };
 
+inline constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's escaped space
+
 struct VocabData {
   std::string source;  // where it came from (a file path), for error messages
   std::string model;   // tokenizer.ggml.model: "llama" (SPM) or "gpt2" (byte-level BPE)
@@ -85,6 +87,10 @@ class VocabIndex {
   // left to right), as llama.cpp does for input that is not parsed for special tokens; with
   // parse_special, around control and unknown tokens too (llama.cpp's parse_special).
   std::vector<TextFragment> Partition(std::string_view text, bool parse_special = false) const;
+  // The text of token `id` in a SentencePiece-style vocabulary, as llama.cpp renders it: a normal
+  // piece with U+2581 read as a space, a byte token ("<0xAB>") as its byte, a user-defined one as
+  // written; control, unknown and unused tokens give "".
+  std::string SentencePieceText(int32_t id) const;
 
  private:
   struct Hash {

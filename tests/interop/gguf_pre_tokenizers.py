@@ -3,7 +3,8 @@
 
 llama.cpp's GPT-2 test vocabulary (../shared/tokenizers/ggml-vocab/ggml-vocab-gpt-2.gguf) is
 written again under each name with gguf-py, so the same 50k tokens and merges are split by each
-family's pre-tokenizer (its regexes, ignore_merges and add-BOS default). llama.cpp
+family's pre-tokenizer (its regexes, ignore_merges and add-BOS default); the SentencePiece-style
+names (Gemma 4's) get a vocabulary of that kind, built from Phi-3.5's tokenizer.json. llama.cpp
 (llama-cpp-python, vocabulary only) tokenizes strings with each copy:
 
     --write F   writes the fixture `make test` checks without Python (tests/data/...): the strings
@@ -18,6 +19,7 @@ family's pre-tokenizer (its regexes, ignore_merges and add-BOS default). llama.c
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,9 +50,13 @@ SUPPORTED = [
     "poro-chat", "bloom", "gpt3-finnish", "viking", "chameleon", "bailingmoe", "bailingmoe2", "llada-moe",
     "seed-coder", "ufakzeka", "laguna", "exaone-moe", "minicpm5",
 ]
+# Names whose vocabularies are SentencePiece-style BPE (Gemma 4): checked on a gpt2-model GGUF built
+# from Phi-3.5's tokenizer.json (U+2581 pieces, byte fallback tokens, merges).
+SENTENCEPIECE_STYLE = ["gemma4", "granite-embed-multi-311m"]
+SPM_STYLE_SOURCE = "hf/phi-3.5-mini/tokenizer.json"
 # Names llama.cpp knows whose splitting lowbit does not implement (hand-written splitters, a
 # zero-width regex split, no byte-level encoding, a BOS removed): lowbit must refuse them by name.
-REFUSED = ["kimi-k2", "afmoe", "superbpe", "gemma4", "sarvam-moe", "whitespace", "tiny_aya", "cohere2moe",
+REFUSED = ["kimi-k2", "afmoe", "superbpe", "sarvam-moe", "whitespace", "tiny_aya", "cohere2moe",
            "youtu", "chatglm-bpe", "glm4", "granite-embed-multi-97m"]
 
 # Aimed at what separates the families: case runs inside words (Tekken, GPT-4o), contractions,
@@ -92,6 +98,39 @@ def write_vocab(reader, pre, path):
     writer.close()
 
 
+def sentencepiece_style_vocab(tokenizer_json, pre, path):
+    """A gpt2-model GGUF vocabulary from a SentencePiece-style tokenizer.json (U+2581 pieces, <0xAB>
+    byte tokens, merges), as a Gemma 4 GGUF holds one; tests/tokenizer_vocab_test.cc builds the same."""
+    with open(tokenizer_json, encoding="utf-8") as f:
+        data = json.load(f)
+    ids = dict(data["model"]["vocab"])
+    added = {t["id"]: t for t in data["added_tokens"]}
+    ids.update({t["content"]: i for i, t in added.items()})
+    tokens = [None] * (max(ids.values()) + 1)
+    for piece, i in ids.items():
+        tokens[i] = piece
+    assert all(t is not None for t in tokens), "token ids with gaps"
+    byte = re.compile(r"<0x[0-9A-F]{2}>")
+
+    def token_type(i, t):
+        if i in added:
+            return 3 if added[i]["special"] else 4
+        return 6 if byte.fullmatch(t) else 1
+    merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    writer = gguf.GGUFWriter(path, arch="gpt2")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types([token_type(i, t) for i, t in enumerate(tokens)])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def llama_ids(path, strings):
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
     try:
@@ -112,8 +151,15 @@ def make_fixture(folder):
             ids = llama_ids(paths[pre], strings)
             groups.setdefault(json.dumps(ids), []).append(pre)
     cases = [{"names": names, "ids": json.loads(ids)} for ids, names in groups.items()]
+    spm_groups = {}
+    for pre in SENTENCEPIECE_STYLE:
+        paths[pre] = os.path.join(folder, f"{pre}.gguf")
+        sentencepiece_style_vocab(os.path.join(SHARED, "tokenizers", SPM_STYLE_SOURCE), pre, paths[pre])
+        spm_groups.setdefault(json.dumps(llama_ids(paths[pre], strings)), []).append(pre)
     fixture = {"generated_by": "tests/interop/gguf_pre_tokenizers.py (llama-cpp-python's llama.cpp)",
-               "vocab": VOCAB, "strings": strings, "refused": REFUSED, "cases": cases}
+               "vocab": VOCAB, "strings": strings, "refused": REFUSED, "cases": cases,
+               "sentencepiece_style": {"source": SPM_STYLE_SOURCE,
+                                       "cases": [{"names": n, "ids": json.loads(i)} for i, n in spm_groups.items()]}}
     return fixture, paths
 
 
@@ -130,7 +176,8 @@ def main():
             f.write(f'{{"generated_by": {dump(fixture["generated_by"])},\n"vocab": {dump(fixture["vocab"])},\n')
             f.write(f'"refused": {dump(fixture["refused"])},\n"strings": [\n')
             f.write(",\n".join(dump(s) for s in fixture["strings"]))
-            f.write('\n],\n"cases": [\n' + ",\n".join(dump(c) for c in fixture["cases"]) + "\n]}\n")
+            f.write('\n],\n"cases": [\n' + ",\n".join(dump(c) for c in fixture["cases"]) + "\n],\n")
+            f.write(f'"sentencepiece_style": {dump(fixture["sentencepiece_style"])}}}\n')
         print(f"wrote {args.write}: {len(fixture['cases'])} groups of {len(SUPPORTED)} names x "
               f"{len(fixture['strings'])} strings")
         return
@@ -144,7 +191,7 @@ def main():
               f"lowbit on tokenizer.ggml.pre '{pre}': rc {r.returncode}, {r.stderr.strip()!r}")
 
     rows = []
-    for case in fixture["cases"]:
+    for case in fixture["cases"] + fixture["sentencepiece_style"]["cases"]:
         pre = case["names"][0]
         llm = llama_cpp.Llama(model_path=paths[pre], vocab_only=True, verbose=False)
         for text_name, text_path in texts().items():
@@ -160,7 +207,8 @@ def main():
     print_table(["pre-tokenizer", "names alike", "text", "llama.cpp ids", "lowbit identical"], rows)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
-    print(f"gguf_pre_tokenizers: all checks passed ({len(SUPPORTED)} names in {len(fixture['cases'])} groups, "
+    print(f"gguf_pre_tokenizers: all checks passed ({len(SUPPORTED) + len(SENTENCEPIECE_STYLE)} names in "
+          f"{len(fixture['cases']) + len(fixture['sentencepiece_style']['cases'])} groups, "
           f"{len(REFUSED)} refused)")
 
 
