@@ -151,8 +151,8 @@ void GgufVocab(const fs::path& dir) {
     w.Commit();
   }
   // A tiny byte-level BPE vocabulary (gpt2): bytes as GPT-2 maps them, a few merges; under GPT-2's
-  // pre-tokenizer and three of llama.cpp's regex lists (lookaheads and ignore_merges, CJK ranges, six
-  // regexes in turn).
+  // pre-tokenizer, three of llama.cpp's regex lists (lookaheads and ignore_merges, CJK ranges, six
+  // regexes in turn) and Gemma 4's raw UTF-8 mode.
   std::vector<std::string> tokens;
   for (char c = '!'; c <= '~'; ++c) tokens.emplace_back(1, c);
   tokens.push_back("\xc4\xa0");  // U+0120, the space byte
@@ -160,7 +160,7 @@ void GgufVocab(const fs::path& dir) {
   for (const char* t : {"he", "ll", "hell", "hello", "\xc4\xa0w", "or", "\xc4\xa0wor", "ld", "<|endoftext|>"}) tokens.push_back(t);
   std::vector<int32_t> types(tokens.size(), 1);
   types.back() = 3;
-  for (const char* pre : {"gpt-2", "tekken", "deepseek-v3", "chameleon"}) {
+  for (const char* pre : {"gpt-2", "tekken", "deepseek-v3", "chameleon", "gemma4"}) {
     GgufWriter w(dir / fmt::format("tiny_{}_vocab.gguf", std::string(pre) == "gpt-2" ? "gpt2" : pre));
     w.Set("tokenizer.ggml.model", std::string("gpt2"));
     w.Set("tokenizer.ggml.pre", std::string(pre));

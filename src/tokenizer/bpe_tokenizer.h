@@ -6,9 +6,10 @@
 // deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, ...) by their regex lists
 // (gguf_pre_tokenizers.h) through PCRE2. Each piece's UTF-8 bytes are mapped to the GPT-2
 // byte-to-unicode alphabet (formats.md 8.3), and adjacent symbols merge by merge rank (lowest
-// first, leftmost on ties). Ids match llama.cpp's llama_tokenize with add_special = false,
-// parse_special = false (plus BOS when asked). An unknown pre-tokenizer throws Error rather than
-// tokenize differently.
+// first, leftmost on ties). Gemma 4's SentencePiece-style vocabularies ("gemma4") keep raw UTF-8
+// pieces instead, with spaces as U+2581 and <0xAB> byte tokens for what the vocabulary lacks. Ids
+// match llama.cpp's llama_tokenize with parse_special = false (BOS where the vocabulary adds it,
+// when asked). An unknown pre-tokenizer throws Error rather than tokenize differently.
 #pragma once
 
 #include <cstdint>
