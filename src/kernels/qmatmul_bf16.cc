@@ -50,11 +50,13 @@ struct E4m3Weights {
   size_t stride;                // bytes per row
   const uint16_t* subnormals;   // 32 entries, 64-byte aligned: bf16 bits of E4M3 magnitudes 0..7
   LOWBIT_BF16 __m512bh Load(size_t r, size_t i) const {
-    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * stride + i)));
+    const auto* bytes = reinterpret_cast<const __m256i*>(codes + r * stride + i);
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(bytes));
     const __m512i magnitude = _mm512_and_si512(b, _mm512_set1_epi16(0x7F));
     const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), _mm512_set1_epi16((127 - 7) << 7));
     const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
-    const __m512i value = _mm512_mask_permutexvar_epi16(normal, subnormal, magnitude, _mm512_load_si512(subnormals));
+    const __m512i value =
+        _mm512_mask_permutexvar_epi16(normal, subnormal, magnitude, _mm512_load_si512(subnormals));
     const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8);
     return (__m512bh)_mm512_or_si512(value, sign);
   }
@@ -117,7 +119,8 @@ void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_token
         size_t t = t0;
         for (; t + kTileTokens <= t1; t += kTileTokens) {
           size_t r = rb;
-          for (; r + 4 <= re; r += 4) Tile<4, kTileTokens>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
+          for (; r + 4 <= re; r += 4)
+            Tile<4, kTileTokens>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
           for (; r < re; ++r) Tile<1, kTileTokens>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
         }
         for (; t < t1; ++t) {

@@ -2,8 +2,8 @@
 // products per instruction, fp32 accumulation), as bf16 models run in PyTorch and llama.cpp:
 // the activations are rounded to bf16 once per call. FP8 E4M3 weights with a scale per row or per
 // tensor (vLLM's FP8 W8A16) take the same path: their codes widen to bf16 exactly in registers, and
-// the scale multiplies each row's dot. Tiles of 4 rows x 4 tokens, so each loaded
-// vector feeds four dot instructions. MatMul uses it to decode (up to 8 tokens): memory-bound,
+// the scale multiplies each row's dot. Tiles of 4 rows x 4 tokens, so each loaded vector feeds four
+// dot instructions. MatMul uses it to decode (up to 8 tokens): memory-bound,
 // half the bytes of fp32. Prefill goes to the fp32 GEMM (gemm_f32.h), since vdpbf16ps issues at a
 // fifth of vfmadd's rate on the machines measured. Where the CPU lacks AVX512_BF16, MatMul falls
 // back to the fp32 fused kernel (exact fp32 activations).

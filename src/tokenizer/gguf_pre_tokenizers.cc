@@ -123,7 +123,7 @@ const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre) {
 
 std::string_view GgufPreNameOfRegex(std::string_view regex) {
   for (const GgufPreTokenizer& entry : Table())
-    if (entry.regexes.size() == 1 && (entry.regexes[0] == regex || entry.hf_regex == regex))
+    if (!entry.raw_utf8 && entry.regexes.size() == 1 && (entry.regexes[0] == regex || entry.hf_regex == regex))
       return entry.names.front();
   return {};
 }

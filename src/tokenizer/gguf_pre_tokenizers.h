@@ -25,8 +25,8 @@ struct GgufPreTokenizer {
 // The pre-tokenizer for `pre`, or nullptr when llama.cpp's name is not one lowbit knows.
 const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre);
 
-// The tokenizer.ggml.pre name of a family whose pre-tokenizer is the single regex `regex` (as a
-// tokenizer.json Split holds it, or as llama.cpp rewrote it), or "" when none is.
+// The tokenizer.ggml.pre name of a byte-level family whose pre-tokenizer is the single regex `regex`
+// (as a tokenizer.json Split holds it, or as llama.cpp rewrote it), or "" when none is.
 std::string_view GgufPreNameOfRegex(std::string_view regex);
 
 // The names FindGgufPreTokenizer knows, for error messages.
