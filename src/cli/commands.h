@@ -20,6 +20,7 @@ void AddPlanCommands(CLI::App& app);  // plan, advise
 void AddQuantizeCommand(CLI::App& app);
 void AddInspectCommands(CLI::App& app);  // inspect, report
 void AddExportCommand(CLI::App& app);
+void AddConvertCommand(CLI::App& app);
 void AddImatrixCommand(CLI::App& app);
 
 }  // namespace lowbit::cli

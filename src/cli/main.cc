@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   lowbit::cli::AddQuantizeCommand(app);
   lowbit::cli::AddInspectCommands(app);
   lowbit::cli::AddExportCommand(app);
+  lowbit::cli::AddConvertCommand(app);
   lowbit::cli::AddImatrixCommand(app);
   lowbit::cli::GuardUnsignedOptions(app);
   const bool json = std::any_of(argv + 1, argv + argc, [](const char* a) { return std::strcmp(a, "--json") == 0; });

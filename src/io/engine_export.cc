@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <span>
 #include <utility>
 
 #include "core/error.h"
@@ -18,6 +19,7 @@
 #include "io/hf_names.h"
 #include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
+#include "quant/rtn.h"
 
 namespace lowbit {
 namespace {
@@ -265,6 +267,24 @@ LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExpo
   return record;
 }
 
+// options.requantize: linear `l` in a form format o.format holds, when its stored form is not one
+// (block linears: quantized again with that scheme; lm_head: dense), recorded in r.changed.
+void ConvertUnheld(Linear& l, const std::string& prefix, bool block_linear, const EngineExportOptions& o,
+                   EngineExportResult& r) {
+  if (!o.requantize || !l.quantized()) return;
+  std::optional<std::string> why = EngineLinearMismatch(o.format, o.gptq_v2, l, prefix);
+  if (!why && !block_linear && o.format == EngineFormat::kAwq) why = "AWQ checkpoints keep lm_head in full precision";
+  if (!why) return;
+  const uint64_t rows = l.rows(), cols = l.cols();
+  std::vector<float> values(rows * cols), scratch(cols);
+  for (uint64_t row = 0; row < rows; ++row) InputOrderRow(l, row, scratch, std::span(values).subspan(row * cols, cols));
+  if (block_linear) l.weight = QuantizeRtn(values, rows, cols, *o.requantize, prefix);
+  else l.weight = DenseMatrix{rows, cols, std::move(values)};
+  l.input_order.clear();
+  l.outliers.reset();
+  r.changed.push_back({prefix, std::move(*why), block_linear ? o.requantize->ToString() : "dense"});
+}
+
 }  // namespace
 
 EngineFormat ParseEngineFormat(std::string_view name) {
@@ -293,6 +313,22 @@ void CheckEngineScheme(EngineFormat f, const QuantScheme& scheme, const std::str
   }
 }
 
+std::optional<std::string> EngineLinearMismatch(EngineFormat f, bool gptq_v2, const Linear& linear,
+                                                const std::string& prefix) {
+  EngineExportOptions o;
+  o.format = f;
+  o.gptq_v2 = gptq_v2;
+  try {
+    if (!linear.quantized()) CheckPlainLinear({prefix, &linear}, f);
+    TensorList scratch;  // packed and dropped: the packers are where every condition is checked
+    EngineExportResult r;
+    if (linear.quantized()) (void)AddLinear(scratch, {prefix, &linear}, o, DType::kF32, r);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return std::nullopt;
+}
+
 EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& source_dir, const fs::path& out_dir,
                                           const nlohmann::json& recipe_card, const EngineExportOptions& o) {
   Model& model = s.model;
@@ -301,6 +337,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   CheckQuantizedModelTarget(c, dest, source_dir);
   if (o.gptq_v2 && o.format != EngineFormat::kGptq) Fail("gptq_v2 zero points apply to --to gptq only");
   if (o.scheme) CheckEngineScheme(o.format, *o.scheme, fmt::format("--scheme {}", o.scheme->ToString()));
+  if (o.requantize) CheckEngineScheme(o.format, *o.requantize, fmt::format("--scheme {}", o.requantize->ToString()));
+  EngineExportResult r;
+  if (!c.tie_embeddings) ConvertUnheld(model.weights.lm_head, "lm_head", false, o, r);
   if (c.tie_embeddings && model.weights.lm_head.quantized())
     Fail("{}: lm_head is quantized but tie_word_embeddings is true, so it would not be stored", dest.string());
   if (o.format == EngineFormat::kAwq && !c.tie_embeddings && model.weights.lm_head.quantized())
@@ -318,7 +357,6 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   const OrderedJson source_config = OrderedJson::parse(ReadTextFile(source_dir / "config.json"));
   const DType dense = SourceDType(source_config);
 
-  EngineExportResult r;
   WriteFolderAtomic(dest, [&](const fs::path& tmp) {
     // Streaming: each block is read (and RTN-quantized), packed into the shard being assembled and freed;
     // a shard is written as soon as the next block would overflow it.
@@ -327,6 +365,8 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     for (size_t i = 0; i < c.n_layers; ++i) {
       LayerWeights block = s.read_layer ? s.read_layer(i) : std::move(model.weights.layers[i]);
       if (o.scheme) QuantizeBlockLinears(block, i, *o.scheme);
+      for (const BlockLinear& bl : BlockLinears(block))
+        ConvertUnheld(*bl.linear, fmt::format("model.layers.{}.{}", i, bl.name), true, o, r);
       ValidateLayer(c, block, i, model.source);
       TensorList list;
       const std::string p = fmt::format("model.layers.{}.", i);

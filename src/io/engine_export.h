@@ -37,12 +37,28 @@ std::string_view EngineFormatName(EngineFormat f);
 // quantization work: bits, granularity, scale and zero types).
 void CheckEngineScheme(EngineFormat f, const QuantScheme& scheme, const std::string& where);
 
+// Why linear `prefix` cannot be written in format `f` as it is stored (the Error the export would
+// throw, naming the field), or nullopt when its codes would go out unchanged.
+std::optional<std::string> EngineLinearMismatch(EngineFormat f, bool gptq_v2, const Linear& linear,
+                                                const std::string& prefix);
+
 struct EngineExportOptions {
   EngineFormat format = EngineFormat::kCompressedTensors;
   bool gptq_v2 = false;                // GPTQ: true zero points, checkpoint_format "gptq_v2"
   std::optional<QuantScheme> scheme;   // quantize the dense block linears with RTN first
+  // Lossy conversion (`lowbit convert --scheme`): a quantized block linear the format cannot hold as
+  // stored is quantized again with this scheme (RTN, from its values in input order), and a quantized
+  // lm_head it cannot hold is stored dense; each is listed in the result with the reason. Without it
+  // such a linear is an Error.
+  std::optional<QuantScheme> requantize;
   uint64_t max_shard_bytes = kDefaultShardBytes;
   std::function<void(size_t done, size_t total)> progress;  // per block
+};
+
+// A linear written in another form than its source's, and why (EngineLinearMismatch's message).
+struct ChangedLinear {
+  std::string prefix, reason;
+  std::string to;  // the scheme it was quantized again with, or "dense"
 };
 
 struct EngineExportResult {
@@ -51,6 +67,7 @@ struct EngineExportResult {
   size_t quantized_linears = 0, dense_linears = 0, shards = 0;
   uint64_t quantized_weights = 0, quantized_bytes = 0;  // the quantized linears' packed tensors
   uint64_t file_bytes = 0;                              // all safetensors shards
+  std::vector<ChangedLinear> changed;                   // options.requantize's work
   double bits_per_weight() const {
     return quantized_weights ? 8.0 * static_cast<double>(quantized_bytes) / static_cast<double>(quantized_weights) : 0;
   }

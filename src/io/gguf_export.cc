@@ -108,12 +108,6 @@ struct PlannedTensor {
   std::function<TensorSource(const LayerWeights*)> source;
 };
 
-// GGUF row r of a permuted Q/K matrix comes from HF row SourceRow(r) (formats.md 2.7).
-uint64_t SourceRow(uint64_t r, uint32_t head_dim) {
-  const uint64_t head = r / head_dim, within = r % head_dim, i = within / 2, j = within % 2;
-  return head * head_dim + j * (head_dim / 2) + i;
-}
-
 std::vector<float> Llama3RopeDivisors(const ModelConfig& c) {
   const RopeScaling& s = c.rope_scaling;
   const double orig = s.original_max_position;
@@ -356,7 +350,7 @@ class TensorEncoder {
     ParallelFor(&pool_, rows, [&](size_t begin, size_t end) {
       std::vector<float> row(cols), stored(cols);
       for (size_t r = begin; r < end; ++r) {
-        uint64_t from = src.permute_heads ? SourceRow(r, head_dim) : r;
+        uint64_t from = src.permute_heads ? HalfStyleRow(r, head_dim) : r;
         const Part* part = parts.data();
         while (from >= part->rows) from -= (part++)->rows;
         std::byte* dst = out.bytes.data() + r * row_bytes;
@@ -494,7 +488,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
         const uint64_t rows = t.ne[1], row_bytes = bytes.size() / rows;
         std::vector<std::byte> permuted(bytes.size());
         for (uint64_t r = 0; r < rows; ++r)
-          std::copy_n(bytes.begin() + static_cast<ptrdiff_t>(SourceRow(r, c.head_dim) * row_bytes), row_bytes,
+          std::copy_n(bytes.begin() + static_cast<ptrdiff_t>(HalfStyleRow(r, c.head_dim) * row_bytes), row_bytes,
                       permuted.begin() + static_cast<ptrdiff_t>(r * row_bytes));
         bytes = std::move(permuted);
       }

@@ -18,6 +18,13 @@ enum class RopeStyle : uint8_t {
   kAdjacent,  // Meta / llama2.c / GGUF after llama.cpp's Q/K permutation: pairs (2i, 2i + 1)
 };
 
+// Row r of a Q or K matrix laid out for RopeStyle::kAdjacent (llama.cpp's permutation of a Hugging
+// Face checkpoint, formats.md 2.7) is row HalfStyleRow(r) of the same matrix laid out for kHalf.
+inline uint64_t HalfStyleRow(uint64_t r, uint32_t head_dim) {
+  const uint64_t head = r / head_dim, within = r % head_dim, i = within / 2, j = within % 2;
+  return head * head_dim + j * (head_dim / 2) + i;
+}
+
 enum class RopeScalingType : uint8_t {
   kNone,
   kLlama3,    // Llama 3.1+: frequency-dependent division by `factor`

@@ -26,6 +26,20 @@ uint64_t Linear::storage_bytes() const {
   return std::get<DenseMatrix>(weight).values.size() * 4 + bias.size() * 4 + side;
 }
 
+void InputOrderRow(const Linear& l, uint64_t r, std::span<float> scratch, std::span<float> out) {
+  const uint64_t cols = l.cols();
+  LOWBIT_CHECK(scratch.size() >= cols && out.size() >= cols);
+  if (const auto* q = std::get_if<QuantizedTensor>(&l.weight)) q->DequantizeRow(r, scratch.data());
+  else std::copy_n(std::get<DenseMatrix>(l.weight).values.data() + r * cols, cols, scratch.data());
+  if (l.input_order.empty()) std::copy_n(scratch.data(), cols, out.data());
+  else
+    for (uint64_t j = 0; j < cols; ++j) out[l.input_order[j]] = scratch[j];
+  if (l.outliers) {
+    const OutlierColumns& o = *l.outliers;
+    for (size_t k = 0; k < o.columns.size(); ++k) out[o.columns[k]] += o.weight.values[r * o.columns.size() + k];
+  }
+}
+
 void Embedding::Row(uint64_t id, std::span<float> out) const {
   if (packed) packed->DequantizeRange(id, 0, out.size(), out.data());
   else std::copy_n(values.begin() + static_cast<ptrdiff_t>(id * out.size()), out.size(), out.begin());

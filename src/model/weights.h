@@ -61,6 +61,11 @@ struct Linear {
   uint64_t storage_bytes() const;
 };
 
+// Row r of the matrix `l` applies to its input, in input column order: act-order columns put back
+// and LLM.int8() outlier columns added in (an online Hadamard rotation stays folded in). `scratch`
+// and `out` hold l.cols() floats.
+void InputOrderRow(const Linear& l, uint64_t r, std::span<float> scratch, std::span<float> out);
+
 // One SwiGLU expert of a mixture-of-experts layer: [expert_ffn x dim] x2, [dim x expert_ffn].
 struct Expert {
   Linear gate, up, down;

@@ -25,6 +25,7 @@ nlohmann::json ExportEngine(const ExportJob& job) {
     e.gptq_v2 = job.format == "gptq_v2";
   }
   if (!job.scheme.empty()) e.scheme = ParseScheme(job.scheme);
+  if (!job.requantize.empty()) e.requantize = ParseScheme(job.requantize);
   e.max_shard_bytes = ParseByteSize(job.max_shard, "--max-shard-size");
   if (!job.imatrix.empty() || !job.calib.empty() || job.pure || job.type != "Q8_0")
     Fail("--imatrix, --calib, --pure and --type apply to GGUF exports; for a calibrated {} checkpoint run `lowbit "
@@ -40,15 +41,21 @@ nlohmann::json ExportEngine(const ExportJob& job) {
   else if (e.scheme)
     card = {{"lowbit_version", LOWBIT_VERSION}, {"recipe", {{"method", "rtn"}, {"format", e.scheme->ToString()}}},
             {"source", job.model}};
-  if (card.is_object()) card["export"] = {{"to", EngineFormatName(e.format)}, {"format", job.format}};
+  if (card.is_object()) {
+    card["export"] = {{"to", EngineFormatName(e.format)}, {"format", job.format}};
+    if (e.requantize) card["export"]["requantize"] = e.requantize->ToString();
+  }
   const size_t layers = model.model.config.n_layers;
   if (job.progress) e.progress = [&](size_t done, size_t) { job.progress(done, layers, ""); };
   const EngineExportResult r = ExportEngineCheckpoint(model, job.model, job.out, card, e);
   if (job.progress) job.progress(layers, layers, "");
+  nlohmann::json changed = nlohmann::json::array();
+  for (const ChangedLinear& l : r.changed) changed.push_back({{"linear", l.prefix}, {"reason", l.reason}, {"to", l.to}});
   return {{"out", job.out}, {"quant_method", r.quant_method}, {"format", r.format},
           {"quantized_linears", r.quantized_linears}, {"dense_linears", r.dense_linears},
           {"quantized_weights", r.quantized_weights}, {"quantized_bytes", r.quantized_bytes},
-          {"bits_per_weight", r.bits_per_weight()}, {"file_bytes", r.file_bytes}, {"shards", r.shards}};
+          {"bits_per_weight", r.bits_per_weight()}, {"file_bytes", r.file_bytes}, {"shards", r.shards},
+          {"changed", changed}};
 }
 
 nlohmann::json ExportGgufFile(const ExportJob& job) {
@@ -61,6 +68,7 @@ nlohmann::json ExportGgufFile(const ExportJob& job) {
   GgufExportOptions e;
   e.type = job.type;
   e.pure = job.pure;
+  e.keep_source_grids = job.keep_source_grids;
   e.name = job.name;
   e.threads = job.threads;
   e.metadata = GgufVocabularyFor(job.tokenizer.empty() ? job.model : job.tokenizer, model.model.config);

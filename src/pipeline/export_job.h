@@ -27,6 +27,11 @@ struct ExportJob {
   // Engine folders: the checkpoint format (gptq or gptq_v2 for --to gptq), the RTN scheme for a
   // float source, and the largest safetensors shard.
   std::string format, scheme, max_shard = "5G";
+  // `lowbit convert`: the scheme a quantized linear the engine format cannot hold is quantized again
+  // with (EngineExportOptions::requantize); for GGUF, every quantized linear a ggml type holds keeps
+  // its codes whatever the mix would choose.
+  std::string requantize;
+  bool keep_source_grids = false;
   size_t threads = 0;
   LoadOptions load;
   // (done, total, tensor or "") as the export goes; total is known once the output is planned.
@@ -36,7 +41,8 @@ struct ExportJob {
 // Writes job.out atomically and returns what `lowbit export --json` prints: for GGUF out, type,
 // architecture, file_type, file_bytes, weights, bits_per_weight and every tensor's name, type, ne
 // and bytes; for engine folders out, quant_method, format, the linears quantized and left dense,
-// quantized_weights / _bytes, bits_per_weight, file_bytes and shards. Bad options fail before the
+// quantized_weights / _bytes, bits_per_weight, file_bytes, shards and the linears changed by
+// `requantize` (linear, reason, to). Bad options fail before the
 // model is read, naming the option.
 nlohmann::json RunExportJob(const ExportJob& job);
 
