@@ -27,6 +27,7 @@ from ._lowbit import (  # noqa: F401  (the public names)
     Tokenizer,
     __version__,
     _compare,
+    _convert,
     _calibrate_kv,
     _default_format_for,
     _export,
@@ -48,7 +49,7 @@ Progress = Optional[Callable[[int, int, str], Any]]
 
 __all__ = [
     "Error", "Generation", "Model", "QuantizedTensor", "Scheme", "Token", "Tokenizer", "__version__",
-    "bench_decode", "bench_prefill", "calibrate_kv", "compare", "dequantize", "export", "formats", "imatrix", "inspect",
+    "bench_decode", "bench_prefill", "calibrate_kv", "compare", "convert", "dequantize", "export", "formats", "imatrix", "inspect",
     "plan", "ppl", "quantize", "quantize_tensor", "synth",
 ]
 
@@ -154,6 +155,37 @@ def export(
             _export(os.fspath(model), os.fspath(out), to, type, pure, _path(imatrix) or "", _path(calib) or "",
                     calib_samples, calib_len, seed, damp, _path(tokenizer) or "", name, format, scheme,
                     max_shard_size, threads, allow_nonfinite, report))
+
+
+def convert(
+    model: PathLike,
+    out: PathLike,
+    *,
+    to: str,
+    format: str = "",
+    type: str = "Q8_0",
+    scheme: str = "",
+    text: Optional[PathLike] = None,
+    tokenizer: Optional[PathLike] = None,
+    ctx: int = 256,
+    max_shard_size: str = "5G",
+    threads: int = 0,
+    allow_nonfinite: bool = False,
+    progress: Progress = None,
+) -> dict:
+    """Repacks the quantized ``model`` as ``to`` (``lowbit``, ``gptq``, ``awq``, ``compressed-tensors`` or
+    ``gguf``) and returns what ``lowbit convert --json`` prints.
+
+    The codes go over unchanged wherever the format holds them; a linear it cannot hold is an Error naming the
+    field, unless ``scheme`` asks to quantize such linears again (engine folders; GGUF encodes them with
+    ``type``'s mix). The output is read back and every matrix compared with the input's (``matrices``,
+    ``exact``, ``max_abs_diff``); with ``text``, ``compare`` holds KL(model || out) and both perplexities.
+    ``progress(done, total, stage)`` is called as it goes.
+    """
+    with progress_or_bar(progress, "convert") as report:
+        return json.loads(
+            _convert(os.fspath(model), os.fspath(out), to, format, type, scheme, _path(text) or "",
+                     _path(tokenizer) or "", ctx, max_shard_size, threads, allow_nonfinite, report))
 
 
 def imatrix(

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "model/recipe.h"
+#include "pipeline/convert_job.h"
 #include "pipeline/evaluate.h"
 #include "pipeline/export_job.h"
 #include "pipeline/imatrix_job.h"
@@ -120,6 +121,33 @@ void BindJobs(nb::module_& m) {
       nb::arg("calib"), nb::arg("calib_samples"), nb::arg("calib_len"), nb::arg("seed"), nb::arg("damp"),
       nb::arg("tokenizer"), nb::arg("name"), nb::arg("format"), nb::arg("scheme"), nb::arg("max_shard"),
       nb::arg("threads"), nb::arg("allow_nonfinite"), nb::arg("progress").none());
+
+  m.def(
+      "_convert",
+      [](const std::string& in, const std::string& out, const std::string& to, const std::string& format,
+         const std::string& type, const std::string& scheme, const std::string& text, const std::string& tokenizer,
+         size_t ctx, const std::string& max_shard, size_t threads, bool allow_nonfinite, nb::object progress) {
+        ConvertJob job;
+        job.in = in;
+        job.out = out;
+        job.to = to;
+        job.format = format;
+        job.type = type;
+        job.scheme = scheme;
+        job.text = text;
+        job.tokenizer = tokenizer;
+        job.ctx = ctx;
+        job.max_shard = max_shard;
+        job.threads = threads;
+        job.load.allow_nonfinite = allow_nonfinite;
+        job.progress = [&progress](std::string_view stage, size_t done, size_t total) {
+          ReportProgress(progress, done, total, std::string(stage));
+        };
+        return WithoutGil([&] { return RunConvertJob(job); }).dump();
+      },
+      nb::arg("model"), nb::arg("out"), nb::arg("to"), nb::arg("format"), nb::arg("type"), nb::arg("scheme"),
+      nb::arg("text"), nb::arg("tokenizer"), nb::arg("ctx"), nb::arg("max_shard"), nb::arg("threads"),
+      nb::arg("allow_nonfinite"), nb::arg("progress").none());
 
   m.def(
       "_imatrix",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPTQ, AWQ and compressed-tensors folders written by `lowbit export --to` / `quantize --save-as`,
+"""GPTQ, AWQ and compressed-tensors folders written by `lowbit export --to` / `quantize --save-as` / `convert`,
 checked by their consumers (make test-interop).
 
 Each export starts from a lowbit quantized folder of the bundled model, whose codes it repacks:
@@ -69,6 +69,12 @@ EXPORTS = [
     ("gptq-v1-int4-g128-desc-act", ["--method", "gptq", "--act-order=group", "--format", "int4:g128", *CALIB],
      ["--to", "gptq"]),
     ("awq-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "awq"]),
+    # `lowbit convert` from an engine folder (exported first with the fourth entry's arguments): the same checks
+    # hold against the original lowbit folder, and convert must report an exact repack.
+    ("convert-gptq-to-ct-int4-g128", ["--format", "int4:g128"], ["--to", "compressed-tensors"], ["--to", "gptq"]),
+    ("convert-ct-to-awq-int4-asym-g64", ["--format", "int4:g64:asym"], ["--to", "awq"], ["--to", "compressed-tensors"]),
+    ("convert-awq-to-gptq-v2-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "gptq", "--format", "gptq_v2"],
+     ["--to", "awq"]),
 ]
 def load_file(path):
     """A safetensors file as numpy arrays (bf16 widened to fp32, exactly)."""
@@ -222,7 +228,7 @@ def main():
     ids = window_token_ids(lowbit, args.model, args.text, window_text, CTX, WINDOWS)
     bos = json.load(open(os.path.join(args.model, "config.json"))).get("bos_token_id", 1)
     rows = []
-    for name, quantize_args, export_args in EXPORTS:
+    for name, quantize_args, export_args, *via in EXPORTS:
         if args.only not in name:
             continue
         source = os.path.join(tmp, f"lowbit-{name}")
@@ -232,7 +238,14 @@ def main():
         kv = name.endswith("-fp8-kv")
         if kv:
             run(lowbit, "calibrate-kv", "--model", source, "--calib", CALIB[1], "--samples", "8")
-        exported = lowbit_json(lowbit, "export", source, "-o", out, *export_args)
+        if via:
+            engine = os.path.join(tmp, f"{name}-via")
+            lowbit_json(lowbit, "export", source, "-o", engine, *via[0])
+            exported = lowbit_json(lowbit, "convert", engine, "-o", out, *export_args)
+            check(exported["exact"] and exported["max_abs_diff"] == 0,
+                  f"{name}: convert reports {exported['exact_matrices']} of {len(exported['matrices'])} matrices exact")
+        else:
+            exported = lowbit_json(lowbit, "export", source, "-o", out, *export_args)
         config = json.load(open(os.path.join(out, "config.json")))
         q = config["quantization_config"]
         reference = lowbit_reference(source, json.load(open(os.path.join(source, "config.json"))))

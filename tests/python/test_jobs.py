@@ -1,4 +1,4 @@
-"""quantize, export, imatrix, calibrate_kv, ppl, compare, inspect, plan and synth: the same numbers as the CLI's --json, to
+"""quantize, export, convert, imatrix, calibrate_kv, ppl, compare, inspect, plan and synth: the same numbers as the CLI's --json, to
 the last digit (bench: the same rows);
 Ctrl-C and errors leave no output."""
 
@@ -120,6 +120,28 @@ def test_export_matches_the_cli_byte_for_byte(model_path, tmp_path):
     with pytest.raises(lowbit.Error, match="--imatrix, --calib, --pure and --type apply to GGUF"):
         lowbit.export(model_path, tmp_path / "bad", to="awq", type="Q4_0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.gguf", "gptq", "py.gguf"]
+
+
+def test_convert_matches_the_cli(model_path, eval_text, tmp_path):
+    lowbit.quantize(model_path, tmp_path / "int3", recipe={"method": "rtn", "format": "int3:g128"})
+    lowbit.export(model_path, tmp_path / "gptq", to="gptq", scheme="int4:g64")
+    # an exact repack, measured: every matrix read back identical
+    stages = []
+    py = lowbit.convert(tmp_path / "gptq", tmp_path / "py-ct", to="compressed-tensors", threads=2,
+                        progress=lambda done, total, stage: stages.append(stage))
+    cli = run_cli_json("convert", str(tmp_path / "gptq"), "-o", str(tmp_path / "cli-ct"), "--to",
+                       "compressed-tensors", "--threads", "2")
+    assert {k: v for k, v in py.items() if k != "out"} == {k: v for k, v in cli.items() if k != "out"}
+    assert py["exact"] and py["max_abs_diff"] == 0 and len(py["matrices"]) == 44
+    assert {"convert", "measure"} <= set(stages)
+    # 3-bit codes have no AWQ form: an error, unless a scheme asks for the change, which is then measured (the
+    # 42 block linears quantized again, the int8 lm_head stored dense)
+    with pytest.raises(lowbit.Error, match="AWQ checkpoints keep lm_head in full precision.*\n.*--scheme"):
+        lowbit.convert(tmp_path / "int3", tmp_path / "bad", to="awq")
+    lossy = lowbit.convert(tmp_path / "int3", tmp_path / "awq", to="awq", scheme="int4:g128:asym:scale=f16",
+                           text=eval_text, ctx=128)
+    assert not lossy["exact"] and len(lossy["changed"]) == 43 and lossy["compare"]["kld_mean"] > 0
+    assert "bad" not in {p.name for p in tmp_path.iterdir()}
 
 
 def test_imatrix_and_calibrate_kv_match_the_cli(model_path, calib_text, tmp_path):
