@@ -37,6 +37,9 @@ from ._lowbit import (  # noqa: F401  (the public names)
     _plan,
     _ppl,
     _quantize,
+    _bench_attention,
+    _bench_gemv,
+    _bench_memory,
     _bench_speed,
     _synth,
     _scheme_text_from_flags,
@@ -49,7 +52,7 @@ Progress = Optional[Callable[[int, int, str], Any]]
 
 __all__ = [
     "Error", "Generation", "Model", "QuantizedTensor", "Scheme", "Token", "Tokenizer", "__version__",
-    "bench_decode", "bench_prefill", "calibrate_kv", "compare", "convert", "dequantize", "export", "formats", "imatrix", "inspect",
+    "bench_attention", "bench_decode", "bench_gemv", "bench_memory", "bench_prefill", "calibrate_kv", "compare", "convert", "dequantize", "export", "formats", "imatrix", "inspect",
     "plan", "ppl", "quantize", "quantize_tensor", "synth",
 ]
 
@@ -347,3 +350,40 @@ def bench_prefill(
     """Prefill tokens/s of a model per format and batch size (``lowbit bench prefill --json``); the arguments
     are bench_decode's, ``ctx`` being the prompt length."""
     return _bench(model, False, formats, batch, ctx, 0, rounds, threads, kv_cache_dtype)
+
+
+def bench_memory(*, size_mib: int = 1536, threads: int = 0) -> dict:
+    """The machine's memory bandwidth, STREAM-like copy and triad, best of 5 passes (``lowbit bench memory
+    --json``): the bound every other benchmark is a fraction of."""
+    return json.loads(_bench_memory(size_mib, threads))
+
+
+def bench_gemv(
+    format: str = "int4:g128",
+    *,
+    rows: int = 4096,
+    cols: int = 4096,
+    tokens: int = 1,
+    working_set_mib: int = 512,
+    seconds: float = 1.0,
+    rounds: int = 3,
+    size_mib: int = 1536,
+    threads: int = 0,
+) -> dict:
+    """Matrix-vector speed of one weight format (a scheme, ``fp32``, ``bf16`` or a GGUF block type) against the
+    triad measured before each round, fastest of ``rounds`` (``lowbit bench gemv --json``)."""
+    return json.loads(_bench_gemv(format, rows, cols, working_set_mib, tokens, seconds, rounds, size_mib, threads))
+
+
+def bench_attention(
+    *,
+    ctx: int = 4096,
+    kv_cache_dtype: str = "fp32",
+    kv_heads: int = 8,
+    seconds: float = 1.0,
+    size_mib: int = 1536,
+    threads: int = 0,
+) -> dict:
+    """One decode step's attention over ``ctx`` cached positions: the engine's blocked kernel against the
+    two-pass reference and the KV bytes' bandwidth bound (``lowbit bench attention --json``)."""
+    return json.loads(_bench_attention(ctx, kv_cache_dtype, kv_heads, seconds, size_mib, threads))

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "model/recipe.h"
+#include "pipeline/bench_jobs.h"
 #include "pipeline/convert_job.h"
 #include "pipeline/evaluate.h"
 #include "pipeline/export_job.h"
@@ -255,6 +256,33 @@ void BindJobs(nb::module_& m) {
       },
       nb::arg("model"), nb::arg("decode"), nb::arg("formats"), nb::arg("batches"), nb::arg("ctx"), nb::arg("steps"),
       nb::arg("rounds"), nb::arg("threads"), nb::arg("kv_cache_dtype"));
+
+  m.def(
+      "_bench_memory",
+      [](size_t mib, size_t threads) {
+        return WithoutGil([&] { return RunMemoryBench({mib, threads}); }).dump();
+      },
+      nb::arg("mib"), nb::arg("threads"));
+
+  m.def(
+      "_bench_gemv",
+      [](const std::string& format, uint64_t rows, uint64_t cols, uint64_t working_set_mib, size_t tokens,
+         double seconds, size_t rounds, size_t bandwidth_mib, size_t threads) {
+        const GemvBenchJob job{format, rows, cols, working_set_mib, tokens, seconds, rounds, bandwidth_mib, threads};
+        return WithoutGil([&] { return RunGemvBench(job); }).dump();
+      },
+      nb::arg("format"), nb::arg("rows"), nb::arg("cols"), nb::arg("working_set_mib"), nb::arg("tokens"),
+      nb::arg("seconds"), nb::arg("rounds"), nb::arg("bandwidth_mib"), nb::arg("threads"));
+
+  m.def(
+      "_bench_attention",
+      [](size_t ctx, const std::string& kv_cache_dtype, size_t kv_heads, double seconds, size_t bandwidth_mib,
+         size_t threads) {
+        const AttentionBenchJob job{ctx, kv_cache_dtype, kv_heads, seconds, bandwidth_mib, threads};
+        return WithoutGil([&] { return RunAttentionBench(job); }).dump();
+      },
+      nb::arg("ctx"), nb::arg("kv_cache_dtype"), nb::arg("kv_heads"), nb::arg("seconds"), nb::arg("bandwidth_mib"),
+      nb::arg("threads"));
 }
 
 }  // namespace lowbit::python

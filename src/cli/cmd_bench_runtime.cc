@@ -2,18 +2,13 @@
 // own limit (STREAM-like bandwidth measured in the same run).
 #include <fmt/format.h>
 
-#include <chrono>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "cli/commands.h"
 #include "cli/front_door.h"
 #include "cli/output.h"
+#include "pipeline/bench_jobs.h"
 #include "pipeline/session.h"
-#include "core/error.h"
-#include "eval/speed.h"
-#include "kernels/stream.h"
-#include "model/attention.h"
 #include "pipeline/speed_job.h"
 
 namespace lowbit::cli {
@@ -39,57 +34,36 @@ struct RuntimeOptions {
   size_t gemv_rounds = 3;  // its own field: options bound to one variable share the last default set
 };
 
-MemoryBandwidth Bandwidth(const RuntimeOptions& o, ThreadPool& pool) {
-  return MeasureMemoryBandwidth(o.memory_mib * kMiB, 5, pool);
-}
-
 void RunMemory(const RuntimeOptions& o) {
-  ThreadPool pool(o.threads);
-  const MemoryBandwidth m = Bandwidth(o, pool);
+  const nlohmann::json m = RunMemoryBench({o.memory_mib, o.threads});
   if (o.json) {
-    std::puts(nlohmann::json({{"copy_gbps", m.copy_gbps}, {"triad_gbps", m.triad_gbps}, {"bytes", m.bytes},
-                              {"threads", pool.size()}})
-                  .dump(2)
-                  .c_str());
+    std::puts(m.dump(2).c_str());
     return;
   }
-  PrintTable({"kernel", "GB/s"}, {{"copy", fmt::format("{:.1f}", m.copy_gbps)},
-                                  {"triad", fmt::format("{:.1f}", m.triad_gbps)}});
-  std::printf("\n%zu threads, %.2f GiB of arrays, best of 5 passes (STREAM byte counting).\n", pool.size(),
-              static_cast<double>(m.bytes) / (1 << 30));
+  PrintTable({"kernel", "GB/s"}, {{"copy", fmt::format("{:.1f}", m["copy_gbps"].get<double>())},
+                                  {"triad", fmt::format("{:.1f}", m["triad_gbps"].get<double>())}});
+  std::printf("\n%zu threads, %.2f GiB of arrays, best of 5 passes (STREAM byte counting).\n",
+              m["threads"].get<size_t>(), m["bytes"].get<double>() / (1 << 30));
 }
 
 void RunGemv(const RuntimeOptions& o) {
-  ThreadPool pool(o.threads);
-  std::string name;
-  const Linear weight = GemvWeight(o.group ? fmt::format("{}:g{}", o.format, o.group) : o.format, o.rows, o.cols, name);
-  const GemvSpeed s = MeasureGemv(weight,
-                                  {.rows = o.rows, .cols = o.cols, .working_set_bytes = o.working_set_mib * kMiB,
-                                   .tokens = o.tokens, .min_seconds = o.seconds, .rounds = o.gemv_rounds,
-                                   .bandwidth_bytes = o.memory_mib * kMiB},
-                                  pool);
-  const double fraction = s.gbps / s.triad_gbps;
+  const nlohmann::json s = RunGemvBench({.format = o.group ? fmt::format("{}:g{}", o.format, o.group) : o.format,
+                                         .rows = o.rows, .cols = o.cols, .working_set_mib = o.working_set_mib,
+                                         .tokens = o.tokens, .seconds = o.seconds, .rounds = o.gemv_rounds,
+                                         .bandwidth_mib = o.memory_mib, .threads = o.threads});
   if (o.json) {
-    std::puts(nlohmann::json({{"format", name}, {"rows", o.rows}, {"cols", o.cols}, {"tokens", o.tokens}, {"gbps", s.gbps},
-                              {"fraction_of_bandwidth", fraction}, {"triad_gbps", s.triad_gbps}, {"rounds", o.gemv_rounds},
-                              {"bits_per_weight", s.bits_per_weight}, {"matrices", s.matrices},
-                              {"working_set_bytes", s.bytes_per_pass}, {"threads", pool.size()}})
-                  .dump(2)
-                  .c_str());
+    std::puts(s.dump(2).c_str());
     return;
   }
   PrintTable({"format", "bits/weight", "matrices", "weight GB/s", "triad GB/s", "of triad"},
-             {{name, fmt::format("{:.3f}", s.bits_per_weight), std::to_string(s.matrices),
-               fmt::format("{:.1f}", s.gbps), fmt::format("{:.1f}", s.triad_gbps),
-               fmt::format("{:.0f}%", 100 * fraction)}});
+             {{s["format"].get<std::string>(), fmt::format("{:.3f}", s["bits_per_weight"].get<double>()),
+               std::to_string(s["matrices"].get<size_t>()), fmt::format("{:.1f}", s["gbps"].get<double>()),
+               fmt::format("{:.1f}", s["triad_gbps"].get<double>()),
+               fmt::format("{:.0f}%", 100 * s["fraction_of_bandwidth"].get<double>())}});
   std::printf("\n%zu token(s), %llu x %llu, %.0f MiB of distinct weights, %zu threads; fastest pass of %zu rounds, "
               "each after its own triad.\n",
               o.tokens, static_cast<unsigned long long>(o.rows), static_cast<unsigned long long>(o.cols),
-              static_cast<double>(s.bytes_per_pass) / kMiB, pool.size(), o.gemv_rounds);
-}
-
-KvCacheOptions KvOptions(const RuntimeOptions& o, uint32_t n_layers) {
-  return KvCacheOptionsFor(o.kv_dtype, o.model, "", n_layers);
+              s["working_set_bytes"].get<double>() / kMiB, s["threads"].get<size_t>(), o.gemv_rounds);
 }
 
 // Each format in turn on one loaded model, so the ratios come from one run (pipeline/speed_job.h).
@@ -129,74 +103,26 @@ void RunSpeeds(const RuntimeOptions& o, bool decode) {
               o.rounds > 1 ? fmt::format(", best of {} rounds", o.rounds).c_str() : "");
 }
 
-// One decode step's attention at position ctx - 1 over a random cache of the given shape: the
-// engine's path (AttendJobs: blocked online softmax, long contexts split over the threads when KV
-// heads are few) against the two-pass reference, one thread per KV head; and the KV bytes one step
-// reads, against the memory bandwidth.
+// One decode step's attention against the two-pass reference and the bandwidth bound (pipeline/bench_jobs.h).
 void RunAttention(const RuntimeOptions& o) {
-  ModelConfig c;
-  c.n_layers = 1;
-  c.n_heads = 32;
-  c.n_kv_heads = o.kv_heads;
-  c.head_dim = 128;
-  c.dim = 4096;
-  if (c.n_heads % c.n_kv_heads != 0) Fail("--kv-heads {} does not divide the {} query heads", c.n_kv_heads, c.n_heads);
-  KvCache cache(c, o.ctx, KvOptions(o, c.n_layers));
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> k(c.kv_dim()), v(c.kv_dim()), q(c.n_heads * c.head_dim), out(q.size());
-  for (size_t p = 0; p < o.ctx; ++p) {
-    for (float& x : k) x = normal(rng);
-    for (float& x : v) x = normal(rng);
-    cache.Write(0, p, k.data(), v.data());
-  }
-  cache.Advance(o.ctx);
-  for (float& x : q) x = normal(rng);
-  ThreadPool pool(o.threads);
-  const size_t group = c.n_heads / c.n_kv_heads;
-  std::vector<AttentionJob> jobs;
-  for (size_t h = 0; h < c.n_kv_heads; ++h)
-    jobs.push_back({&cache, {0, h, o.ctx - 1, &q[h * group * c.head_dim], group, 0.088f}, &out[h * group * c.head_dim]});
-  using Clock = std::chrono::steady_clock;
-  auto time = [&](auto step) {
-    const auto start = Clock::now();
-    size_t calls = 0;
-    do {
-      step();
-      ++calls;
-    } while (std::chrono::duration<double>(Clock::now() - start).count() < o.seconds);
-    return std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(calls) * 1e6;
-  };
-  const double blocked = time([&] { AttendJobs(jobs, pool); });
-  const double two_pass = time([&] {
-    pool.ParallelFor(jobs.size(), [&](size_t begin, size_t end) {
-      AttentionScratch scratch;
-      for (size_t i = begin; i < end; ++i) AttendTwoPass(cache, jobs[i].query, scratch, jobs[i].out);
-    });
-  });
-  const size_t segments = AttentionSegments(jobs.size(), pool.size(), o.ctx, cache.options().block_tokens);
-  const double kv_bytes = static_cast<double>(cache.bytes());
-  const MemoryBandwidth m = Bandwidth(o, pool);
-  const double bound_us = kv_bytes / (m.triad_gbps * 1e9) * 1e6;
+  const nlohmann::json r = RunAttentionBench({.ctx = o.ctx, .kv_cache_dtype = o.kv_dtype, .kv_heads = o.kv_heads,
+                                              .seconds = o.seconds, .bandwidth_mib = o.memory_mib,
+                                              .threads = o.threads});
   if (o.json) {
-    std::puts(nlohmann::json({{"ctx", o.ctx}, {"kv_cache_dtype", o.kv_dtype}, {"kv_heads", c.n_kv_heads},
-                              {"threads", pool.size()}, {"segments", segments}, {"blocked_us", blocked},
-                              {"two_pass_us", two_pass}, {"speedup", two_pass / blocked}, {"kv_bytes", kv_bytes},
-                              {"triad_gbps", m.triad_gbps}, {"bandwidth_bound_us", bound_us},
-                              {"blocked_over_bound", blocked / bound_us}})
-                  .dump(2)
-                  .c_str());
+    std::puts(r.dump(2).c_str());
     return;
   }
+  const double kv_bytes = r["kv_bytes"].get<double>(), bound_us = r["bandwidth_bound_us"].get<double>();
+  const double blocked = r["blocked_us"].get<double>(), two_pass = r["two_pass_us"].get<double>();
   PrintTable({"kernel", "us per decode step", "KV GB/s", "x bandwidth bound", "scores held per query head"},
              {{"blocked online softmax", fmt::format("{:.1f}", blocked), fmt::format("{:.1f}", kv_bytes / blocked / 1e3),
-               fmt::format("{:.2f}", blocked / bound_us), std::to_string(cache.options().block_tokens)},
+               fmt::format("{:.2f}", blocked / bound_us), std::to_string(r["block_tokens"].get<size_t>())},
               {"two-pass", fmt::format("{:.1f}", two_pass), fmt::format("{:.1f}", kv_bytes / two_pass / 1e3),
                fmt::format("{:.2f}", two_pass / bound_us), std::to_string(o.ctx)}});
   std::printf("\nOne layer, 32 query heads over %zu KV heads of 128, ctx %zu, KV cache %s (%.1f MB), %zu threads;\n"
               "blocked splits each KV head's positions into %zu segment(s). Bound: the KV bytes at the triad's %.1f GB/s.\n",
-              static_cast<size_t>(c.n_kv_heads), o.ctx, o.kv_dtype.c_str(), kv_bytes / 1e6, pool.size(), segments,
-              m.triad_gbps);
+              o.kv_heads, o.ctx, o.kv_dtype.c_str(), kv_bytes / 1e6, r["threads"].get<size_t>(),
+              r["segments"].get<size_t>(), r["triad_gbps"].get<double>());
 }
 
 }  // namespace

@@ -208,3 +208,30 @@ def test_synth_and_bench_match_the_cli(tmp_path):
     assert all(r["tokens_per_second"] > 0 for r in rows)
     prefill = lowbit.bench_prefill(tmp_path / "py", "loaded", batch=1, ctx=16)
     assert [(r["format"], r["batch"]) for r in prefill] == [("loaded", 1)] and prefill[0]["tokens_per_second"] > 0
+
+
+def test_memory_gemv_and_attention_benches_match_the_cli():
+    small = ("--size-mib", "64", "--threads", "2")
+    memory = lowbit.bench_memory(size_mib=64, threads=2)
+    assert memory.keys() == run_cli_json("bench", "memory", *small).keys()
+    assert memory["bytes"] >= 64 << 20 and memory["triad_gbps"] > 0 and memory["threads"] == 2
+
+    gemv = lowbit.bench_gemv("int4:g128", rows=512, cols=1024, working_set_mib=8, seconds=0.05, rounds=1,
+                             size_mib=64, threads=2)
+    cli = run_cli_json("bench", "gemv", "--format", "int4", "--group", "128", "--rows", "512", "--cols", "1024",
+                       "--working-set-mib", "8", "--seconds", "0.05", "--rounds", "1", *small)
+    measured = ("gbps", "fraction_of_bandwidth", "triad_gbps")
+    assert {k: v for k, v in gemv.items() if k not in measured} == {k: v for k, v in cli.items() if k not in measured}
+    assert gemv["bits_per_weight"] == 4 + 16 / 128  # int4 codes and one fp16 scale per 128 weights
+    assert gemv["working_set_bytes"] == gemv["matrices"] * 512 * 1024 * gemv["bits_per_weight"] / 8 >= 8 << 20
+    with pytest.raises(lowbit.Error, match="int9"):
+        lowbit.bench_gemv("int9")
+
+    attention = lowbit.bench_attention(ctx=256, kv_heads=4, seconds=0.05, size_mib=64, threads=2)
+    cli = run_cli_json("bench", "attention", "--ctx", "256", "--kv-heads", "4", "--seconds", "0.05", *small)
+    measured = ("blocked_us", "two_pass_us", "speedup", "triad_gbps", "bandwidth_bound_us", "blocked_over_bound")
+    assert {k: v for k, v in attention.items() if k not in measured} == \
+        {k: v for k, v in cli.items() if k not in measured}
+    assert attention["kv_bytes"] == 2 * 256 * 4 * 128 * 4  # K and V, positions x KV heads x head_dim, fp32
+    with pytest.raises(lowbit.Error, match="--kv-heads 5"):
+        lowbit.bench_attention(kv_heads=5)
