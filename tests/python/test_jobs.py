@@ -214,7 +214,7 @@ def test_memory_gemv_and_attention_benches_match_the_cli():
     small = ("--size-mib", "64", "--threads", "2")
     memory = lowbit.bench_memory(size_mib=64, threads=2)
     assert memory.keys() == run_cli_json("bench", "memory", *small).keys()
-    assert memory["bytes"] >= 64 << 20 and memory["triad_gbps"] > 0 and memory["threads"] == 2
+    assert abs(memory["bytes"] - (64 << 20)) < 64 and memory["triad_gbps"] > 0 and memory["threads"] == 2  # 3 float arrays
 
     gemv = lowbit.bench_gemv("int4:g128", rows=512, cols=1024, working_set_mib=8, seconds=0.05, rounds=1,
                              size_mib=64, threads=2)
