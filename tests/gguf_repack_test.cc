@@ -159,12 +159,12 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
     ASSERT_GT(magnitude, 0);
     QuantDotRowsRef(q, x.data(), kTokens, 0, kRows, reference.data(), kRows);
     for (size_t i = 0; i < exact.size(); ++i) ASSERT_NEAR(reference[i], exact[i], 1e-5 * magnitude) << i;
-    if (HasFusedKernel(q))  // 2, 4 and 8 bits and level tables (3, 5, 6 bits decode rows or take the int8 kernel)
-      testing_util::ForEachTarget([&](const std::string& target) {
-        std::vector<float> got(kTokens * kRows, NAN);
-        QuantDotRows(q, PrepareQuantInput(q, x.data(), kTokens), 0, kRows, got.data(), kRows);
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], exact[i], 1e-5 * magnitude) << target << " " << i;
-      });
+    testing_util::ForEachTarget([&](const std::string& target) {
+      if (!HasFusedKernel(q)) return;  // 3, 5 and 6-bit codes on 4-lane targets: rows are decoded
+      std::vector<float> got(kTokens * kRows, NAN);
+      QuantDotRows(q, PrepareQuantInput(q, x.data(), kTokens), 0, kRows, got.data(), kRows);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], exact[i], 1e-5 * magnitude) << target << " " << i;
+    });
 
     ASSERT_TRUE(Int8DotKernelFits(q));
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), kTokens);

@@ -1,24 +1,31 @@
 // Fused quantized matmul kernels (Highway, dispatched at run time). One row kernel, specialised
 // at compile time on how a vector of codes becomes a vector of floats:
-//   affine integers (int2/4/8 sym and asym, offset folded into the group bias): shift, mask, convert;
+//   affine integers (int2..int8 sym and asym, offset folded into the group bias): shift, mask, convert;
 //   16-entry tables (NF4, FP4 E2M1 / MXFP4 / NVFP4, ternary): in-register table lookup;
 //   FP8 E4M3 / E5M2: bit-moved into fp16 and widened in hardware (E4M3 carries a 2^8 factor,
 //   folded into the group scale); other 8-bit codes: gather from the 256-entry table;
+//   FP6 E2M3 / E3M2: bit-moved into fp16 as FP8 is (a 2^14 / 2^12 factor folded into the scale);
 //   fp16 / bf16 / fp32 storage: widened directly.
-// Packed codes of b < 8 bits hold 8/b "planes" per byte (element k*P + j sits in plane j of byte
-// k); the activations are permuted once per call so plane j meets a contiguous run of x.
+// Packed codes of b = 2 or 4 bits hold 8/b "planes" per byte (element k*P + j sits in plane j of byte
+// k); the activations are permuted once per call so plane j meets a contiguous run of x. Codes of 3, 5,
+// 6 and 7 bits straddle bytes (element i at bit i*b, LSB first): a chunk of one code per lane is
+// b bytes per 8 lanes, which one byte shuffle spreads two bytes per lane and one variable shift aligns.
 #ifndef LOWBIT_QMATMUL_PLAN
 #define LOWBIT_QMATMUL_PLAN
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
+#include "core/error.h"
 #include "formats/codec.h"
 #include "kernels/qmatmul.h"
 
 namespace lowbit::qmatmul {
 
-enum class CodeKind : uint8_t { kNone, kAffine, kLut16, kE4M3, kE5M2, kTable8, kFp16, kBf16, kF32 };
+enum class CodeKind : uint8_t { kNone, kAffine, kLut16, kE4M3, kE5M2, kE2M3, kE3M2, kTable8, kFp16, kBf16, kF32 };
+
+// Codes that straddle bytes, one per lane.
+constexpr bool OddWidth(int bits) { return bits == 3 || bits == 5 || bits == 6 || bits == 7; }
 
 // Code bytes are prefetched this far ahead of the decode (as in qmatmul_int8.cc).
 constexpr size_t kPrefetchAhead = 2048;
@@ -44,7 +51,7 @@ inline Plan PlanFor(const QuantizedTensor& w) {
   if (e.bits > 8) return p;
   const bool packs = e.bits == 2 || e.bits == 4 || e.bits == 8;
   p.planes = packs ? 8 / e.bits : 1;
-  if (packs && w.decode_affine()) {
+  if ((packs || OddWidth(e.bits)) && w.decode_affine()) {
     p.kind = CodeKind::kAffine;
     p.offset = w.decode_table()[0];
   } else if (e.bits == 2 || e.bits == 4) {
@@ -52,6 +59,10 @@ inline Plan PlanFor(const QuantizedTensor& w) {
   } else if (e.bits == 8) {
     p.kind = e.minifloat == &kE4M3 ? CodeKind::kE4M3 : e.minifloat == &kE5M2 ? CodeKind::kE5M2 : CodeKind::kTable8;
     if (p.kind == CodeKind::kE4M3) p.code_scale = 256.0f;
+  } else if (e.bits == 6 && (e.minifloat == &kE2M3 || e.minifloat == &kE3M2)) {
+    // fp16 holds the value times 2^(bias - 15): E2M3's bias is 1, E3M2's 3.
+    p.kind = e.minifloat == &kE2M3 ? CodeKind::kE2M3 : CodeKind::kE3M2;
+    p.code_scale = p.kind == CodeKind::kE2M3 ? 16384.0f : 4096.0f;
   }
   return p;
 }
@@ -87,13 +98,47 @@ namespace hn = hwy::HWY_NAMESPACE;
 using qmatmul::CodeKind;
 using qmatmul::Plan;
 
-// The widest vector whose chunk (planes x lanes codes) tiles every full scale group.
+// The widest vector whose chunk (planes x lanes codes) tiles every full scale group; codes that
+// straddle bytes need whole bytes per chunk, so 8 or 16 lanes.
 size_t ChooseLanes(const Plan& p) {
   if (p.kind == CodeKind::kNone) return 0;
   const size_t full = hn::Lanes(hn::ScalableTag<float>());
-  for (const size_t lanes : {full, std::min<size_t>(full, 8), std::min<size_t>(full, 4)})
+  for (const size_t lanes : {full, std::min<size_t>(full, 8), std::min<size_t>(full, 4)}) {
+    if (qmatmul::OddWidth(p.bits) && (lanes < 8 || lanes > 16)) continue;
     if (p.groups == 1 || p.group % (p.planes * lanes) == 0) return lanes;
+  }
   return 0;
+}
+
+// For codes of b bits straddling bytes: lane l's code starts at bit l*b of the chunk, so its two
+// bytes are (l*b)/8 and the next (the other two bytes of the 32-bit lane are zeroed: index 0x80),
+// shifted right by (l*b) % 8. Indices stay within one 16-byte block, which every block repeats.
+template <int kBits>
+struct OddCodeSpread {
+  alignas(64) uint8_t bytes[64];
+  alignas(64) uint32_t shifts[16];
+  constexpr OddCodeSpread() : bytes(), shifts() {
+    for (int l = 0; l < 16; ++l) {
+      const int bit = l * kBits;
+      bytes[4 * l] = static_cast<uint8_t>(bit / 8);
+      bytes[4 * l + 1] = static_cast<uint8_t>(bit / 8 + 1);
+      bytes[4 * l + 2] = bytes[4 * l + 3] = 0x80;
+      shifts[l] = static_cast<uint32_t>(bit % 8);
+    }
+  }
+};
+template <int kBits>
+inline constexpr OddCodeSpread<kBits> kOddSpread{};
+
+// The codes of one chunk of b-bit codes (b = 3, 5, 6, 7; lanes * b bits, whole bytes) at p, one per
+// lane. Reads 16 bytes from p: callers keep that within the buffer.
+template <int kBits, class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> OddCodes(D, const uint8_t* HWY_RESTRICT p) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Repartition<uint8_t, D> d8;
+  const auto bytes = hn::LoadDup128(d8, p);
+  const auto pairs = hn::BitCast(du, hn::TableLookupBytesOr0(bytes, hn::Load(d8, kOddSpread<kBits>.bytes)));
+  return hn::And(hn::Shr(pairs, hn::Load(du, kOddSpread<kBits>.shifts)), hn::Set(du, (1u << kBits) - 1));
 }
 
 template <class D>
@@ -142,6 +187,20 @@ HWY_INLINE void DecodeChunk(D d, const uint8_t* HWY_RESTRICT p, const Lut<D>& lu
                           : hn::Or(hn::ShiftLeft<8>(hn::And(code, hn::Set(d16, 0x80))),
                                    hn::ShiftLeft<7>(hn::And(code, hn::Set(d16, 0x7F))));
     out[0] = hn::PromoteTo(d, hn::BitCast(dh, half));
+  } else if constexpr (qmatmul::OddWidth(kBits)) {
+    const auto code = OddCodes<kBits>(d, p);
+    if constexpr (K == CodeKind::kAffine) {
+      out[0] = hn::ConvertTo(d, hn::BitCast(di, code));
+    } else {
+      static_assert(K == CodeKind::kE2M3 || K == CodeKind::kE3M2);
+      // Sign to fp16's bit 15, exponent and mantissa under fp16's: E2M3's 3 mantissa bits start at
+      // bit 7, E3M2's 2 at bit 8.
+      constexpr int kMantissaShift = K == CodeKind::kE2M3 ? 7 : 8;
+      const auto half = hn::Or(hn::ShiftLeft<10>(hn::And(code, hn::Set(du, 0x20))),
+                               hn::ShiftLeft<kMantissaShift>(hn::And(code, hn::Set(du, 0x1F))));
+      const hn::Rebind<hwy::float16_t, D> dh;
+      out[0] = hn::PromoteTo(d, hn::BitCast(dh, hn::DemoteTo(d16, hn::BitCast(di, half))));
+    }
   } else {
     const auto bytes = hn::PromoteTo(du, hn::LoadU(d8, p));
     constexpr size_t P = kPlanes<K, kBits>;
@@ -165,14 +224,14 @@ struct RowArgs {
 
 // Row r against tokens [t0, t0 + kTokens). Four independent accumulators per token hide the FMA
 // latency (U chunks of P planes per step); tails and group biases are scalar work after the loop.
+// `row`: row r's codes (a padded copy near the end of the codes, which odd widths read 16 bytes at a time).
 template <CodeKind K, int kBits, size_t kTokens, class D>
-HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, size_t t0, float* HWY_RESTRICT y,
-                          size_t y_stride) {
+HWY_INLINE void RowTokens(D d, const RowArgs& a, const Lut<D>& lut, size_t r, const uint8_t* HWY_RESTRICT row,
+                          size_t t0, float* HWY_RESTRICT y, size_t y_stride) {
   constexpr size_t P = kPlanes<K, kBits>, U = 4 / P;
   const size_t lanes = hn::Lanes(d), chunk = P * lanes;
   const QuantizedTensor& w = *a.w;
   const size_t cols = w.cols(), group = a.plan->group, groups = a.plan->groups;
-  const uint8_t* row = w.codes().data() + r * w.row_bytes();
   const float* table = w.decode_table().data();
   const float* x[kTokens];
   for (size_t t = 0; t < kTokens; ++t) x[t] = a.in->values.data() + (t0 + t) * cols;
@@ -259,15 +318,25 @@ void RunRows(D d, const QuantizedTensor& w, const QuantInput& in, const Plan& pl
   std::vector<float> scales(w.grid().grid_cols), biases(w.grid().grid_cols);
   const bool has_bias = scaled && (asym || plan.offset != 0);
   const RowArgs args{&w, &in, &plan, scaled ? scales.data() : nullptr, has_bias ? biases.data() : nullptr};
+  // Odd widths read 16 bytes from a chunk's first: the rows whose reads would pass the end of the
+  // codes run from a copy with room behind it.
+  std::vector<uint8_t> padded;
+  const size_t row_bytes = w.row_bytes(), code_bytes = w.codes().size();
   for (size_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = w.codes().data() + r * row_bytes;
+    if (qmatmul::OddWidth(kBits) && (r + 1) * row_bytes + 16 > code_bytes) {
+      padded.assign(row, row + row_bytes);
+      padded.resize(row_bytes + 16);
+      row = padded.data();
+    }
     if (scaled) {
       w.RowScales(r, scales.data(), asym ? biases.data() : nullptr);
       if (plan.offset != 0)
         for (size_t g = 0; g < scales.size(); ++g) biases[g] = (asym ? biases[g] : 0.0f) + plan.offset * scales[g];
     }
     size_t t = 0;
-    for (; t + 4 <= in.n_tokens; t += 4) RowTokens<K, kBits, 4>(d, args, lut, r, t, y, y_stride);
-    for (; t < in.n_tokens; ++t) RowTokens<K, kBits, 1>(d, args, lut, r, t, y, y_stride);
+    for (; t + 4 <= in.n_tokens; t += 4) RowTokens<K, kBits, 4>(d, args, lut, r, row, t, y, y_stride);
+    for (; t < in.n_tokens; ++t) RowTokens<K, kBits, 1>(d, args, lut, r, row, t, y, y_stride);
   }
 }
 
@@ -276,9 +345,17 @@ void DispatchKind(D d, const QuantizedTensor& w, const QuantInput& in, const Pla
                   size_t ys) {
   switch (p.kind) {
     case CodeKind::kAffine:
-      if (p.bits == 2) return RunRows<CodeKind::kAffine, 2>(d, w, in, p, r0, r1, y, ys);
-      if (p.bits == 4) return RunRows<CodeKind::kAffine, 4>(d, w, in, p, r0, r1, y, ys);
-      return RunRows<CodeKind::kAffine, 8>(d, w, in, p, r0, r1, y, ys);
+      switch (p.bits) {
+        case 2: return RunRows<CodeKind::kAffine, 2>(d, w, in, p, r0, r1, y, ys);
+        case 3: return RunRows<CodeKind::kAffine, 3>(d, w, in, p, r0, r1, y, ys);
+        case 4: return RunRows<CodeKind::kAffine, 4>(d, w, in, p, r0, r1, y, ys);
+        case 5: return RunRows<CodeKind::kAffine, 5>(d, w, in, p, r0, r1, y, ys);
+        case 6: return RunRows<CodeKind::kAffine, 6>(d, w, in, p, r0, r1, y, ys);
+        case 7: return RunRows<CodeKind::kAffine, 7>(d, w, in, p, r0, r1, y, ys);
+        default: return RunRows<CodeKind::kAffine, 8>(d, w, in, p, r0, r1, y, ys);
+      }
+    case CodeKind::kE2M3: return RunRows<CodeKind::kE2M3, 6>(d, w, in, p, r0, r1, y, ys);
+    case CodeKind::kE3M2: return RunRows<CodeKind::kE3M2, 6>(d, w, in, p, r0, r1, y, ys);
     case CodeKind::kLut16:
       if (p.bits == 2) return RunRows<CodeKind::kLut16, 2>(d, w, in, p, r0, r1, y, ys);
       return RunRows<CodeKind::kLut16, 4>(d, w, in, p, r0, r1, y, ys);
@@ -345,6 +422,7 @@ QuantInput PrepareQuantInput(const QuantizedTensor& w, const float* x, size_t n_
 
 void QuantDotRows(const QuantizedTensor& w, const QuantInput& in, size_t row_begin, size_t row_end, float* y,
                   size_t y_stride) {
+  LOWBIT_CHECK(in.lanes != 0);  // PrepareQuantInput found no fused kernel: callers check HasFusedKernel
   HWY_DYNAMIC_DISPATCH(QuantDotRowsImpl)(w, in, row_begin, row_end, y, y_stride);
 }
 
