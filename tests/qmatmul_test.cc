@@ -193,7 +193,18 @@ TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
     for (float v : exact) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
     // int8 activations in blocks: about 0.4% error per input, far less on the sum.
     ExpectClose(reference, exact, 1e-2 * magnitude, std::string(spec) + " int8 activations vs exact");
-    if (!HasInt8DotKernel(q)) continue;  // no VNNI on this CPU: the reference is all there is
+    if (HasInt8DotKernelAvx2(q)) {  // the AVX2 form (2, 4 and 8-bit codes), wherever the CPU has AVX2
+      const Int8Activations a_avx2 = QuantizeActivationsInt8Avx2(q, x.data(), n_tokens);
+      EXPECT_TRUE(std::equal(a_avx2.values.begin(), a_avx2.values.end(), a_ref.values.begin(), a_ref.values.end())) << spec;
+      EXPECT_EQ(a_avx2.scales, a_ref.scales) << spec;
+      EXPECT_EQ(a_avx2.group_sums, a_ref.group_sums) << spec;
+      std::vector<float> avx2(n_tokens * rows, NAN);
+      Int8DotRowsAvx2(q, a, 1, rows, avx2.data(), rows);
+      for (size_t i = 0; i < avx2.size(); ++i)
+        if (i % rows < 1) EXPECT_TRUE(std::isnan(avx2[i])) << spec << " at " << i;
+        else ASSERT_NEAR(avx2[i], reference[i], 1e-5 * magnitude) << spec << " AVX2 vs reference at " << i;
+    }
+    if (!HasInt8GemmKernel(q)) continue;  // no VNNI on this CPU: the reference and AVX2 are all there is
     std::vector<float> got(n_tokens * rows, NAN);
     Int8DotRows(q, a, 0, rows, got.data(), rows);
     ExpectClose(got, reference, 1e-5 * magnitude, std::string(spec) + " VNNI vs reference");

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 
 #include "core/error.h"
@@ -30,6 +31,14 @@ inline bool CpuHasVnni() {
                           __builtin_cpu_supports("avx512vbmi");
   return has;
 }
+
+// What the kernels share beyond SIMD (qmatmul_int8.cc): the weight's layout, where input i of a
+// row sits among the activations, a row's scales and biases, the activations' arrays.
+std::optional<Layout> LayoutOf(const QuantizedTensor& w);
+size_t ActivationSlot(const Layout& l, size_t i);
+void RowScales(const QuantizedTensor& w, const Layout& l, size_t r, float* scales, float* biases);
+Int8Activations EmptyActivations(const Layout& l, size_t cols, size_t n_tokens);
+void AddToGroupSum(Int8Activations& a, const Layout& l, size_t t, size_t b, float scale, int sum);
 
 #define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 

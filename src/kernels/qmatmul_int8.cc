@@ -48,6 +48,10 @@ bool ByteLevels(std::span<const float> table, Layout& l) {
   return true;
 }
 
+}  // namespace
+
+namespace int8dot {
+
 std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   const ElementFormat& e = *w.scheme().element;
   if (e.bits > 8) return std::nullopt;
@@ -104,6 +108,10 @@ void RowScales(const QuantizedTensor& w, const Layout& l, size_t r, float* scale
     biases[g] = (asym ? biases[g] : 0.0f) + l.offset * scales[g];
   }
 }
+
+}  // namespace int8dot
+
+namespace {
 
 // Lane i: the sum of v[i]'s lanes. Four rounds of pairing: each round's sums of even and odd
 // lanes halve the partial sums per vector and double the vectors per register.
@@ -228,11 +236,15 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
 
 }  // namespace
 
-bool Int8DotKernelFits(const QuantizedTensor& w) { return LayoutOf(w).has_value(); }
+bool Int8DotKernelFits(const QuantizedTensor& w) { return int8dot::LayoutOf(w).has_value(); }
 
-bool HasInt8DotKernel(const QuantizedTensor& w) { return CpuHasVnni() && Int8DotKernelFits(w); }
+bool HasInt8DotKernel(const QuantizedTensor& w) {
+  return (int8dot::CpuHasVnni() && Int8DotKernelFits(w)) || HasInt8DotKernelAvx2(w);
+}
 
-namespace {
+bool HasInt8GemmKernel(const QuantizedTensor& w) { return int8dot::CpuHasVnni() && Int8DotKernelFits(w); }
+
+namespace int8dot {
 
 Int8Activations EmptyActivations(const Layout& l, size_t cols, size_t n_tokens) {
   Int8Activations a;
@@ -247,10 +259,14 @@ Int8Activations EmptyActivations(const Layout& l, size_t cols, size_t n_tokens) 
 
 // Adds block b's scale x (sum of its int8 values) to its group's sum. The product is exact in
 // double, so the FMA the compiler may form in the AVX-512 version rounds the same as the reference.
-inline void AddToGroupSum(Int8Activations& a, const Layout& l, size_t t, size_t b, float scale, int sum) {
+void AddToGroupSum(Int8Activations& a, const Layout& l, size_t t, size_t b, float scale, int sum) {
   float& group_sum = a.group_sums[t * l.groups + b * l.block / l.group];
   group_sum = static_cast<float>(static_cast<double>(group_sum) + static_cast<double>(scale) * sum);
 }
+
+}  // namespace int8dot
+
+namespace {
 
 // Bytes 0, 2, .., 126 (even) or 1, 3, .., 127 (odd) of the 128 bytes lo:hi.
 LOWBIT_VNNI __m512i Deinterleave(__m512i lo, __m512i hi, int parity) {
@@ -315,7 +331,7 @@ LOWBIT_VNNI Int8Activations QuantizeActivationsVnni(const Layout& l, size_t cols
 }  // namespace
 
 Int8Activations QuantizeActivationsInt8(const QuantizedTensor& w, const float* x, size_t n_tokens) {
-  if (!CpuHasVnni()) return QuantizeActivationsInt8Ref(w, x, n_tokens);
+  if (!CpuHasVnni()) return HasInt8DotKernelAvx2(w) ? QuantizeActivationsInt8Avx2(w, x, n_tokens) : QuantizeActivationsInt8Ref(w, x, n_tokens);
   const std::optional<Layout> l = LayoutOf(w);
   LOWBIT_CHECK(l.has_value());
   return QuantizeActivationsVnni(*l, w.cols(), x, n_tokens);
@@ -348,7 +364,8 @@ Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float
 void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
                  size_t y_stride) {
   const Layout* l = &a.layout;  // LayoutOf(w), made once with the activations (a per-call cost on small matrices)
-  LOWBIT_CHECK(a.cols == w.cols() && l->bits == w.scheme().element->bits && CpuHasVnni());
+  LOWBIT_CHECK(a.cols == w.cols() && l->bits == w.scheme().element->bits);
+  if (!CpuHasVnni()) return Int8DotRowsAvx2(w, a, row_begin, row_end, y, y_stride);
   DispatchLayout(*l, [&]<int kBits, bool kLookup, size_t kSplit>() {
     size_t t = 0;
     for (; t + 4 <= a.n_tokens; t += 4) RowsVnni<kBits, 4, kSplit, kLookup>(w, *l, a, t, row_begin, row_end, y, y_stride);

@@ -10,6 +10,10 @@
 // permute and a multishift). Per block: int32 dot -> fp32, times weight scale x activation scale;
 // the zero-point / offset of each group is applied once through the group's sum of activations.
 //
+// On CPUs with AVX2 but no VNNI (Zen 2/3, Haswell to Raptor Lake) the same activations meet 2, 4
+// and 8-bit codes through vpmaddubsw / vpmaddwd on 32-byte halves (qmatmul_int8_avx2.cc), at
+// decode's batch sizes; prefill keeps the fp32 GEMM there.
+//
 // Available when the CPU has AVX-512 VNNI and VBMI (Ice Lake, Zen 4 and later) and the weight's row
 // length is a multiple of one step's codes (256 / 128 / 64 at 2 / 4 / 8 bits, 64 otherwise) and
 // its group is 16 or larger and either divides that count or is a multiple of it (or one group
@@ -50,7 +54,8 @@ struct Int8Activations {
   std::vector<float> group_sums;   // [n_tokens x groups]: sum over the group of scale * value
 };
 
-bool HasInt8DotKernel(const QuantizedTensor& w);  // the CPU and the weight both qualify
+bool HasInt8DotKernel(const QuantizedTensor& w);  // the CPU and the weight both qualify (VNNI or AVX2)
+bool HasInt8GemmKernel(const QuantizedTensor& w);  // Int8GemmRows (qgemm_int8.h) too: VNNI
 bool Int8DotKernelFits(const QuantizedTensor& w);  // the weight qualifies (whatever the CPU)
 
 Int8Activations QuantizeActivationsInt8(const QuantizedTensor& w, const float* x, size_t n_tokens);
@@ -62,5 +67,12 @@ void Int8DotRows(const QuantizedTensor& w, const Int8Activations& a, size_t row_
 // Scalar reference: the same integer arithmetic, plain C++.
 void Int8DotRowsRef(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
                     size_t y_stride);
+
+// The AVX2 forms, which the calls above take on CPUs without VNNI; named so that tests run them
+// wherever AVX2 is. Codes of 2, 4 and 8 bits.
+bool HasInt8DotKernelAvx2(const QuantizedTensor& w);
+Int8Activations QuantizeActivationsInt8Avx2(const QuantizedTensor& w, const float* x, size_t n_tokens);
+void Int8DotRowsAvx2(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
+                     size_t y_stride);
 
 }  // namespace lowbit

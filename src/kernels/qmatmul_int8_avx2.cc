@@ -1,0 +1,414 @@
+// The integer-dot kernel (qmatmul_int8.h) for CPUs with AVX2 and no VNNI: the same int8
+// activations, in the same order, and the same scale blocks. vpmaddubsw multiplies 32 unsigned
+// levels by 32 int8 inputs and adds them in pairs to int16, vpmaddwd adds those pairs to int32 (as
+// llama.cpp's AVX2 dots do); a 64-byte plane is two 32-byte halves, whose int32 lanes belong to
+// the scale blocks the VNNI kernel gives them. vpmaddubsw saturates its int16 sums, so:
+//   narrow levels (planes x largest level <= 128: int2, int4, FP4 E2M1, ternary) add their planes
+//   in int16 and widen once;
+//   wide levels (8-bit codes, IQ4_NL) are made signed, level - 128, and multiplied as |level| by
+//   input x sign(level), each plane widened alone; the 128 is added back through the groups' sums
+//   of inputs, as the layout's offset is. The inputs are within +-127, so no product overflows.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/qmatmul_int8-inl.h"
+#include "kernels/qmatmul_int8.h"
+
+namespace lowbit {
+namespace {
+
+using namespace int8dot;  // NOLINT: the integer-dot kernels' shared pieces
+
+#define LOWBIT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+bool CpuHasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+// As in qmatmul_int8.cc: the hardware prefetcher falls behind one stream per thread.
+constexpr size_t kPrefetchAhead = 2048;
+
+bool Avx2Fits(const Layout& l) { return l.planes(); }
+
+int LargestLevel(const Layout& l) {
+  if (!l.lookup) return (1 << l.bits) - 1;
+  return *std::max_element(l.level.begin(), l.level.begin() + (1 << l.bits));
+}
+
+bool WideLevels(const Layout& l) { return LargestLevel(l) * (8 / l.bits) > 128; }
+
+// The levels of plane p of 32 code bytes, as the multiply takes them: unsigned, or level - 128
+// (wide).
+template <int kBits, bool kLookup, bool kWide>
+class PlaneDecoder {
+ public:
+  LOWBIT_AVX2 explicit PlaneDecoder(const Layout& l) : mask_(_mm256_set1_epi8(static_cast<char>((1 << kBits) - 1))) {
+    alignas(16) uint8_t table[16] = {};
+    for (int c = 0; c < (1 << kBits) && c < 16; ++c) table[c] = static_cast<uint8_t>(l.level[c] ^ (kWide ? 0x80 : 0));
+    table_ = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+  }
+
+  LOWBIT_AVX2 __attribute__((always_inline)) __m256i Plane(__m256i codes, int p) const {
+    if constexpr (kBits == 8) {
+      return kWide ? _mm256_xor_si256(codes, _mm256_set1_epi8(static_cast<char>(0x80))) : codes;
+    } else {
+      const __m256i c = _mm256_and_si256(p == 0 ? codes : _mm256_srli_epi16(codes, p * kBits), mask_);
+      return kLookup ? _mm256_shuffle_epi8(table_, c) : c;
+    }
+  }
+
+ private:
+  __m256i mask_, table_;
+};
+
+// int16 pair sums of 32 levels times 32 inputs.
+template <bool kWide>
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m256i PairSums(__m256i levels, const int8_t* x) {
+  const __m256i in = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  if constexpr (kWide) return _mm256_maddubs_epi16(_mm256_abs_epi8(levels), _mm256_sign_epi8(in, levels));
+  else return _mm256_maddubs_epi16(levels, in);
+}
+
+// The block scale of each int32 lane of half h of a chunk split into kSplit blocks: lane j of the
+// 16 in a 64-byte plane belongs to block j / (16 / kSplit).
+template <size_t kSplit>
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 LaneScales(const float* blocks_of_chunk, int h) {
+  if constexpr (kSplit == 1) return _mm256_broadcast_ss(blocks_of_chunk);
+  else if constexpr (kSplit == 2) return _mm256_broadcast_ss(blocks_of_chunk + h);
+  else if constexpr (kSplit == 16) return _mm256_loadu_ps(blocks_of_chunk + 8 * h);
+  else {
+    constexpr int kPerBlock = 16 / kSplit;  // lanes per block: 4 (kSplit 4) or 2 (kSplit 8)
+    const __m256i lane_block = _mm256_setr_epi32(0 / kPerBlock, 1 / kPerBlock, 2 / kPerBlock, 3 / kPerBlock,
+                                                 4 / kPerBlock, 5 / kPerBlock, 6 / kPerBlock, 7 / kPerBlock);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(blocks_of_chunk + h * kSplit / 2)), lane_block);
+  }
+}
+
+LOWBIT_AVX2 inline float Sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// sum a[i] * b[i], 8 lanes at a time.
+LOWBIT_AVX2 float DotF32(const float* a, const float* b, size_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float sum = Sum(acc);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// n <= 16 bytes from p into a vector, the rest zero: exact-width loads for whole vectors of groups,
+// a copy only for a row's last groups (a copy into a buffer then a load of it stalled store
+// forwarding, and cost as much as the dot on a Q4_0 row).
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m128i LoadBytes(const uint8_t* p, size_t n) {
+  if (n >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (n == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  if (n == 4) {
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    return _mm_cvtsi32_si128(four);
+  }
+  alignas(16) uint8_t bytes[16] = {};
+  std::memcpy(bytes, p, n);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(bytes));
+}
+
+// Row r's group scales (times the tensor scale and the layout's step) and biases (the offset, the
+// zero-point or stored bias, and for wide levels the 128 taken off them, each times the scale),
+// 8 groups at a time, for the storages GGUF files and lowbit's schemes use: fp16, bf16, fp32,
+// E8M0 and UE4M3 scales, GGUF's i8 sub-scales under an fp16 super-block scale; integer, fp16, bf16
+// and fp32 zero-points, Q4_1's fp16 biases, the K-quants' u8 mins under an fp16 super-block min.
+// What RowScales decodes through the generic per-row path, which took 2/3 of a Q4_K row's time.
+// Writes whole vectors: both arrays need room for the groups rounded up to 8.
+template <int kBits, bool kWide>
+class RowScalesAvx2 {
+ public:
+  LOWBIT_AVX2 RowScalesAvx2(const QuantizedTensor& w, const Layout& l)
+      : scales_(w.scale_bytes()),
+        zeros_(w.zero_bytes()),
+        supers_(w.super_bytes()),
+        scale_row_bytes_(scales_.size() / w.grid().grid_rows),
+        zero_row_bytes_(zeros_.size() / w.grid().grid_rows),
+        super_row_bytes_(2 * w.supers_per_row()),
+        super_mins_at_(w.grid().grid_rows * super_row_bytes_),
+        cell_rows_(w.grid().cell_rows),
+        groups_(l.groups),
+        per_super_(w.scheme().super_groups()),
+        type_(w.scheme().scale_type),
+        zero_type_(w.scheme().asymmetric() ? w.scheme().zero_type : ZeroType::kNone),
+        factor_(w.tensor_scale() * l.step),
+        offset_(l.offset + (kWide ? 128.0f : 0.0f)) {}
+
+  // 8 lanes share a super-block when its group count is a multiple of 8 (the K-quants: 8 or 16).
+  bool Fits() const { return per_super_ % 8 == 0; }
+
+  LOWBIT_AVX2 void Decode(size_t r, float* scales, float* biases) const {
+    const size_t grid_row = r / cell_rows_;
+    const uint8_t* stored = scales_.data() + grid_row * scale_row_bytes_;
+    const uint8_t* zeros = zeros_.data() + grid_row * zero_row_bytes_;
+    const uint8_t* supers = supers_.data() + grid_row * super_row_bytes_;
+    const __m256 factor = _mm256_set1_ps(factor_), offset = _mm256_set1_ps(offset_);
+    for (size_t g = 0; g < groups_; g += 8) {
+      const size_t n = std::min<size_t>(8, groups_ - g);
+      __m256 decoded;
+      switch (type_) {
+        case ScaleType::kF16: decoded = _mm256_cvtph_ps(LoadBytes(stored + 2 * g, 2 * n)); break;
+        case ScaleType::kBF16: decoded = Bf16ToFp32(LoadBytes(stored + 2 * g, 2 * n)); break;
+        case ScaleType::kF32: decoded = _mm256_castsi256_ps(Load32(stored + 4 * g, 4 * n)); break;
+        case ScaleType::kE8M0: decoded = E8m0ToFp32(LoadBytes(stored + g, n)); break;
+        case ScaleType::kUE4M3: decoded = Ue4m3ToFp32(LoadBytes(stored + g, n)); break;
+        case ScaleType::kI8:  // d * sc, as ggml forms it
+          decoded = _mm256_mul_ps(Super(supers, g), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(LoadBytes(stored + g, n))));
+          break;
+      }
+      const __m256 s = _mm256_mul_ps(decoded, factor);
+      __m256 bias = _mm256_mul_ps(s, offset);
+      switch (zero_type_) {  // x = s * (code - zero): the bias -zero * s; or the bias as stored
+        case ZeroType::kNone: break;
+        case ZeroType::kInt: bias = _mm256_fnmadd_ps(IntZeros(zeros, g), s, bias); break;
+        case ZeroType::kF32: bias = _mm256_fnmadd_ps(_mm256_castsi256_ps(Load32(zeros + 4 * g, 4 * n)), s, bias); break;
+        case ZeroType::kF16: bias = _mm256_fnmadd_ps(_mm256_cvtph_ps(LoadBytes(zeros + 2 * g, 2 * n)), s, bias); break;
+        case ZeroType::kBF16: bias = _mm256_fnmadd_ps(Bf16ToFp32(LoadBytes(zeros + 2 * g, 2 * n)), s, bias); break;
+        case ZeroType::kBiasF16: bias = _mm256_add_ps(bias, _mm256_cvtph_ps(LoadBytes(zeros + 2 * g, 2 * n))); break;
+        case ZeroType::kMin8: {  // -(dmin * m)
+          const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(LoadBytes(zeros + g, n)));
+          bias = _mm256_sub_ps(bias, _mm256_mul_ps(Super(supers + super_mins_at_, g), mins));
+          break;
+        }
+      }
+      _mm256_storeu_ps(scales + g, s);
+      _mm256_storeu_ps(biases + g, bias);
+    }
+  }
+
+ private:
+  LOWBIT_AVX2 __attribute__((always_inline)) static __m256i Load32(const uint8_t* p, size_t n) {
+    if (n >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    alignas(32) uint8_t bytes[32] = {};
+    std::memcpy(bytes, p, n);
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes));
+  }
+  LOWBIT_AVX2 static __m256 Bf16ToFp32(__m128i halves) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
+  }
+  // As qmatmul_int8-inl.h's: 2^(e - 127) has e as its exponent field, but for e = 0 and 255.
+  LOWBIT_AVX2 static __m256 E8m0ToFp32(__m128i codes) {
+    const __m256i e = _mm256_cvtepu8_epi32(codes);
+    __m256i bits = _mm256_slli_epi32(e, 23);
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+    return _mm256_castsi256_ps(bits);
+  }
+  // The low 7 bits: exponent 1-15 normal, 0 subnormal (mantissa x 2^-9), 0x7F NaN.
+  LOWBIT_AVX2 static __m256 Ue4m3ToFp32(__m128i codes) {
+    const __m256i c = _mm256_and_si256(_mm256_cvtepu8_epi32(codes), _mm256_set1_epi32(0x7F));
+    const __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(c, 20), _mm256_set1_epi32(120 << 23)));
+    const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(0x1p-9f));
+    __m256 v = _mm256_blendv_ps(normal, subnormal, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), c)));
+    return _mm256_blendv_ps(v, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
+                            _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, _mm256_set1_epi32(0x7F))));
+  }
+  // The fp16 super-block value of groups g..g + 7 (one super-block: Fits).
+  LOWBIT_AVX2 __m256 Super(const uint8_t* row, size_t g) const {
+    uint16_t half;
+    std::memcpy(&half, row + 2 * (g / per_super_), 2);
+    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(half)));
+  }
+  // Eight kBits-bit zero-points from group g, packed LSB first (2, 4 or 8 bits: 2, 4 or 8 bytes).
+  LOWBIT_AVX2 __m256 IntZeros(const uint8_t* zeros, size_t g) const {
+    const size_t at = g * kBits / 8;
+    const __m128i bytes = LoadBytes(zeros + at, std::min<size_t>(kBits, zero_row_bytes_ - at));
+    if constexpr (kBits == 8) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+    } else {
+      const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits);
+      const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(_mm_cvtsi128_si32(bytes)), shifts);
+      return _mm256_cvtepi32_ps(_mm256_and_si256(codes, _mm256_set1_epi32((1 << kBits) - 1)));
+    }
+  }
+
+  std::span<const uint8_t> scales_, zeros_, supers_;
+  size_t scale_row_bytes_, zero_row_bytes_, super_row_bytes_, super_mins_at_, cell_rows_, groups_, per_super_;
+  ScaleType type_;
+  ZeroType zero_type_;
+  float factor_, offset_;
+};
+
+template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens>
+LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
+                          size_t row_begin, size_t row_end, float* y, size_t y_stride) {
+  constexpr int kPlanes = 8 / kBits;
+  const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block, blocks_per_group = l.group / l.block;
+  const size_t padded_groups = (l.groups + 7) / 8 * 8;
+  std::vector<float> scales(padded_groups), biases(padded_groups);
+  const RowScalesAvx2<kBits, kWide> row_scales(w, l);
+  const bool vector_scales = row_scales.Fits();
+  std::vector<float> block_scales(kTokens * blocks + 8);  // 8 more: LaneScales reads 4 floats
+  const PlaneDecoder<kBits, kLookup, kWide> decoder(l);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* inputs[kTokens];
+  for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
+  for (size_t r = row_begin; r < row_end; ++r) {
+    if (vector_scales) {
+      row_scales.Decode(r, scales.data(), biases.data());
+    } else {
+      RowScales(w, l, r, scales.data(), biases.data());
+      if constexpr (kWide)
+        for (size_t g = 0; g < l.groups; ++g) biases[g] += 128.0f * scales[g];
+    }
+    float bias_sums[kTokens];
+    for (size_t t = 0; t < kTokens; ++t) {
+      const float* x_scales = &a.scales[(t0 + t) * blocks];
+      float* to = &block_scales[t * blocks];
+      if (blocks_per_group == 1)
+        for (size_t b = 0; b < blocks; ++b) to[b] = scales[b] * x_scales[b];
+      else
+        for (size_t b = 0; b < blocks; ++b) to[b] = scales[b / blocks_per_group] * x_scales[b];
+      bias_sums[t] = DotF32(biases.data(), &a.group_sums[(t0 + t) * l.groups], l.groups);
+    }
+    const uint8_t* row = w.codes().data() + r * w.row_bytes();
+    __m256 acc[kTokens][2];
+    for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (size_t c = 0; c < chunks; ++c) {
+      const uint8_t* at = row + c * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
+      __m256i whole_chunk[kTokens];  // kSplit 1: both halves are one block
+      // Each half by name, not by a loop index: indexed, the accumulators lived on the stack.
+      auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
+        const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
+        __m256i levels[kPlanes];
+        for (int p = 0; p < kPlanes; ++p) levels[p] = decoder.Plane(codes, p);
+        for (size_t t = 0; t < kTokens; ++t) {
+          const int8_t* x = inputs[t] + c * l.chunk + 32 * kHalf;  // plane p's inputs at x + 64 p
+          __m256i sums;
+          if constexpr (kWide) {
+            sums = _mm256_madd_epi16(PairSums<true>(levels[0], x), ones);
+            for (int p = 1; p < kPlanes; ++p) sums = _mm256_add_epi32(sums, _mm256_madd_epi16(PairSums<true>(levels[p], x + 64 * p), ones));
+          } else {
+            __m256i pairs = PairSums<false>(levels[0], x);
+            for (int p = 1; p < kPlanes; ++p) pairs = _mm256_add_epi16(pairs, PairSums<false>(levels[p], x + 64 * p));
+            sums = _mm256_madd_epi16(pairs, ones);
+          }
+          if constexpr (kSplit == 1) {
+            whole_chunk[t] = kHalf == 0 ? sums : _mm256_add_epi32(whole_chunk[t], sums);
+          } else {
+            const float* s = &block_scales[t * blocks + c * kSplit];
+            acc[t][kHalf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), LaneScales<kSplit>(s, kHalf), acc[t][kHalf]);
+          }
+        }
+      };
+      half.template operator()<0>();
+      half.template operator()<1>();
+      if constexpr (kSplit == 1)
+        for (size_t t = 0; t < kTokens; ++t)
+          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whole_chunk[t]), _mm256_broadcast_ss(&block_scales[t * blocks + c]), acc[t][0]);
+    }
+    for (size_t t = 0; t < kTokens; ++t) y[(t0 + t) * y_stride + r] = Sum(_mm256_add_ps(acc[t][0], acc[t][1])) + bias_sums[t];
+  }
+}
+
+template <int kBits, bool kLookup, bool kWide>
+void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t row_begin,
+                   size_t row_end, float* y, size_t y_stride) {
+  auto run = [&]<size_t kSplit>() {
+    size_t t = 0;
+    for (; t + 4 <= a.n_tokens; t += 4) RowsAvx2<kBits, kLookup, kWide, kSplit, 4>(w, l, a, t, row_begin, row_end, y, y_stride);
+    for (; t < a.n_tokens; ++t) RowsAvx2<kBits, kLookup, kWide, kSplit, 1>(w, l, a, t, row_begin, row_end, y, y_stride);
+  };
+  switch (l.chunk / l.block) {
+    case 1: return run.template operator()<1>();
+    case 2: return run.template operator()<2>();
+    case 4: return run.template operator()<4>();
+    case 8: if constexpr (kBits <= 4) return run.template operator()<8>(); break;
+    case 16: if constexpr (kBits == 2) return run.template operator()<16>(); break;
+  }
+  LOWBIT_CHECK(false);  // LayoutOf admits no other split
+}
+
+// QuantizeActivationsInt8Ref with AVX2: the same arithmetic (max |x|, the same scale and inverse,
+// round half to even), so the same bytes.
+LOWBIT_AVX2 Int8Activations QuantizeAvx2(const Layout& l, size_t cols, const float* x, size_t n_tokens) {
+  Int8Activations a = EmptyActivations(l, cols, n_tokens);
+  const size_t blocks = cols / l.block, per = 8 / l.bits;
+  std::vector<int8_t> natural(l.chunk);
+  std::vector<int32_t> q32(l.block);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    int8_t* values = a.values.data() + t * cols;
+    for (size_t b = 0; b < blocks; ++b) {
+      const float* src = x + t * cols + b * l.block;
+      __m256 amax = _mm256_setzero_ps();
+      // max_ps returns its second operand when either is NaN: a NaN input keeps amax, as std::max.
+      for (size_t i = 0; i < l.block; i += 8) amax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)), amax);
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      const float m = std::max(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_movehdup_ps(m4)));
+      const float scale = m / 127.0f;
+      const __m256 inverse = _mm256_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+      __m256i sum = _mm256_setzero_si256();
+      for (size_t i = 0; i < l.block; i += 8) {
+        const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + i), inverse));
+        sum = _mm256_add_epi32(sum, q);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&q32[i]), q);
+      }
+      // A chunk in plane order is written once its last block is quantized; 8-bit inputs go straight in.
+      const size_t in_chunk = b * l.block % l.chunk;
+      int8_t* dst = per > 1 ? natural.data() + in_chunk : values + b * l.block;
+      for (size_t i = 0; i < l.block; ++i) dst[i] = static_cast<int8_t>(q32[i]);
+      if (per > 1 && in_chunk + l.block == l.chunk) {
+        int8_t* chunk = values + (b * l.block - in_chunk);
+        for (size_t p = 0; p < per; ++p)
+          for (size_t k = 0; k < 64; ++k) chunk[p * 64 + k] = natural[k * per + p];
+      }
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      a.scales[t * blocks + b] = scale;
+      AddToGroupSum(a, l, t, b, scale, _mm_cvtsi128_si32(s4));
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+bool HasInt8DotKernelAvx2(const QuantizedTensor& w) {
+  if (!CpuHasAvx2()) return false;
+  const std::optional<Layout> l = LayoutOf(w);
+  return l && Avx2Fits(*l);
+}
+
+Int8Activations QuantizeActivationsInt8Avx2(const QuantizedTensor& w, const float* x, size_t n_tokens) {
+  const std::optional<Layout> l = LayoutOf(w);
+  LOWBIT_CHECK(l && Avx2Fits(*l) && CpuHasAvx2());
+  return QuantizeAvx2(*l, w.cols(), x, n_tokens);
+}
+
+void Int8DotRowsAvx2(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
+                     size_t y_stride) {
+  const Layout& l = a.layout;
+  LOWBIT_CHECK(a.cols == w.cols() && l.bits == w.scheme().element->bits && Avx2Fits(l) && CpuHasAvx2());
+  const bool wide = WideLevels(l);
+  auto by_levels = [&]<int kBits, bool kLookup>() {
+    if (wide) DispatchSplit<kBits, kLookup, true>(w, l, a, row_begin, row_end, y, y_stride);
+    else DispatchSplit<kBits, kLookup, false>(w, l, a, row_begin, row_end, y, y_stride);
+  };
+  switch (l.bits) {
+    case 2: return l.lookup ? by_levels.template operator()<2, true>() : by_levels.template operator()<2, false>();
+    case 4: return l.lookup ? by_levels.template operator()<4, true>() : by_levels.template operator()<4, false>();
+    case 8: return by_levels.template operator()<8, false>();
+  }
+  LOWBIT_CHECK(false);  // Avx2Fits admits these widths only
+}
+
+}  // namespace lowbit
