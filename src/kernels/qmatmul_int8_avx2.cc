@@ -35,14 +35,56 @@ bool CpuHasAvx2() {
 // As in qmatmul_int8.cc: the hardware prefetcher falls behind one stream per thread.
 constexpr size_t kPrefetchAhead = 2048;
 
-bool Avx2Fits(const Layout& l) { return l.planes(); }
+// 2/4/8-bit codes, level tables among them (one byte shuffle holds 16 levels); integers of other
+// widths (Q3_K, Q5_0, Q5_K, Q6_K), spread to a byte each.
+bool Avx2Fits(const Layout& l) { return l.planes() || !l.lookup; }
+
+int Planes(const Layout& l) { return l.planes() ? 8 / l.bits : 1; }
 
 int LargestLevel(const Layout& l) {
   if (!l.lookup) return (1 << l.bits) - 1;
   return *std::max_element(l.level.begin(), l.level.begin() + (1 << l.bits));
 }
 
-bool WideLevels(const Layout& l) { return LargestLevel(l) * (8 / l.bits) > 128; }
+bool WideLevels(const Layout& l) { return LargestLevel(l) * Planes(l) > 128; }
+
+// Codes of 3, 5, 6 and 7 bits packed LSB first (code i at bit i * kBits), 32 at a time, one per
+// byte. Code i of 8 lies within the two bytes from i * kBits / 8; a byte shuffle puts those in
+// 16-bit lane i (8 codes, kBits bytes, per 128-bit lane), a multiply by 2^(16 - kBits - shift)
+// moves the code to the lane's top bits (AVX2 has no variable 16-bit shift) and a shift by 16 -
+// kBits brings it down. Reads 16 - kBits bytes past the 32 codes (rows are padded where that
+// would leave the tensor).
+template <int kBits>
+class SpreadDecoder {
+ public:
+  LOWBIT_AVX2 SpreadDecoder() {
+    alignas(32) uint8_t shuffle[32];
+    alignas(32) uint16_t multiplier[16];
+    for (int i = 0; i < 16; ++i) {
+      const int bit = i % 8 * kBits;
+      shuffle[2 * i] = static_cast<uint8_t>(bit / 8);
+      shuffle[2 * i + 1] = static_cast<uint8_t>(bit / 8 + 1);
+      multiplier[i] = static_cast<uint16_t>(1u << (16 - kBits - bit % 8));
+    }
+    shuffle_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(shuffle));
+    multiplier_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(multiplier));
+  }
+
+  LOWBIT_AVX2 __attribute__((always_inline)) __m256i Codes(const uint8_t* p) const {
+    // Sixteen codes to 16-bit lanes, twice; packed to bytes they come back in lane order
+    // [a low, b low, a high, b high], which one qword permute puts right.
+    const __m256i packed = _mm256_packus_epi16(Words(p), Words(p + 2 * kBits));
+    return _mm256_permute4x64_epi64(packed, 0xD8);
+  }
+
+ private:
+  LOWBIT_AVX2 __attribute__((always_inline)) __m256i Words(const uint8_t* p) const {
+    const __m256i bytes = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + kBits), reinterpret_cast<const __m128i*>(p));
+    return _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(bytes, shuffle_), multiplier_), 16 - kBits);
+  }
+
+  __m256i shuffle_, multiplier_;
+};
 
 // The levels of plane p of 32 code bytes, as the multiply takes them: unsigned, or level - 128
 // (wide).
@@ -149,8 +191,9 @@ class RowScalesAvx2 {
         factor_(w.tensor_scale() * l.step),
         offset_(l.offset + (kWide ? 128.0f : 0.0f)) {}
 
-  // 8 lanes share a super-block when its group count is a multiple of 8 (the K-quants: 8 or 16).
-  bool Fits() const { return per_super_ % 8 == 0; }
+  // 8 lanes share a super-block when its group count is a multiple of 8 (the K-quants: 8 or 16);
+  // integer zero-points are read 8 at a time from 2, 4 or 8-bit packing.
+  bool Fits() const { return per_super_ % 8 == 0 && (zero_type_ != ZeroType::kInt || 8 % kBits == 0); }
 
   LOWBIT_AVX2 void Decode(size_t r, float* scales, float* biases) const {
     const size_t grid_row = r / cell_rows_;
@@ -244,17 +287,49 @@ class RowScalesAvx2 {
   float factor_, offset_;
 };
 
+// to[b] = weight_scales[b / per_group] * x_scales[b]: the scale of each block's int32 dot. A scalar
+// loop here took a quarter of an int6 g128 row.
+LOWBIT_AVX2 void BlockScales(const float* weight_scales, const float* x_scales, size_t blocks, size_t per_group, float* to) {
+  size_t b = 0;
+  if (per_group == 1) {
+    for (; b + 8 <= blocks; b += 8) _mm256_storeu_ps(to + b, _mm256_mul_ps(_mm256_loadu_ps(weight_scales + b), _mm256_loadu_ps(x_scales + b)));
+  } else if (per_group == 2 || per_group == 4) {  // each weight scale repeated per_group times
+    const __m256i repeat = per_group == 2 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3) : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    for (; b + 8 <= blocks; b += 8) {
+      const __m256 w = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(weight_scales + b / per_group)), repeat);
+      _mm256_storeu_ps(to + b, _mm256_mul_ps(w, _mm256_loadu_ps(x_scales + b)));
+    }
+  } else if (per_group % 8 == 0) {
+    for (; b < blocks; b += 8)
+      _mm256_storeu_ps(to + b, _mm256_mul_ps(_mm256_broadcast_ss(weight_scales + b / per_group), _mm256_loadu_ps(x_scales + b)));
+  }
+  for (; b < blocks; ++b) to[b] = weight_scales[b / per_group] * x_scales[b];
+}
+
+// Bytes read past a chunk of 64 codes: SpreadDecoder's last load, else none.
+template <int kBits>
+constexpr size_t kOverread = 8 % kBits == 0 ? 0 : 16 - kBits;
+
 template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens>
 LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
-  constexpr int kPlanes = 8 / kBits;
+  constexpr bool kPlaneLayout = 8 % kBits == 0;
+  constexpr int kPlanes = kPlaneLayout ? 8 / kBits : 1;
+  constexpr size_t kChunkBytes = kPlaneLayout ? 64 : 8 * kBits;
   const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block, blocks_per_group = l.group / l.block;
   const size_t padded_groups = (l.groups + 7) / 8 * 8;
-  std::vector<float> scales(padded_groups), biases(padded_groups);
+  std::vector<float> scales(padded_groups + 8), biases(padded_groups + 8);  // 8 more: BlockScales reads 4 at a time
   const RowScalesAvx2<kBits, kWide> row_scales(w, l);
   const bool vector_scales = row_scales.Fits();
   std::vector<float> block_scales(kTokens * blocks + 8);  // 8 more: LaneScales reads 4 floats
   const PlaneDecoder<kBits, kLookup, kWide> decoder(l);
+  const SpreadDecoder<kBits> spread;
+  // The tensor's last row, copied where the spread's loads may run past it.
+  std::vector<uint8_t> last_row;
+  if (kOverread<kBits> && row_end == w.rows()) {
+    last_row.assign(w.row_bytes() + kOverread<kBits>, 0);
+    std::memcpy(last_row.data(), w.codes().data() + (w.rows() - 1) * w.row_bytes(), w.row_bytes());
+  }
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* inputs[kTokens];
   for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
@@ -270,24 +345,25 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
     for (size_t t = 0; t < kTokens; ++t) {
       const float* x_scales = &a.scales[(t0 + t) * blocks];
       float* to = &block_scales[t * blocks];
-      if (blocks_per_group == 1)
-        for (size_t b = 0; b < blocks; ++b) to[b] = scales[b] * x_scales[b];
-      else
-        for (size_t b = 0; b < blocks; ++b) to[b] = scales[b / blocks_per_group] * x_scales[b];
+      BlockScales(scales.data(), x_scales, blocks, blocks_per_group, to);
       bias_sums[t] = DotF32(biases.data(), &a.group_sums[(t0 + t) * l.groups], l.groups);
     }
-    const uint8_t* row = w.codes().data() + r * w.row_bytes();
+    const uint8_t* row = !last_row.empty() && r + 1 == w.rows() ? last_row.data() : w.codes().data() + r * w.row_bytes();
     __m256 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (size_t c = 0; c < chunks; ++c) {
-      const uint8_t* at = row + c * 64;
+      const uint8_t* at = row + c * kChunkBytes;
       _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
       __m256i whole_chunk[kTokens];  // kSplit 1: both halves are one block
       // Each half by name, not by a loop index: indexed, the accumulators lived on the stack.
       auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
-        const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
         __m256i levels[kPlanes];
-        for (int p = 0; p < kPlanes; ++p) levels[p] = decoder.Plane(codes, p);
+        if constexpr (kPlaneLayout) {
+          const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
+          for (int p = 0; p < kPlanes; ++p) levels[p] = decoder.Plane(codes, p);
+        } else {
+          levels[0] = spread.Codes(at + 4 * kBits * kHalf);
+        }
         for (size_t t = 0; t < kTokens; ++t) {
           const int8_t* x = inputs[t] + c * l.chunk + 32 * kHalf;  // plane p's inputs at x + 64 p
           __m256i sums;
@@ -339,7 +415,7 @@ void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activati
 // round half to even), so the same bytes.
 LOWBIT_AVX2 Int8Activations QuantizeAvx2(const Layout& l, size_t cols, const float* x, size_t n_tokens) {
   Int8Activations a = EmptyActivations(l, cols, n_tokens);
-  const size_t blocks = cols / l.block, per = 8 / l.bits;
+  const size_t blocks = cols / l.block, per = Planes(l);
   std::vector<int8_t> natural(l.chunk);
   std::vector<int32_t> q32(l.block);
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -405,7 +481,11 @@ void Int8DotRowsAvx2(const QuantizedTensor& w, const Int8Activations& a, size_t 
   };
   switch (l.bits) {
     case 2: return l.lookup ? by_levels.template operator()<2, true>() : by_levels.template operator()<2, false>();
+    case 3: return by_levels.template operator()<3, false>();
     case 4: return l.lookup ? by_levels.template operator()<4, true>() : by_levels.template operator()<4, false>();
+    case 5: return by_levels.template operator()<5, false>();
+    case 6: return by_levels.template operator()<6, false>();
+    case 7: return by_levels.template operator()<7, false>();
     case 8: return by_levels.template operator()<8, false>();
   }
   LOWBIT_CHECK(false);  // Avx2Fits admits these widths only
