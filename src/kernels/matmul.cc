@@ -64,12 +64,12 @@ void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPo
     if (fast && !gemm && HasBf16DotKernel(q)) {
       const AlignedVector<uint16_t> xb = ToBf16Activations(x, n_tokens, cols);
       pool.ParallelFor(rows, [&](size_t begin, size_t end) { Bf16DotRows(q, xb.data(), n_tokens, begin, end, y, rows); });
-    } else if (fast && (gemm ? HasInt8GemmKernel(q) : HasInt8DotKernel(q))) {
+    } else if (fast && HasInt8DotKernel(q)) {
       // Every batch, prefill included (from 9 tokens as a GEMM, where VNNI is): at 256 tokens the
       // integer dots ran 1.3-2.4x a bf16 route (int4 g128 229 vs 96 tokens/s, Q4_K_M 131 vs 99)
       // before the GEMM.
       const Int8Activations a = QuantizeActivationsInt8(q, x, n_tokens);
-      if (gemm) {
+      if (gemm && HasInt8GemmKernel(q)) {
         Int8TokenTiles tiles(a);
         pool.ParallelFor(tiles.tiles(), [&](size_t begin, size_t end) { tiles.Fill(a, begin, end); });
         pool.ParallelFor(rows, [&](size_t begin, size_t end) { Int8GemmRows(q, tiles, begin, end, y, rows); });

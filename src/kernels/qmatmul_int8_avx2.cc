@@ -396,10 +396,16 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
 template <int kBits, bool kLookup, bool kWide>
 void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t row_begin,
                    size_t row_end, float* y, size_t y_stride) {
+  // Many tokens: panels of rows small enough to stay in L2 meet every token in turn, rather than
+  // the whole matrix streaming from memory once per 4 tokens.
+  const size_t panel = a.n_tokens > 4 ? std::max<size_t>(16, (256 << 10) / w.row_bytes()) : row_end - row_begin;
   auto run = [&]<size_t kSplit>() {
-    size_t t = 0;
-    for (; t + 4 <= a.n_tokens; t += 4) RowsAvx2<kBits, kLookup, kWide, kSplit, 4>(w, l, a, t, row_begin, row_end, y, y_stride);
-    for (; t < a.n_tokens; ++t) RowsAvx2<kBits, kLookup, kWide, kSplit, 1>(w, l, a, t, row_begin, row_end, y, y_stride);
+    for (size_t r0 = row_begin; r0 < row_end; r0 += panel) {
+      const size_t r1 = std::min(row_end, r0 + panel);
+      size_t t = 0;
+      for (; t + 4 <= a.n_tokens; t += 4) RowsAvx2<kBits, kLookup, kWide, kSplit, 4>(w, l, a, t, r0, r1, y, y_stride);
+      for (; t < a.n_tokens; ++t) RowsAvx2<kBits, kLookup, kWide, kSplit, 1>(w, l, a, t, r0, r1, y, y_stride);
+    }
   };
   switch (l.chunk / l.block) {
     case 1: return run.template operator()<1>();
