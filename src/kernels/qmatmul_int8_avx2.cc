@@ -133,6 +133,13 @@ LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 LaneScales(const float*
   }
 }
 
+// n floats from p, and zeros for the rest of 8 (not read).
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 LoadFloats(const float* p, size_t n) {
+  if (n >= 8) return _mm256_loadu_ps(p);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes));
+}
+
 LOWBIT_AVX2 inline float Sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -171,7 +178,6 @@ LOWBIT_AVX2 __attribute__((always_inline)) inline __m128i LoadBytes(const uint8_
 // E8M0 and UE4M3 scales, GGUF's i8 sub-scales under an fp16 super-block scale; integer, fp16, bf16
 // and fp32 zero-points, Q4_1's fp16 biases, the K-quants' u8 mins under an fp16 super-block min.
 // What RowScales decodes through the generic per-row path, which took 2/3 of a Q4_K row's time.
-// Writes whole vectors: both arrays need room for the groups rounded up to 8.
 template <int kBits, bool kWide>
 class RowScalesAvx2 {
  public:
@@ -195,7 +201,9 @@ class RowScalesAvx2 {
   // integer zero-points are read 8 at a time from 2, 4 or 8-bit packing.
   bool Fits() const { return per_super_ % 8 == 0 && (zero_type_ != ZeroType::kInt || 8 % kBits == 0); }
 
-  LOWBIT_AVX2 void Decode(size_t r, float* scales, float* biases) const {
+  // use(g, n, scales, biases) for groups g .. g + n - 1 (n <= 8; lanes past n hold nothing of use).
+  template <class Use>
+  LOWBIT_AVX2 __attribute__((always_inline)) void ForRow(size_t r, Use&& use) const {
     const size_t grid_row = r / cell_rows_;
     const uint8_t* stored = scales_.data() + grid_row * scale_row_bytes_;
     const uint8_t* zeros = zeros_.data() + grid_row * zero_row_bytes_;
@@ -229,8 +237,7 @@ class RowScalesAvx2 {
           break;
         }
       }
-      _mm256_storeu_ps(scales + g, s);
-      _mm256_storeu_ps(biases + g, bias);
+      use(g, n, s, bias);
     }
   }
 
@@ -321,7 +328,9 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   std::vector<float> scales(padded_groups + 8), biases(padded_groups + 8);  // 8 more: BlockScales reads 4 at a time
   const RowScalesAvx2<kBits, kWide> row_scales(w, l);
   const bool vector_scales = row_scales.Fits();
-  std::vector<float> block_scales(kTokens * blocks + 8);  // 8 more: LaneScales reads 4 floats
+  // Each token's block scales, whole vectors apart (ForRow's stores), 8 more at the end: LaneScales reads 4.
+  const size_t block_stride = (blocks + 7) / 8 * 8;
+  std::vector<float> block_scales(kTokens * block_stride + 8);
   const PlaneDecoder<kBits, kLookup, kWide> decoder(l);
   const SpreadDecoder<kBits> spread;
   // The tensor's last row, copied where the spread's loads may run past it.
@@ -334,19 +343,32 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   const int8_t* inputs[kTokens];
   for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
   for (size_t r = row_begin; r < row_end; ++r) {
+    float bias_sums[kTokens];
     if (vector_scales) {
-      row_scales.Decode(r, scales.data(), biases.data());
+      // One pass over the row's groups: each group's scale times the tokens' block scales, and its
+      // bias times their group sums. Three passes (decode, scale, bias) took a third of a Q4_K row.
+      __m256 bias_acc[kTokens];
+      for (size_t t = 0; t < kTokens; ++t) bias_acc[t] = _mm256_setzero_ps();
+      row_scales.ForRow(r, [&](size_t g, size_t n, __m256 s, __m256 bias) LOWBIT_AVX2 __attribute__((always_inline)) {
+        for (size_t t = 0; t < kTokens; ++t) {
+          bias_acc[t] = _mm256_fmadd_ps(bias, LoadFloats(&a.group_sums[(t0 + t) * l.groups + g], n), bias_acc[t]);
+          if (blocks_per_group == 1)  // a group is a block
+            _mm256_storeu_ps(&block_scales[t * block_stride + g], _mm256_mul_ps(s, LoadFloats(&a.scales[(t0 + t) * blocks + g], n)));
+        }
+        if (blocks_per_group != 1) _mm256_storeu_ps(&scales[g], s);
+      });
+      for (size_t t = 0; t < kTokens; ++t) {
+        if (blocks_per_group != 1) BlockScales(scales.data(), &a.scales[(t0 + t) * blocks], blocks, blocks_per_group, &block_scales[t * block_stride]);
+        bias_sums[t] = Sum(bias_acc[t]);
+      }
     } else {
       RowScales(w, l, r, scales.data(), biases.data());
       if constexpr (kWide)
         for (size_t g = 0; g < l.groups; ++g) biases[g] += 128.0f * scales[g];
-    }
-    float bias_sums[kTokens];
-    for (size_t t = 0; t < kTokens; ++t) {
-      const float* x_scales = &a.scales[(t0 + t) * blocks];
-      float* to = &block_scales[t * blocks];
-      BlockScales(scales.data(), x_scales, blocks, blocks_per_group, to);
-      bias_sums[t] = DotF32(biases.data(), &a.group_sums[(t0 + t) * l.groups], l.groups);
+      for (size_t t = 0; t < kTokens; ++t) {
+        BlockScales(scales.data(), &a.scales[(t0 + t) * blocks], blocks, blocks_per_group, &block_scales[t * block_stride]);
+        bias_sums[t] = DotF32(biases.data(), &a.group_sums[(t0 + t) * l.groups], l.groups);
+      }
     }
     const uint8_t* row = !last_row.empty() && r + 1 == w.rows() ? last_row.data() : w.codes().data() + r * w.row_bytes();
     __m256 acc[kTokens][2];
@@ -378,7 +400,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
           if constexpr (kSplit == 1) {
             whole_chunk[t] = kHalf == 0 ? sums : _mm256_add_epi32(whole_chunk[t], sums);
           } else {
-            const float* s = &block_scales[t * blocks + c * kSplit];
+            const float* s = &block_scales[t * block_stride + c * kSplit];
             acc[t][kHalf] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), LaneScales<kSplit>(s, kHalf), acc[t][kHalf]);
           }
         }
@@ -387,7 +409,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
       half.template operator()<1>();
       if constexpr (kSplit == 1)
         for (size_t t = 0; t < kTokens; ++t)
-          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whole_chunk[t]), _mm256_broadcast_ss(&block_scales[t * blocks + c]), acc[t][0]);
+          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whole_chunk[t]), _mm256_broadcast_ss(&block_scales[t * block_stride + c]), acc[t][0]);
     }
     for (size_t t = 0; t < kTokens; ++t) y[(t0 + t) * y_stride + r] = Sum(_mm256_add_ps(acc[t][0], acc[t][1])) + bias_sums[t];
   }
