@@ -167,7 +167,7 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
 namespace lowbit {
 namespace {
 
-TEST(Int8DotRows, VnniMatchesIntegerReferenceAndStaysCloseToExact) {
+TEST(Int8DotRows, VnniAndAvx2MatchIntegerReferenceAndStayCloseToExact) {
   const size_t rows = 19, cols = 512, n_tokens = 5;
   const std::vector<float> w = Gaussian(rows * cols, 7), x = Gaussian(n_tokens * cols, 8);
   for (const char* spec : {"int4", "int4:g256:asym", "int4:channel", "int4:g32", "int4:g64:asym", "int8", "int8:g64:asym",

@@ -12,20 +12,17 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
-#include <span>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/qmatmul_int8-inl.h"
+#include "kernels/qmatmul_int8_avx2-inl.h"
 #include "kernels/qmatmul_int8.h"
 
 namespace lowbit {
 namespace {
 
 using namespace int8dot;  // NOLINT: the integer-dot kernels' shared pieces
-
-#define LOWBIT_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 bool CpuHasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -47,68 +44,6 @@ int LargestLevel(const Layout& l) {
 }
 
 bool WideLevels(const Layout& l) { return LargestLevel(l) * Planes(l) > 128; }
-
-// Codes of 3, 5, 6 and 7 bits packed LSB first (code i at bit i * kBits), 32 at a time, one per
-// byte. Code i of 8 lies within the two bytes from i * kBits / 8; a byte shuffle puts those in
-// 16-bit lane i (8 codes, kBits bytes, per 128-bit lane), a multiply by 2^(16 - kBits - shift)
-// moves the code to the lane's top bits (AVX2 has no variable 16-bit shift) and a shift by 16 -
-// kBits brings it down. Reads 16 - kBits bytes past the 32 codes (rows are padded where that
-// would leave the tensor).
-template <int kBits>
-class SpreadDecoder {
- public:
-  LOWBIT_AVX2 SpreadDecoder() {
-    alignas(32) uint8_t shuffle[32];
-    alignas(32) uint16_t multiplier[16];
-    for (int i = 0; i < 16; ++i) {
-      const int bit = i % 8 * kBits;
-      shuffle[2 * i] = static_cast<uint8_t>(bit / 8);
-      shuffle[2 * i + 1] = static_cast<uint8_t>(bit / 8 + 1);
-      multiplier[i] = static_cast<uint16_t>(1u << (16 - kBits - bit % 8));
-    }
-    shuffle_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(shuffle));
-    multiplier_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(multiplier));
-  }
-
-  LOWBIT_AVX2 __attribute__((always_inline)) __m256i Codes(const uint8_t* p) const {
-    // Sixteen codes to 16-bit lanes, twice; packed to bytes they come back in lane order
-    // [a low, b low, a high, b high], which one qword permute puts right.
-    const __m256i packed = _mm256_packus_epi16(Words(p), Words(p + 2 * kBits));
-    return _mm256_permute4x64_epi64(packed, 0xD8);
-  }
-
- private:
-  LOWBIT_AVX2 __attribute__((always_inline)) __m256i Words(const uint8_t* p) const {
-    const __m256i bytes = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + kBits), reinterpret_cast<const __m128i*>(p));
-    return _mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(bytes, shuffle_), multiplier_), 16 - kBits);
-  }
-
-  __m256i shuffle_, multiplier_;
-};
-
-// The levels of plane p of 32 code bytes, as the multiply takes them: unsigned, or level - 128
-// (wide).
-template <int kBits, bool kLookup, bool kWide>
-class PlaneDecoder {
- public:
-  LOWBIT_AVX2 explicit PlaneDecoder(const Layout& l) : mask_(_mm256_set1_epi8(static_cast<char>((1 << kBits) - 1))) {
-    alignas(16) uint8_t table[16] = {};
-    for (int c = 0; c < (1 << kBits) && c < 16; ++c) table[c] = static_cast<uint8_t>(l.level[c] ^ (kWide ? 0x80 : 0));
-    table_ = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
-  }
-
-  LOWBIT_AVX2 __attribute__((always_inline)) __m256i Plane(__m256i codes, int p) const {
-    if constexpr (kBits == 8) {
-      return kWide ? _mm256_xor_si256(codes, _mm256_set1_epi8(static_cast<char>(0x80))) : codes;
-    } else {
-      const __m256i c = _mm256_and_si256(p == 0 ? codes : _mm256_srli_epi16(codes, p * kBits), mask_);
-      return kLookup ? _mm256_shuffle_epi8(table_, c) : c;
-    }
-  }
-
- private:
-  __m256i mask_, table_;
-};
 
 // int16 pair sums of 32 levels times 32 inputs.
 template <bool kWide>
@@ -155,144 +90,6 @@ LOWBIT_AVX2 float DotF32(const float* a, const float* b, size_t n) {
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
-
-// n <= 16 bytes from p into a vector, the rest zero: exact-width loads for whole vectors of groups,
-// a copy only for a row's last groups (a copy into a buffer then a load of it stalled store
-// forwarding, and cost as much as the dot on a Q4_0 row).
-LOWBIT_AVX2 __attribute__((always_inline)) inline __m128i LoadBytes(const uint8_t* p, size_t n) {
-  if (n >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if (n == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  if (n == 4) {
-    int32_t four;
-    std::memcpy(&four, p, 4);
-    return _mm_cvtsi32_si128(four);
-  }
-  alignas(16) uint8_t bytes[16] = {};
-  std::memcpy(bytes, p, n);
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(bytes));
-}
-
-// Row r's group scales (times the tensor scale and the layout's step) and biases (the offset, the
-// zero-point or stored bias, and for wide levels the 128 taken off them, each times the scale),
-// 8 groups at a time, for the storages GGUF files and lowbit's schemes use: fp16, bf16, fp32,
-// E8M0 and UE4M3 scales, GGUF's i8 sub-scales under an fp16 super-block scale; integer, fp16, bf16
-// and fp32 zero-points, Q4_1's fp16 biases, the K-quants' u8 mins under an fp16 super-block min.
-// What RowScales decodes through the generic per-row path, which took 2/3 of a Q4_K row's time.
-template <int kBits, bool kWide>
-class RowScalesAvx2 {
- public:
-  LOWBIT_AVX2 RowScalesAvx2(const QuantizedTensor& w, const Layout& l)
-      : scales_(w.scale_bytes()),
-        zeros_(w.zero_bytes()),
-        supers_(w.super_bytes()),
-        scale_row_bytes_(scales_.size() / w.grid().grid_rows),
-        zero_row_bytes_(zeros_.size() / w.grid().grid_rows),
-        super_row_bytes_(2 * w.supers_per_row()),
-        super_mins_at_(w.grid().grid_rows * super_row_bytes_),
-        cell_rows_(w.grid().cell_rows),
-        groups_(l.groups),
-        per_super_(w.scheme().super_groups()),
-        type_(w.scheme().scale_type),
-        zero_type_(w.scheme().asymmetric() ? w.scheme().zero_type : ZeroType::kNone),
-        factor_(w.tensor_scale() * l.step),
-        offset_(l.offset + (kWide ? 128.0f : 0.0f)) {}
-
-  // 8 lanes share a super-block when its group count is a multiple of 8 (the K-quants: 8 or 16);
-  // integer zero-points are read 8 at a time from 2, 4 or 8-bit packing.
-  bool Fits() const { return per_super_ % 8 == 0 && (zero_type_ != ZeroType::kInt || 8 % kBits == 0); }
-
-  // use(g, n, scales, biases) for groups g .. g + n - 1 (n <= 8; lanes past n hold nothing of use).
-  template <class Use>
-  LOWBIT_AVX2 __attribute__((always_inline)) void ForRow(size_t r, Use&& use) const {
-    const size_t grid_row = r / cell_rows_;
-    const uint8_t* stored = scales_.data() + grid_row * scale_row_bytes_;
-    const uint8_t* zeros = zeros_.data() + grid_row * zero_row_bytes_;
-    const uint8_t* supers = supers_.data() + grid_row * super_row_bytes_;
-    const __m256 factor = _mm256_set1_ps(factor_), offset = _mm256_set1_ps(offset_);
-    for (size_t g = 0; g < groups_; g += 8) {
-      const size_t n = std::min<size_t>(8, groups_ - g);
-      __m256 decoded;
-      switch (type_) {
-        case ScaleType::kF16: decoded = _mm256_cvtph_ps(LoadBytes(stored + 2 * g, 2 * n)); break;
-        case ScaleType::kBF16: decoded = Bf16ToFp32(LoadBytes(stored + 2 * g, 2 * n)); break;
-        case ScaleType::kF32: decoded = _mm256_castsi256_ps(Load32(stored + 4 * g, 4 * n)); break;
-        case ScaleType::kE8M0: decoded = E8m0ToFp32(LoadBytes(stored + g, n)); break;
-        case ScaleType::kUE4M3: decoded = Ue4m3ToFp32(LoadBytes(stored + g, n)); break;
-        case ScaleType::kI8:  // d * sc, as ggml forms it
-          decoded = _mm256_mul_ps(Super(supers, g), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(LoadBytes(stored + g, n))));
-          break;
-      }
-      const __m256 s = _mm256_mul_ps(decoded, factor);
-      __m256 bias = _mm256_mul_ps(s, offset);
-      switch (zero_type_) {  // x = s * (code - zero): the bias -zero * s; or the bias as stored
-        case ZeroType::kNone: break;
-        case ZeroType::kInt: bias = _mm256_fnmadd_ps(IntZeros(zeros, g), s, bias); break;
-        case ZeroType::kF32: bias = _mm256_fnmadd_ps(_mm256_castsi256_ps(Load32(zeros + 4 * g, 4 * n)), s, bias); break;
-        case ZeroType::kF16: bias = _mm256_fnmadd_ps(_mm256_cvtph_ps(LoadBytes(zeros + 2 * g, 2 * n)), s, bias); break;
-        case ZeroType::kBF16: bias = _mm256_fnmadd_ps(Bf16ToFp32(LoadBytes(zeros + 2 * g, 2 * n)), s, bias); break;
-        case ZeroType::kBiasF16: bias = _mm256_add_ps(bias, _mm256_cvtph_ps(LoadBytes(zeros + 2 * g, 2 * n))); break;
-        case ZeroType::kMin8: {  // -(dmin * m)
-          const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(LoadBytes(zeros + g, n)));
-          bias = _mm256_sub_ps(bias, _mm256_mul_ps(Super(supers + super_mins_at_, g), mins));
-          break;
-        }
-      }
-      use(g, n, s, bias);
-    }
-  }
-
- private:
-  LOWBIT_AVX2 __attribute__((always_inline)) static __m256i Load32(const uint8_t* p, size_t n) {
-    if (n >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    alignas(32) uint8_t bytes[32] = {};
-    std::memcpy(bytes, p, n);
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes));
-  }
-  LOWBIT_AVX2 static __m256 Bf16ToFp32(__m128i halves) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
-  }
-  // As qmatmul_int8-inl.h's: 2^(e - 127) has e as its exponent field, but for e = 0 and 255.
-  LOWBIT_AVX2 static __m256 E8m0ToFp32(__m128i codes) {
-    const __m256i e = _mm256_cvtepu8_epi32(codes);
-    __m256i bits = _mm256_slli_epi32(e, 23);
-    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
-    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
-    return _mm256_castsi256_ps(bits);
-  }
-  // The low 7 bits: exponent 1-15 normal, 0 subnormal (mantissa x 2^-9), 0x7F NaN.
-  LOWBIT_AVX2 static __m256 Ue4m3ToFp32(__m128i codes) {
-    const __m256i c = _mm256_and_si256(_mm256_cvtepu8_epi32(codes), _mm256_set1_epi32(0x7F));
-    const __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(c, 20), _mm256_set1_epi32(120 << 23)));
-    const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(0x1p-9f));
-    __m256 v = _mm256_blendv_ps(normal, subnormal, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), c)));
-    return _mm256_blendv_ps(v, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
-                            _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, _mm256_set1_epi32(0x7F))));
-  }
-  // The fp16 super-block value of groups g..g + 7 (one super-block: Fits).
-  LOWBIT_AVX2 __m256 Super(const uint8_t* row, size_t g) const {
-    uint16_t half;
-    std::memcpy(&half, row + 2 * (g / per_super_), 2);
-    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(half)));
-  }
-  // Eight kBits-bit zero-points from group g, packed LSB first (2, 4 or 8 bits: 2, 4 or 8 bytes).
-  LOWBIT_AVX2 __m256 IntZeros(const uint8_t* zeros, size_t g) const {
-    const size_t at = g * kBits / 8;
-    const __m128i bytes = LoadBytes(zeros + at, std::min<size_t>(kBits, zero_row_bytes_ - at));
-    if constexpr (kBits == 8) {
-      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-    } else {
-      const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits);
-      const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(_mm_cvtsi128_si32(bytes)), shifts);
-      return _mm256_cvtepi32_ps(_mm256_and_si256(codes, _mm256_set1_epi32((1 << kBits) - 1)));
-    }
-  }
-
-  std::span<const uint8_t> scales_, zeros_, supers_;
-  size_t scale_row_bytes_, zero_row_bytes_, super_row_bytes_, super_mins_at_, cell_rows_, groups_, per_super_;
-  ScaleType type_;
-  ZeroType zero_type_;
-  float factor_, offset_;
-};
 
 // to[b] = weight_scales[b / per_group] * x_scales[b]: the scale of each block's int32 dot. A scalar
 // loop here took a quarter of an int6 g128 row.
