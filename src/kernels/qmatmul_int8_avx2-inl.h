@@ -23,8 +23,10 @@ namespace lowbit::int8dot {
 // byte. Code i of 8 lies within the two bytes from i * kBits / 8; a byte shuffle puts those in
 // 16-bit lane i (8 codes, kBits bytes, per 128-bit lane), a multiply by 2^(16 - kBits - shift)
 // moves the code to the lane's top bits (AVX2 has no variable 16-bit shift) and a shift by 16 -
-// kBits brings it down. Reads 16 - kBits bytes past the 32 codes (rows are padded where that
-// would leave the tensor).
+// kBits brings it down. 6-bit codes (Q6_K, the output matrix of most K-quant mixes) go 4 to a
+// 32-bit lane instead, 3 bytes each, and are moved to their bytes by constant shifts and masks:
+// half the byte shuffles, which bound the general path. Reads 16 - kBits bytes past the 32 codes
+// at most (rows are padded where that would leave the tensor).
 template <int kBits>
 class SpreadDecoder {
  public:
@@ -39,9 +41,22 @@ class SpreadDecoder {
     }
     shuffle_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(shuffle));
     multiplier_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(multiplier));
+    if constexpr (kBits == 6)  // bytes 3j .. 3j + 2 to 32-bit lane j, its top byte zero
+      shuffle_ = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
+                                  0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
   }
 
   LOWBIT_AVX2 __attribute__((always_inline)) __m256i Codes(const uint8_t* p) const {
+    if constexpr (kBits == 6) {
+      // 16 codes (12 bytes) per 128-bit lane; code k of lane j at bit 6k moves to bit 8k.
+      const __m256i v = _mm256_shuffle_epi8(
+          _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + 12), reinterpret_cast<const __m128i*>(p)), shuffle_);
+      const __m256i c01 = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0x3F)),
+                                          _mm256_and_si256(_mm256_slli_epi32(v, 2), _mm256_set1_epi32(0x3F00)));
+      const __m256i c23 = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(v, 4), _mm256_set1_epi32(0x3F0000)),
+                                          _mm256_and_si256(_mm256_slli_epi32(v, 6), _mm256_set1_epi32(0x3F000000)));
+      return _mm256_or_si256(c01, c23);
+    }
     // Sixteen codes to 16-bit lanes, twice; packed to bytes they come back in lane order
     // [a low, b low, a high, b high], which one qword permute puts right.
     const __m256i packed = _mm256_packus_epi16(Words(p), Words(p + 2 * kBits));
