@@ -7,7 +7,8 @@
 //   quantized / bf16, fast     where the CPU has the instructions: bf16 weights -> BF16 dots
 //                              (qmatmul_bf16.h); int2..int8, the GGUF block types and the byte-level
 //                              tables -> VNNI integer dots on int8 activations at any batch, prefill
-//                              included (qmatmul_int8.h); other formats past 8 tokens -> 64-row
+//                              included (qmatmul_int8.h); without VNNI, AVX2 integer dots (level
+//                              tables of 16 entries and integers) at any batch; other formats past 8 tokens -> 64-row
 //                              tiles decoded to bf16, then BF16 dots; otherwise as exact.
 // With input quantization (W8A8 simulation), x is fake-quantized first.
 #pragma once
@@ -23,7 +24,7 @@ namespace lowbit {
 
 // How activations meet quantized and bf16 weights. kExact keeps them fp32 (what evaluation and
 // calibration use, so quality figures measure the weights alone). kFast lets int4 / int8 weights
-// run integer dots on int8 block-quantized activations (VNNI) and bf16 weights BF16 dots on bf16
+// run integer dots on int8 block-quantized activations (VNNI, or AVX2) and bf16 weights BF16 dots on bf16
 // activations, as llama.cpp does, where the CPU has those instructions (generation, benchmarks).
 enum class Activations : uint8_t { kExact, kFast };
 

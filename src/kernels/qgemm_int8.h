@@ -36,7 +36,7 @@ struct Int8TokenTiles {
 };
 
 // What Int8DotRows computes (to fp32 rounding) for every token: y[t * y_stride + r], r in
-// [row_begin, row_end). Needs the CPU HasInt8DotKernel asks for.
+// [row_begin, row_end). Needs the CPU HasInt8GemmKernel asks for (VNNI).
 void Int8GemmRows(const QuantizedTensor& w, const Int8TokenTiles& a, size_t row_begin, size_t row_end, float* y,
                   size_t y_stride);
 

@@ -10,9 +10,10 @@
 // permute and a multishift). Per block: int32 dot -> fp32, times weight scale x activation scale;
 // the zero-point / offset of each group is applied once through the group's sum of activations.
 //
-// On CPUs with AVX2 but no VNNI (Zen 2/3, Haswell to Raptor Lake) the same activations meet 2, 4
-// and 8-bit codes through vpmaddubsw / vpmaddwd on 32-byte halves (qmatmul_int8_avx2.cc), at
-// decode's batch sizes; prefill keeps the fp32 GEMM there.
+// On CPUs with AVX2 but no VNNI (Zen 2/3, Haswell to Raptor Lake) the same activations meet the
+// same codes (level tables of 16 entries and integers of every width) through vpmaddubsw /
+// vpmaddwd on 32-byte halves (qmatmul_int8_avx2.cc), at every batch; the prefill GEMM
+// (qgemm_int8.h) is VNNI's alone.
 //
 // Available when the CPU has AVX-512 VNNI and VBMI (Ice Lake, Zen 4 and later) and the weight's row
 // length is a multiple of one step's codes (256 / 128 / 64 at 2 / 4 / 8 bits, 64 otherwise) and
@@ -69,7 +70,7 @@ void Int8DotRowsRef(const QuantizedTensor& w, const Int8Activations& a, size_t r
                     size_t y_stride);
 
 // The AVX2 forms, which the calls above take on CPUs without VNNI; named so that tests run them
-// wherever AVX2 is. Codes of 2, 4 and 8 bits.
+// wherever AVX2 is. Every layout above but FP6 E2M3's (a 64-entry level table).
 bool HasInt8DotKernelAvx2(const QuantizedTensor& w);
 Int8Activations QuantizeActivationsInt8Avx2(const QuantizedTensor& w, const float* x, size_t n_tokens);
 void Int8DotRowsAvx2(const QuantizedTensor& w, const Int8Activations& a, size_t row_begin, size_t row_end, float* y,
