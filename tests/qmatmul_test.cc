@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -139,7 +140,7 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
   const size_t rows = 70, cols = 384;
   const std::vector<float> w = Gaussian(rows * cols, 5);
   ThreadPool pool(2);
-  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "bf16", "fp8_e4m3"}) {
+  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "nf4:g64", "bf16", "fp8_e4m3"}) {
     Linear linear;
     linear.weight = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     const QuantizedTensor& q = std::get<QuantizedTensor>(linear.weight);
@@ -178,7 +179,9 @@ TEST(Int8DotRows, VnniAndAvx2MatchIntegerReferenceAndStayCloseToExact) {
                            // half-precision scales and zero-points
                            "int4:g32:asym:scale=bf16:zero=f16", "int8:g64:asym:zero=bf16", "int3:g128:scale=bf16",
                            // level tables: codes through a byte shuffle
-                           "mxfp4", "nvfp4", "fp4_e2m1", "iq4_nl", "fp6_e2m3", "mxfp6_e2m3", "ternary"}) {
+                           "mxfp4", "nvfp4", "fp4_e2m1", "iq4_nl", "fp6_e2m3", "mxfp6_e2m3", "ternary",
+                           // NF4: levels rounded to int8 (below)
+                           "nf4:g64", "nf4:g32:scale=f16"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     ASSERT_TRUE(Int8DotKernelFits(q)) << spec;
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), n_tokens);
@@ -268,8 +271,18 @@ TEST(Int8DotRows, VnniAndAvx2MatchIntegerReferenceAndStayCloseToExact) {
   // Groups that do not tile a 64-byte load of codes are not for this kernel.
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int4:g96"), "w")));
   EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme("int8:g8"), "w")));
-  // Levels that are not whole numbers of one step within a byte's range.
-  for (const char* spec : {"nf4:g64", "fp8_e4m3", "fp6_e3m2", "mxfp8_e5m2", "mxint8"})
+  // NF4's levels are rounded to 127ths of its largest, round(127 v) + 127 by hand from the QLoRA
+  // table (-1, -0.6962, -0.5251, ..., 0.7230, 1); every exact table keeps its levels unrounded.
+  const Int8DotLayout nf4 = QuantizeActivationsInt8Ref(QuantizeRtn(w, rows, cols, ParseScheme("nf4:g64"), "w"), x.data(), 1).layout;
+  EXPECT_TRUE(nf4.rounded && nf4.lookup);
+  EXPECT_FLOAT_EQ(nf4.step, 1.0f / 127);
+  EXPECT_EQ(nf4.offset, -127);
+  const std::array<uint8_t, 16> nf4_levels = {0, 39, 60, 77, 91, 104, 115, 127, 137, 147, 158, 170, 183, 198, 219, 254};
+  EXPECT_TRUE(std::equal(nf4_levels.begin(), nf4_levels.end(), nf4.level.begin()));
+  EXPECT_FALSE(QuantizeActivationsInt8Ref(QuantizeRtn(w, rows, cols, ParseScheme("iq4_nl"), "w"), x.data(), 1).layout.rounded);
+  // Levels that are not whole numbers of one step within a byte's range, and that rounding would
+  // move by more than 1/16 of their gaps.
+  for (const char* spec : {"fp8_e4m3", "fp6_e3m2", "mxfp8_e5m2", "mxint8"})
     EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme(spec), "w"))) << spec;
 }
 

@@ -24,25 +24,59 @@ constexpr size_t kPrefetchAhead = 2048;
 // within 255 steps: then unsigned bytes times int8 activations are exact. Integers qualify (level
 // = code), and so do FP4 E2M1 (halves), FP6 E2M3 (eighths), IQ4_NL and ternary; NF4, FP6 E3M2 and
 // FP8 do not (irrational levels, or a range wider than a byte).
-bool ByteLevels(std::span<const float> table, Layout& l) {
-  float step = 0;
+bool ExactByteLevels(std::span<const float> table, std::vector<int>& whole, float& step) {
+  step = 0;
   for (const float v : table) {
     if (!std::isfinite(v)) return false;
     if (v != 0 && (step == 0 || std::fabs(v) < step)) step = std::fabs(v);
   }
   if (step == 0) step = 1;
-  std::vector<int> whole(table.size());
   for (size_t c = 0; c < table.size(); ++c) {
     const float k = std::nearbyint(table[c] / step);
     if (std::fabs(k) > 255 || k * step != table[c]) return false;
     whole[c] = static_cast<int>(k);
   }
+  return true;
+}
+
+// Otherwise a 16-level table may be rounded to 1/127 of its largest magnitude, as llama.cpp keeps
+// IQ4_NL's non-linear levels as int8, when no level moves by more than 1/16 of the gap to its
+// nearest neighbour: NF4 moves by at most 4.6 % of its smallest gap (0.0037 of the group's scale,
+// a tenth of its RMS rounding error), FP6 E3M2 and FP8 would merge levels. Int8 activations
+// already make these dots approximate; the levels keep their order and spacing.
+bool RoundedByteLevels(std::span<const float> table, std::vector<int>& whole, float& step) {
+  if (table.size() != 16) return false;
+  float largest = 0;
+  for (const float v : table) {
+    if (!std::isfinite(v)) return false;
+    largest = std::max(largest, std::fabs(v));
+  }
+  if (largest == 0) return false;
+  std::vector<float> sorted(table.begin(), table.end());
+  std::sort(sorted.begin(), sorted.end());
+  float gap = std::numeric_limits<float>::infinity();
+  for (size_t i = 1; i < sorted.size(); ++i) gap = std::min(gap, sorted[i] - sorted[i - 1]);
+  step = largest / 127.0f;
+  for (size_t c = 0; c < table.size(); ++c) {
+    whole[c] = static_cast<int>(std::nearbyint(table[c] / step));
+    if (std::fabs(static_cast<float>(whole[c]) * step - table[c]) > gap / 16) return false;
+  }
+  return true;
+}
+
+// The layout's byte levels for a code table, exact or rounded (false: neither).
+bool ByteLevels(std::span<const float> table, Layout& l) {
+  std::vector<int> whole(table.size());
+  float step = 1;
+  const bool exact = ExactByteLevels(table, whole, step);
+  if (!exact && !RoundedByteLevels(table, whole, step)) return false;
   const auto [lo, hi] = std::minmax_element(whole.begin(), whole.end());
   if (*hi - *lo > 255) return false;
   l.step = step;
   l.offset = static_cast<float>(*lo);
+  l.rounded = !exact;
   for (size_t c = 0; c < table.size(); ++c) l.lookup |= whole[c] - *lo != static_cast<int>(c);
-  // Level tables at 2, 4 and 6 bits: ternary; FP4 E2M1 (MXFP4, NVFP4) and IQ4_NL; FP6 E2M3.
+  // Level tables at 2, 4 and 6 bits: ternary; FP4 E2M1 (MXFP4, NVFP4), IQ4_NL and NF4; FP6 E2M3.
   if (l.lookup && l.bits != 2 && l.bits != 4 && l.bits != 6) return false;
   for (size_t c = 0; l.lookup && c < table.size(); ++c) l.level[c] = static_cast<uint8_t>(whole[c] - *lo);
   return true;

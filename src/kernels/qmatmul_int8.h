@@ -1,6 +1,7 @@
 // Integer-dot decode kernel for weights whose code values are whole multiples of one step within
 // a byte's range: int2..int8, and the level tables FP4 E2M1 (MXFP4, NVFP4), FP6 E2M3, IQ4_NL and
-// ternary, whose codes become byte levels by one shuffle (exactly: value = step * (level + offset)).
+// ternary, whose codes become byte levels by one shuffle (exactly: value = step * (level + offset)),
+// and NF4, whose levels are rounded to 1/127 of its largest (as IQ4_NL's are int8 in llama.cpp).
 // The activations of the few tokens being decoded are quantized to int8 in blocks (one fp32 scale
 // per weight group, or per step of codes when groups are larger, as llama.cpp quantizes
 // activations to Q8 for its quantized dots) and multiplied with the unsigned weight levels by
@@ -41,6 +42,7 @@ struct Int8DotLayout {
   size_t chunk = 0, block = 0, group = 0, groups = 0;
   float step = 1, offset = 0;
   bool lookup = false;                 // level[c] != c: codes pass through a byte shuffle
+  bool rounded = false;                // table[c] ~ step * (level[c] + offset) (NF4: see LayoutOf)
   std::array<uint8_t, 64> level = {};  // lookup only (<= 6 bits)
   bool planes() const { return 8 % bits == 0; }
   uint32_t Level(uint32_t code) const { return lookup ? level[code] : code; }
