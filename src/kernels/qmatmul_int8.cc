@@ -179,6 +179,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
   const LevelDecoder<kBits, kLookup> decoder(l);
   constexpr bool kPlanes = decltype(decoder)::kPlanes;
   constexpr size_t kChunkBytes = decltype(decoder)::kChunkBytes;
+  constexpr size_t kChunkCodes = kPlanes ? 512 / kBits : 64;  // l.chunk
   // Lane j of a split chunk belongs to block j / (16 / kSplit): up to 4 blocks, an in-lane
   // permute of the 4 block scales broadcast to every 128-bit lane (cheaper than a cross-lane one).
   const __m512i lane_block = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -219,9 +220,10 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
         codes = decoder.Spread(at);
       // The hardware prefetcher falls behind one stream per thread: a software prefetch 2 KB ahead
       // gained 15-20 % at g32, 65 % at int3 g128 and 45 % at int4 g128.
-      _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
+      // int3's 24-byte chunks: one prefetch per pair (still one per line or more).
+      if (kChunkBytes > 32 || parity == 0) _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
       for (size_t t = 0; t < kTokens; ++t) {
-        const int8_t* xq = inputs[t] + c * l.chunk;
+        const int8_t* xq = inputs[t] + c * kChunkCodes;
         __m512i dot = _mm512_setzero_si512();
         if constexpr (kBits == 8 || !kPlanes) {
           dot = _mm512_dpbusd_epi32(dot, codes, _mm512_loadu_si512(xq));
