@@ -56,13 +56,13 @@ struct E4m3Weights {
   LOWBIT_BF16 __m512bh Load(size_t r, size_t i) const {
     const auto* bytes = reinterpret_cast<const __m256i*>(codes + r * stride + i);
     const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(bytes));
-    const __m512i magnitude = _mm512_and_si512(b, _mm512_set1_epi16(0x7F));
-    const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), _mm512_set1_epi16((127 - 7) << 7));
-    const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
-    const __m512i value =
-        _mm512_mask_permutexvar_epi16(normal, subnormal, magnitude, _mm512_load_si512(subnormals));
-    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8);
-    return (__m512bh)_mm512_or_si512(value, sign);
+    const __m512i normal = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(b, 4), _mm512_set1_epi16(0x7F0)),
+                                            _mm512_set1_epi16((127 - 7) << 7));
+    // Exponent 0: vpermw reads an index's low 5 bits, which are the mantissa there.
+    const __mmask32 subnormal = _mm512_testn_epi16_mask(b, _mm512_set1_epi16(0x78));
+    const __m512i value = _mm512_mask_permutexvar_epi16(normal, subnormal, b, _mm512_load_si512(subnormals));
+    // value | (the sign, bit 7, moved to bit 15)
+    return (__m512bh)_mm512_ternarylogic_epi32(value, _mm512_slli_epi16(b, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)), 0xF8);
   }
 };
 
