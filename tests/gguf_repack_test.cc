@@ -170,9 +170,19 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
     const Int8Activations a = QuantizeActivationsInt8(q, x.data(), kTokens);
     std::vector<float> int8_reference(kTokens * kRows);
     Int8DotRowsRef(q, a, 0, kRows, int8_reference.data(), kRows);
+    const Int8Activations a_ref = QuantizeActivationsInt8Ref(q, x.data(), kTokens);
+    EXPECT_TRUE(a.values == a_ref.values && a.scales == a_ref.scales && a.group_sums == a_ref.group_sums);
+    if (HasInt8DotKernelAvx2(q)) {
+      const Int8Activations a_avx2 = QuantizeActivationsInt8Avx2(q, x.data(), kTokens);
+      EXPECT_TRUE(a_avx2.values == a_ref.values && a_avx2.scales == a_ref.scales && a_avx2.group_sums == a_ref.group_sums);
+    }
+    // The K-quants (i8 sub-scales under a super-block value) share one activation scale per 256
+    // inputs, as llama.cpp's Q8_K: max |x| / 127 of the super-block, in each sub-block's entry.
+    const bool k_quant = q.scheme().scale_type == ScaleType::kI8;
+    ASSERT_EQ(a.layout.shared_blocks * a.layout.block, k_quant ? 256 : a.layout.block);
     // int8 activations in blocks: each input off by at most half a step (its block's max / 254),
     // so each output by at most the sum over blocks of that step times the block's sum of |w|.
-    const size_t block = a.layout.block;
+    const size_t block = a.layout.block * a.layout.shared_blocks;
     for (size_t t = 0; t < kTokens; ++t)
       for (size_t r = 0; r < kRows; ++r) {
         double bound = 1e-5 * magnitude;
@@ -183,6 +193,8 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
             weight += std::fabs(dense[r * kCols + i]);
           }
           bound += amax / 254 * weight;
+          for (size_t b = b0 / a.layout.block; b < (b0 + block) / a.layout.block; ++b)
+            ASSERT_EQ(a.scales[t * kCols / a.layout.block + b], static_cast<float>(amax) / 127.0f) << t << " " << b;
         }
         ASSERT_NEAR(int8_reference[t * kRows + r], exact[t * kRows + r], bound) << t << " " << r;
       }
@@ -191,11 +203,19 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
     Int8DotRows(q, a, 0, kRows, got.data(), kRows);
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], int8_reference[i], 1e-5 * magnitude) << i;
     if (!HasInt8GemmKernel(q)) continue;
-    std::vector<float> gemm(kTokens * kRows, NAN);
-    Int8TokenTiles tiles(a);
-    tiles.Fill(a, 0, tiles.tiles());
+    // The prefill GEMM on 37 tokens: bands of two 16-token tiles, and a padded third.
+    constexpr size_t kMany = 37;
+    std::vector<float> xs(kMany * kCols);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::cos(0.21f * static_cast<float>(i)) * (1 + 3 * (i % 11 == 0));
+    const Int8Activations many = QuantizeActivationsInt8(q, xs.data(), kMany);
+    std::vector<float> many_reference(kMany * kRows), gemm(kMany * kRows, NAN);
+    Int8DotRowsRef(q, many, 0, kRows, many_reference.data(), kRows);
+    double many_magnitude = 0;
+    for (float v : many_reference) many_magnitude = std::max(many_magnitude, std::fabs(static_cast<double>(v)));
+    Int8TokenTiles tiles(many);
+    tiles.Fill(many, 0, tiles.tiles());
     Int8GemmRows(q, tiles, 0, kRows, gemm.data(), kRows);
-    for (size_t i = 0; i < gemm.size(); ++i) ASSERT_NEAR(gemm[i], int8_reference[i], 1e-5 * magnitude) << "GEMM " << i;
+    for (size_t i = 0; i < gemm.size(); ++i) ASSERT_NEAR(gemm[i], many_reference[i], 1e-5 * many_magnitude) << "GEMM " << i;
   }
 }
 

@@ -189,6 +189,7 @@ TEST(Int8DotRows, VnniAndAvx2MatchIntegerReferenceAndStayCloseToExact) {
     EXPECT_TRUE(std::equal(a.values.begin(), a.values.end(), a_ref.values.begin(), a_ref.values.end())) << spec;
     EXPECT_EQ(a.scales, a_ref.scales) << spec;
     EXPECT_EQ(a.group_sums, a_ref.group_sums) << spec;
+    EXPECT_EQ(a.layout.shared_blocks, 1u) << spec;  // one activation scale per block (K-quants: gguf_repack_test)
     std::vector<float> reference(n_tokens * rows), exact(n_tokens * rows);
     Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
     QuantDotRowsRef(q, x.data(), n_tokens, 0, rows, exact.data(), rows);

@@ -68,20 +68,20 @@ struct TileInputs {
 // token t of tile i, row r. A block's int32 sums start from the offset's share (offset_sums), so
 // without zero-points (kZeroPoints false) the biases are all zero and the groups' sums of inputs
 // are not needed.
-template <size_t kSplit, int kPer, size_t kRows, size_t kTiles, bool kZeroPoints>
+template <size_t kSplit, int kPer, size_t kRows, size_t kTiles, bool kZeroPoints, bool kShared>
 LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const float* scales, const float* biases,
                       size_t padded_groups, const TileInputs& x, __m512 (&out)[kRows][kTiles]) {
   constexpr size_t kLanes = 16 / kSplit;
   const size_t blocks_per_group = l.group / l.block;
+  // kShared: blocks that share an activation scale (a K-quant's super-block) sum their weight-scaled
+  // products here first, and the activation scale is applied once at the last of them.
+  __m512 shared[kRows][kTiles];
   for (size_t r = 0; r < kRows; ++r)
-    for (size_t i = 0; i < kTiles; ++i) out[r][i] = _mm512_setzero_ps();
+    for (size_t i = 0; i < kTiles; ++i) {
+      out[r][i] = _mm512_setzero_ps();
+      if constexpr (kShared) shared[r][i] = _mm512_setzero_ps();
+    }
   for (size_t g = 0, b = 0; g < l.groups; ++g) {
-    if constexpr (kZeroPoints)
-      for (size_t i = 0; i < kTiles; ++i) {  // zero-points, through the group's sums of inputs
-        const __m512 group_sum = _mm512_load_ps(x.group_sums + i * x.group_sums_stride + g * kTile);
-        for (size_t r = 0; r < kRows; ++r)
-          out[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(biases[r * padded_groups + g]), group_sum, out[r][i]);
-      }
     for (size_t in_group = 0; in_group < blocks_per_group; ++in_group, ++b) {
       const size_t first = FirstUnit(b, kSplit, kPer);
       __m512i sums[kRows][kTiles];
@@ -101,14 +101,37 @@ LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const
             for (size_t i = 0; i < kTiles; ++i) sums[r][i] = _mm512_dpbusd_epi32(sums[r][i], weights, inputs[i]);
           }
         }
-      for (size_t i = 0; i < kTiles; ++i) {
-        const __m512 x_scale = _mm512_load_ps(x.scales + i * x.scales_stride + b * kTile);
+      if constexpr (kShared) {
         for (size_t r = 0; r < kRows; ++r)
-          out[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][i]), _mm512_mul_ps(x_scale, _mm512_set1_ps(scales[r * padded_groups + g])),
-                                      out[r][i]);
+          for (size_t i = 0; i < kTiles; ++i)
+            shared[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][i]), _mm512_set1_ps(scales[r * padded_groups + g]), shared[r][i]);
+        if ((b + 1) % l.shared_blocks == 0)
+          for (size_t i = 0; i < kTiles; ++i) {
+            const __m512 x_scale = _mm512_load_ps(x.scales + i * x.scales_stride + b * kTile);
+            for (size_t r = 0; r < kRows; ++r) {
+              out[r][i] = _mm512_fmadd_ps(shared[r][i], x_scale, out[r][i]);
+              shared[r][i] = _mm512_setzero_ps();
+            }
+          }
+      } else {
+        for (size_t i = 0; i < kTiles; ++i) {
+          const __m512 x_scale = _mm512_load_ps(x.scales + i * x.scales_stride + b * kTile);
+          for (size_t r = 0; r < kRows; ++r)
+            out[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][i]),
+                                        _mm512_mul_ps(x_scale, _mm512_set1_ps(scales[r * padded_groups + g])), out[r][i]);
+        }
       }
     }
   }
+  // Zero-points, through the groups' sums of inputs: after the blocks, where out's registers are
+  // all that is live (inside, with kShared's sums beside them, they spilled).
+  if constexpr (kZeroPoints)
+    for (size_t g = 0; g < l.groups; ++g)
+      for (size_t i = 0; i < kTiles; ++i) {
+        const __m512 group_sum = _mm512_load_ps(x.group_sums + i * x.group_sums_stride + g * kTile);
+        for (size_t r = 0; r < kRows; ++r)
+          out[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(biases[r * padded_groups + g]), group_sum, out[r][i]);
+      }
 }
 
 template <int kBits, bool kLookup, size_t kSplit>
@@ -116,7 +139,7 @@ LOWBIT_VNNI void GemmRows(const QuantizedTensor& w, const Layout& l, const Int8T
                           size_t row_end, float* y, size_t y_stride) {
   constexpr int kPer = LevelDecoder<kBits, kLookup>::kPer;
   const size_t cols = w.cols(), blocks = cols / l.block, padded_groups = (l.groups + 15) / 16 * 16;
-  const bool zero_points = w.scheme().asymmetric();
+  const bool zero_points = w.scheme().asymmetric(), shared = l.shared_blocks > 1;
   AlignedVector<uint8_t> levels(kPanelRows * cols);
   // 16 floats past the last row: ForRow stores whole vectors.
   AlignedVector<float> scales(kPanelRows * padded_groups + 16), biases(kPanelRows * padded_groups + 16);
@@ -132,12 +155,17 @@ LOWBIT_VNNI void GemmRows(const QuantizedTensor& w, const Layout& l, const Int8T
                          l.groups * kTile};
       auto band = [&]<size_t kRows>(size_t i) LOWBIT_VNNI {
         __m512 out[kRows][kTiles];
-        auto run = [&]<bool kZeroPoints>() LOWBIT_VNNI {
-          Band<kSplit, kPer, kRows, kTiles, kZeroPoints>(l, cols, levels.data() + i * cols, scales.data() + i * padded_groups,
-                                                         biases.data() + i * padded_groups, padded_groups, x, out);
+        auto run = [&]<bool kZeroPoints, bool kShared>() LOWBIT_VNNI {
+          Band<kSplit, kPer, kRows, kTiles, kZeroPoints, kShared>(l, cols, levels.data() + i * cols, scales.data() + i * padded_groups,
+                                                                  biases.data() + i * padded_groups, padded_groups, x, out);
         };
-        if (zero_points) run.template operator()<true>();
-        else run.template operator()<false>();
+        if (shared) {
+          if (zero_points) run.template operator()<true, true>();
+          else run.template operator()<false, true>();
+        } else {
+          if (zero_points) run.template operator()<true, false>();
+          else run.template operator()<false, false>();
+        }
         for (size_t k = 0; k < kTiles; ++k) {
           const size_t t0 = (tile + k) * kTile, tokens = std::min(kTile, a.n_tokens - t0);
           const __mmask16 valid = static_cast<__mmask16>((1u << tokens) - 1);

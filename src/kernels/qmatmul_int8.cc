@@ -119,6 +119,10 @@ std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
     return std::nullopt;
   const uint64_t per_super = w.scheme().super_groups();  // RowScaleSource::SuperLanes' two cases
   if (per_super && 16 % per_super != 0 && per_super % 16 != 0) return std::nullopt;
+  // One activation scale per super-block of i8 sub-scales (Q2_K..Q6_K): whole chunks, whole rows.
+  const size_t super = per_super * l.group;
+  if (w.scheme().scale_type == ScaleType::kI8 && per_super && super % l.chunk == 0 && w.cols() % super == 0)
+    l.shared_blocks = super / l.block;
   return l;
 }
 
@@ -338,14 +342,20 @@ LOWBIT_VNNI Int8Activations QuantizeActivationsVnni(const Layout& l, size_t cols
   Int8Activations a = EmptyActivations(l, cols, n_tokens);
   const size_t blocks = cols / l.block;
   AlignedVector<int8_t> natural(l.planes() ? l.chunk : 0);
+  float scale = 0;
+  __m512 inverse = _mm512_setzero_ps();
   for (size_t t = 0; t < n_tokens; ++t) {
     int8_t* values = a.values.data() + t * cols;
     for (size_t b = 0; b < blocks; ++b) {
       const float* src = x + t * cols + b * l.block;
-      __m512 amax = _mm512_setzero_ps();
-      for (size_t i = 0; i < l.block; i += 16) amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src + i)), amax);  // NaN: keeps amax, as std::max
-      const float m = _mm512_reduce_max_ps(amax), scale = m / 127.0f;
-      const __m512 inverse = _mm512_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+      if (b % l.shared_blocks == 0) {  // a new activation scale
+        __m512 amax = _mm512_setzero_ps();
+        for (size_t i = 0; i < l.shared_blocks * l.block; i += 16)
+          amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src + i)), amax);  // NaN: keeps amax, as std::max
+        const float m = _mm512_reduce_max_ps(amax);
+        scale = m / 127.0f;
+        inverse = _mm512_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+      }
       // A chunk in plane order is written once its last block is quantized; others go straight in.
       const size_t in_chunk = b * l.block % l.chunk;
       int8_t* dst = l.planes() && l.bits < 8 ? natural.data() + in_chunk : values + b * l.block;
@@ -382,8 +392,9 @@ Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float
     for (size_t b = 0; b < blocks; ++b) {
       const float* src = x + t * cols + b * l->block;
       int8_t* dst = a.values.data() + t * cols;
+      const float* span = x + t * cols + b / l->shared_blocks * l->shared_blocks * l->block;
       float amax = 0;
-      for (size_t i = 0; i < l->block; ++i) amax = std::max(amax, std::fabs(src[i]));
+      for (size_t i = 0; i < l->shared_blocks * l->block; ++i) amax = std::max(amax, std::fabs(span[i]));
       const float scale = amax / 127.0f, inverse = amax > 0 ? 127.0f / amax : 0.0f;
       int sum = 0;
       for (size_t i = 0; i < l->block; ++i) {

@@ -43,6 +43,10 @@ struct Int8DotLayout {
   float step = 1, offset = 0;
   bool lookup = false;                 // level[c] != c: codes pass through a byte shuffle
   bool rounded = false;                // table[c] ~ step * (level[c] + offset) (NF4: see LayoutOf)
+  // Consecutive blocks quantized with one activation scale (each block's entry in `scales` holds
+  // it): a K-quant's super-block of 256, as llama.cpp's Q8_K, so that the prefill GEMM applies the
+  // activation scale once per super-block rather than per 16- or 32-code sub-block.
+  size_t shared_blocks = 1;
   std::array<uint8_t, 64> level = {};  // lookup only (<= 6 bits)
   bool planes() const { return 8 % bits == 0; }
   uint32_t Level(uint32_t code) const { return lookup ? level[code] : code; }

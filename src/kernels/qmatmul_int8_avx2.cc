@@ -244,18 +244,23 @@ LOWBIT_AVX2 Int8Activations QuantizeAvx2(const Layout& l, size_t cols, const flo
   std::vector<int8_t> natural(l.chunk);
   std::vector<int32_t> q32(l.block);
   const __m256 sign = _mm256_set1_ps(-0.0f);
+  float scale = 0;
+  __m256 inverse = _mm256_setzero_ps();
   for (size_t t = 0; t < n_tokens; ++t) {
     int8_t* values = a.values.data() + t * cols;
     for (size_t b = 0; b < blocks; ++b) {
       const float* src = x + t * cols + b * l.block;
-      __m256 amax = _mm256_setzero_ps();
-      // max_ps returns its second operand when either is NaN: a NaN input keeps amax, as std::max.
-      for (size_t i = 0; i < l.block; i += 8) amax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)), amax);
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      const float m = std::max(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_movehdup_ps(m4)));
-      const float scale = m / 127.0f;
-      const __m256 inverse = _mm256_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+      if (b % l.shared_blocks == 0) {  // a new activation scale
+        __m256 amax = _mm256_setzero_ps();
+        // max_ps returns its second operand when either is NaN: a NaN input keeps amax, as std::max.
+        for (size_t i = 0; i < l.shared_blocks * l.block; i += 8)
+          amax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)), amax);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float m = std::max(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_movehdup_ps(m4)));
+        scale = m / 127.0f;
+        inverse = _mm256_set1_ps(m > 0 ? 127.0f / m : 0.0f);
+      }
       __m256i sum = _mm256_setzero_si256();
       for (size_t i = 0; i < l.block; i += 8) {
         const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + i), inverse));
