@@ -3,10 +3,11 @@
 // ternary, whose codes become byte levels by one shuffle (exactly: value = step * (level + offset)),
 // and NF4, whose levels are rounded to 1/127 of its largest (as IQ4_NL's are int8 in llama.cpp).
 // The activations of the few tokens being decoded are quantized to int8 in blocks (one fp32 scale
-// per weight group, or per step of codes when groups are larger, as llama.cpp quantizes
-// activations to Q8 for its quantized dots) and multiplied with the unsigned weight levels by
-// AVX-512 VNNI (vpdpbusd: 64 byte products per instruction), so a weight byte costs a fraction of
-// an instruction instead of a convert and an fp32 FMA per code. 2/4/8-bit codes are taken one bit
+// per weight group, or per step of codes when groups are larger, or per 256-input super-block
+// for the K-quants, as llama.cpp quantizes activations to Q8_0 / Q8_K for its quantized dots)
+// and multiplied with the unsigned weight levels by AVX-512 VNNI (vpdpbusd: 64 byte products per
+// instruction), so a weight byte costs a fraction of an instruction instead of a convert and an
+// fp32 FMA per code. 2/4/8-bit codes are taken one bit
 // plane of a 64-byte load at a time; other widths are spread to one code per byte by VBMI (a byte
 // permute and a multishift). Per block: int32 dot -> fp32, times weight scale x activation scale;
 // the zero-point / offset of each group is applied once through the group's sum of activations.
