@@ -83,6 +83,7 @@ LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const
       out[r][i] = _mm512_setzero_ps();
       if constexpr (kShared) shared[r][i] = _mm512_setzero_ps();
     }
+  size_t left_in_span = l.shared_blocks;  // kShared: blocks until the activation scale applies (no division per block)
   for (size_t g = 0, b = 0; g < l.groups; ++g) {
     for (size_t in_group = 0; in_group < blocks_per_group; ++in_group, ++b) {
       const size_t first = FirstUnit(b, kSplit, kPer);
@@ -107,7 +108,8 @@ LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const
         for (size_t r = 0; r < kRows; ++r)
           for (size_t i = 0; i < kTiles; ++i)
             shared[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][i]), _mm512_set1_ps(scales[r * padded_groups + g]), shared[r][i]);
-        if ((b + 1) % l.shared_blocks == 0)
+        if (--left_in_span == 0) {
+          left_in_span = l.shared_blocks;
           for (size_t i = 0; i < kTiles; ++i) {
             const __m512 x_scale = _mm512_load_ps(x.scales + i * x.scales_stride + b * kTile);
             for (size_t r = 0; r < kRows; ++r) {
@@ -115,6 +117,7 @@ LOWBIT_VNNI void Band(const Layout& l, size_t cols, const uint8_t* levels, const
               shared[r][i] = _mm512_setzero_ps();
             }
           }
+        }
       } else {
         for (size_t i = 0; i < kTiles; ++i) {
           const __m512 x_scale = _mm512_load_ps(x.scales + i * x.scales_stride + b * kTile);

@@ -388,14 +388,17 @@ Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float
   LOWBIT_CHECK(l.has_value());
   const size_t cols = w.cols(), blocks = cols / l->block;
   Int8Activations a = EmptyActivations(*l, cols, n_tokens);
+  float scale = 0, inverse = 0;
   for (size_t t = 0; t < n_tokens; ++t)
     for (size_t b = 0; b < blocks; ++b) {
       const float* src = x + t * cols + b * l->block;
       int8_t* dst = a.values.data() + t * cols;
-      const float* span = x + t * cols + b / l->shared_blocks * l->shared_blocks * l->block;
-      float amax = 0;
-      for (size_t i = 0; i < l->shared_blocks * l->block; ++i) amax = std::max(amax, std::fabs(span[i]));
-      const float scale = amax / 127.0f, inverse = amax > 0 ? 127.0f / amax : 0.0f;
+      if (b % l->shared_blocks == 0) {  // a new activation scale, over the blocks that share it
+        float amax = 0;
+        for (size_t i = 0; i < l->shared_blocks * l->block; ++i) amax = std::max(amax, std::fabs(src[i]));
+        scale = amax / 127.0f;
+        inverse = amax > 0 ? 127.0f / amax : 0.0f;
+      }
       int sum = 0;
       for (size_t i = 0; i < l->block; ++i) {
         const int q = static_cast<int>(std::nearbyint(src[i] * inverse));
