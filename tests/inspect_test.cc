@@ -88,7 +88,7 @@ void ExpectTotals(const CheckpointInfo& info, const FakeCheckpoint& c) {
 
 struct GptqOptions {
   int bits = 4, group = 128;
-  bool sym = true, desc_act = true;
+  bool sym = true, desc_act = false;
   std::string checkpoint_format = "gptq";
   uint32_t zeros = kV1Zeros4;
   bool quantize_config_json = false;  // AutoGPTQ's side file instead of config.json
@@ -160,16 +160,16 @@ TEST(InspectLowbit, CheckpointFromTheRealWriter) {
   EXPECT_TRUE(FindTrap(Traps(info), "lowbit-only"));
 }
 
-TEST(InspectGptq, V1ActOrderGroup128) {
+TEST(InspectGptq, V1Group128) {
   const CheckpointInfo info = Gptq("gptq_v1");
   EXPECT_EQ(info.format, CheckpointFormat::kGptq);
   EXPECT_EQ(info.format_name, "GPTQ v1");
   EXPECT_NE(info.details.find("minus one"), std::string::npos);
   const LayerInfo& down = Layer(info, "model.layers.1.mlp.down_proj");
-  EXPECT_EQ(down.scheme, "int4 g128 sym act-order");
+  EXPECT_EQ(down.scheme, "int4 g128 sym");
   EXPECT_EQ(down.rows, 256u);
   EXPECT_EQ(down.cols, 512u);
-  EXPECT_TRUE(down.act_order);
+  EXPECT_FALSE(down.act_order);
   EXPECT_FALSE(down.zero_points);
   // qweight 4 bits + qzeros 4/128 + fp16 scales 16/128 + int32 g_idx 32/out.
   EXPECT_DOUBLE_EQ(down.bits_per_weight(), 4 + 4.0 / 128 + 16.0 / 128 + 32.0 / 256);
@@ -234,20 +234,34 @@ TEST(InspectGptq, ExplicitQuantizationFlagForcesTheOriginalKernel) {
   EXPECT_NE(e->message.find("(awq)"), std::string::npos);
 }
 
-TEST(InspectGptq, ActOrderAcrossTensorParallelSplitsLeavesMachete) {
-  const CheckpointInfo info = Gptq("gptq_tp");
-  EXPECT_EQ(Kernels(info, "--tensor-parallel-size 2").at("H100-SXM").kernel, "Machete + Marlin");
-  const std::optional<Trap> t = FindTrap(Traps(info, "--tensor-parallel-size 2"), "act-order-tensor-parallel");
-  ASSERT_TRUE(t);
-  EXPECT_EQ(t->gpus, std::vector<std::string>{"H100-SXM"});
+TEST(InspectGptq, GroupActOrderIsAStartUpErrorOnEveryGpu) {
+  // vLLM 0.32's GPTQ config check (normalize_and_validate_gptq_desc_act): desc_act with groups is
+  // refused, whatever the GPU; make test-vllm sees the same refusal from vLLM itself.
   GptqOptions o;
-  o.desc_act = false;
-  const CheckpointInfo plain = Gptq("gptq_tp_no_act_order", o);
-  EXPECT_FALSE(Layer(plain, "model.layers.0.mlp.up_proj").act_order);
-  EXPECT_EQ(Kernels(plain, "-tp 2").at("H100-SXM").kernel, "Machete");
-  EXPECT_FALSE(FindTrap(Traps(plain, "-tp 2"), "act-order-tensor-parallel"));
+  o.desc_act = true;
+  const CheckpointInfo info = Gptq("gptq_desc_act", o);
+  const LayerInfo& down = Layer(info, "model.layers.1.mlp.down_proj");
+  EXPECT_EQ(down.scheme, "int4 g128 sym act-order");
+  EXPECT_TRUE(down.act_order);
+  for (const auto& [gpu, k] : Kernels(info)) {
+    EXPECT_EQ(k.status, PathStatus::kError) << gpu;
+    EXPECT_NE(k.reason.find("desc_act: true"), std::string::npos) << gpu << ": " << k.reason;
+  }
+  const std::optional<Trap> t = FindTrap(Traps(info), "group-act-order");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->severity, "error");
+  EXPECT_EQ(t->gpus.size(), DefaultInspectGpus().size());
+  EXPECT_NE(t->message.find("--act-order=static"), std::string::npos) << t->message;
+  EXPECT_FALSE(FindTrap(Traps(info), "flag-contradicts-config"));
+  // A contradicting --quantization flag is still named as such (vLLM checks the method first).
+  EXPECT_TRUE(FindTrap(Traps(info, "--quantization awq"), "flag-contradicts-config"));
+  // One group per output channel: act-order changes nothing, and vLLM drops it.
+  o.group = -1;
+  const CheckpointInfo channel = Gptq("gptq_desc_act_channel", o);
+  EXPECT_FALSE(Layer(channel, "model.layers.0.mlp.up_proj").act_order);
+  EXPECT_EQ(Kernels(channel).at("H100-SXM").kernel, "Machete");
+  EXPECT_FALSE(FindTrap(Traps(channel), "group-act-order"));
 }
-
 TEST(InspectGptq, Group256HasNoFastKernel) {
   GptqOptions o;
   o.group = 256;
@@ -271,7 +285,7 @@ TEST(InspectGptq, AsymmetricRunsTheOriginalKernel) {
   o.sym = false;
   const CheckpointInfo info = Gptq("gptq_asym", o);
   const LayerInfo& l = Layer(info, "model.layers.0.self_attn.k_proj");
-  EXPECT_EQ(l.scheme, "int4 g128 asym act-order");
+  EXPECT_EQ(l.scheme, "int4 g128 asym");
   EXPECT_TRUE(l.zero_points);
   EXPECT_EQ(Kernels(info).at("A100-80G").kernel, "GPTQ exllama (original)");
   EXPECT_TRUE(FindTrap(Traps(info), "gptq-asymmetric"));

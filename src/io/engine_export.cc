@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -77,12 +78,12 @@ void CheckPlainLinear(const NamedLinear& nl, EngineFormat f) {
   if (l.outliers)
     Fail("{}: outlier_columns: {} has no LLM.int8() full-precision columns", nl.prefix, format);
   if (!l.input_order.empty() && f == EngineFormat::kAwq)
-    Fail("{}: act-order with groups in processing order: AWQ GEMM has no g_idx; export with --to gptq (desc_act), or "
-         "quantize with --act-order=static", nl.prefix);
+    Fail("{}: act-order with groups in processing order: AWQ GEMM has no g_idx; quantize with --act-order=static "
+         "(or export with --to gptq, desc_act: true, which vLLM refuses)", nl.prefix);
   if (!l.input_order.empty() && f == EngineFormat::kCompressedTensors)
     Fail("{}: act-order with groups in processing order: compressed-tensors 0.20 removed actorder \"group\" (weight_g_idx), "
-         "so vLLM and transformers refuse such folders; export with --to gptq (desc_act), or quantize with "
-         "--act-order=static (llm-compressor's actorder \"weight\")", nl.prefix);
+         "so vLLM and transformers refuse such folders; quantize with --act-order=static (llm-compressor's actorder "
+         "\"weight\"), or export with --to gptq (desc_act: true, which vLLM refuses)", nl.prefix);
 }
 
 // Checks that the quantized linears share one GPTQ / AWQ parameter set and returns it.
@@ -399,6 +400,10 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     switch (o.format) {
       case EngineFormat::kGptq:
         qc = GptqConfig(SharedParams(linears, o.format), o.gptq_v2, linears);
+        if (qc["desc_act"] == true)
+          std::fprintf(stderr, "lowbit: warning: %s: desc_act: true (act-order with groups in processing order): "
+                       "vLLM 0.32 refuses it; for vLLM quantize with --act-order=static\n",
+                       out_dir.string().c_str());
         r.quant_method = "gptq";
         r.format = o.gptq_v2 ? "gptq_v2" : "gptq";
         break;

@@ -487,8 +487,10 @@ class Walker {
       std::tie(l.block_rows, l.block_cols) = BlockField(a["block_structure"], where + ".block_structure");
     l.symmetric = BoolField(a, "symmetric", true, where);
     l.zero_points = !l.symmetric || m.Leaf("weight_zero_point");
-    const bool actorder = a.contains("actorder") && !a["actorder"].is_null() && a["actorder"] != false;
-    l.act_order = actorder || m.Leaf("weight_g_idx");
+    // actorder "weight" / "static" keeps the codes in column order (nothing stored); "group" /
+    // "dynamic" (or true) stores a weight_g_idx.
+    const nlohmann::json order = a.contains("actorder") ? a["actorder"] : nlohmann::json();
+    l.act_order = order == true || order == "group" || order == "dynamic" || m.Leaf("weight_g_idx");
     l.scheme = SchemeText(l);
     if (g.input.is_object()) {
       const int abits = IntField(g.input, {"num_bits"}, 8, g.where + ".input_activations");

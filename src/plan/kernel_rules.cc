@@ -127,9 +127,20 @@ Resolved Resolve(const QuantSummary& q, const Hardware& hw, const EngineFlags& f
   return Resolved::Refuse(Mismatch(m, flag));
 }
 
+// vLLM's config check, on every platform: a g_idx that is not column / group_size (GPTQ desc_act:
+// true, compressed-tensors actorder "group") is refused at start-up. Static act-order ("weight")
+// stores its codes in column order and loads as any other checkpoint. Empty when none applies.
+std::string GroupActOrderRefusal(const QuantSummary& q) {
+  const auto it = std::ranges::find_if(q.variants, [](const LinearVariant& v) { return v.act_order && v.group > 0; });
+  if (it == q.variants.end()) return {};
+  return fmt::format("group activation ordering ({} linears: {}) is no longer supported by vLLM (0.32 refuses "
+                     "it); quantize again with static act-order (lowbit --act-order=static, llm-compressor "
+                     "actorder \"weight\") or without act-order",
+                     it->layers, q.method == "gptq" ? "desc_act: true" : "actorder \"group\" / weight_g_idx");
+}
+
 // Integer weight-only: Machete, Marlin or an original kernel.
-void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r, const EngineFlags& flags,
-                   KernelPath& k) {
+void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r, KernelPath& k) {
   const int cc = Cc(hw);
   if (IsAmd(hw)) {
     k.status = PathStatus::kSlow;
@@ -161,16 +172,8 @@ void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r,
     std::string kernel, reason;
     const bool machete_shape = (v.bits == 4 || v.bits == 8) && In(v.group, kMacheteGroups);
     if (cc == 90 && machete_shape && !v.zero_points && r.method != "awq_marlin") {
-      if (v.act_order && flags.tensor_parallel > 1) {
-        kernel = "Machete + Marlin";
-        reason = fmt::format(
-            "act-order with tensor-parallel {}: row-parallel layers (o_proj, down_proj) fall back "
-            "to Marlin",
-            flags.tensor_parallel);
-      } else {
-        kernel = "Machete";
-        reason = "Hopper mixed-input GEMM";
-      }
+      kernel = "Machete";
+      reason = "Hopper mixed-input GEMM";
     } else if (MarlinTakes(v, cc)) {
       kernel = "Marlin";
       if (cc == 90)
@@ -339,10 +342,11 @@ KernelPath ChooseKernel(const QuantSummary& q, const Hardware& hw, const EngineF
   k.compute_capability = hw.compute_capability();
   const Resolved r = Resolve(q, hw, flags);
   k.method = r.method.empty() ? "none" : r.method;
-  if (!r.error.empty()) {
+  const std::string refusal = r.error.empty() ? GroupActOrderRefusal(q) : r.error;
+  if (!refusal.empty()) {
     k.kernel = "-";
     k.status = PathStatus::kError;
-    k.reason = r.error;
+    k.reason = refusal;
     return k;
   }
   if (!hw.is_nvidia() && !IsAmd(hw)) {
@@ -364,7 +368,7 @@ KernelPath ChooseKernel(const QuantSummary& q, const Hardware& hw, const EngineF
       k.kernel = IsAmd(hw) ? "dense BF16 GEMM (hipBLASLt)" : "dense BF16 GEMM (cuBLAS)";
       k.reason = "unquantized weights run in bf16/fp16 (fp32 checkpoints are cast at load)";
       break;
-    case QuantFamily::kWeightInt: WeightIntPath(q, hw, r, flags, k); break;
+    case QuantFamily::kWeightInt: WeightIntPath(q, hw, r, k); break;
     case QuantFamily::kFp8:
       Fp8Path(q, hw, k);
       if (q.method.empty()) k.reason = "online FP8 (--quantization " + r.method + "): " + k.reason;
@@ -409,8 +413,10 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
     if (it == errors.end()) it = errors.insert(errors.end(), {paths[i].reason, {}});
     it->second.push_back(gpus[i].name);
   }
+  const std::string act_order_refusal = GroupActOrderRefusal(q);
   for (auto& [message, names] : errors)
-    traps.push_back({"flag-contradicts-config", "error", "the engine refuses to start: " + message, names});
+    traps.push_back({message == act_order_refusal ? "group-act-order" : "flag-contradicts-config", "error",
+                     "the engine refuses to start: " + message, names});
 
   const std::string flag = Lower(flags.quantization);
   if ((q.method == "gptq" || q.method == "awq") && flag == q.method) {
@@ -447,18 +453,6 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
                        "warning",
                        "sym=false: gptq_marlin takes symmetric GPTQ only, so the original exllama kernel runs",
                        {}});
-    const bool act_order = std::any_of(q.variants.begin(), q.variants.end(), [](const auto& v) { return v.act_order; });
-    if (act_order && flags.tensor_parallel > 1) {
-      std::vector<std::string> names = where(
-          [](const Hardware&, const KernelPath& p) { return p.kernel.find("Machete + Marlin") != std::string::npos; });
-      if (!names.empty())
-        traps.push_back({"act-order-tensor-parallel", "warning",
-                         fmt::format("act-order (desc_act / g_idx) with --tensor-parallel-size {}: Machete cannot "
-                                     "permute input features split across GPUs, so row-parallel layers (o_proj, "
-                                     "down_proj) run Marlin instead",
-                                     flags.tensor_parallel),
-                         names});
-    }
   }
 
   const bool fp8_kv = flags.kv_cache_dtype.starts_with("fp8") || q.kv_fp8_declared;

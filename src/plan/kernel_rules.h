@@ -4,12 +4,12 @@
 //
 // - Integer weight-only (W4A16 / W8A16: GPTQ, AWQ, compressed-tensors pack-quantized):
 //     Machete (Hopper mixed-input CUTLASS GEMM): compute capability exactly 9.0 (it uses sm90
-//       wgmma; Blackwell does not take it), 4/8-bit, group -1 or 128, no zero points, and no
-//       act-order once the input features are split over tensor-parallel GPUs (row-parallel
-//       o_proj / down_proj under --tensor-parallel-size > 1).
+//       wgmma; Blackwell does not take it), 4/8-bit, group -1 or 128, no zero points.
 //     Marlin: capability >= 8.0, 4/8-bit, group -1/32/64/128. GPTQ's Marlin path needs sym=true
 //       (uint4b8 / uint8b128); AWQ's takes its zero points (uint4 / uint8).
 //     Otherwise the original kernels: GPTQ exllama (2/3/4/8-bit, any group), AWQ GEMM.
+//     Group act-order (GPTQ desc_act: true, compressed-tensors actorder "group": a g_idx out of
+//       column order) is a start-up error since vLLM 0.32, whatever the GPU.
 //     An explicit `--quantization gptq` / `awq` skips the automatic Marlin conversion and forces
 //     the original kernel; a `--quantization` that names another method than the checkpoint's
 //     config is a start-up error.
