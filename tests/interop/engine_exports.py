@@ -14,6 +14,8 @@ Each export starts from a lowbit quantized folder of the bundled model, whose co
     the KJV windows are written as a lowbit --kl-base file, and lowbit, running the same export,
     must agree: KL(transformers || lowbit) < 1e-6 and top-1 >= 99 % (W8A8 exports: < 1e-4, as transformers
     runs their decompressed weights on unquantized inputs while lowbit quantizes the inputs).
+  * folders written by compressed-tensors' own compressors (third-party files, as llm-compressor saves them):
+    lowbit's reading of the folder is the reference, and the compressed-tensors checks above apply to it;
   * GPTQ and AWQ exports: every linear decoded from qweight / qzeros / scales / g_idx by the formats'
     definitions (docs/formats.md sections 3 and 4, independent of lowbit's code) equals the reference
     exactly, and lowbit reads the export back to the source folder's perplexity, to the last digit.
@@ -75,7 +77,42 @@ EXPORTS = [
     ("convert-ct-to-awq-int4-asym-g64", ["--format", "int4:g64:asym"], ["--to", "awq"], ["--to", "compressed-tensors"]),
     ("convert-awq-to-gptq-v2-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "gptq", "--format", "gptq_v2"],
      ["--to", "awq"]),
+    # Written by compressed-tensors itself (third-party files, as llm-compressor saves them): the quantization
+    # arguments of its config group instead of lowbit's. lowbit reads the folder (`convert --to lowbit`, which
+    # must be exact) and that reading is the reference transformers' decompression must equal.
+    ("ct-own-w4a16-g128", dict(num_bits=4, symmetric=True, strategy="group", group_size=128), None),
+    ("ct-own-w4a16-asym-g128", dict(num_bits=4, symmetric=False, strategy="group", group_size=128), None),
+    ("ct-own-w8a16-channel", dict(num_bits=8, symmetric=True, strategy="channel"), None),
 ]
+
+
+def write_with_compressed_tensors(model_dir, out, weights):
+    """A pack-quantized folder written by compressed-tensors' own code: min/max qparams per group or channel
+    (calculate_qparams, as llm-compressor's minmax observer gives them), then ModelCompressor's compress and
+    save, as llm-compressor saves a model; the tokenizer files copied beside it."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme, apply_quantization_config
+    from compressed_tensors.quantization.utils import calculate_qparams
+    args = QuantizationArgs(type="int", **weights)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    apply_quantization_config(model, QuantizationConfig(
+        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)}, ignore=["lm_head"],
+        format="pack-quantized"))
+    for module in model.modules():
+        if hasattr(module, "weight_scale"):
+            w = module.weight.detach()
+            cells = w.reshape(w.shape[0], -1, args.group_size) if args.group_size else w.reshape(w.shape[0], 1, -1)
+            scale, zero = calculate_qparams(cells.amin(dim=2), cells.amax(dim=2), args)
+            module.weight_scale.data.copy_(scale.reshape(module.weight_scale.shape))
+            if hasattr(module, "weight_zero_point"):
+                module.weight_zero_point.data.copy_(zero.reshape(module.weight_zero_point.shape))
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
+    compressor.compress_model(model)
+    model.save_pretrained(out)
+    compressor.update_config(out)
+    for side in ("tokenizer.model", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(model_dir, side)):
+            shutil.copy(os.path.join(model_dir, side), out)
 def load_file(path):
     """A safetensors file as numpy arrays (bf16 widened to fp32, exactly)."""
     return {k: (v.float() if v.dtype == torch.bfloat16 else v).numpy() for k, v in load_torch(path).items()}
@@ -234,11 +271,20 @@ def main():
         source = os.path.join(tmp, f"lowbit-{name}")
         out = os.path.join(tmp, name)
         # lm_head kept as it is: the engines (AWQ, vLLM's compressed-tensors) run it unquantized.
-        run(lowbit, "quantize", args.model, "-o", source, "--lm-head", "none", *quantize_args)
+        if not isinstance(quantize_args, dict):
+            run(lowbit, "quantize", args.model, "-o", source, "--lm-head", "none", *quantize_args)
         kv = name.endswith("-fp8-kv")
         if kv:
             run(lowbit, "calibrate-kv", "--model", source, "--calib", CALIB[1], "--samples", "8")
-        if via:
+        if isinstance(quantize_args, dict):
+            write_with_compressed_tensors(args.model, out, quantize_args)
+            read = lowbit_json(lowbit, "convert", out, "-o", source, "--to", "lowbit")
+            check(read["exact"] and read["max_abs_diff"] == 0,
+                  f"{name}: lowbit reads {read['exact_matrices']} of {read['matrices']} matrices exactly")
+            info = lowbit_json(lowbit, "inspect", out)
+            exported = {"format": info["format"].split()[-1], "bits_per_weight": info["linear_bits_per_weight"],
+                        "file_bytes": info["bytes"]}
+        elif via:
             engine = os.path.join(tmp, f"{name}-via")
             lowbit_json(lowbit, "export", source, "-o", engine, *via[0])
             exported = lowbit_json(lowbit, "convert", engine, "-o", out, *export_args)
