@@ -162,6 +162,14 @@ TEST(Linalg, KernelsMatchTheirReferences) {
     DotF64Rows4Ref(a.data(), four.data(), 1003, len, want);
     for (size_t c = 0; c < 4; ++c) EXPECT_NEAR(got[c], want[c], 1e-14 * magnitude * 4) << len << " " << c;
   }
+  std::vector<double> four_a(4 * 1003);
+  for (double& v : four_a) v = n(rng);
+  for (const size_t len : {size_t{1003}, size_t{5}}) {
+    double got[16], want[16];
+    DotF64Rows4x4(four_a.data(), 1003, four.data(), 1003, len, got);
+    DotF64Rows4x4Ref(four_a.data(), 1003, four.data(), 1003, len, want);
+    for (size_t rc = 0; rc < 16; ++rc) EXPECT_NEAR(got[rc], want[rc], 1e-13 * len) << len << " " << rc;
+  }
 
   const size_t rows = 13, cols = 90, k = 5, stride = 7;
   std::vector<float> w(rows * cols), coef(rows * stride), u(k * cols);

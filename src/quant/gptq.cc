@@ -14,38 +14,71 @@
 namespace lowbit {
 namespace {
 
+constexpr size_t kPanel = 64;   // columns finished per pass over the rows below them
+constexpr size_t kChunk = 256;  // inner-dimension chunk: 64 rows of it (128 KB) stay in L2 while rows stream past
+
+// c[r * ldc + q] -= sum over p < k of a[r * lda + p] * b[q * ldb + p], for r < rows and q < cols. The
+// inner dimension goes in chunks, so b's rows of one chunk stay in cache while every row of a passes
+// (each row of a is read from memory once per call, not once per four columns of b); rows of a are
+// split over the pool. Each element sums its chunks in the same order whatever the pool.
+void SubtractRowDots(double* c, size_t ldc, const double* a, size_t lda, size_t rows, const double* b, size_t ldb,
+                     size_t cols, size_t k, ThreadPool* pool) {
+  for (size_t k0 = 0; k0 < k; k0 += kChunk) {
+    const size_t len = std::min(kChunk, k - k0);
+    // Rows of a by fours (a tile of four rows against four of b in registers), split over the pool.
+    ParallelFor(pool, (rows + 3) / 4, [&](size_t begin, size_t end) {
+      for (size_t r0 = begin * 4; r0 < std::min(rows, end * 4); r0 += 4) {
+        const size_t tile = std::min<size_t>(4, rows - r0);
+        size_t q = 0;
+        for (; tile == 4 && q + 4 <= cols; q += 4) {
+          double s[16];
+          DotF64Rows4x4(a + r0 * lda + k0, lda, b + q * ldb + k0, ldb, len, s);
+          for (size_t r = 0; r < 4; ++r)
+            for (size_t t = 0; t < 4; ++t) c[(r0 + r) * ldc + q + t] -= s[r * 4 + t];
+        }
+        for (size_t r = r0; r < r0 + tile; ++r) {
+          const double* ar = a + r * lda + k0;
+          double* cr = c + r * ldc;
+          size_t qr = q;
+          for (; qr + 4 <= cols; qr += 4) {
+            double s[4];
+            DotF64Rows4(ar, b + qr * ldb + k0, ldb, len, s);
+            for (size_t t = 0; t < 4; ++t) cr[qr + t] -= s[t];
+          }
+          for (; qr < cols; ++qr) cr[qr] -= DotF64(ar, b + qr * ldb + k0, len);
+        }
+      }
+    });
+  }
+}
+
 // In place: A (n x n, symmetric positive definite) -> L with A = L L^T (lower; upper part zeroed).
-// Left-looking, four columns at a time: each row below the block makes one pass over its finished
-// columns for all four (the rows are far larger than cache; one pass per column made the factor
-// memory-bound), and the rows are split over the pool.
+// Left-looking by panels of kPanel columns: the finished columns' products leave every row below in
+// one chunked pass (compute-bound, where a pass per four columns made the factor memory-bound), then
+// the panel's own columns are finished, its diagonal block first and the rows below it in parallel.
 bool CholeskyLower(std::vector<double>& a, size_t n, ThreadPool* pool) {
-  constexpr size_t kCols = 4;
-  for (size_t j0 = 0; j0 < n; j0 += kCols) {
-    const size_t m = std::min(kCols, n - j0);
-    for (size_t j = j0; j < j0 + m; ++j) {  // the block's own rows, column by column
-      double* row_j = &a[j * n];
-      const double d = row_j[j] - DotF64(row_j, row_j, j);
+  for (size_t j0 = 0; j0 < n; j0 += kPanel) {
+    const size_t m = std::min(kPanel, n - j0);
+    double* panel = &a[j0 * n];
+    // (Inside the diagonal block this also writes above the diagonal: zeroed at the end.)
+    SubtractRowDots(panel + j0, n, panel, n, n - j0, panel, n, m, j0, pool);
+    for (size_t c = 0; c < m; ++c) {
+      double* row_c = &a[(j0 + c) * n];
+      const double d = row_c[j0 + c] - DotF64(row_c + j0, row_c + j0, c);
       if (!(d > 0)) return false;
-      row_j[j] = std::sqrt(d);
-      for (size_t i = j + 1; i < j0 + m; ++i) {
-        double* row_i = &a[i * n];
-        row_i[j] = (row_i[j] - DotF64(row_i, row_j, j)) / row_j[j];
+      row_c[j0 + c] = std::sqrt(d);
+      for (size_t r = c + 1; r < m; ++r) {
+        double* row_r = &a[(j0 + r) * n];
+        row_r[j0 + c] = (row_r[j0 + c] - DotF64(row_r + j0, row_c + j0, c)) / row_c[j0 + c];
       }
     }
-    const size_t first = j0 + m;
-    if (first >= n) break;
-    ParallelFor(pool, n - first, [&](size_t begin, size_t end) {
-      for (size_t i = first + begin; i < first + end; ++i) {
+    const size_t below = j0 + m;
+    ParallelFor(pool, n - below, [&](size_t begin, size_t end) {
+      for (size_t i = below + begin; i < below + end; ++i) {
         double* row_i = &a[i * n];
-        double s[kCols] = {0, 0, 0, 0};
-        if (m == kCols) DotF64Rows4(row_i, &a[j0 * n], n, j0, s);
-        else
-          for (size_t c = 0; c < m; ++c) s[c] = DotF64(row_i, &a[(j0 + c) * n], j0);
-        for (size_t c = 0; c < m; ++c) {  // then the block's columns before this one
-          const double* row_j = &a[(j0 + c) * n];
-          double v = row_i[j0 + c] - s[c];
-          for (size_t p = 0; p < c; ++p) v -= row_i[j0 + p] * row_j[j0 + p];
-          row_i[j0 + c] = v / row_j[j0 + c];
+        for (size_t c = 0; c < m; ++c) {
+          const double* row_c = &a[(j0 + c) * n];
+          row_i[j0 + c] = (row_i[j0 + c] - DotF64(row_i + j0, row_c + j0, c)) / row_c[j0 + c];
         }
       }
     });
@@ -54,31 +87,46 @@ bool CholeskyLower(std::vector<double>& a, size_t n, ThreadPool* pool) {
   return true;
 }
 
+// Columns [j, j + m) of L^-1 by forward substitution (L x = e_col), stored transposed so the solve
+// reads contiguous memory: inv_t[col * n + i] = (L^-1)[i][col], nonzero for i >= col. Rows go in
+// blocks of kPanel: the block's sums over the rows before it are one chunked pass (every column's x is
+// zero before the group's first row, so all start there), then the block is solved row by row.
+void SolveInverseColumns(const std::vector<double>& l, size_t n, size_t j, size_t m, std::vector<double>& inv_t) {
+  double* x = &inv_t[j * n];  // x_c[i] = x[c * n + i]
+  std::vector<double> sums(kPanel * m);
+  for (size_t i0 = j; i0 < n; i0 += kPanel) {
+    const size_t rows = std::min(kPanel, n - i0);
+    std::fill(sums.begin(), sums.end(), 0.0);
+    SubtractRowDots(sums.data(), m, &l[i0 * n + j], n, rows, x + j, n, m, i0 - j, nullptr);  // -sum over [j, i0)
+    for (size_t i = i0; i < i0 + rows; ++i) {
+      const double* row_i = &l[i * n];
+      for (size_t c = 0; c < m && j + c <= i; ++c) {
+        double* xc = x + c * n;
+        const double s = DotF64(row_i + i0, xc + i0, i - i0) - sums[(i - i0) * m + c];
+        xc[i] = (j + c == i ? 1.0 - s : -s) / row_i[i];
+      }
+    }
+  }
+}
+
 // U (upper, row-major) with H^-1 = U^T U, given `l` = P H P, where P reverses the order: with
 // P H P = L L^T, H^-1 = (L^-1 P)^T (L^-1 P), so U = P L^-1 P. One Cholesky and one triangular
 // inverse, instead of inverting H and factoring the inverse again. Returns false if H is not
-// positive definite. The inverse's columns are independent: they go to the pool.
+// positive definite. The inverse's column groups are independent: they go to the pool in pairs of
+// a long and a short one (group g costs about (n - g)^2), so the pool's contiguous chunks get equal work.
 bool InverseCholeskyUpper(std::vector<double>& l, size_t n, std::vector<float>& u_out, ThreadPool* pool) {
   if (!CholeskyLower(l, n, pool)) return false;
-  // Columns of L^-1 by forward substitution (L x = e_j), stored transposed so the solve reads
-  // contiguous memory: inv_t[j * n + i] = (L^-1)[i][j], nonzero for i >= j.
-  // Four columns at a time, so each row of L is read once per four (x_c is zero above its diagonal,
-  // so all four dots can start at the first column's).
   std::vector<double> inv_t(n * n, 0.0);
-  const auto solve = [&](size_t begin, size_t end) {
-    for (size_t j = begin * 4; j < std::min(n, end * 4); j += 4) {
-      const size_t m = std::min<size_t>(4, n - j);
-      double* x = &inv_t[j * n];  // x_c[i] = x[c * n + i] for i >= j + c
-      for (size_t i = j; i < n; ++i) {
-        double s[4] = {0, 0, 0, 0};
-        if (m == 4) DotF64Rows4(&l[i * n + j], x + j, n, i - j, s);
-        else
-          for (size_t c = 0; c < m; ++c) s[c] = DotF64(&l[i * n + j], x + c * n + j, i - j);
-        for (size_t c = 0; c < m && j + c <= i; ++c) x[c * n + i] = (j + c == i ? 1.0 : -s[c]) / l[i * n + i];
+  const size_t groups = (n + kPanel - 1) / kPanel;
+  ParallelFor(pool, (groups + 1) / 2, [&](size_t begin, size_t end) {
+    for (size_t p = begin; p < end; ++p) {
+      const size_t pair[2] = {p, groups - 1 - p};
+      for (size_t t = 0; t < (pair[1] == p ? 1u : 2u); ++t) {
+        const size_t j = pair[t] * kPanel;
+        SolveInverseColumns(l, n, j, std::min(kPanel, n - j), inv_t);
       }
     }
-  };
-  ParallelFor(pool, (n + 3) / 4, solve);
+  });
   u_out.assign(n * n, 0.0f);
   for (size_t a = 0; a < n; ++a)
     for (size_t b = a; b < n; ++b) u_out[a * n + b] = static_cast<float>(inv_t[(n - 1 - b) * n + (n - 1 - a)]);

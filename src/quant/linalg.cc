@@ -1,5 +1,6 @@
 // Solver kernels: a double dot product with four vector accumulators, four dot products of one row
-// against four others in one pass (the blocked Cholesky reads each row once per four columns), and a
+// against four others in one pass, sixteen of four rows against four (the blocked Cholesky's and
+// triangular inverse's inner products), and a
 // rank-k row update that
 // keeps a tile of eight rows in registers, so each vector of u is loaded once per tile instead of once
 // per row (the update streams k rows of u; per row, that traffic set GPTQ's speed).
@@ -55,6 +56,36 @@ void DotF64Rows4Impl(const double* HWY_RESTRICT a, const double* HWY_RESTRICT b,
   }
 }
 
+// Sixteen dot products, four rows of a against four rows of b, in one pass: each vector loaded feeds
+// four FMAs (sixteen independent accumulators), where one row of a against four of b loads five
+// vectors per four FMAs and waits on b's rows from L2.
+void DotF64Rows4x4Impl(const double* HWY_RESTRICT a, size_t a_stride, const double* HWY_RESTRICT b, size_t b_stride,
+                       size_t n, double* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> d;
+  const size_t N = hn::Lanes(d);
+  hn::Vec<decltype(d)> acc[4][4];
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t c = 0; c < 4; ++c) acc[r][c] = hn::Zero(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto b0 = hn::LoadU(d, b + i), b1 = hn::LoadU(d, b + b_stride + i);
+    const auto b2 = hn::LoadU(d, b + 2 * b_stride + i), b3 = hn::LoadU(d, b + 3 * b_stride + i);
+    for (size_t r = 0; r < 4; ++r) {
+      const auto av = hn::LoadU(d, a + r * a_stride + i);
+      acc[r][0] = hn::MulAdd(av, b0, acc[r][0]);
+      acc[r][1] = hn::MulAdd(av, b1, acc[r][1]);
+      acc[r][2] = hn::MulAdd(av, b2, acc[r][2]);
+      acc[r][3] = hn::MulAdd(av, b3, acc[r][3]);
+    }
+  }
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t c = 0; c < 4; ++c) {
+      double sum = hn::GetLane(hn::SumOfLanes(d, acc[r][c]));
+      for (size_t t = i; t < n; ++t) sum += a[r * a_stride + t] * b[c * b_stride + t];
+      out[r * 4 + c] = sum;
+    }
+}
+
 template <size_t kRows>
 HWY_INLINE void SubtractTile(float* HWY_RESTRICT rows, size_t row_stride, const float* HWY_RESTRICT coef,
                              size_t coef_stride, const float* HWY_RESTRICT u, size_t u_stride, size_t k, size_t begin,
@@ -99,6 +130,7 @@ HWY_AFTER_NAMESPACE();
 namespace lowbit {
 HWY_EXPORT(DotF64Impl);
 HWY_EXPORT(DotF64Rows4Impl);
+HWY_EXPORT(DotF64Rows4x4Impl);
 HWY_EXPORT(SubtractProductsImpl);
 
 double DotF64(const double* a, const double* b, size_t n) { return HWY_DYNAMIC_DISPATCH(DotF64Impl)(a, b, n); }
@@ -115,6 +147,14 @@ void DotF64Rows4(const double* a, const double* b, size_t b_stride, size_t n, do
 
 void DotF64Rows4Ref(const double* a, const double* b, size_t b_stride, size_t n, double* out) {
   for (size_t c = 0; c < 4; ++c) out[c] = DotF64Ref(a, b + c * b_stride, n);
+}
+
+void DotF64Rows4x4(const double* a, size_t a_stride, const double* b, size_t b_stride, size_t n, double* out) {
+  HWY_DYNAMIC_DISPATCH(DotF64Rows4x4Impl)(a, a_stride, b, b_stride, n, out);
+}
+
+void DotF64Rows4x4Ref(const double* a, size_t a_stride, const double* b, size_t b_stride, size_t n, double* out) {
+  for (size_t r = 0; r < 4; ++r) DotF64Rows4Ref(a + r * a_stride, b, b_stride, n, out + r * 4);
 }
 
 void SubtractProducts(float* rows, size_t n_rows, size_t row_stride, const float* coef, size_t coef_stride,

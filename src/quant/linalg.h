@@ -14,6 +14,10 @@ double DotF64Ref(const double* a, const double* b, size_t n);
 void DotF64Rows4(const double* a, const double* b, size_t b_stride, size_t n, double* out);
 void DotF64Rows4Ref(const double* a, const double* b, size_t b_stride, size_t n, double* out);
 
+// out[r * 4 + c] = sum a[r * a_stride + i] * b[c * b_stride + i] over i < n, for r, c < 4.
+void DotF64Rows4x4(const double* a, size_t a_stride, const double* b, size_t b_stride, size_t n, double* out);
+void DotF64Rows4x4Ref(const double* a, size_t a_stride, const double* b, size_t b_stride, size_t n, double* out);
+
 // The rank-k update of a block of rows: for r < n_rows and j in [begin, end),
 //   rows[r * row_stride + j] -= sum over i < k of coef[r * coef_stride + i] * u[i * u_stride + j],
 // the products subtracted in order of i (each row's arithmetic is independent of n_rows).
