@@ -1,9 +1,8 @@
 // Solver kernels: a double dot product with four vector accumulators, four dot products of one row
 // against four others in one pass, sixteen of four rows against four (the blocked Cholesky's and
-// triangular inverse's inner products), and a
-// rank-k row update that
-// keeps a tile of eight rows in registers, so each vector of u is loaded once per tile instead of once
-// per row (the update streams k rows of u; per row, that traffic set GPTQ's speed).
+// triangular inverse's inner products), and a rank-k row update that keeps a tile of eight rows in
+// registers, so each vector of u is loaded once per tile instead of once per row (the update streams
+// k rows of u; per row, that traffic set GPTQ's speed).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quant/linalg.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
