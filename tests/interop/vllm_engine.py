@@ -14,7 +14,7 @@ and the speeds are printed side by side. First, a group act-order GPTQ export (d
 vLLM at start-up, as `lowbit inspect` predicts.
 
 With --speed-model DIR (a float folder of real size, by hand), only decode speed is compared, on DIR's int4 g128
-GPTQ / AWQ / compressed-tensors exports, with vLLM in bfloat16 (its fast CPU path; float16 decodes 2-3x slower).
+GPTQ / AWQ / compressed-tensors exports, with vLLM in bfloat16 (the dtype its CPU kernels are built around).
 """
 import argparse
 import json
