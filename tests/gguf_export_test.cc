@@ -192,6 +192,41 @@ TEST(GgufMix, FallsBackWhereRowsAreNotWholeBlocks) {
   EXPECT_EQ(q6.Choose("output.weight", {96, 8}), kGgmlQ8_0);
 }
 
+// llama-quantize's --token-embedding-type / --output-tensor-type (llama_tensor_get_type): past the mix
+// and --pure, even for a float file type, with no fallback; with tied embeddings the embedding's type
+// wins over the output's.
+TEST(GgufMix, TableTypesOverrideTheMix) {
+  const GgufTableTypes both{kGgmlQ5_K, kGgmlQ4_K};
+  GgufTypeChooser untied(FindGgufFileType("Q4_K_M"), GgufMixModel{6, 2, true}, false, false, both);
+  EXPECT_EQ(untied.Choose("token_embd.weight", {256, 4096}), kGgmlQ5_K);
+  EXPECT_EQ(untied.Choose("output.weight", {256, 4096}), kGgmlQ4_K);
+  EXPECT_EQ(untied.Choose("blk.0.attn_q.weight", {256, 256}), kGgmlQ4_K);
+  EXPECT_EQ(untied.Choose("output_norm.weight", {256}), kGgmlF32);
+  GgufTypeChooser pure_f16(FindGgufFileType("F16"), GgufMixModel{6, 2, true}, true, false, both);
+  EXPECT_EQ(pure_f16.Choose("token_embd.weight", {256, 4096}), kGgmlQ5_K);
+  EXPECT_EQ(pure_f16.Choose("blk.0.attn_q.weight", {256, 256}), kGgmlF16);
+  GgufTypeChooser tied(FindGgufFileType("Q4_K_M"), GgufMixModel{6, 2, false}, false, false, both);
+  EXPECT_EQ(tied.Choose("token_embd.weight", {256, 4096}), kGgmlQ5_K);
+  GgufTypeChooser tied_output(FindGgufFileType("Q4_K_M"), GgufMixModel{6, 2, false}, false, false,
+                              GgufTableTypes{std::nullopt, kGgmlQ8_0});
+  EXPECT_EQ(tied_output.Choose("token_embd.weight", {256, 4096}), kGgmlQ8_0);
+  try {
+    untied.Choose("token_embd.weight", {288, 4096});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--token-embedding-type Q5_K: the rows of token_embd.weight hold 288"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ParseGgufTensorType("q6_k", "--output-tensor-type"), kGgmlQ6_K);
+  try {
+    ParseGgufTensorType("IQ2_XXS", "--output-tensor-type");  // ggml has it; lowbit does not write it
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--output-tensor-type 'IQ2_XXS': not a ggml type lowbit writes"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(GgufMix, UnknownTypeListsTheSupportedOnes) {
   try {
     FindGgufFileType("Q4_K_X");

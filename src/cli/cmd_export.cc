@@ -78,6 +78,10 @@ void AddExportCommand(CLI::App& app) {
                   fmt::format("GGUF file type, case-insensitive: {}", fmt::join(GgufFileTypeNames(), ", ")))
       ->default_val("Q8_0");
   cmd->add_flag("--pure", j.pure, "Every matrix in the type's base type (llama-quantize --pure)");
+  cmd->add_option("--token-embedding-type", j.token_embedding_type,
+                  "ggml type of token_embd, past the mix (llama-quantize's option; e.g. Q6_K)");
+  cmd->add_option("--output-tensor-type", j.output_tensor_type,
+                  "ggml type of the output matrix, past the mix (llama-quantize's option; e.g. Q4_K)");
   cmd->add_option("--imatrix", j.imatrix, "Importance matrix (llama.cpp's imatrix.gguf, or `lowbit imatrix` output)");
   cmd->add_option("--calib", j.calib,
                   "Calibration text: GPTQ onto each tensor's ggml grid, block by block (a calibrated GGUF)");

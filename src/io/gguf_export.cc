@@ -413,7 +413,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr, calibrating);
 
   GgufMixModel mix{c.n_layers, c.n_kv_heads ? c.n_heads / c.n_kv_heads : 1, !c.tie_embeddings, c.n_experts};
-  GgufTypeChooser chooser(file_type, mix, options.pure, options.imatrix != nullptr);
+  GgufTypeChooser chooser(file_type, mix, options.pure, options.imatrix != nullptr, options.table_types);
   GgufWriter writer(out_path);
   std::string name = options.name;
   if (name.empty()) name = std::filesystem::path(m.source).filename().string();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "io/gguf.h"
+#include "io/gguf_mix.h"
 #include "io/model_loader.h"
 #include "quant/gptq.h"
 
@@ -25,6 +26,7 @@ namespace lowbit {
 struct GgufExportOptions {
   std::string type = "Q8_0";  // a GgufFileType name
   bool pure = false;          // every matrix in the base type (llama-quantize --pure)
+  GgufTableTypes table_types;  // --token-embedding-type / --output-tensor-type
   std::string name;           // general.name; empty = the model folder's name
   // More keys, written after the model's own: the tokenizer's (tokenizer/gguf_vocab_export.h), a
   // recipe card.

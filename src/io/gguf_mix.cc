@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/gguf_quantize.h"
 
 namespace lowbit {
 namespace {
@@ -83,15 +84,40 @@ std::vector<std::string_view> GgufFileTypeNames() {
   return names;
 }
 
+uint32_t ParseGgufTensorType(std::string_view name, std::string_view flag) {
+  const std::string upper = Upper(name);
+  std::vector<std::string_view> writable;
+  for (const GgmlTypeInfo& t : AllGgmlTypes()) {
+    if (!CanQuantizeGguf(t.id)) continue;
+    if (t.name == upper) return t.id;
+    writable.push_back(t.name);
+  }
+  Fail("{} '{}': not a ggml type lowbit writes (one of: {})", flag, name, fmt::join(writable, ", "));
+}
+
 GgufTypeChooser::GgufTypeChooser(const GgufFileType& file_type, const GgufMixModel& model, bool pure,
-                                 bool has_imatrix)
-    : file_type_(file_type), model_(model), pure_(pure || !file_type.mix), has_imatrix_(has_imatrix) {}
+                                 bool has_imatrix, GgufTableTypes tables)
+    : file_type_(file_type), model_(model), pure_(pure || !file_type.mix), has_imatrix_(has_imatrix),
+      tables_(tables) {}
 
 uint32_t GgufTypeChooser::Choose(const std::string& name, const std::vector<uint64_t>& ne) {
   // llama-quantize quantizes matrices named *weight, never norms or MoE routers.
   if (ne.size() < 2 || !EndsWith(name, "weight") || Contains(name, "_norm.weight") ||
       Contains(name, "ffn_gate_inp.weight"))
     return kGgmlF32;
+  const bool embedding = name == "token_embd.weight";
+  const bool output = name == "output.weight" || (!model_.has_output && embedding);
+  const char* flag = embedding && tables_.token_embedding ? "--token-embedding-type"
+                     : output && tables_.output           ? "--output-tensor-type"
+                                                          : nullptr;
+  if (flag) {  // as llama-quantize: no fallback, a row length the type's blocks do not divide is an error
+    const uint32_t type = embedding && tables_.token_embedding ? *tables_.token_embedding : *tables_.output;
+    const uint32_t block = FindGgmlType(type)->block_elems;
+    if (ne[0] % block != 0)
+      Fail("{} {}: the rows of {} hold {} weights, not a multiple of its {}-weight blocks", flag, GgmlTypeName(type),
+           name, ne[0], block);
+    return type;
+  }
   uint32_t type = file_type_.base_type;
   if (!Quantized(type)) return type;
   if (!pure_) type = MixType(name, ne, type);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,11 +32,23 @@ struct GgufMixModel {
   uint32_t n_experts = 0;  // llama-quantize gives 8-expert models (Mixtral) more bits in attention
 };
 
+// llama-quantize's --token-embedding-type and --output-tensor-type: the two vocabulary tables' types,
+// past the mix and --pure. With tied embeddings token_embd is the output, and the embedding's
+// type wins, as in llama-quantize.
+struct GgufTableTypes {
+  std::optional<uint32_t> token_embedding, output;
+};
+
+// A ggml tensor type lowbit writes, by name, case-insensitive ("q6_k"); an error naming `flag` and
+// listing the writable types otherwise.
+uint32_t ParseGgufTensorType(std::string_view name, std::string_view flag);
+
 // Chooses tensor types in file order, as llama-quantize walks the tensors (its attn_v counter
 // depends on the order). Norms and other 1-D tensors stay F32.
 class GgufTypeChooser {
  public:
-  GgufTypeChooser(const GgufFileType& file_type, const GgufMixModel& model, bool pure, bool has_imatrix);
+  GgufTypeChooser(const GgufFileType& file_type, const GgufMixModel& model, bool pure, bool has_imatrix,
+                  GgufTableTypes tables = {});
   // `name` is the GGUF tensor name, ne its shape (ne[0] = row length).
   uint32_t Choose(const std::string& name, const std::vector<uint64_t>& ne);
 
@@ -44,6 +57,7 @@ class GgufTypeChooser {
   const GgufFileType& file_type_;
   GgufMixModel model_;
   bool pure_, has_imatrix_;
+  GgufTableTypes tables_;
   int i_attention_wv_ = 0;
 };
 

@@ -27,8 +27,9 @@ nlohmann::json ExportEngine(const ExportJob& job) {
   if (!job.scheme.empty()) e.scheme = ParseScheme(job.scheme);
   if (!job.requantize.empty()) e.requantize = ParseScheme(job.requantize);
   e.max_shard_bytes = ParseByteSize(job.max_shard, "--max-shard-size");
-  if (!job.imatrix.empty() || !job.calib.empty() || job.pure || job.type != "Q8_0")
-    Fail("--imatrix, --calib, --pure and --type apply to GGUF exports; for a calibrated {} checkpoint run `lowbit "
+  if (!job.imatrix.empty() || !job.calib.empty() || job.pure || job.type != "Q8_0" ||
+      !job.token_embedding_type.empty() || !job.output_tensor_type.empty())
+    Fail("--imatrix, --calib, --pure, --type, --token-embedding-type and --output-tensor-type apply to GGUF exports; for a calibrated {} checkpoint run `lowbit "
          "quantize --save-as {}`", job.to, job.to);
   if (!std::filesystem::is_directory(job.model))
     Fail("{}: --to {} exports a Hugging Face folder (float or lowbit quantized), which takes config.json and the "
@@ -63,9 +64,14 @@ nlohmann::json ExportGgufFile(const ExportJob& job) {
     Fail("export: -o '{}' must end in .gguf, or give --to gptq|awq|compressed-tensors for a folder", job.out);
   if (!job.calib.empty() && !job.imatrix.empty())
     Fail("export: --calib and --imatrix cannot be used together (GPTQ weighs by its own Hessian)");
-  const std::string type_name(FindGgufFileType(job.type).name);  // a bad --type fails before the model is read
-  StreamedModel model = OpenModel(job.model, job.load);
+  // Bad types fail before the model is read.
+  const std::string type_name(FindGgufFileType(job.type).name);
   GgufExportOptions e;
+  if (!job.token_embedding_type.empty())
+    e.table_types.token_embedding = ParseGgufTensorType(job.token_embedding_type, "--token-embedding-type");
+  if (!job.output_tensor_type.empty())
+    e.table_types.output = ParseGgufTensorType(job.output_tensor_type, "--output-tensor-type");
+  StreamedModel model = OpenModel(job.model, job.load);
   e.type = job.type;
   e.pure = job.pure;
   e.keep_source_grids = job.keep_source_grids;

@@ -20,6 +20,8 @@ struct ExportJob {
   // GGUF: the file type or mix (Q4_K_M, ...), --pure, the tokenizer and name it carries, and
   // either an importance matrix or a calibration text (GPTQ onto the type's grid).
   std::string type = "Q8_0", tokenizer, name, imatrix, calib;
+  // llama-quantize's --token-embedding-type / --output-tensor-type (empty: the mix's choice).
+  std::string token_embedding_type, output_tensor_type;
   bool pure = false;
   size_t calib_samples = 128, calib_len = 256;
   uint64_t seed = 0;

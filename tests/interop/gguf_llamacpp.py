@@ -11,7 +11,10 @@ For every file type on the bundled model:
   * gguf-py (llama.cpp's Python package) parses the file, and its reference quantizers give the
     same bytes as lowbit for the types it implements.
 llama.cpp's tokenizer must also give lowbit's token ids on the whole text from the vocabulary lowbit
-wrote. Prints a table per type; exits 1 on any failure.
+wrote. llama-quantize's --token-embedding-type / --output-tensor-type give the same bytes in both tools.
+Calibrated files (GPTQ on the ggml grids) run in llama.cpp as in lowbit; with the vocabulary tables'
+types moved as `TABLE_TYPES` says, their KL against the F32 model is at most half llama.cpp's imatrix
+quantization of the same types. Prints a table per type; exits 1 on any failure.
 """
 import argparse
 import ctypes
@@ -37,6 +40,9 @@ PURE = {"Q3_K": 11, "Q4_K": 14, "Q5_K": 16, "MXFP4": 38}
 FTYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q8_0": 7, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
          "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17,
          "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30, "TQ1_0": 36, "TQ2_0": 37}
+# Calibrated mixes with the vocabulary tables' bits moved, at the mix's file size: the embedding
+# (a lookup no calibration reaches) gets the bits GPTQ lets the output matrix do without.
+TABLE_TYPES = {"Q4_K_M": ("Q5_K", "Q5_K"), "Q3_K_M": ("Q5_K", "Q4_K")}  # (token_embd, output)
 IMATRIX_TYPES = ["Q4_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"]
 GGUF_PY_QUANTIZERS = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "TQ1_0", "TQ2_0", "MXFP4", "BF16", "F16"}
 CTX = 256
@@ -45,10 +51,13 @@ def tensors_of(path):
     return {t.name: t for t in gguf.GGUFReader(path).tensors}
 
 
-def quantize_llamacpp(src, dst, ftype, pure, imatrix=None):
+def quantize_llamacpp(src, dst, ftype, pure, imatrix=None, tables=None):
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = ftype
     p.pure = pure
+    if tables:
+        p.token_embedding_type = gguf.GGMLQuantizationType[tables[0]].value
+        p.output_tensor_type = gguf.GGMLQuantizationType[tables[1]].value
     p.nthread = 2
     keep = []
     if imatrix:
@@ -153,13 +162,28 @@ def main():
 
     # KL against the F32 model through a stored top-K base file: one F32 pass, not one per type.
     f32_base = os.path.join(tmp, "f32.base")
-    if args.quality:
-        run(lowbit, "ppl", "--model", f32, "--text", args.text, "--ctx", CTX, "--save-base", f32_base, "--top-k", TOP_K)
+    run(lowbit, "ppl", "--model", f32, "--text", args.text, "--ctx", CTX, "--save-base", f32_base, "--top-k", TOP_K)
+
+    def kl_vs_f32(path):
+        return lowbit_json(lowbit, "ppl", "--model", path, "--text", args.text, "--ctx", CTX, "--kl-base", f32_base)["kl"]
 
     def versus_f32(path):
         if not args.quality:
             return {"kld_mean": math.nan, "top1_agreement": math.nan}
-        return lowbit_json(lowbit, "ppl", "--model", path, "--text", args.text, "--ctx", CTX, "--kl-base", f32_base)["kl"]
+        return kl_vs_f32(path)
+
+    # llama-quantize's --token-embedding-type / --output-tensor-type, past the mix: the same tensors.
+    for t, tables in TABLE_TYPES.items():
+        ours = os.path.join(tmp, f"lowbit-{t}-tables.gguf")
+        theirs = os.path.join(tmp, f"llamacpp-{t}-tables.gguf")
+        run(lowbit, "export", args.model, "-o", ours, "--type", t, "--imatrix", imatrix,
+            "--token-embedding-type", tables[0].lower(), "--output-tensor-type", tables[1])
+        quantize_llamacpp(f32, theirs, FTYPE[t], False, means, tables)
+        same, total = compare_tensors(ours, theirs, f"{t} token_embd {tables[0]} output {tables[1]}")
+        print(f"{t} + imatrix, token_embd {tables[0]}, output {tables[1]}: same bytes as llama.cpp {same}/{total}",
+              flush=True)
+        os.remove(ours)
+        os.remove(theirs)
 
     scorer = LlamaCppScorer(tokens, bos)
     rows = []
@@ -225,6 +249,9 @@ def main():
         "gptq Q4_K_M": [lowbit, "export", args.model, "--type", "Q4_K_M", "--calib", calib],
         "gptq Q3_K_M": [lowbit, "export", args.model, "--type", "Q3_K_M", "--calib", calib],
     }
+    for t, tables in TABLE_TYPES.items():
+        calibrated_runs[f"gptq {t} tables"] = [lowbit, "export", args.model, "--type", t, "--calib", calib,
+                                               "--token-embedding-type", tables[0], "--output-tensor-type", tables[1]]
     for method, command in calibrated_runs.items():
         calibrated = os.path.join(tmp, "lowbit-" + method.replace(" ", "-") + ".gguf")
         run(*command, "-o", calibrated)
@@ -232,19 +259,33 @@ def main():
         ppl_llamacpp = scorer.write_base(calibrated, base)
         agree = lowbit_json(lowbit, "ppl", "--model", calibrated, "--text", args.text, "--ctx", str(CTX),
                             "--kl-base", base)
-        quality = versus_f32(calibrated)
         label = method
         check(abs(agree["ppl"] / ppl_llamacpp - 1) < 1e-3, f"{label}: PPL lowbit {agree['ppl']:.4f} vs llama.cpp {ppl_llamacpp:.4f}")
         check(agree["kl"]["top1_agreement"] >= 0.99, f"{label}: top-1 agreement {agree['kl']['top1_agreement']:.4f}")
         check(agree["kl"]["kld_mean"] < 1e-4, f"{label}: KL(llama.cpp || lowbit) {agree['kl']['kld_mean']:.2e}")
-        rows.append({"type": label, "bytes": os.path.getsize(calibrated), "ppl_llamacpp": ppl_llamacpp,
-                     "ppl_lowbit": agree["ppl"], "kl_llamacpp_lowbit": agree["kl"]["kld_mean"],
-                     "top1_llamacpp_lowbit": agree["kl"]["top1_agreement"], "kl_vs_f32": quality["kld_mean"],
-                     "top1_vs_f32": quality["top1_agreement"]})
-        print(f"{label:11s} {rows[-1]['bytes']:>9d} B  PPL llama.cpp {ppl_llamacpp:8.4f} lowbit {agree['ppl']:8.4f}  "
-              f"KL {agree['kl']['kld_mean']:.2e} top-1 {agree['kl']['top1_agreement']:.4f}"
-              + (f"  vs F32: KL {quality['kld_mean']:.5f}" if args.quality else ""),
-              flush=True)
+        row = {"type": label, "bytes": os.path.getsize(calibrated), "ppl_llamacpp": ppl_llamacpp,
+               "ppl_lowbit": agree["ppl"], "kl_llamacpp_lowbit": agree["kl"]["kld_mean"],
+               "top1_llamacpp_lowbit": agree["kl"]["top1_agreement"]}
+        note = ""
+        if method.endswith(" tables"):
+            # The issue's figure: at most half llama.cpp's imatrix KL, same tensor types, same file size.
+            t = method.split()[1]
+            theirs = os.path.join(tmp, f"llamacpp-{t}-imatrix-tables.gguf")
+            quantize_llamacpp(f32, theirs, FTYPE[t], False, means, TABLE_TYPES[t])
+            ours_kl, theirs_kl = kl_vs_f32(calibrated)["kld_mean"], kl_vs_f32(theirs)["kld_mean"]
+            check(os.path.getsize(theirs) == row["bytes"], f"{label}: {row['bytes']} bytes, llama.cpp's "
+                                                           f"{os.path.getsize(theirs)}")
+            check(ours_kl <= 0.5 * theirs_kl, f"{label}: KL vs F32 {ours_kl:.3e} > 0.5 x llama.cpp imatrix {theirs_kl:.3e}")
+            row.update({"kl_vs_f32": ours_kl, "kl_vs_f32_llamacpp_imatrix": theirs_kl})
+            note = f"  vs F32: KL {ours_kl:.3e}, llama.cpp imatrix {theirs_kl:.3e} ({ours_kl / theirs_kl:.2f}x)"
+            os.remove(theirs)
+        elif args.quality:
+            quality = versus_f32(calibrated)
+            row.update({"kl_vs_f32": quality["kld_mean"], "top1_vs_f32": quality["top1_agreement"]})
+            note = f"  vs F32: KL {quality['kld_mean']:.5f}"
+        rows.append(row)
+        print(f"{label:11s} {row['bytes']:>9d} B  PPL llama.cpp {ppl_llamacpp:8.4f} lowbit {agree['ppl']:8.4f}  "
+              f"KL {agree['kl']['kld_mean']:.2e} top-1 {agree['kl']['top1_agreement']:.4f}" + note, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
