@@ -70,15 +70,12 @@ std::vector<std::vector<int32_t>> SampleTextWindows(std::string_view text, const
 void HessianAccumulator::Add(const float* x, size_t n_tokens, ThreadPool& pool) {
   // Transpose a chunk of tokens so each input feature is a contiguous vector; then every entry
   // is one SIMD dot product of two such vectors (DotRows blocks four of them per weight load).
-  // H is symmetric: each row block computes only the columns from its own first row on, which
-  // DotRows writes transposed, i.e. as the lower triangle: partial[c * cols + r] = H[r][c], r <= c.
-  // The lower triangle is accumulated (contiguous runs, in the same parallel block) and mirrored
-  // into the upper one at the end.
+  // H is symmetric: each block of kRowBlock features computes only the features from its own first
+  // one on, into a scratch of kRowBlock x cols (a full cols x cols one would be 1.4 GB at a 7B
+  // model's 18944 MLP columns), and adds it to the lower triangle; the upper one is mirrored at the end.
   constexpr size_t kChunk = 512, kTile = 16, kRowBlock = 16;
   transposed_.resize(cols_ * kChunk);
-  partial_.resize(cols_ * cols_);
   float* xt = transposed_.data();
-  float* partial = partial_.data();
   const size_t blocks = (cols_ + kRowBlock - 1) / kRowBlock;
   for (size_t t0 = 0; t0 < n_tokens; t0 += kChunk) {
     const size_t n = std::min(kChunk, n_tokens - t0);
@@ -89,11 +86,16 @@ void HessianAccumulator::Add(const float* x, size_t n_tokens, ThreadPool& pool) 
             for (size_t c = cb; c < std::min(cols_, cb + kTile); ++c) xt[c * n + t] = x[(t0 + t) * cols_ + c];
     });
     pool.ParallelFor(blocks, [&](size_t begin, size_t end) {
+      std::vector<float> block(kRowBlock * cols_);  // block[(c - r0) * kRowBlock + (r - r0)] = H[r][c]
       for (size_t b = begin; b < end; ++b) {
-        const size_t r0 = b * kRowBlock, r1 = std::min(cols_, r0 + kRowBlock);
-        DotRows(xt, n, r0, r1, xt + r0 * n, cols_ - r0, partial + r0 * cols_, cols_);
-        for (size_t c = r0; c < cols_; ++c)
-          for (size_t r = r0; r < std::min(r1, c + 1); ++r) h_[c * cols_ + r] += partial[c * cols_ + r];
+        const size_t r0 = b * kRowBlock, k = std::min(cols_, r0 + kRowBlock) - r0;
+        const float* features = xt + r0 * n;
+        DotRows(features, n, 0, k, features, cols_ - r0, block.data(), kRowBlock);
+        for (size_t c = r0; c < cols_; ++c) {
+          const float* from = &block[(c - r0) * kRowBlock];
+          double* to = &h_[c * cols_ + r0];
+          for (size_t r = 0; r < std::min(k, c - r0 + 1); ++r) to[r] += from[r];
+        }
       }
     });
   }

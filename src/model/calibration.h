@@ -34,7 +34,7 @@ class HessianAccumulator {
  private:
   size_t cols_, tokens_ = 0;
   std::vector<double> h_;
-  std::vector<float> transposed_, partial_;  // per-chunk buffers, kept across calls
+  std::vector<float> transposed_;  // a chunk of tokens, feature-major; kept across calls
 };
 
 }  // namespace lowbit
