@@ -383,6 +383,32 @@ TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
               {"input_quant", "compressed-tensors"});
 }
 
+// GPTQ with static act-order (groups in column order) leaves nothing in the weights; the recipe card
+// says which linears it quantized so, and compressed-tensors records them as llm-compressor does.
+TEST(EngineFormats, StaticActOrderFromTheRecipeCardIsWrittenAsActorderStatic) {
+  Scratch dir;
+  Model m = LoadHfModel(kModelDir);
+  QuantizeLinears(m.weights, ParseScheme("int4:g128"));
+  const nlohmann::json card = {{"recipe",
+                                {{"method", "gptq"},
+                                 {"format", "int4:g128"},
+                                 {"config", {{"act_order", "static"}}},
+                                 {"overrides", {{{"match", "mlp\\.down_proj"}, {"format", "int4:g128"}, {"method", "rtn"}}}}}}};
+  StreamedModel s{std::move(m), nullptr};
+  EngineExportOptions o;
+  o.format = EngineFormat::kCompressedTensors;
+  (void)ExportEngineCheckpoint(s, kModelDir, dir / "ct", card, o);
+  const nlohmann::json qc = ReadJsonFile(dir / "ct" / "config.json")["quantization_config"];
+  std::map<std::string, nlohmann::json> actorder;  // target -> its group's weights.actorder
+  for (const auto& [name, group] : qc["config_groups"].items())
+    for (const nlohmann::json& t : group["targets"]) actorder[t.get<std::string>()] = group["weights"]["actorder"];
+  EXPECT_EQ(actorder.at("model.layers.0.self_attn.q_proj"), "static");
+  EXPECT_EQ(actorder.at("model.layers.5.mlp.up_proj"), "static");
+  EXPECT_TRUE(actorder.at("model.layers.0.mlp.down_proj").is_null());  // the override's RTN
+  EXPECT_EQ(actorder.size(), 42u);  // lm_head is dense here: ignored
+  (void)LoadHfModel(dir / "ct");
+}
+
 TEST(EngineFormats, CalibratedKvScalesTravelAsKScaleAndVScale) {
   Scratch dir;
   const fs::path source = dir / "source";

@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
+#include <regex>
 #include <span>
 #include <utility>
 
@@ -19,6 +21,7 @@
 #include "io/gptq_awq.h"
 #include "io/hf_names.h"
 #include "model/kv_calibration.h"
+#include "model/recipe.h"
 #include "model/quantize_weights.h"
 #include "quant/rtn.h"
 
@@ -44,7 +47,32 @@ struct LinearRecord {
   std::optional<QuantScheme> scheme;  // nullopt: left dense
   std::optional<InputQuant> input;
   bool act_order = false;  // a stored column order, written as g_idx
+  // GPTQ in Hessian order with the groups left in column order (--act-order=static): nothing in the
+  // weights says so; compressed-tensors records it as llm-compressor does (actorder "static").
+  bool static_act_order = false;
 };
+
+// Which linears the recipe card's GPTQ quantized with static act-order (the recipe's method and config,
+// or the first override whose match the linear's name fits).
+std::function<bool(const std::string&)> StaticActOrderLinears(const nlohmann::json& card) {
+  if (!card.is_object() || !card.contains("recipe")) return [](const std::string&) { return false; };
+  const Recipe recipe = ParseRecipe(card["recipe"], "recipe card (recipe.json)");
+  const auto is_static = [](const std::string& method, const nlohmann::json& config) {
+    if (method != "gptq" || !config.is_object() || !config.contains("act_order")) return false;
+    const nlohmann::json& a = config["act_order"];
+    return a.is_boolean() ? a.get<bool>() : a == "static" || a == "weight";
+  };
+  return [recipe, is_static](const std::string& prefix) {
+    for (const RecipeOverride& o : recipe.overrides)
+      if (std::regex_search(prefix, std::regex(o.match))) {
+        const std::string& method = o.method.empty() ? recipe.method : o.method;
+        return is_static(method, !o.config.is_null()         ? o.config
+                                 : method == recipe.method ? recipe.config
+                                                           : nlohmann::json::object());
+      }
+    return is_static(recipe.method, recipe.config);
+  };
+}
 
 // vLLM loads q/k/v and gate/up into one fused matrix with one NVFP4 global scale (the largest of the
 // shards'), so shards with different tensor scales would be served with a wrong one.
@@ -172,7 +200,8 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
       ignore.push_back(l.prefix);
       continue;
     }
-    const std::string key = l.scheme->ToString() + "|" + (l.input ? l.input->scheme.ToString() : "");
+    const std::string key = l.scheme->ToString() + "|" + (l.input ? l.input->scheme.ToString() : "") +
+                            (l.static_act_order ? "|static" : "");
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
     if (it == groups.end())
       it = groups.insert(groups.end(), {key, CompressedTensorsFormatOf(*l.scheme, l.input, l.prefix), &l, {}});
@@ -186,6 +215,7 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
     // One scheme: every Linear not ignored, as llm-compressor writes it; several: exact names.
     j["targets"] = groups.size() == 1 ? OrderedJson::array({"Linear"}) : OrderedJson(g.targets);
     j["weights"] = *CompressedTensorsArgs(*g.first->scheme);  // CompressedTensorsFormatOf passed
+    if (g.first->static_act_order) j["weights"]["actorder"] = "static";
     j["input_activations"] = g.first->input ? CompressedTensorsInputArgs(*g.first->input) : OrderedJson(nullptr);
     j["output_activations"] = nullptr;
     j["format"] = g.format;
@@ -395,6 +425,10 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
     shards.Add(std::move(ends));
     r.shards = shards.Finish();
     r.file_bytes = shards.bytes();
+    const auto static_act_order = StaticActOrderLinears(recipe_card);
+    for (LinearRecord& l : linears)  // (lm_head is quantized by RTN after the blocks, whatever the method)
+      l.static_act_order = l.scheme && !l.act_order && l.prefix != "lm_head" && static_act_order(l.prefix) &&
+                           std::ranges::none_of(r.changed, [&](const ChangedLinear& c) { return c.prefix == l.prefix; });
 
     OrderedJson qc;
     switch (o.format) {

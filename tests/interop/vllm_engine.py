@@ -40,6 +40,8 @@ EXPORTS = [
      ["--to", "gptq"]),
     ("awq-int4-g128", ["--format", "int4:g128:asym"], ["--to", "awq"]),
     ("ct-w4a16-g128", ["--format", "int4:g128"], ["--to", "compressed-tensors"]),
+    ("ct-w4a16-g128-act-order", ["--method", "gptq", "--act-order=static", "--format", "int4:g128", *CALIB],
+     ["--to", "compressed-tensors"]),  # actorder "static", as llm-compressor writes it
     ("ct-w8a8-dynamic", ["--format", "int8:channel", "--act-format", "int8:token"], ["--to", "compressed-tensors"]),
     ("ct-w8a8-static", ["--format", "int8:channel", "--act-format", "int8:tensor", *CALIB], ["--to", "compressed-tensors"]),
 ]
@@ -163,6 +165,10 @@ def main():
         source, out = os.path.join(tmp, f"lowbit-{name}"), os.path.join(tmp, name)
         run(lowbit, "quantize", args.model, "-o", source, "--lm-head", "none", *quantize_args)
         run(lowbit, "export", source, "-o", out, *export_args)
+        if name.startswith("ct-") and name.endswith("-act-order"):
+            groups = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["config_groups"]
+            check(all(g["weights"]["actorder"] == "static" for g in groups.values()),
+                  f"{name}: config_groups' actorder {[g['weights']['actorder'] for g in groups.values()]}, not 'static'")
         llm = LLM(model=out, dtype=args.dtype or "float16", enforce_eager=True, max_model_len=2 * CTX, seed=0)
         vocab = llm.llm_engine.model_config.get_vocab_size()
 
