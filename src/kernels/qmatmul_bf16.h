@@ -17,7 +17,7 @@
 
 namespace lowbit {
 
-// bf16 storage, or E4M3 with channel / tensor scales; cols % 32 == 0; CPU support.
+// bf16 storage with cols % 32 == 0, or E4M3 with channel / tensor scales and cols % 64 == 0; CPU support.
 bool HasBf16DotKernel(const QuantizedTensor& w);
 
 AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols);
