@@ -4,8 +4,6 @@
 // `make test-interop` (tests/interop/gguf_llamacpp.py).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -24,6 +22,7 @@
 #include "quant/rtn.h"
 #include "tokenizer/gguf_vocab_export.h"
 #include "tokenizer/tokenizer.h"
+#include "test_util.h"
 
 namespace lowbit {
 namespace {
@@ -31,19 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kModel = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::temp_directory_path() / ("lowbit_gguf_export_" + std::to_string(::getpid())) / name) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& f) const { return path_ / f; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+// A scratch folder per test, removed with everything in it.
+using TempDir = testing_util::ScratchDir;
 
 TEST(GgufWriter, RoundTripsEveryValueTypeAndAlignsTensors) {
   TempDir dir("writer");

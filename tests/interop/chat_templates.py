@@ -16,12 +16,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 from transformers.utils.chat_template_utils import render_jinja_template
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, failures, lowbit_json, print_table  # noqa: E402
+from common import check, failures, lowbit_json, print_table, scratch_folder  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SHARED_HF = os.path.join(ROOT, "..", "shared", "tokenizers", "hf")
@@ -168,7 +167,7 @@ def check_tokenized(lowbit):
     from transformers import AutoTokenizer
     rows = []
     for name in ("qwen2.5", "qwen3"):
-        folder = tempfile.mkdtemp(prefix=f"lowbit-chat-{name}-")
+        folder = scratch_folder(f"lowbit-chat-{name}-")
         with open(os.path.join(SHARED_HF, "phi-3.5-mini", "tokenizer.json"), encoding="utf-8") as f:
             tokenizer_json = f.read()
         with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:

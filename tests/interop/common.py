@@ -1,10 +1,12 @@
 """What the interop checks share: failure bookkeeping, running lowbit, and lowbit's top-K base file
 (`lowbit ppl --kl-base`, eval/compare.cc) written from any engine's logits, so that lowbit measures
 KL(engine || lowbit) on the same checkpoint and the same windows."""
+import atexit
 import ctypes
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -51,11 +53,18 @@ uint64_t fnv1a64(const unsigned char* p, size_t n, uint64_t h) {
 _fnv = None
 
 
+def scratch_folder(prefix):
+    """A temp folder removed when the check exits, however it exits."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def fnv1a(data, h=1469598103934665603):
     """FNV-1a 64 (core/checksum.h) continued from h; in C, as base files run to tens of MB."""
     global _fnv
     if _fnv is None:
-        folder = tempfile.mkdtemp(prefix="lowbit-fnv-")
+        folder = scratch_folder("lowbit-fnv-")
         with open(os.path.join(folder, "fnv.c"), "w") as f:
             f.write(_FNV_SOURCE)
         subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", os.path.join(folder, "fnv.so"),

@@ -22,13 +22,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import gguf
 import llama_cpp
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, failures, print_table, run  # noqa: E402
+from common import check, failures, print_table, run, scratch_folder  # noqa: E402
 from hf_tokenizers import EXTRA_STRINGS, llama_cpp_strings, texts  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -168,7 +167,7 @@ def main():
     ap.add_argument("--lowbit", default=os.path.join(ROOT, "build", "lowbit"))
     ap.add_argument("--write", help="write the fixture here and stop")
     args = ap.parse_args()
-    folder = tempfile.mkdtemp(prefix="lowbit-gguf-pre-")
+    folder = scratch_folder("lowbit-gguf-pre-")
     fixture, paths = make_fixture(folder)
     if args.write:
         with open(args.write, "w", encoding="utf-8") as f:

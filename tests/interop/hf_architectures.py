@@ -20,14 +20,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, failures, print_table, run  # noqa: E402
+from common import check, failures, print_table, run, scratch_folder  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "data", "architectures")
 VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 96, 32, 64, 2, 4, 2
@@ -293,7 +292,7 @@ def main():
             out, _ = build(name, FIXTURES)
             print(f"wrote {out}")
         return
-    folder = tempfile.mkdtemp(prefix="lowbit-arch-")
+    folder = scratch_folder("lowbit-arch-")
     rows = []
     for name in [*ARCHITECTURES, *MULTIMODAL]:
         _, logits = build(name, folder)

@@ -20,14 +20,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 import gguf
 from tokenizers import Tokenizer
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import check, failures, print_table, run  # noqa: E402
+from common import check, failures, print_table, run, scratch_folder  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SHARED = os.path.join(ROOT, "..", "shared")
@@ -250,7 +249,7 @@ def main():
     ap.add_argument("--lowbit", default="build/lowbit")
     ap.add_argument("--write", help="write the fixture here and stop")
     args = ap.parse_args()
-    folder = tempfile.mkdtemp(prefix="lowbit-hf-tok-")
+    folder = scratch_folder("lowbit-hf-tok-")
     fixture = make_fixture(folder)
     if args.write:
         with open(args.write, "w", encoding="utf-8") as f:
