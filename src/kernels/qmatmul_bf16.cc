@@ -53,7 +53,7 @@ struct Bf16Weights {
 // (sign, 0111, the exponent's top 3 bits) and its low byte on its low nibble (the exponent's last
 // bit and the mantissa, shifted up 4): two 16-entry byte lookups (vpshufb), then the bytes are
 // interleaved into two vectors of 32 lanes, codes 0-7, 16-23, 32-39, 48-55 and the rest, the order
-// the activations come in (FP8Activations). Exponent 0 (zero and the 7 subnormals, m * 2^-17 after
+// the activations come in (Fp8Activations). Exponent 0 (zero and the 7 subnormals, m * 2^-17 after
 // the 2^8) is fixed by a table lookup only when one of the 64 codes has it: a branch taken rarely.
 // Each row prefetches the next tile's row (4 rows on) at the same column: a 4096-column FP8 row is one
 // 4 KiB page, so the hardware prefetcher restarts on every row and, without this, a core streamed at

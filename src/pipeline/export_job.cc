@@ -29,8 +29,8 @@ nlohmann::json ExportEngine(const ExportJob& job) {
   e.max_shard_bytes = ParseByteSize(job.max_shard, "--max-shard-size");
   if (!job.imatrix.empty() || !job.calib.empty() || job.pure || job.type != "Q8_0" ||
       !job.token_embedding_type.empty() || !job.output_tensor_type.empty())
-    Fail("--imatrix, --calib, --pure, --type, --token-embedding-type and --output-tensor-type apply to GGUF exports; for a calibrated {} checkpoint run `lowbit "
-         "quantize --save-as {}`", job.to, job.to);
+    Fail("--imatrix, --calib, --pure, --type, --token-embedding-type and --output-tensor-type apply to GGUF "
+         "exports; for a calibrated {} checkpoint run `lowbit quantize --save-as {}`", job.to, job.to);
   if (!std::filesystem::is_directory(job.model))
     Fail("{}: --to {} exports a Hugging Face folder (float or lowbit quantized), which takes config.json and the "
          "tokenizer from it", job.model, job.to);
