@@ -129,6 +129,8 @@ def export(
     to: str = "gguf",
     type: str = "Q8_0",
     pure: bool = False,
+    token_embedding_type: str = "",
+    output_tensor_type: str = "",
     imatrix: Optional[PathLike] = None,
     calib: Optional[PathLike] = None,
     calib_samples: int = 128,
@@ -148,14 +150,16 @@ def export(
 
     ``to="gguf"`` (the default) writes the ``.gguf`` file ``out`` for llama.cpp: ``type`` is a GGUF type or
     llama-quantize mix (``Q4_K_M``, ``IQ4_XS``, ...), with an importance matrix (``imatrix``) or a calibration
-    text (``calib``: GPTQ onto each tensor's grid). ``to`` = ``gptq``, ``awq`` or ``compressed-tensors`` writes a
+    text (``calib``: GPTQ onto each tensor's grid); ``token_embedding_type`` / ``output_tensor_type`` set those two
+    tables' ggml types past the mix, as llama-quantize's options do. ``to`` = ``gptq``, ``awq`` or ``compressed-tensors`` writes a
     folder vLLM and transformers load, repacking a lowbit quantized folder's codes (or quantizing a float one with
     ``scheme``, e.g. ``int4:g128``); ``format="gptq_v2"`` writes true zero points. ``progress(done, total,
     tensor)`` is called as it goes; without it a bar is drawn when stderr is a terminal.
     """
     with progress_or_bar(progress, "export") as report:
         return json.loads(
-            _export(os.fspath(model), os.fspath(out), to, type, pure, _path(imatrix) or "", _path(calib) or "",
+            _export(os.fspath(model), os.fspath(out), to, type, pure, token_embedding_type, output_tensor_type,
+                    _path(imatrix) or "", _path(calib) or "",
                     calib_samples, calib_len, seed, damp, _path(tokenizer) or "", name, format, scheme,
                     max_shard_size, threads, allow_nonfinite, report))
 

@@ -90,6 +90,7 @@ void BindJobs(nb::module_& m) {
   m.def(
       "_export",
       [](const std::string& model, const std::string& out, const std::string& to, const std::string& type, bool pure,
+         const std::string& token_embedding_type, const std::string& output_tensor_type,
          const std::string& imatrix, const std::string& calib, size_t calib_samples, size_t calib_len, uint64_t seed,
          double damp, const std::string& tokenizer, const std::string& name, const std::string& format,
          const std::string& scheme, const std::string& max_shard, size_t threads, bool allow_nonfinite,
@@ -100,6 +101,8 @@ void BindJobs(nb::module_& m) {
         job.to = to;
         job.type = type;
         job.pure = pure;
+        job.token_embedding_type = token_embedding_type;
+        job.output_tensor_type = output_tensor_type;
         job.imatrix = imatrix;
         job.calib = calib;
         job.calib_samples = calib_samples;
@@ -118,7 +121,8 @@ void BindJobs(nb::module_& m) {
         };
         return WithoutGil([&] { return RunExportJob(job); }).dump();
       },
-      nb::arg("model"), nb::arg("out"), nb::arg("to"), nb::arg("type"), nb::arg("pure"), nb::arg("imatrix"),
+      nb::arg("model"), nb::arg("out"), nb::arg("to"), nb::arg("type"), nb::arg("pure"),
+      nb::arg("token_embedding_type"), nb::arg("output_tensor_type"), nb::arg("imatrix"),
       nb::arg("calib"), nb::arg("calib_samples"), nb::arg("calib_len"), nb::arg("seed"), nb::arg("damp"),
       nb::arg("tokenizer"), nb::arg("name"), nb::arg("format"), nb::arg("scheme"), nb::arg("max_shard"),
       nb::arg("threads"), nb::arg("allow_nonfinite"), nb::arg("progress").none());

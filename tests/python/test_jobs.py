@@ -115,11 +115,18 @@ def test_export_matches_the_cli_byte_for_byte(model_path, tmp_path):
     gptq = lowbit.export(model_path, tmp_path / "gptq", to="gptq", scheme="int4:g64")
     assert gptq["quant_method"] == "gptq" and gptq["quantized_linears"] == 42
     assert lowbit.inspect(tmp_path / "gptq")["quant_method"] == "gptq"
+    # llama-quantize's table-type options, past the mix
+    tables = lowbit.export(model_path, tmp_path / "tables.gguf", type="Q4_K_M", token_embedding_type="q5_k",
+                           output_tensor_type="Q5_K")
+    types = {t["name"]: t["type"] for t in tables["tensors"]}
+    assert types["token_embd.weight"] == types["output.weight"] == "Q5_K" and types["blk.0.attn_q.weight"] == "Q4_K"
     with pytest.raises(lowbit.Error, match="Q9_K"):
         lowbit.export(model_path, tmp_path / "bad.gguf", type="Q9_K")
-    with pytest.raises(lowbit.Error, match="--imatrix, --calib, --pure and --type apply to GGUF"):
+    with pytest.raises(lowbit.Error, match="--type, --token-embedding-type and --output-tensor-type apply to GGUF"):
         lowbit.export(model_path, tmp_path / "bad", to="awq", type="Q4_0")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.gguf", "gptq", "py.gguf"]
+    with pytest.raises(lowbit.Error, match="--output-tensor-type 'Q9_K'"):
+        lowbit.export(model_path, tmp_path / "bad.gguf", type="Q4_K_M", output_tensor_type="Q9_K")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.gguf", "gptq", "py.gguf", "tables.gguf"]
 
 
 def test_convert_matches_the_cli(model_path, eval_text, tmp_path):
