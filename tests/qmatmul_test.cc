@@ -140,7 +140,7 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
   const size_t rows = 83, cols = 384;  // 41 or 42 rows a thread: a GEMM panel of 36 and a short one
   const std::vector<float> w = Gaussian(rows * cols, 5);
   ThreadPool pool(2);
-  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "nf4:g64", "bf16", "fp8_e4m3"}) {
+  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "fp6_e3m2", "nf4:g64", "bf16", "fp8_e4m3"}) {
     Linear linear;
     linear.weight = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     const QuantizedTensor& q = std::get<QuantizedTensor>(linear.weight);
@@ -296,7 +296,8 @@ namespace {
 // 1088 columns: a full 1024-column slice and a short one (partial dots added to y); 23 rows: a
 // row block, tiles of 4 and single rows; 261 tokens: a full 256-token chunk and a tail.
 TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
-  for (const char* spec : {"bf16", "fp8_e4m3", "fp8_e4m3:tensor"}) {  // FP8: widened to bf16 in registers
+  // FP8 and FP6: widened to bf16 in registers
+  for (const char* spec : {"bf16", "fp8_e4m3", "fp8_e4m3:tensor", "fp6_e3m2", "fp6_e2m3:tensor"}) {
     SCOPED_TRACE(spec);
     for (const size_t cols : {size_t{256}, size_t{1088}}) {
       for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}, size_t{261}}) {
@@ -311,7 +312,7 @@ TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
         ExpectClose(reference, exact, 0.5 * std::sqrt(cols / 256.0), "bf16 activations vs fp32 activations");  // bf16: 2^-9
         if (!HasBf16DotKernel(q)) continue;  // no AVX512_BF16 here
         std::vector<float> got(n_tokens * rows, NAN);
-        Bf16DotRows(q, xb.data(), n_tokens, 0, rows, got.data(), rows);
+        Bf16DotRows(q, PrepareBf16Input(q, x.data(), n_tokens), 0, rows, got.data(), rows);
         ExpectClose(got, reference, 1e-4 * std::sqrt(cols / 256.0),
                     "vdpbf16ps vs reference, cols " + std::to_string(cols) + " tokens " + std::to_string(n_tokens));
       }
@@ -332,9 +333,8 @@ TEST(Bf16DotRows, WidensEveryE4m3CodeExactly) {
   }
   std::vector<float> x(cols * cols, 0.0f);
   for (size_t t = 0; t < cols; ++t) x[t * cols + t] = 1.0f;  // token t picks column t
-  const AlignedVector<uint16_t> xb = ToBf16Activations(x.data(), cols, cols);
   std::vector<float> y(cols * rows, NAN);
-  Bf16DotRows(q, xb.data(), cols, 0, rows, y.data(), rows);
+  Bf16DotRows(q, PrepareBf16Input(q, x.data(), cols), 0, rows, y.data(), rows);
   size_t subnormals = 0;
   for (size_t c = 0; c < cols; ++c) {
     if (IsNanCode(kE4M3, c)) continue;
@@ -346,6 +346,37 @@ TEST(Bf16DotRows, WidensEveryE4m3CodeExactly) {
   EXPECT_EQ(subnormals, 14u);
   EXPECT_EQ(DecodeMiniFloat(kE4M3, 0x01), std::ldexp(1.0f, -9));
   EXPECT_EQ(DecodeMiniFloat(kE4M3, 0x7E), 448.0f);
+}
+
+// Every FP6 code at every position of a 64-column block (the byte permutation and shifts differ per
+// lane): column c of row r holds code (c + r) % 64, so each of the 64 codes meets each lane once
+// over 64 rows; one-hot activations read them back, each must be its OCP MX value times the row's
+// scale (E3M2: subnormals m/16, max 28; E2M3: subnormals m/8, max 7.5; both signs).
+TEST(Bf16DotRows, WidensEveryFp6CodeAtEveryLaneExactly) {
+  for (const MiniFloat* format : {&kE3M2, &kE2M3}) {
+    SCOPED_TRACE(format->name);
+    const size_t rows = 64, cols = 128;
+    QuantizedTensor q(ParseScheme(format->name), rows, cols);
+    if (!HasBf16DotKernel(q)) GTEST_SKIP() << "no AVX512_BF16 / AVX512_VBMI here";
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < cols; ++c) WriteCode(q.codes().data() + r * q.row_bytes(), c, 6, (c + r) % 64);
+      q.SetScale(r, r % 2 ? 0.25f : 1.0f);
+    }
+    std::vector<float> x(cols * cols, 0.0f);
+    for (size_t t = 0; t < cols; ++t) x[t * cols + t] = 1.0f;
+    std::vector<float> y(cols * rows, NAN);
+    Bf16DotRows(q, PrepareBf16Input(q, x.data(), cols), 0, rows, y.data(), rows);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        const uint32_t code = (c + r) % 64;
+        ASSERT_EQ(y[c * rows + r], (r % 2 ? 0.25f : 1.0f) * DecodeMiniFloat(*format, code))
+            << "row " << r << " column " << c << " code " << code;
+      }
+  }
+  EXPECT_EQ(DecodeMiniFloat(kE3M2, 0x01), 0.0625f);
+  EXPECT_EQ(DecodeMiniFloat(kE3M2, 0x1F), 28.0f);
+  EXPECT_EQ(DecodeMiniFloat(kE2M3, 0x01), 0.125f);
+  EXPECT_EQ(DecodeMiniFloat(kE2M3, 0x3F), -7.5f);
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -W(maybe-)uninitialized
 // reports inside the inlined intrinsics (_mm512_reduce_add_ps); the values are all written first.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,7 +23,13 @@ bool CpuHasBf16Flags() {
   return has;
 }
 
-#define LOWBIT_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+// FP6 codes are spread to 16-bit lanes with a byte permutation (vpermb).
+bool CpuHasFp6Flags() {
+  static const bool has = CpuHasBf16Flags() && __builtin_cpu_supports("avx512vbmi");
+  return has;
+}
+
+#define LOWBIT_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
 
 LOWBIT_BF16 inline __m256 FoldHalves(__m512 v) {
   return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -53,7 +61,7 @@ struct Bf16Weights {
 // (sign, 0111, the exponent's top 3 bits) and its low byte on its low nibble (the exponent's last
 // bit and the mantissa, shifted up 4): two 16-entry byte lookups (vpshufb), then the bytes are
 // interleaved into two vectors of 32 lanes, codes 0-7, 16-23, 32-39, 48-55 and the rest, the order
-// the activations come in (Fp8Activations). Exponent 0 (zero and the 7 subnormals, m * 2^-17 after
+// the activations come in (PrepareBf16Input). Exponent 0 (zero and the 7 subnormals, m * 2^-17 after
 // the 2^8) is fixed by a table lookup only when one of the 64 codes has it: a branch taken rarely.
 // Each row prefetches the next tile's row (4 rows on) at the same column: a 4096-column FP8 row is one
 // 4 KiB page, so the hardware prefetcher restarts on every row and, without this, a core streamed at
@@ -95,6 +103,50 @@ struct E4m3Weights {
     const __m512i fixed = _mm512_ternarylogic_epi32(_mm512_set1_epi16(static_cast<int16_t>(0x8000)),
                                                     _mm512_slli_epi16(code, 8), magnitude, 0xCA);  // A ? B : C
     return _mm512_mask_mov_epi16(value, zero_exponent, fixed);
+  }
+};
+
+// For Fp6Weights, byte indices: lane l (bytes 2l, 2l + 1) of the first 32 of 64 codes takes bytes 6l/8 and the one
+// after; of the second 32, the same 24 bytes on.
+struct Fp6Spread {
+  alignas(64) uint8_t first[64];
+  alignas(64) uint8_t second[64];
+  alignas(64) uint16_t shifts[32];
+  constexpr Fp6Spread() : first(), second(), shifts() {
+    for (int l = 0; l < 32; ++l) {
+      for (int b = 0; b < 2; ++b) {
+        first[2 * l + b] = static_cast<uint8_t>(6 * l / 8 + b);
+        second[2 * l + b] = static_cast<uint8_t>(24 + 6 * l / 8 + b);
+      }
+      shifts[l] = static_cast<uint16_t>(6 * l % 8);
+    }
+  }
+};
+inline constexpr Fp6Spread kFp6Spread{};
+
+// 6-bit minifloat codes (FP6 E3M2, E2M3: 4 codes per 3 bytes, code i at bit 6i, LSB first) as bf16,
+// 64 codes per Load: their values are exact in bf16 (2 or 3 mantissa bits), so a 64-entry table of
+// bf16 bits, two registers, is the whole decode (vpermt2w reads an index's low 6 bits), subnormals
+// and zero included. Lane l's code starts at bit 6l: a byte permutation (vpermb) brings bytes 6l/8
+// and the next into lane l, a per-lane shift (0, 6, 4 or 2) aligns it. The codes stay in column
+// order, so the activations need no reordering. 48 bytes a Load (a masked load: the last row's
+// codes may end the buffer). The fp32 fused kernel's shuffles and conversions streamed E3M2 at
+// 0.35 of the triad on one core.
+struct Fp6Weights {
+  static constexpr size_t kColumns = 64;
+  const uint8_t* codes;
+  size_t stride;           // bytes per row
+  const uint16_t* levels;  // 64 entries, 64-byte aligned: the bf16 bits of each code's value
+  LOWBIT_BF16 void Load(size_t r, size_t i, __m512bh out[2]) const {
+    const uint8_t* block = codes + r * stride + i / 4 * 3;
+    _mm_prefetch(reinterpret_cast<const char*>(block) + 4 * stride, _MM_HINT_T1);
+    const __m512i bytes = _mm512_maskz_loadu_epi8((1ull << 48) - 1, block);
+    const __m512i low_levels = _mm512_load_si512(levels), high_levels = _mm512_load_si512(levels + 32);
+    const __m512i shifts = _mm512_load_si512(kFp6Spread.shifts);
+    const __m512i first = _mm512_srlv_epi16(_mm512_permutexvar_epi8(_mm512_load_si512(kFp6Spread.first), bytes), shifts);
+    const __m512i second = _mm512_srlv_epi16(_mm512_permutexvar_epi8(_mm512_load_si512(kFp6Spread.second), bytes), shifts);
+    out[0] = (__m512bh)_mm512_permutex2var_epi16(low_levels, first, high_levels);
+    out[1] = (__m512bh)_mm512_permutex2var_epi16(low_levels, second, high_levels);
   }
 };
 
@@ -173,14 +225,25 @@ void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_token
   }
 }
 
-const uint16_t* Bf16Codes(const QuantizedTensor& w) { return reinterpret_cast<const uint16_t*>(w.codes().data()); }
+// How a tensor's codes become bf16 in registers, or kNone: no kernel here for it.
+enum class Bf16Layout { kNone, kBf16, kE4m3, kFp6 };
 
-// FP8 E4M3 with one scale per row (channel) or per tensor: the scale multiplies the row's dot.
-bool IsRowScaledE4m3(const QuantizedTensor& w) {
-  const QuantScheme& s = w.scheme();
+// FP8 E4M3 and the FP6 minifloats with one scale per row (channel) or per tensor: the scale
+// multiplies the row's dot.
+bool RowScaled(const QuantScheme& s) {
   const GranularityKind g = s.granularity.kind;
-  return s.element->minifloat == &kE4M3 && (g == GranularityKind::kChannel || g == GranularityKind::kTensor) &&
-         !s.asymmetric() && s.super_block == 0;
+  return (g == GranularityKind::kChannel || g == GranularityKind::kTensor) && !s.asymmetric() && s.super_block == 0;
+}
+
+Bf16Layout LayoutOf(const QuantizedTensor& w) {
+  if (!CpuHasBf16Flags()) return Bf16Layout::kNone;
+  const QuantScheme& s = w.scheme();
+  const MiniFloat* m = s.element->minifloat;
+  if (m == &kBf16) return w.cols() % 32 == 0 ? Bf16Layout::kBf16 : Bf16Layout::kNone;
+  if (!RowScaled(s) || w.cols() % 64 != 0) return Bf16Layout::kNone;
+  if (m == &kE4M3) return Bf16Layout::kE4m3;
+  if ((m == &kE3M2 || m == &kE2M3) && CpuHasFp6Flags()) return Bf16Layout::kFp6;
+  return Bf16Layout::kNone;
 }
 
 struct E4m3SubnormalTable {
@@ -190,27 +253,17 @@ struct E4m3SubnormalTable {
   }
 };
 
-// The activations in the order E4m3Weights delivers codes: per 64 columns, the first and second 8 of
-// each 16 (vpunpcklbw / vpunpckhbw per 128-bit lane).
-AlignedVector<uint16_t> Fp8Activations(const uint16_t* x, size_t n_tokens, size_t cols) {
-  AlignedVector<uint16_t> out(n_tokens * cols);
-  for (size_t t = 0; t < n_tokens; ++t)
-    for (size_t i = 0; i < cols; i += 64)
-      for (size_t lane = 0; lane < 4; ++lane)
-        for (size_t j = 0; j < 8; ++j) {
-          out[t * cols + i + 8 * lane + j] = x[t * cols + i + 16 * lane + j];
-          out[t * cols + i + 32 + 8 * lane + j] = x[t * cols + i + 16 * lane + 8 + j];
-        }
-  return out;
-}
+// The bf16 bits of a 6-bit code's value: exact, since E3M2 and E2M3 have at most 3 mantissa bits.
+struct Fp6Levels {
+  alignas(64) uint16_t bits[64] = {};
+  explicit Fp6Levels(const MiniFloat& format) {
+    for (uint32_t c = 0; c < 64; ++c) bits[c] = Fp32ToBf16(DecodeMiniFloat(format, c));
+  }
+};
 
 }  // namespace
 
-bool HasBf16DotKernel(const QuantizedTensor& w) {
-  if (!CpuHasBf16Flags()) return false;
-  if (w.scheme().element->minifloat == &kBf16) return w.cols() % 32 == 0;
-  return IsRowScaledE4m3(w) && w.cols() % 64 == 0;
-}
+bool HasBf16DotKernel(const QuantizedTensor& w) { return LayoutOf(w) != Bf16Layout::kNone; }
 
 AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_t cols) {
   AlignedVector<uint16_t> out(n_tokens * cols);
@@ -218,22 +271,51 @@ AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_
   return out;
 }
 
-void Bf16DotRows(const QuantizedTensor& w, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
-                 float* y, size_t y_stride) {
-  LOWBIT_CHECK(HasBf16DotKernel(w));
-  if (w.scheme().element->minifloat == &kBf16) {
-    MatrixRows(Bf16Weights{Bf16Codes(w), w.cols()}, w.cols(), x, n_tokens, row_begin, row_end, nullptr, y, y_stride);
+Bf16Input PrepareBf16Input(const QuantizedTensor& w, const float* x, size_t n_tokens) {
+  const size_t cols = w.cols();
+  Bf16Input in{ToBf16Activations(x, n_tokens, cols), n_tokens};
+  if (LayoutOf(w) != Bf16Layout::kE4m3) return in;
+  // E4m3Weights delivers, per 64 columns, the first and second 8 of each 16 (vpunpcklbw /
+  // vpunpckhbw per 128-bit lane).
+  AlignedVector<uint16_t> ordered(in.values.size());
+  for (size_t t = 0; t < n_tokens; ++t)
+    for (size_t i = 0; i < cols; i += 64)
+      for (size_t lane = 0; lane < 4; ++lane)
+        for (size_t j = 0; j < 8; ++j) {
+          ordered[t * cols + i + 8 * lane + j] = in.values[t * cols + i + 16 * lane + j];
+          ordered[t * cols + i + 32 + 8 * lane + j] = in.values[t * cols + i + 16 * lane + 8 + j];
+        }
+  in.values = std::move(ordered);
+  return in;
+}
+
+void Bf16DotRows(const QuantizedTensor& w, const Bf16Input& in, size_t row_begin, size_t row_end, float* y,
+                 size_t y_stride) {
+  const Bf16Layout layout = LayoutOf(w);
+  LOWBIT_CHECK(layout != Bf16Layout::kNone && in.values.size() == in.n_tokens * w.cols());
+  const uint16_t* x = in.values.data();
+  if (layout == Bf16Layout::kBf16) {
+    const Bf16Weights weights{reinterpret_cast<const uint16_t*>(w.codes().data()), w.cols()};
+    MatrixRows(weights, w.cols(), x, in.n_tokens, row_begin, row_end, nullptr, y, y_stride);
     return;
   }
+  // The widened E4M3 codes are 2^-8 times their values; FP6 levels are the values.
+  const float code_scale = layout == Bf16Layout::kE4m3 ? 256.0f : 1.0f;
   std::vector<float> scales(row_end - row_begin);
   for (size_t r = row_begin; r < row_end; ++r) {
     w.RowScales(r, &scales[r - row_begin], nullptr);
-    scales[r - row_begin] *= 256.0f;  // the widened codes are 2^-8 times the E4M3 values
+    scales[r - row_begin] *= code_scale;
   }
-  static const E4m3SubnormalTable subnormals;
-  const AlignedVector<uint16_t> ordered = Fp8Activations(x, n_tokens, w.cols());
-  MatrixRows(E4m3Weights{w.codes().data(), w.row_bytes(), subnormals.bits}, w.cols(), ordered.data(), n_tokens,
-             row_begin, row_end, scales.data(), y, y_stride);
+  if (layout == Bf16Layout::kE4m3) {
+    static const E4m3SubnormalTable subnormals;
+    MatrixRows(E4m3Weights{w.codes().data(), w.row_bytes(), subnormals.bits}, w.cols(), x, in.n_tokens, row_begin,
+               row_end, scales.data(), y, y_stride);
+    return;
+  }
+  static const Fp6Levels e3m2(kE3M2), e2m3(kE2M3);
+  const Fp6Levels& levels = w.scheme().element->minifloat == &kE3M2 ? e3m2 : e2m3;
+  MatrixRows(Fp6Weights{w.codes().data(), w.row_bytes(), levels.bits}, w.cols(), x, in.n_tokens, row_begin, row_end,
+             scales.data(), y, y_stride);
 }
 
 // Scalar reference: the weights as their codec decodes them (bf16 widened exactly; E4M3 times its
