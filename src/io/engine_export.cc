@@ -53,24 +53,23 @@ struct LinearRecord {
 };
 
 // Which linears the recipe card's GPTQ quantized with static act-order (the recipe's method and config,
-// or the first override whose match the linear's name fits).
+// or those of the first override whose match the linear's name fits).
 std::function<bool(const std::string&)> StaticActOrderLinears(const nlohmann::json& card) {
   if (!card.is_object() || !card.contains("recipe")) return [](const std::string&) { return false; };
   const Recipe recipe = ParseRecipe(card["recipe"], "recipe card (recipe.json)");
-  const auto is_static = [](const std::string& method, const nlohmann::json& config) {
-    if (method != "gptq" || !config.is_object() || !config.contains("act_order")) return false;
-    const nlohmann::json& a = config["act_order"];
+  const auto is_static = [](const MethodConfig& m) {
+    if (m.method != "gptq" || !m.config.is_object() || !m.config.contains("act_order")) return false;
+    const nlohmann::json& a = m.config["act_order"];
     return a.is_boolean() ? a.get<bool>() : a == "static" || a == "weight";
   };
-  return [recipe, is_static](const std::string& prefix) {
-    for (const RecipeOverride& o : recipe.overrides)
-      if (std::regex_search(prefix, std::regex(o.match))) {
-        const std::string& method = o.method.empty() ? recipe.method : o.method;
-        return is_static(method, !o.config.is_null()         ? o.config
-                                 : method == recipe.method ? recipe.config
-                                                           : nlohmann::json::object());
-      }
-    return is_static(recipe.method, recipe.config);
+  std::vector<std::pair<std::regex, bool>> rules;  // an override's match, and whether it runs static act-order
+  for (const RecipeOverride& o : recipe.overrides)
+    rules.emplace_back(std::regex(o.match), is_static(OverrideMethod(o.method, o.config, recipe.method, recipe.config)));
+  const bool main_is_static = is_static({recipe.method, recipe.config});
+  return [rules = std::move(rules), main_is_static](const std::string& prefix) {
+    for (const auto& [match, is_static] : rules)
+      if (std::regex_search(prefix, match)) return is_static;
+    return main_is_static;
   };
 }
 

@@ -15,6 +15,7 @@
 #include "model/calibration.h"
 #include "model/forward.h"
 #include "model/quantize_weights.h"
+#include "model/recipe.h"
 #include "model/rotation.h"
 #include "quant/column_order.h"
 #include "quant/hadamard.h"
@@ -435,12 +436,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   for (size_t i = 0; i < req.overrides.size(); ++i) {
     const TensorRule& r = req.overrides[i];
     const std::string where = fmt::format("overrides[{}].match", i);
-    const std::string name = r.method.value_or(req.method);
     const QuantScheme scheme = r.scheme.value_or(req.scheme);
-    const nlohmann::json config = !r.method_config.is_null() ? r.method_config
-                                  : name == req.method      ? req.method_config
-                                                            : nlohmann::json::object();
-    rule_methods.push_back(BuiltinMethods().Create(name, config, scheme));
+    const MethodConfig m = OverrideMethod(r.method.value_or(""), r.method_config, req.method, req.method_config);
+    rule_methods.push_back(BuiltinMethods().Create(m.method, m.config, scheme));
     rules.push_back({CompilePattern(r.pattern, where), rule_methods.back().get(), scheme});
   }
   std::vector<std::regex> ignore;

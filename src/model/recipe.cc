@@ -112,7 +112,12 @@ Recipe ParseRecipe(const nlohmann::json& json, const std::string& source) {
       CheckKeys(e, {"match", "format", "method", "config"});
       RecipeOverride o{Pattern(e["match"]), Format(e["format"]), e.Get<std::string>("method", ""), nullptr};
       if (e.Has("config")) o.config = e["config"].ExpectObject().value();
-      CheckMethod(e, o.method.empty() ? r.method : o.method, e.Has("config") ? e["config"] : JsonView(kNoConfig, source),
+      // Checked with the config it will run with (OverrideMethod): its own, the recipe's, or none.
+      const std::string method = OverrideMethod(o.method, o.config, r.method, r.config).method;
+      CheckMethod(e, method,
+                  e.Has("config")         ? e["config"]
+                  : method == r.method ? config
+                                       : JsonView(kNoConfig, source),
                   o.format);
       r.overrides.push_back(std::move(o));
     }
@@ -130,6 +135,13 @@ std::string ResolveLmHead(const Recipe& recipe, bool lowbit_folder, bool tied_em
   if (!recipe.lm_head.empty()) return recipe.lm_head;
   const bool low_bit_body = !recipe.format.empty() && ParseScheme(recipe.format).element->bits <= 8;
   return lowbit_folder && !tied_embeddings && low_bit_body ? kDefaultLmHeadFormat : "none";
+}
+
+MethodConfig OverrideMethod(const std::string& method, const nlohmann::json& config, const std::string& recipe_method,
+                            const nlohmann::json& recipe_config) {
+  MethodConfig m{method.empty() ? recipe_method : method, config};
+  if (m.config.is_null()) m.config = m.method == recipe_method ? recipe_config : nlohmann::json::object();
+  return m;
 }
 
 Recipe ReadRecipe(const std::filesystem::path& path) { return ParseRecipe(ReadJsonFile(path), path.string()); }

@@ -34,6 +34,16 @@ struct Recipe {
   nlohmann::json ToJson() const;
 };
 
+// The method and config that quantize the tensors an override matches: the override's method, or the
+// recipe's where it names none; the override's config, or, running the recipe's own method, the
+// recipe's config (another method starts from its defaults).
+struct MethodConfig {
+  std::string method;
+  nlohmann::json config;
+};
+MethodConfig OverrideMethod(const std::string& method, const nlohmann::json& config, const std::string& recipe_method,
+                            const nlohmann::json& recipe_config);
+
 // `j` read from `source`: unknown keys are errors; see the README for the fields.
 Recipe ParseRecipe(const nlohmann::json& j, const std::string& source);
 Recipe ReadRecipe(const std::filesystem::path& path);
