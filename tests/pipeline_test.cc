@@ -8,9 +8,11 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "pipeline/generate.h"
 #include "pipeline/quantize_job.h"
 #include "pipeline/session.h"
+#include "test_util.h"
 #include "quant/scheme.h"
 
 namespace lowbit {
@@ -131,6 +133,34 @@ TEST(QuantizeJob, TargetsAreCheckedBeforeAnyWork) {
   EXPECT_EQ(DefaultFormatFor("gguf:q8_0", "x.gguf"), "int8:g32:scale=f16");
   EXPECT_EQ(DefaultFormatFor("lowbit", "x"), "");
   EXPECT_THROW(DefaultFormatFor("gguf:Q4_0", "x.bin"), Error);  // must end in .gguf
+  EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+// llama-quantize's --token-embedding-type / --output-tensor-type on a calibrated-run GGUF: the two
+// tables take the named types past the mix (Q4_0's would be Q4_0 and Q6_K); the recipe's linears keep
+// its grid. Misuse fails before any work.
+TEST(QuantizeJob, GgufTableTypesOverrideTheMix) {
+  const fs::path dir = TempDir("table-types");
+  QuantizeJob job = RtnJob(dir / "out.gguf");
+  job.save_as = "gguf:Q4_0";
+  job.recipe.format = "";
+  job.token_embedding_type = "q8_0";
+  job.output_tensor_type = "Q5_K";
+  (void)RunQuantizeJob(job);
+  const GgufFile file = GgufFile::Open(dir / "out.gguf");
+  EXPECT_EQ(file.FindTensor("token_embd.weight")->ggml_type, kGgmlQ8_0);
+  EXPECT_EQ(file.FindTensor("output.weight")->ggml_type, kGgmlQ5_K);
+  EXPECT_EQ(file.FindTensor("blk.0.ffn_down.weight")->ggml_type, kGgmlQ4_0);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  job.token_embedding_type = "Q9_K";
+  testing_util::ExpectError([&] { (void)RunQuantizeJob(job); }, {"--token-embedding-type", "Q9_K"});
+  job.token_embedding_type = "Q6_K";
+  job.save_as = "lowbit";
+  job.out = (dir / "out").string();
+  job.recipe.format = "int4:g64";
+  testing_util::ExpectError([&] { (void)RunQuantizeJob(job); }, {"--save-as gguf:TYPE"});
   EXPECT_TRUE(fs::is_empty(dir));
   fs::remove_all(dir);
 }

@@ -81,6 +81,8 @@ def quantize(
     group: int = 0,
     asym: bool = False,
     save_as: str = "lowbit",
+    token_embedding_type: Optional[str] = None,
+    output_tensor_type: Optional[str] = None,
     eval: Optional[PathLike] = None,
     eval_ctx: int = 256,
     threads: int = 0,
@@ -95,7 +97,8 @@ def quantize(
 
     ``recipe`` is what ``--recipe`` reads: a dict or the path of a JSON file. Without one, ``format`` (with
     ``method``, ``group``, ``asym``) makes a one-line recipe, as the command's flags do. ``save_as`` is
-    ``lowbit``, ``gguf:TYPE``, ``gptq``, ``gptq_v2``, ``awq`` or ``compressed-tensors``. ``progress(block,
+    ``lowbit``, ``gguf:TYPE``, ``gptq``, ``gptq_v2``, ``awq`` or ``compressed-tensors``; with ``gguf:TYPE``,
+    ``token_embedding_type`` and ``output_tensor_type`` are llama-quantize's options of those names. ``progress(block,
     blocks, tensor)`` is called before each tensor; without it a bar is drawn when stderr is a terminal.
     Ctrl-C stops the run with KeyboardInterrupt and writes no output. Returns None when ``stop_after``
     stopped the run (its state is in ``out + '.partial'``; continue with ``resume=True``).
@@ -117,7 +120,8 @@ def quantize(
         recipe_path = os.fspath(recipe)
     with progress_or_bar(progress, "quantize") as report:
         result = json.loads(
-            _quantize(model, out, recipe_json, recipe_path, save_as, _path(eval), eval_ctx, threads, max_ram, resume,
+            _quantize(model, out, recipe_json, recipe_path, save_as, token_embedding_type or "",
+                      output_tensor_type or "", _path(eval), eval_ctx, threads, max_ram, resume,
                       stop_after, checkpoint_every, allow_nonfinite, report))
     return result["card"]
 

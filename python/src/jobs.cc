@@ -55,7 +55,8 @@ void BindJobs(nb::module_& m) {
   m.def(
       "_quantize",
       [](const std::string& model, const std::string& out, const std::string& recipe_json,
-         const std::string& recipe_path, const std::string& save_as, const std::optional<std::string>& eval,
+         const std::string& recipe_path, const std::string& save_as, const std::string& token_embedding_type,
+         const std::string& output_tensor_type, const std::optional<std::string>& eval,
          size_t eval_ctx, size_t threads, const std::optional<std::string>& max_ram, bool resume, size_t stop_after,
          double checkpoint_every, bool allow_nonfinite, nb::object progress) {
         QuantizeJob job;
@@ -64,6 +65,8 @@ void BindJobs(nb::module_& m) {
         job.recipe = recipe_path.empty() ? ParseRecipe(ParseJson(recipe_json, "recipe"), "recipe")
                                          : ReadRecipe(recipe_path);
         job.save_as = save_as;
+        job.token_embedding_type = token_embedding_type;
+        job.output_tensor_type = output_tensor_type;
         job.eval = eval.value_or("");
         job.eval_ctx = eval_ctx;
         job.threads = threads;
@@ -82,7 +85,7 @@ void BindJobs(nb::module_& m) {
         return result.dump();
       },
       nb::arg("model"), nb::arg("out"), nb::arg("recipe_json"), nb::arg("recipe_path"), nb::arg("save_as"),
-      nb::arg("eval").none(), nb::arg("eval_ctx"), nb::arg("threads"), nb::arg("max_ram").none(), nb::arg("resume"),
+      nb::arg("token_embedding_type"), nb::arg("output_tensor_type"), nb::arg("eval").none(), nb::arg("eval_ctx"), nb::arg("threads"), nb::arg("max_ram").none(), nb::arg("resume"),
       nb::arg("stop_after"), nb::arg("checkpoint_every"), nb::arg("allow_nonfinite"), nb::arg("progress").none());
 
   m.def("_default_format_for", &DefaultFormatFor, nb::arg("save_as"), nb::arg("out"));

@@ -17,6 +17,7 @@ namespace {
 
 struct QuantizeOptions {
   std::string model, out, recipe, method = "rtn", format, calib, eval, act_format, save_as = "lowbit", lm_head;
+  std::string token_embedding_type, output_tensor_type;
   double alpha = -1, threshold = -1;
   int group = 0;
   bool asym = false, json = false, rotate = false, resume = false;
@@ -64,6 +65,8 @@ void Run(QuantizeOptions o) {
   job.out = o.out;
   job.recipe = RecipeFrom(o);
   job.save_as = o.save_as;
+  job.token_embedding_type = o.token_embedding_type;
+  job.output_tensor_type = o.output_tensor_type;
   job.eval = o.eval;
   job.eval_ctx = o.eval_ctx;
   job.threads = o.threads;
@@ -156,6 +159,10 @@ void AddQuantizeCommand(CLI::App& app) {
                   "IQ4_NL, MXFP4, whose grid --format defaults to), or gptq, gptq_v2, awq, compressed-tensors (a "
                   "folder vLLM and transformers load)")
       ->default_val("lowbit");
+  cmd->add_option("--token-embedding-type", o->token_embedding_type,
+                  "--save-as gguf:TYPE: ggml type of token_embd, past the mix (llama-quantize's option; e.g. Q6_K)");
+  cmd->add_option("--output-tensor-type", o->output_tensor_type,
+                  "--save-as gguf:TYPE: ggml type of the output matrix, past the mix (llama-quantize's option)");
   cmd->add_flag("--resume", o->resume, "Continue an interrupted run from its last finished block (OUT.partial)");
   cmd->add_option("--stop-after", o->stop_after, "Stop after this many blocks, leaving OUT.partial for --resume");
   cmd->add_option("--max-ram", o->max_ram,

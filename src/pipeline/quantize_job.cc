@@ -119,6 +119,14 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
   }
   if (gguf) CheckGgufRecipe(recipe, *gguf);
   if (engine) CheckEngineRecipe(recipe, *engine);
+  GgufTableTypes table_types;
+  if (!o.token_embedding_type.empty() || !o.output_tensor_type.empty()) {
+    if (!gguf) Fail("--token-embedding-type and --output-tensor-type apply to --save-as gguf:TYPE");
+    if (!o.token_embedding_type.empty())
+      table_types.token_embedding = ParseGgufTensorType(o.token_embedding_type, "--token-embedding-type");
+    if (!o.output_tensor_type.empty())
+      table_types.output = ParseGgufTensorType(o.output_tensor_type, "--output-tensor-type");
+  }
   if (std::filesystem::exists(o.out)) Fail("{}: already exists; choose a new output folder", o.out);
   const std::filesystem::path partial = o.out + ".partial";  // the state of an unfinished run
   RemoveStaleTemporaries(o.out);  // OUT.tmp-<pid> of a run killed while writing OUT
@@ -238,6 +246,7 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
     e.type = std::string(gguf->name);
     e.threads = o.threads;
     e.keep_source_grids = true;
+    e.table_types = table_types;
     e.metadata = std::move(vocabulary);
     e.metadata.push_back({"lowbit.recipe_card", card.dump()});  // the scores travel with the weights
     StreamedModel quantized{std::move(model), nullptr};

@@ -21,6 +21,8 @@ struct QuantizeJob {
   Recipe recipe;  // format empty with save_as gguf:T: T's grid (DefaultFormatFor)
   // lowbit (a quantized folder), gguf:TYPE (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4), gptq, gptq_v2, awq, compressed-tensors
   std::string save_as = "lowbit";
+  // gguf:TYPE only: llama-quantize's --token-embedding-type / --output-tensor-type (empty: the mix's choice).
+  std::string token_embedding_type, output_tensor_type;
   std::string eval;  // text to measure PPL / KL / top-1 against the base with (into the card)
   size_t eval_ctx = 256, threads = 0;
   std::string max_ram;  // calibration activations held in memory before spilling beside OUT, e.g. "2G"

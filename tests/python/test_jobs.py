@@ -62,6 +62,16 @@ def test_quantize_with_format_keywords(model_path, tmp_path):
     assert card["scheme"] == "int8:channel:scale=f16" and card["recipe"]["method"] == "rtn"
 
 
+def test_quantize_to_gguf_with_table_types(model_path, tmp_path):
+    card = lowbit.quantize(model_path, tmp_path / "t.gguf", save_as="gguf:Q4_0", token_embedding_type="Q8_0",
+                           output_tensor_type="q5_k")
+    assert card["gguf"]["type"] == "Q4_0"
+    types = {t["name"]: t["type"] for t in lowbit.inspect(tmp_path / "t.gguf")["layers"]}
+    assert types["token_embd"] == "Q8_0" and types["output"] == "Q5_K" and types["blk.0.ffn_down"] == "Q4_0"
+    with pytest.raises(lowbit.Error, match="apply to --save-as gguf:TYPE"):
+        lowbit.quantize(model_path, tmp_path / "bad", format="int4", output_tensor_type="Q5_K")
+
+
 def test_quantize_errors_name_the_field_and_write_nothing(model_path, tmp_path):
     with pytest.raises(lowbit.Error, match="bogus"):
         lowbit.quantize(model_path, tmp_path / "a", recipe={"method": "rtn", "format": "int4", "bogus": 1})
