@@ -192,43 +192,68 @@ TEST(AttendTile, SixteenBitTilesEqualTheirValuesInFp32) {
       }
 }
 
-// K handed over channel by channel (KIVI's per-channel int4 / int2 K, decoded without a transpose)
-// gives the softmax of K handed over position by position, on every target and in the reference.
-TEST(AttendTile, KeysByChannelEqualKeysByPosition) {
-  for (const size_t head_dim : {size_t{20}, size_t{128}})
-    for (const size_t heads : {size_t{1}, size_t{4}}) {
-      const size_t tiles = 3, per_tile = 21, rows = tiles * per_tile, channel_stride = 32;  // a block of 32
-      const std::vector<float> k = Gaussian(rows * head_dim, 15, 2.0f), v = Gaussian(rows * head_dim, 16);
-      std::vector<float> by_channel(tiles * head_dim * channel_stride);
-      for (size_t t = 0; t < tiles; ++t)
-        for (size_t i = 0; i < per_tile; ++i)
-          for (size_t j = 0; j < head_dim; ++j)
-            by_channel[(t * head_dim + j) * channel_stride + 3 + i] = k[(t * per_tile + i) * head_dim + j];
-      const std::vector<float> q = Gaussian(heads * head_dim, 17);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-      const auto run = [&](bool reference, bool channels) {
-        std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
-        for (size_t t = 0; t < tiles; ++t) {
-          AttentionTile tile{&k[t * per_tile * head_dim], head_dim, &v[t * per_tile * head_dim], head_dim, per_tile};
-          if (channels) {  // positions start 3 columns into each channel row, as a tile inside a block does
-            tile.k = &by_channel[t * head_dim * channel_stride + 3];
-            tile.k_stride = channel_stride;
-            tile.k_by_channel = true;
+// KIVI tiles read from their codes (kU4 / kU2: K per channel over a block of 32 positions, V per
+// row, each with a scale and a bias) against the fp32 tile of the values they stand for, on every
+// target and in the reference. Tiles start 3 positions into the block and hold 21 (chunks cut at both
+// ends); 7 heads take a group of 4 and one of 3; head_dim 20 fits no chunk (the scalar steps).
+TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
+  for (const int bits : {4, 2})
+    for (const size_t head_dim : {size_t{20}, size_t{64}, size_t{128}})
+      for (const size_t heads : {size_t{1}, size_t{7}}) {
+        const size_t block = 32, first = 3, per_tile = 21, tiles = 3, levels = size_t{1} << bits;
+        const size_t k_row = block * bits / 8, v_row = head_dim * bits / 8;
+        std::vector<uint8_t> k_codes(tiles * head_dim * k_row), v_codes(tiles * per_tile * v_row);
+        std::vector<float> k_scales(tiles * head_dim), k_biases(tiles * head_dim), v_scales(tiles * per_tile),
+            v_biases(tiles * per_tile);
+        std::vector<float> k(tiles * per_tile * head_dim), v(tiles * per_tile * head_dim);
+        std::mt19937 rng(19);
+        const auto uniform = [&](float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); };
+        for (auto* bytes : {&k_codes, &v_codes})
+          for (uint8_t& byte : *bytes) byte = static_cast<uint8_t>(rng());
+        for (float& x : k_scales) x = uniform(0.05f, 0.5f);
+        for (float& x : v_scales) x = uniform(0.05f, 0.5f);
+        for (auto* biases : {&k_biases, &v_biases})
+          for (float& x : *biases) x = uniform(-1.0f, 1.0f);
+        const auto code = [&](const std::vector<uint8_t>& bytes, size_t row_bytes, size_t row, size_t index) {
+          return static_cast<float>((bytes[row * row_bytes + index * bits / 8] >> (index * bits % 8)) & (levels - 1));
+        };
+        for (size_t t = 0; t < tiles; ++t)
+          for (size_t i = 0; i < per_tile; ++i)
+            for (size_t j = 0; j < head_dim; ++j) {
+              const size_t channel = t * head_dim + j, position = t * per_tile + i;
+              k[position * head_dim + j] = code(k_codes, k_row, channel, first + i) * k_scales[channel] + k_biases[channel];
+              v[position * head_dim + j] = code(v_codes, v_row, position, j) * v_scales[position] + v_biases[position];
+            }
+        const std::vector<float> q = Gaussian(heads * head_dim, 17);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        const auto run = [&](bool reference, bool packed) {
+          std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
+          for (size_t t = 0; t < tiles; ++t) {
+            AttentionTile tile{&k[t * per_tile * head_dim], head_dim, &v[t * per_tile * head_dim], head_dim, per_tile};
+            if (packed) {
+              tile = {&k_codes[t * head_dim * k_row], k_row, &v_codes[t * per_tile * v_row], v_row, per_tile,
+                      bits == 4 ? TileElement::kU4 : TileElement::kU2};
+              tile.k_scales = &k_scales[t * head_dim];
+              tile.k_biases = &k_biases[t * head_dim];
+              tile.v_scales = &v_scales[t * per_tile];
+              tile.v_biases = &v_biases[t * per_tile];
+              tile.k_first = first;
+              tile.k_block = block;
+            }
+            (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
+                                                     {max.data(), sum.data(), acc.data()}, scores.data());
           }
-          (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
-                                                   {max.data(), sum.data(), acc.data()}, scores.data());
-        }
-        return acc;
-      };
-      const std::vector<float> want = run(true, false);
-      const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
-              << "head_dim " << head_dim << " heads " << heads << " " << where;
-      };
-      expect_near(run(true, true), "reference");
-      ForEachTarget([&](const std::string& target) { expect_near(run(false, true), target); });
-    }
+          return acc;
+        };
+        const std::vector<float> want = run(true, false);
+        const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+                << "int" << bits << " head_dim " << head_dim << " heads " << heads << " " << where << " at " << i;
+        };
+        expect_near(run(true, true), "reference");
+        ForEachTarget([&](const std::string& target) { expect_near(run(false, true), target); });
+      }
 }
 
 // An int8 tile read in place (codes offset by 128, one scale per row) against the fp32 tile of the

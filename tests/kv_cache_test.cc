@@ -144,8 +144,9 @@ TEST(KvCache, DtypeNamesRoundTripAndUnknownNamesFail) {
 TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
   const ModelConfig c = SmallConfig();
   // fp32, the 16-bit dtypes and int8 are read in place (the kernel widens them in registers and
-  // prefetches the next tile); the others decode into tiles.
-  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8, KvDtype::kInt4}) {
+  // prefetches the next tile), KIVI's int4 / int2 from their codes; FP8 decodes into tiles.
+  for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8, KvDtype::kInt4,
+                              KvDtype::kInt2, KvDtype::kFp8E4M3}) {
     const size_t positions = 70;
     const Filled f = Fill(dtype, positions, 3);
     std::mt19937 rng(4);
@@ -154,8 +155,8 @@ TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
     for (float& x : q) x = normal(rng);
     AttentionScratch scratch;
     // Readers behind the newest position only exist for caches without a recent window (KIVI's
-    // window has moved on), so int4 is read at the last position.
-    const bool kivi = dtype == KvDtype::kInt4;
+    // window has moved on), so int4 and int2 are read at the last position.
+    const bool kivi = dtype == KvDtype::kInt4 || dtype == KvDtype::kInt2;
     // Sliding windows start inside a block (window 5) or blocks back (20); soft-capped scores too.
     for (const size_t position : kivi ? std::vector<size_t>{69} : std::vector<size_t>{0, 15, 16, 69})
       for (const size_t window : {size_t{0}, size_t{5}, size_t{20}})

@@ -4,6 +4,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_tile.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
@@ -41,14 +42,31 @@ float ElementAt(const void* rows, size_t stride, const float* scales, TileElemen
   }
 }
 
+// Code `index` of packed row `row` (2 or 4 bits, low bits first).
+float PackedCode(const void* rows, size_t row_bytes, size_t row, size_t index, int bits) {
+  const uint8_t byte = static_cast<const uint8_t*>(rows)[row * row_bytes + index * bits / 8];
+  return static_cast<float>((byte >> (index * bits % 8)) & ((1u << bits) - 1));
+}
+
+int PackedBits(TileElement element) { return element == TileElement::kU4 ? 4 : element == TileElement::kU2 ? 2 : 0; }
+
+// Element j of K and of V at the tile's position i.
+float KeyAt(const AttentionTile& t, size_t i, size_t j) {
+  if (const int bits = PackedBits(t.element))
+    return PackedCode(t.k, t.k_stride, j, t.k_first + i, bits) * t.k_scales[j] + t.k_biases[j];
+  return ElementAt(t.k, t.k_stride, t.k_scales, t.element, i, j);
+}
+float ValueAt(const AttentionTile& t, size_t i, size_t j) {
+  if (const int bits = PackedBits(t.element)) return PackedCode(t.v, t.v_stride, i, j, bits) * t.v_scales[i] + t.v_biases[i];
+  return ElementAt(t.v, t.v_stride, t.v_scales, t.element, i, j);
+}
+
 void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softcap, const AttentionTile& t,
                       float& max, float& sum, float* acc, float* scores) {
   float tile_max = -INFINITY;
   for (size_t i = 0; i < t.n; ++i) {
     float s = 0;
-    for (size_t j = 0; j < head_dim; ++j)
-      s += q[j] * (t.k_by_channel ? static_cast<const float*>(t.k)[j * t.k_stride + i]
-                                  : ElementAt(t.k, t.k_stride, t.k_scales, t.element, i, j));
+    for (size_t j = 0; j < head_dim; ++j) s += q[j] * KeyAt(t, i, j);
     scores[i] = s * scale;
     if (softcap > 0) scores[i] = softcap * std::tanh(scores[i] / softcap);
     tile_max = std::max(tile_max, scores[i]);
@@ -57,7 +75,7 @@ void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softca
   for (size_t i = 0; i < t.n; ++i) {
     const float p = std::exp(scores[i] - max);
     sum += p;
-    for (size_t j = 0; j < head_dim; ++j) acc[j] += p * ElementAt(t.v, t.v_stride, t.v_scales, t.element, i, j);
+    for (size_t j = 0; j < head_dim; ++j) acc[j] += p * ValueAt(t, i, j);
   }
 }
 
@@ -80,6 +98,29 @@ void SoftCap(float softcap, size_t n, float* HWY_RESTRICT scores) {
   size_t i = 0;
   for (; i + N <= n; i += N) hn::StoreU(hn::Mul(cap, hn::Tanh(d, hn::Mul(hn::LoadU(d, scores + i), inv))), d, scores + i);
   for (; i < n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
+}
+
+// The tile's scores of one head (n of them) become its softmax weights e^(score - max): soft-capped
+// first when softcap > 0; the running max, sum and output acc [head_dim] rescaled to a new max.
+void SoftmaxStep(float softcap, size_t n, float* HWY_RESTRICT scores, float& max, float& sum, float* acc,
+                 size_t head_dim) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  if (softcap > 0) SoftCap(softcap, n, scores);
+  float tile_max = -INFINITY;
+  for (size_t i = 0; i < n; ++i) tile_max = std::max(tile_max, scores[i]);
+  RescaleTo(tile_max, max, sum, acc, head_dim);
+  const auto top = hn::Set(d, max);
+  auto total = hn::Zero(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto p = hn::Exp(d, hn::Sub(hn::LoadU(d, scores + i), top));
+    total = hn::Add(total, p);
+    hn::StoreU(p, d, scores + i);
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += scores[i] = std::exp(scores[i] - max);
+  sum += hn::GetLane(hn::SumOfLanes(d, total)) + tail;
 }
 
 // One vector of a K or V row, widened to fp32 in registers.
@@ -109,33 +150,6 @@ void PrefetchShare(const void* base, size_t stride, size_t row_bytes, size_t h, 
       __builtin_prefetch(reinterpret_cast<const char*>(static_cast<const T*>(base) + r * stride) + b, 0, 2);
 }
 
-// scores[0..n) = scale * q.K[., i] for K stored channel by channel: a vector of positions per FMA,
-// no horizontal sums. Four accumulators over the channels keep the FMA chains short. The last
-// n % Lanes positions (a tile cut by the reader's position) are summed one by one: a partial vector
-// load would read past the channel row, and on some targets a masked load reads the whole vector.
-void ScoresByChannel(const float* HWY_RESTRICT q, size_t head_dim, float scale, const AttentionTile& t,
-                     float* HWY_RESTRICT scores) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  const float* HWY_RESTRICT k = static_cast<const float*>(t.k);
-  size_t i = 0;
-  for (; i + N <= t.n; i += N) {
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-    for (size_t j = 0; j < head_dim; j += 4) {  // head_dim = kVectors x Lanes (>= 4): a multiple of 4
-      a0 = hn::MulAdd(hn::Set(d, q[j]), hn::LoadU(d, k + j * t.k_stride + i), a0);
-      a1 = hn::MulAdd(hn::Set(d, q[j + 1]), hn::LoadU(d, k + (j + 1) * t.k_stride + i), a1);
-      a2 = hn::MulAdd(hn::Set(d, q[j + 2]), hn::LoadU(d, k + (j + 2) * t.k_stride + i), a2);
-      a3 = hn::MulAdd(hn::Set(d, q[j + 3]), hn::LoadU(d, k + (j + 3) * t.k_stride + i), a3);
-    }
-    hn::StoreU(hn::Mul(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Set(d, scale)), d, scores + i);
-  }
-  for (; i < t.n; ++i) {
-    float s = 0;
-    for (size_t j = 0; j < head_dim; ++j) s += q[j] * k[j * t.k_stride + i];
-    scores[i] = s * scale;
-  }
-}
-
 template <size_t kVectors, class T>
 void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float softcap, const AttentionTile& t,
                  OnlineSoftmax state, float* HWY_RESTRICT scores) {
@@ -153,10 +167,6 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
     hn::Vec<decltype(d)> qv[kVectors];
     for (size_t j = 0; j < kVectors; ++j) qv[j] = hn::LoadU(d, qh + j * N);
     size_t i = 0;
-    if (t.k_by_channel) {
-      ScoresByChannel(qh, head_dim, scale, t, scores);
-      i = t.n;
-    }
     for (; i + 4 <= t.n; i += 4) {  // four positions, one reduction
       PrefetchShare<T>(t.next_k, t.k_stride, head_dim * sizeof(T), h, heads, i, 4, t.n);
       const T* k = keys + i * t.k_stride;
@@ -176,22 +186,8 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
       for (size_t j = 0; j < kVectors; ++j) s = hn::MulAdd(qv[j], LoadRow(d, keys + i * t.k_stride + j * N), s);
       scores[i] = hn::GetLane(hn::SumOfLanes(d, s)) * scale * (kScaledRows ? t.k_scales[i] : 1.0f);
     }
-    if (softcap > 0) SoftCap(softcap, t.n, scores);
-    float tile_max = -INFINITY;
-    for (i = 0; i < t.n; ++i) tile_max = std::max(tile_max, scores[i]);
     float* acc = state.acc + h * head_dim;
-    RescaleTo(tile_max, state.max[h], state.sum[h], acc, head_dim);
-
-    const auto max = hn::Set(d, state.max[h]);
-    auto sum = hn::Zero(d);
-    for (i = 0; i + N <= t.n; i += N) {
-      const auto p = hn::Exp(d, hn::Sub(hn::LoadU(d, scores + i), max));
-      sum = hn::Add(sum, p);
-      hn::StoreU(p, d, scores + i);
-    }
-    float tail = 0;
-    for (; i < t.n; ++i) tail += scores[i] = std::exp(scores[i] - state.max[h]);
-    state.sum[h] += hn::GetLane(hn::SumOfLanes(d, sum)) + tail;
+    SoftmaxStep(softcap, t.n, scores, state.max[h], state.sum[h], acc, head_dim);
 
     hn::Vec<decltype(d)> out[kSets][kVectors];
     for (size_t j = 0; j < kVectors; ++j) {
@@ -216,9 +212,178 @@ void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float s
   }
 }
 
+// KIVI tiles (kU4 / kU2), read from their codes: with K = code x a_j + b_j per channel,
+// q.K_i = sum_j (q_j a_j) code_ji + sum_j q_j b_j, so a channel's codes for a run of positions are
+// converted once and feed every query head of the KV head with one FMA each (no fp32 copy of the
+// tile, no per-row set-up); V likewise, with each position's weight times its row's scale. A byte
+// per lane is read in P = 8 / bits planes (its low bits, then the next): lane l of plane p holds
+// code l P + p of the chunk, and the sums go back to order once per tile (Unplaned).
+template <int kBits, class D>
+struct PackedCodes {
+  static constexpr size_t P = 8 / kBits;
+  using V = hn::Vec<D>;
+  // The P vectors of a chunk (Lanes bytes at p), as floats, plane by plane.
+  static HWY_INLINE void Decode(D d, const uint8_t* HWY_RESTRICT p, V* out) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::RebindToSigned<D> di;
+    const auto bytes = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, D>(), p));
+    const auto mask = hn::Set(du, (1u << kBits) - 1);
+    for (size_t plane = 0; plane < P; ++plane) {
+      const auto shifted = hn::ShiftRightSame(bytes, static_cast<int>(plane * kBits));
+      out[plane] = hn::ConvertTo(d, hn::BitCast(di, plane + 1 == P ? shifted : hn::And(shifted, mask)));  // the top bits need no mask
+    }
+  }
+};
+
+// Puts P plane vectors back in order: output vector m, lane l is code m Lanes + l, which plane l % P
+// holds in lane (m Lanes + l) / P.
+template <size_t P, class D>
+struct Unplaner {
+  using V = hn::Vec<D>;
+  using Idx = decltype(hn::IndicesFromVec(D(), hn::Zero(hn::RebindToSigned<D>())));
+  using M = hn::Mask<D>;
+  Idx index[P];
+  M from_plane[P];
+  explicit Unplaner(D d) {
+    const hn::RebindToSigned<D> di;
+    const auto lane = hn::Iota(di, 0);
+    const auto plane = hn::And(lane, hn::Set(di, static_cast<int32_t>(P - 1)));
+    for (size_t m = 0; m < P; ++m) {
+      index[m] = hn::IndicesFromVec(d, hn::Add(hn::Set(di, static_cast<int32_t>(m * hn::Lanes(d) / P)),
+                                               hn::ShiftRightSame(lane, P == 2 ? 1 : 2)));
+      from_plane[m] = hn::RebindMask(d, hn::Eq(plane, hn::Set(di, static_cast<int32_t>(m))));
+    }
+  }
+  HWY_INLINE void Apply(const V* planes, V* out) const {
+    for (size_t m = 0; m < P; ++m) {
+      V r = hn::TableLookupLanes(planes[0], index[m]);
+      for (size_t p = 1; p < P; ++p) r = hn::IfThenElse(from_plane[p], hn::TableLookupLanes(planes[p], index[m]), r);
+      out[m] = r;
+    }
+  }
+};
+
+// Heads [0, kHeads) of q (and of state) against a KIVI tile whose chunk (Lanes bytes, P Lanes codes)
+// divides both the head size and the K block.
+template <int kBits, size_t kHeads, class D>
+void PackedHeads(D d, const float* HWY_RESTRICT q, size_t head_dim, float scale, float softcap, const AttentionTile& t,
+                 OnlineSoftmax state) {
+  using Codes = PackedCodes<kBits, D>;
+  constexpr size_t P = Codes::P;
+  using V = hn::Vec<D>;
+  const size_t L = hn::Lanes(d), C = P * L;
+  const Unplaner<P, D> unplane(d);
+  // The chunks of K's channel rows that hold the tile's positions.
+  const size_t c0 = t.k_first / C * C, c1 = (t.k_first + t.n + C - 1) / C * C;
+  thread_local std::vector<float> work;
+  work.resize(kHeads * (head_dim + (c1 - c0) + t.n));
+  float* qa = work.data();                      // [kHeads x head_dim]: q_j a_j
+  float* sc = qa + kHeads * head_dim;           // [kHeads x (c1 - c0)]: scores, then weights
+  float* pa = sc + kHeads * (c1 - c0);          // [kHeads x n]: weight x V row scale
+  float qb[kHeads], pb[kHeads];
+  const uint8_t* HWY_RESTRICT keys = static_cast<const uint8_t*>(t.k);
+  const uint8_t* HWY_RESTRICT values = static_cast<const uint8_t*>(t.v);
+  for (size_t h = 0; h < kHeads; ++h) {
+    V bias_sum = hn::Zero(d);
+    for (size_t j = 0; j < head_dim; j += L) {
+      const V qj = hn::LoadU(d, q + h * head_dim + j);
+      hn::StoreU(hn::Mul(qj, hn::LoadU(d, t.k_scales + j)), d, qa + h * head_dim + j);
+      bias_sum = hn::MulAdd(qj, hn::LoadU(d, t.k_biases + j), bias_sum);
+    }
+    qb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
+  }
+  // The next tile's codes (K's channel rows, then V's rows) are fetched a line per step, spread over
+  // this tile's work: without it each tile's loads waited on memory (its rows are a new stream).
+  const size_t next_k_bytes = t.next_k ? head_dim * t.k_stride : 0, next_v_bytes = t.next_v ? t.n * t.v_stride : 0;
+  const auto prefetch = [](const void* base, size_t line, size_t bytes) {
+    if (line * 64 < bytes) hwy::Prefetch(static_cast<const uint8_t*>(base) + line * 64);
+  };
+  for (size_t c = c0; c < c1; c += C) {
+    V acc[kHeads][P], f[P];
+    for (size_t h = 0; h < kHeads; ++h)
+      for (size_t p = 0; p < P; ++p) acc[h][p] = hn::Zero(d);
+    for (size_t j = 0; j < head_dim; ++j) {
+      if (c == c0) prefetch(t.next_k, j, next_k_bytes);
+      Codes::Decode(d, keys + j * t.k_stride + c * kBits / 8, f);
+      for (size_t h = 0; h < kHeads; ++h) {
+        const V a = hn::Set(d, qa[h * head_dim + j]);
+        for (size_t p = 0; p < P; ++p) acc[h][p] = hn::MulAdd(a, f[p], acc[h][p]);
+      }
+    }
+    for (size_t h = 0; h < kHeads; ++h) {
+      V in_order[P];
+      unplane.Apply(acc[h], in_order);
+      for (size_t m = 0; m < P; ++m)
+        hn::StoreU(hn::Mul(hn::Add(in_order[m], hn::Set(d, qb[h])), hn::Set(d, scale)), d,
+                   sc + h * (c1 - c0) + (c - c0) + m * L);
+    }
+  }
+  for (size_t h = 0; h < kHeads; ++h) {
+    float* weights = sc + h * (c1 - c0) + (t.k_first - c0);
+    SoftmaxStep(softcap, t.n, weights, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
+    pb[h] = 0;
+    for (size_t i = 0; i < t.n; ++i) {
+      pa[h * t.n + i] = weights[i] * t.v_scales[i];
+      pb[h] += weights[i] * t.v_biases[i];
+    }
+  }
+  for (size_t e = 0; e < head_dim; e += C) {
+    V acc[kHeads][P], f[P];
+    for (size_t h = 0; h < kHeads; ++h)
+      for (size_t p = 0; p < P; ++p) acc[h][p] = hn::Zero(d);
+    for (size_t i = 0; i < t.n; ++i) {
+      prefetch(t.next_v, e / C * t.n + i, next_v_bytes);
+      Codes::Decode(d, values + i * t.v_stride + e * kBits / 8, f);
+      for (size_t h = 0; h < kHeads; ++h) {
+        const V w = hn::Set(d, pa[h * t.n + i]);
+        for (size_t p = 0; p < P; ++p) acc[h][p] = hn::MulAdd(w, f[p], acc[h][p]);
+      }
+    }
+    for (size_t h = 0; h < kHeads; ++h) {
+      V in_order[P];
+      unplane.Apply(acc[h], in_order);
+      float* out = state.acc + h * head_dim + e;
+      for (size_t m = 0; m < P; ++m)
+        hn::StoreU(hn::Add(hn::LoadU(d, out + m * L), hn::Add(in_order[m], hn::Set(d, pb[h]))), d, out + m * L);
+    }
+  }
+}
+
+// Every head of a KIVI tile, four at a time (a GQA group shares each converted chunk), at the widest
+// vector whose chunk divides the head size and the K block; false when none does.
+template <int kBits>
+bool PackedTile(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
+                const AttentionTile& t, OnlineSoftmax state) {
+  const auto run = [&](auto d) {
+    for (size_t h = 0; h < heads;) {
+      const OnlineSoftmax at{state.max + h, state.sum + h, state.acc + h * head_dim};
+      const float* qh = q + h * head_dim;
+      switch (std::min<size_t>(4, heads - h)) {
+        case 4: PackedHeads<kBits, 4>(d, qh, head_dim, scale, softcap, t, at); h += 4; break;
+        case 3: PackedHeads<kBits, 3>(d, qh, head_dim, scale, softcap, t, at); h += 3; break;
+        case 2: PackedHeads<kBits, 2>(d, qh, head_dim, scale, softcap, t, at); h += 2; break;
+        default: PackedHeads<kBits, 1>(d, qh, head_dim, scale, softcap, t, at); h += 1; break;
+      }
+    }
+  };
+  const auto fits = [&](size_t lanes) {
+    const size_t chunk = lanes * 8 / kBits;
+    return head_dim % chunk == 0 && t.k_block % chunk == 0;
+  };
+  const hn::ScalableTag<float> full;
+  if (hn::Lanes(full) >= 16 && fits(16)) run(hn::CappedTag<float, 16>());
+  else if (hn::Lanes(full) >= 8 && fits(8)) run(hn::CappedTag<float, 8>());
+  else if (fits(4)) run(hn::CappedTag<float, 4>());
+  else return false;
+  return true;
+}
+
 void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
                     const AttentionTile& t, OnlineSoftmax state, float* HWY_RESTRICT scores) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  const bool packed = t.element == TileElement::kU4 || t.element == TileElement::kU2;
+  if (t.element == TileElement::kU4 && PackedTile<4>(q, heads, head_dim, scale, softcap, t, state)) return;
+  if (t.element == TileElement::kU2 && PackedTile<2>(q, heads, head_dim, scale, softcap, t, state)) return;
   auto by_element = [&]<size_t kVectors>() {
     switch (t.element) {
       case TileElement::kF16: return AttendHeads<kVectors, hwy::float16_t>(q, heads, scale, softcap, t, state, scores);
@@ -227,13 +392,13 @@ void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, 
       default: return AttendHeads<kVectors, float>(q, heads, scale, softcap, t, state, scores);
     }
   };
-  switch (head_dim % N == 0 ? head_dim / N : 0) {
+  switch (head_dim % N == 0 && !packed ? head_dim / N : 0) {
     case 1: return by_element.template operator()<1>();
     case 2: return by_element.template operator()<2>();
     case 4: return by_element.template operator()<4>();
     case 8: return by_element.template operator()<8>();
     case 16: return by_element.template operator()<16>();
-    default:  // other head sizes (80, 96, ...): the scalar steps
+    default:  // other head sizes (80, 96, ...), KIVI chunks that do not fit them: the scalar steps
       for (size_t h = 0; h < heads; ++h)
         AttendHeadScalar(q + h * head_dim, head_dim, scale, softcap, t, state.max[h], state.sum[h],
                          state.acc + h * head_dim, scores);

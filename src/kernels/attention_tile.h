@@ -16,9 +16,10 @@ struct OnlineSoftmax {
 };
 
 // How a tile's K and V rows are stored: fp32, or a KV cache read in place (each value widened in
-// registers as it is used, never copied out to fp32 first): 16-bit floats, or int8 codes (offset
-// by 128: value = (code - 128) x the row's scale) with one fp32 scale per row.
-enum class TileElement : uint8_t { kF32, kF16, kBF16, kI8 };
+// registers as it is used, never copied out to fp32 first): 16-bit floats, int8 codes (offset
+// by 128: value = (code - 128) x the row's scale) with one fp32 scale per row, or KIVI's unsigned
+// 4- or 2-bit codes (packed low bits first) with an affine map per K channel and per V row.
+enum class TileElement : uint8_t { kF32, kF16, kBF16, kI8, kU4, kU2 };
 
 struct AttentionTile {
   const void* k;  // row i at element i * k_stride
@@ -27,11 +28,15 @@ struct AttentionTile {
   size_t v_stride;
   size_t n;  // positions in the tile
   TileElement element = TileElement::kF32;
-  // K channel by channel (fp32 only): element j of position i at k + j * k_stride + i. KIVI's int4 /
-  // int2 K is quantized per channel, so it decodes to this layout without a transpose.
-  bool k_by_channel = false;
   const float* k_scales = nullptr;  // kI8: row i's scale, for K and for V
   const float* v_scales = nullptr;
+  // kU4 / kU2 (KIVI): K is quantized per channel over a whole block of k_block positions, so channel
+  // j's codes are the row at k + j * k_stride bytes and the tile's position i is its code k_first + i;
+  // value = code x k_scales[j] + k_biases[j]. V row i (v + i * v_stride bytes, head_dim codes):
+  // code x v_scales[i] + v_biases[i].
+  const float* k_biases = nullptr;
+  const float* v_biases = nullptr;
+  size_t k_first = 0, k_block = 0;
   // The next tile's rows (same strides, at least n of them), when known: fetched from memory while
   // this one is computed. Decode attention streams the whole cache once per step, and without this
   // each tile's first loads waited on memory (ctx 16384 ran 3x slower per position than ctx 256).

@@ -230,7 +230,7 @@ KvCache::Tile KvCache::Read(bool key, size_t layer, size_t head, size_t begin, s
 
 bool KvCache::TilesInPlace() const {
   const KvDtype d = options_.dtype;
-  return d == KvDtype::kF32 || d == KvDtype::kF16 || d == KvDtype::kBF16 || d == KvDtype::kInt8;
+  return d == KvDtype::kF32 || d == KvDtype::kF16 || d == KvDtype::kBF16 || d == KvDtype::kInt8 || kivi();
 }
 
 AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
@@ -263,11 +263,26 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
       return tile;
     }
     case KvDtype::kInt4:
-    case KvDtype::kInt2: {  // K per channel: the head's channel rows decode to [head_dim x block], read by channel
-      block.k.DequantizeRows(head * hd, hd, k_scratch);
-      block.v.DequantizeRows(row, n, v_scratch);
-      AttentionTile tile{k_scratch + begin % b, b, v_scratch, hd, n};
-      tile.k_by_channel = true;
+    case KvDtype::kInt2: {
+      // Codes in place: K's channel rows of the head (each the block's positions), V's rows of the
+      // tile; the scratch tiles hold their affine maps (scale and bias per K channel, per V row).
+      const QuantizedTensor &k = block.k, &v = block.v;
+      AttentionTile tile{k.codes().data() + head * hd * k.row_bytes(), k.row_bytes(),
+                         v.codes().data() + row * v.row_bytes(), v.row_bytes(), n,
+                         options_.dtype == KvDtype::kInt4 ? TileElement::kU4 : TileElement::kU2};
+      tile.k_scales = k_scratch;
+      tile.k_biases = k_scratch + hd;
+      tile.v_scales = v_scratch;
+      tile.v_biases = v_scratch + n;
+      tile.k_first = begin % b;
+      tile.k_block = b;
+      if (k_scratch == nullptr) {  // a tile to prefetch: the kernel fetches its codes, here its scales and zeros
+        k.PrefetchRowScales(head * hd, hd);
+        v.PrefetchRowScales(row, n);
+        return tile;
+      }
+      LOWBIT_CHECK(b >= 2 && k.AffineRows(head * hd, hd, k_scratch, k_scratch + hd) &&
+                   v.AffineRows(row, n, v_scratch, v_scratch + n));
       return tile;
     }
     default: {

@@ -66,8 +66,10 @@ class KvCache {
   Tile ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
   Tile ReadV(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
   // K and V together for attention: fp16 / bf16 / int8 caches are handed over in place (the kernel
-  // widens them in registers), other dtypes decode into the scratch tiles as ReadK / ReadV.
-  // Whether ReadTile points into the cache (fp32 / fp16 / bf16 / int8): then it costs nothing but the pointers.
+  // widens them in registers), KIVI's int4 / int2 as codes with their affine maps in the scratch
+  // tiles (2 x head_dim floats for K, 2 x positions for V); FP8 decodes into the scratch tiles as
+  // ReadK / ReadV. Whether ReadTile points into the cache (all but FP8): then null scratch tiles
+  // give the pointers alone, to prefetch the next tile.
   bool TilesInPlace() const;
   AttentionTile ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
                          float* v_scratch) const;

@@ -223,28 +223,66 @@ void QuantizedTensor::DequantizeRows(uint64_t r, uint64_t n, float* out) const {
   // One scale cell per row, rows packed back to back, plain scale and zero storage (KV cache blocks:
   // KIVI's 32-token channel rows): every row's scale and zero at once, then the rows as one long row
   // of n groups. Row by row, the per-row set-up cost more than the decode.
-  const ZeroType z = scheme_.asymmetric() ? scheme_.zero_type : ZeroType::kNone;
-  const bool plain_zeros = z == ZeroType::kNone || z == ZeroType::kInt || z == ZeroType::kF32 ||
-                           z == ZeroType::kF16 || z == ZeroType::kBF16;
-  if (e.bits > 8 || grid_.grid_cols != 1 || grid_.cell_rows != 1 || scheme_.super_groups() != 0 || !plain_zeros ||
-      row_bytes_ * 8 != cols_ * static_cast<uint64_t>(e.bits)) {
+  if (!PlainRows()) {
     for (uint64_t i = 0; i < n; ++i) DequantizeRow(r + i, out + i * cols_);
     return;
   }
   thread_local std::vector<float> scales, biases;
   scales.resize(n);
-  biases.resize(z == ZeroType::kNone ? 0 : n);
-  DecodeStoredRow(scheme_.scale_type, &scales_[r * ScaleBits(scheme_.scale_type) / 8], n, scales.data());
-  if (tensor_scale_ != 1.0f)
-    for (float& s : scales) s *= tensor_scale_;
-  if (z == ZeroType::kInt) {  // a row's zero-point code alone in its byte (PackedBytes(1, bits) = 1)
-    for (uint64_t i = 0; i < n; ++i) biases[i] = -static_cast<float>(ReadCode(&zeros_[r + i], 0, e.bits)) * scales[i];
-  } else if (z != ZeroType::kNone) {
-    DecodeStoredRow(ZeroStorage(z), &zeros_[r * scheme_.zero_bits() / 8], n, biases.data());
-    for (uint64_t i = 0; i < n; ++i) biases[i] = -biases[i] * scales[i];
-  }
+  biases.resize(scheme_.asymmetric() ? n : 0);
+  PlainRowScales(r, n, scales.data(), biases.empty() ? nullptr : biases.data());
   const GroupedRow grouped{n * cols_, cols_, scales.data(), biases.empty() ? nullptr : biases.data()};
   DecodeRow(&codes_[r * row_bytes_], e.bits, decode_table_.data(), decode_affine_, grouped, out);
+}
+
+bool QuantizedTensor::PlainRows() const {
+  const ElementFormat& e = *scheme_.element;
+  const ZeroType z = scheme_.asymmetric() ? scheme_.zero_type : ZeroType::kNone;
+  const bool plain_zeros = z == ZeroType::kNone || z == ZeroType::kInt || z == ZeroType::kF32 ||
+                           z == ZeroType::kF16 || z == ZeroType::kBF16;
+  return e.bits <= 8 && grid_.grid_cols == 1 && grid_.cell_rows == 1 && scheme_.super_groups() == 0 && plain_zeros &&
+         row_bytes_ * 8 == cols_ * static_cast<uint64_t>(e.bits);
+}
+
+void QuantizedTensor::PlainRowScales(uint64_t r, uint64_t n, float* scales, float* biases) const {
+  const int bits = scheme_.element->bits;
+  const ZeroType z = scheme_.asymmetric() ? scheme_.zero_type : ZeroType::kNone;
+  DecodeStoredRow(scheme_.scale_type, &scales_[r * ScaleBits(scheme_.scale_type) / 8], n, scales);
+  if (tensor_scale_ != 1.0f)
+    for (uint64_t i = 0; i < n; ++i) scales[i] *= tensor_scale_;
+  if (z == ZeroType::kInt) {  // a row's zero-point code alone in its byte (PackedBytes(1, bits) = 1)
+    const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+    for (uint64_t i = 0; i < n; ++i) biases[i] = -static_cast<float>(zeros_[r + i] & mask) * scales[i];
+  } else if (z != ZeroType::kNone) {
+    DecodeStoredRow(ZeroStorage(z), &zeros_[r * scheme_.zero_bits() / 8], n, biases);
+    for (uint64_t i = 0; i < n; ++i) biases[i] = -biases[i] * scales[i];
+  }
+}
+
+bool QuantizedTensor::AffineRows(uint64_t r, uint64_t n, float* scales, float* biases) const {
+  LOWBIT_CHECK(r + n <= rows_);
+  if (!PlainRows() || !decode_affine_) return false;
+  const float offset = decode_table_[0];  // an affine table is code + offset
+  if (scheme_.asymmetric()) {
+    PlainRowScales(r, n, scales, biases);
+    for (uint64_t i = 0; i < n; ++i) biases[i] += offset * scales[i];
+  } else {
+    PlainRowScales(r, n, scales, nullptr);
+    for (uint64_t i = 0; i < n; ++i) biases[i] = offset * scales[i];
+  }
+  return true;
+}
+
+void QuantizedTensor::PrefetchRowScales(uint64_t r, uint64_t n) const {
+  const auto lines = [](const uint8_t* begin, const uint8_t* end) {
+    for (const uint8_t* p = begin; p < end; p += 64) __builtin_prefetch(p);
+    if (begin < end) __builtin_prefetch(end - 1);
+  };
+  const size_t scale_bits = ScaleBits(scheme_.scale_type);
+  lines(&scales_[r * scale_bits / 8], &scales_[0] + (r + n) * scale_bits / 8);
+  if (!PlainRows() || !scheme_.asymmetric()) return;
+  const size_t zero_bits = scheme_.zero_type == ZeroType::kInt ? 8 : scheme_.zero_bits();
+  lines(&zeros_[r * zero_bits / 8], &zeros_[0] + (r + n) * zero_bits / 8);
 }
 
 void QuantizedTensor::HalvesToFp32(const uint8_t* codes, uint64_t n, float* out) const {

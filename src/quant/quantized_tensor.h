@@ -79,6 +79,12 @@ class QuantizedTensor {
   void DequantizeRange(uint64_t r, uint64_t begin, uint64_t n, float* out) const;
   // Rows [r, r + n) into out[0..n * cols): 16-bit rows in one conversion (a KV cache tile).
   void DequantizeRows(uint64_t r, uint64_t n, float* out) const;
+  // For rows [r, r + n) of a tensor with one scale cell per row, rows packed back to back and integer
+  // codes (KV cache blocks): element i of row r + k is code_i * scales[k] + biases[k], the raw code
+  // (the decode table's offset folded into the bias). False, writing nothing, for other tensors.
+  bool AffineRows(uint64_t r, uint64_t n, float* scales, float* biases) const;
+  // Starts fetching the scales (and zeros) AffineRows(r, n) reads: a KV cache reader's next tile.
+  void PrefetchRowScales(uint64_t r, uint64_t n) const;
   std::vector<float> Dequantize() const;
   // Value of each code (<= 8-bit elements): signed for symmetric integers, raw for asymmetric.
   std::span<const float> decode_table() const { return decode_table_; }
@@ -87,6 +93,10 @@ class QuantizedTensor {
 
  private:
   void HalvesToFp32(const uint8_t* codes, uint64_t n, float* out) const;  // 16-bit codes to fp32
+  // Whether rows have one scale cell each, back to back, with plain scale and zero storage; then
+  // PlainRowScales gives rows [r, r + n)'s scale and, asymmetric, bias in one pass.
+  bool PlainRows() const;
+  void PlainRowScales(uint64_t r, uint64_t n, float* scales, float* biases) const;
 
   QuantScheme scheme_;
   uint64_t rows_, cols_;
