@@ -296,8 +296,10 @@ namespace {
 // 1088 columns: a full 1024-column slice and a short one (partial dots added to y); 23 rows: a
 // row block, tiles of 4 and single rows; 261 tokens: a full 256-token chunk and a tail.
 TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
-  // FP8 and FP6: widened to bf16 in registers
-  for (const char* spec : {"bf16", "fp8_e4m3", "fp8_e4m3:tensor", "fp6_e3m2", "fp6_e2m3:tensor"}) {
+  // FP8 and FP6: widened to bf16 in registers; their scales per row, per tensor, per 32 columns (MX, the
+  // E8M0 scale of each 32-column partial dot) or per 64 x 128 block
+  for (const char* spec : {"bf16", "fp8_e4m3", "fp8_e4m3:tensor", "fp6_e3m2", "fp6_e2m3:tensor", "mxfp8_e4m3",
+                           "mxfp6_e3m2", "fp6_e3m2:g64:scale=f16", "fp8_e4m3:block64x128:scale=f32"}) {
     SCOPED_TRACE(spec);
     for (const size_t cols : {size_t{256}, size_t{1088}}) {
       for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}, size_t{261}}) {

@@ -60,8 +60,8 @@ struct Bf16Weights {
 // time. With exponent bias 127 - 15 a code's bf16 high byte depends on its high nibble only
 // (sign, 0111, the exponent's top 3 bits) and its low byte on its low nibble (the exponent's last
 // bit and the mantissa, shifted up 4): two 16-entry byte lookups (vpshufb), then the bytes are
-// interleaved into two vectors of 32 lanes, codes 0-7, 16-23, 32-39, 48-55 and the rest, the order
-// the activations come in (PrepareBf16Input). Exponent 0 (zero and the 7 subnormals, m * 2^-17 after
+// interleaved into two vectors of 32 lanes, codes 0-31 and 32-63 (the runs of 8 reordered first, so
+// activations and MX groups keep column order). Exponent 0 (zero and the 7 subnormals, m * 2^-17 after
 // the 2^8) is fixed by a table lookup only when one of the 64 codes has it: a branch taken rarely.
 // Each row prefetches the next tile's row (4 rows on) at the same column: a 4096-column FP8 row is one
 // 4 KiB page, so the hardware prefetcher restarts on every row and, without this, a core streamed at
@@ -76,7 +76,9 @@ struct E4m3Weights {
   LOWBIT_BF16 void Load(size_t r, size_t i, __m512bh out[2]) const {
     const uint8_t* block = codes + r * stride + i;
     _mm_prefetch(reinterpret_cast<const char*>(block) + 4 * stride, _MM_HINT_T1);
-    const __m512i b = _mm512_loadu_si512(block);
+    // Eight-code runs reordered so that each 128-bit lane holds codes 8k..8k+7 and 32+8k..: the
+    // interleave below then yields codes 0-31 and 32-63 in order (one MX group of 32 each).
+    const __m512i b = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), _mm512_loadu_si512(block));
     const __m512i nibble = _mm512_set1_epi8(0x0F);
     // Low byte: (n << 4); high byte: (sign << 7) | 0x38 | (n & 7), n the high nibble = sign e3 e2 e1.
     const __m512i low_table = _mm512_broadcast_i32x4(_mm_setr_epi8(0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70,
@@ -150,11 +152,20 @@ struct Fp6Weights {
   }
 };
 
-// y[t][r] (+)= scales[r - r0] * dot(w row r, x token t) over columns [k0, k1), for kRows rows from r0
-// x kTokens tokens; `scales` nullptr: no scale.
-template <size_t kRows, size_t kTokens, class Weights>
+// How the rows' dots are scaled: not at all (bf16), one scale per row (channel or tensor scales), or
+// one per group of `group` columns (MX's 32, FP8 blocks: a multiple of 32), where each 32-column
+// partial dot takes its group's scale.
+struct DotScales {
+  const float* values = nullptr;  // row r's at values + (r - row_begin) * groups
+  size_t groups = 1, group = 0;
+  bool grouped() const { return groups > 1; }
+};
+
+// y[t][r] (+)= dot(w row r, x token t) over columns [k0, k1), scaled as `scales` (from row r0's),
+// for kRows rows from r0 x kTokens tokens.
+template <size_t kRows, size_t kTokens, bool kGrouped, class Weights>
 LOWBIT_BF16 void Tile(const Weights& w, size_t cols, const uint16_t* x, size_t k0, size_t k1, bool accumulate,
-                      const float* scales, float* y, size_t y_stride, size_t r0, size_t t0) {
+                      DotScales scales, float* y, size_t y_stride, size_t r0, size_t t0) {
   __m512 acc[kRows][kTokens];
   for (size_t r = 0; r < kRows; ++r)
     for (size_t t = 0; t < kTokens; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -166,12 +177,20 @@ LOWBIT_BF16 void Tile(const Weights& w, size_t cols, const uint16_t* x, size_t k
     for (size_t r = 0; r < kRows; ++r) {
       __m512bh wv[kVectors];
       w.Load(r0 + r, i, wv);
-      for (size_t v = 0; v < kVectors; ++v)
-        for (size_t t = 0; t < kTokens; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[v], xv[t][v]);
+      for (size_t v = 0; v < kVectors; ++v) {
+        if constexpr (kGrouped) {
+          const __m512 scale = _mm512_set1_ps(scales.values[r * scales.groups + (i + 32 * v) / scales.group]);
+          for (size_t t = 0; t < kTokens; ++t)
+            acc[r][t] = _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), wv[v], xv[t][v]), scale, acc[r][t]);
+        } else {
+          for (size_t t = 0; t < kTokens; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[v], xv[t][v]);
+        }
+      }
     }
   }
+  const float* row_scales = kGrouped ? nullptr : scales.values;  // grouped: already applied
   if constexpr (kRows == 4) {  // the four rows of a token are adjacent in y
-    const __m128 scale = scales ? _mm_loadu_ps(scales) : _mm_set1_ps(1.0f);
+    const __m128 scale = row_scales ? _mm_loadu_ps(row_scales) : _mm_set1_ps(1.0f);
     for (size_t t = 0; t < kTokens; ++t) {
       float* out = y + (t0 + t) * y_stride + r0;
       const __m128 sums = _mm_mul_ps(scale, SumOfFour(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
@@ -181,16 +200,15 @@ LOWBIT_BF16 void Tile(const Weights& w, size_t cols, const uint16_t* x, size_t k
     for (size_t r = 0; r < kRows; ++r)
       for (size_t t = 0; t < kTokens; ++t) {
         float& out = y[(t0 + t) * y_stride + r0 + r];
-        out = (accumulate ? out : 0.0f) + (scales ? scales[r] : 1.0f) * _mm512_reduce_add_ps(acc[r][t]);
+        out = (accumulate ? out : 0.0f) + (row_scales ? row_scales[r] : 1.0f) * _mm512_reduce_add_ps(acc[r][t]);
       }
   }
 }
 
-// y[t * y_stride + r] = scales[r - row_begin] * dot(row r of w [rows x cols], x_t) for r in
-// [row_begin, row_end); `scales` nullptr: none.
-template <class Weights>
+// y[t * y_stride + r] = dot(row r of w [rows x cols], x_t), scaled as `scales`, for r in [row_begin, row_end).
+template <bool kGrouped, class Weights>
 void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_tokens, size_t row_begin, size_t row_end,
-                const float* scales, float* y, size_t y_stride) {
+                DotScales scales, float* y, size_t y_stride) {
   LOWBIT_CHECK(CpuHasBf16Flags() && cols % 32 == 0);
   // Cache blocking: a chunk of tokens over a slice of columns (256 x 2 KiB) stays in L2 while a
   // block of rows over that slice (16 x 2 KiB, in L1) passes every token tile of the chunk;
@@ -199,7 +217,11 @@ void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_token
   // of 1.75x; long rows (down_proj's 11008) gain most.
   // Decode-sized batches are memory-bound: there each row is read whole, in one sequential pass.
   constexpr size_t kTokenChunk = 256, kColSlice = 1024, kRowBlock = 16, kTileTokens = 4, kSlicedFromTokens = 16;
-  const auto scales_of = [&](size_t r) { return scales ? scales + (r - row_begin) : nullptr; };
+  const auto scales_of = [&](size_t r) {
+    DotScales at = scales;
+    if (at.values) at.values += (r - row_begin) * at.groups;
+    return at;
+  };
   const size_t slice = n_tokens >= kSlicedFromTokens ? kColSlice : cols;
   for (size_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
     const size_t t1 = std::min(n_tokens, t0 + kTokenChunk);
@@ -212,13 +234,14 @@ void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_token
         for (; t + kTileTokens <= t1; t += kTileTokens) {
           size_t r = rb;
           for (; r + 4 <= re; r += 4)
-            Tile<4, kTileTokens>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
-          for (; r < re; ++r) Tile<1, kTileTokens>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
+            Tile<4, kTileTokens, kGrouped>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
+          for (; r < re; ++r)
+            Tile<1, kTileTokens, kGrouped>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
         }
         for (; t < t1; ++t) {
           size_t r = rb;
-          for (; r + 4 <= re; r += 4) Tile<4, 1>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
-          for (; r < re; ++r) Tile<1, 1>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
+          for (; r + 4 <= re; r += 4) Tile<4, 1, kGrouped>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
+          for (; r < re; ++r) Tile<1, 1, kGrouped>(w, cols, x, k0, k1, accumulate, scales_of(r), y, y_stride, r, t);
         }
       }
     }
@@ -228,21 +251,26 @@ void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_token
 // How a tensor's codes become bf16 in registers, or kNone: no kernel here for it.
 enum class Bf16Layout { kNone, kBf16, kE4m3, kFp6 };
 
-// FP8 E4M3 and the FP6 minifloats with one scale per row (channel) or per tensor: the scale
-// multiplies the row's dot.
-bool RowScaled(const QuantScheme& s) {
+// FP8 E4M3 and the FP6 minifloats, symmetric, with one scale per row (channel), per tensor, or per
+// group of columns a multiple of 32 wide (MX's E8M0 per 32, FP8 blocks).
+bool DotScalable(const QuantizedTensor& w) {
+  const QuantScheme& s = w.scheme();
   const GranularityKind g = s.granularity.kind;
-  return (g == GranularityKind::kChannel || g == GranularityKind::kTensor) && !s.asymmetric() && s.super_block == 0;
+  const bool rows = g == GranularityKind::kChannel || g == GranularityKind::kTensor;
+  const bool groups = (g == GranularityKind::kGroup || g == GranularityKind::kBlock) && w.grid().cell_cols % 32 == 0;
+  return (rows || groups) && !s.asymmetric() && s.super_block == 0;
 }
 
 Bf16Layout LayoutOf(const QuantizedTensor& w) {
   if (!CpuHasBf16Flags()) return Bf16Layout::kNone;
-  const QuantScheme& s = w.scheme();
-  const MiniFloat* m = s.element->minifloat;
+  const MiniFloat* m = w.scheme().element->minifloat;
   if (m == &kBf16) return w.cols() % 32 == 0 ? Bf16Layout::kBf16 : Bf16Layout::kNone;
-  if (!RowScaled(s) || w.cols() % 64 != 0) return Bf16Layout::kNone;
+  if (!DotScalable(w) || w.cols() % 64 != 0) return Bf16Layout::kNone;
   if (m == &kE4M3) return Bf16Layout::kE4m3;
-  if ((m == &kE3M2 || m == &kE2M3) && CpuHasFp6Flags()) return Bf16Layout::kFp6;
+  // E2M3 in groups (MXFP6) stays on the integer-dot path (its levels are eighths): one core streamed
+  // it at 0.72 of the triad there, 0.57 here, where each group's partial dot takes its own FMA.
+  const bool grouped = w.grid().grid_cols > 1;
+  if ((m == &kE3M2 || (m == &kE2M3 && !grouped)) && CpuHasFp6Flags()) return Bf16Layout::kFp6;
   return Bf16Layout::kNone;
 }
 
@@ -272,21 +300,7 @@ AlignedVector<uint16_t> ToBf16Activations(const float* x, size_t n_tokens, size_
 }
 
 Bf16Input PrepareBf16Input(const QuantizedTensor& w, const float* x, size_t n_tokens) {
-  const size_t cols = w.cols();
-  Bf16Input in{ToBf16Activations(x, n_tokens, cols), n_tokens};
-  if (LayoutOf(w) != Bf16Layout::kE4m3) return in;
-  // E4m3Weights delivers, per 64 columns, the first and second 8 of each 16 (vpunpcklbw /
-  // vpunpckhbw per 128-bit lane).
-  AlignedVector<uint16_t> ordered(in.values.size());
-  for (size_t t = 0; t < n_tokens; ++t)
-    for (size_t i = 0; i < cols; i += 64)
-      for (size_t lane = 0; lane < 4; ++lane)
-        for (size_t j = 0; j < 8; ++j) {
-          ordered[t * cols + i + 8 * lane + j] = in.values[t * cols + i + 16 * lane + j];
-          ordered[t * cols + i + 32 + 8 * lane + j] = in.values[t * cols + i + 16 * lane + 8 + j];
-        }
-  in.values = std::move(ordered);
-  return in;
+  return {ToBf16Activations(x, n_tokens, w.cols()), n_tokens};
 }
 
 void Bf16DotRows(const QuantizedTensor& w, const Bf16Input& in, size_t row_begin, size_t row_end, float* y,
@@ -296,26 +310,29 @@ void Bf16DotRows(const QuantizedTensor& w, const Bf16Input& in, size_t row_begin
   const uint16_t* x = in.values.data();
   if (layout == Bf16Layout::kBf16) {
     const Bf16Weights weights{reinterpret_cast<const uint16_t*>(w.codes().data()), w.cols()};
-    MatrixRows(weights, w.cols(), x, in.n_tokens, row_begin, row_end, nullptr, y, y_stride);
+    MatrixRows<false>(weights, w.cols(), x, in.n_tokens, row_begin, row_end, {}, y, y_stride);
     return;
   }
   // The widened E4M3 codes are 2^-8 times their values; FP6 levels are the values.
   const float code_scale = layout == Bf16Layout::kE4m3 ? 256.0f : 1.0f;
-  std::vector<float> scales(row_end - row_begin);
-  for (size_t r = row_begin; r < row_end; ++r) {
-    w.RowScales(r, &scales[r - row_begin], nullptr);
-    scales[r - row_begin] *= code_scale;
-  }
+  const size_t groups = w.grid().grid_cols;
+  std::vector<float> scales((row_end - row_begin) * groups);
+  for (size_t r = row_begin; r < row_end; ++r) w.RowScales(r, &scales[(r - row_begin) * groups], nullptr);
+  for (float& s : scales) s *= code_scale;
+  const DotScales dot_scales{scales.data(), groups, w.grid().cell_cols};
+  const auto run = [&](const auto& weights) {
+    if (dot_scales.grouped())
+      MatrixRows<true>(weights, w.cols(), x, in.n_tokens, row_begin, row_end, dot_scales, y, y_stride);
+    else
+      MatrixRows<false>(weights, w.cols(), x, in.n_tokens, row_begin, row_end, dot_scales, y, y_stride);
+  };
   if (layout == Bf16Layout::kE4m3) {
     static const E4m3SubnormalTable subnormals;
-    MatrixRows(E4m3Weights{w.codes().data(), w.row_bytes(), subnormals.bits}, w.cols(), x, in.n_tokens, row_begin,
-               row_end, scales.data(), y, y_stride);
+    run(E4m3Weights{w.codes().data(), w.row_bytes(), subnormals.bits});
     return;
   }
   static const Fp6Levels e3m2(kE3M2), e2m3(kE2M3);
-  const Fp6Levels& levels = w.scheme().element->minifloat == &kE3M2 ? e3m2 : e2m3;
-  MatrixRows(Fp6Weights{w.codes().data(), w.row_bytes(), levels.bits}, w.cols(), x, in.n_tokens, row_begin, row_end,
-             scales.data(), y, y_stride);
+  run(Fp6Weights{w.codes().data(), w.row_bytes(), w.scheme().element->minifloat == &kE3M2 ? e3m2.bits : e2m3.bits});
 }
 
 // Scalar reference: the weights as their codec decodes them (bf16 widened exactly; E4M3 times its
