@@ -263,47 +263,28 @@ struct Unplaner {
   }
 };
 
-// Heads [0, kHeads) of q (and of state) against a KIVI tile whose chunk (Lanes bytes, P Lanes codes)
-// divides both the head size and the K block.
+// The scores of heads [0, kHeads) of q against a KIVI tile's K, in sc[h * (c1 - c0) + ...] for the
+// chunk-aligned positions [c0, c1) of K's channel rows that hold the tile's (a chunk, Lanes bytes
+// of a row, must divide the K block). q_j a_j is in qa [kHeads x head_dim], sum_j q_j b_j in qb.
 template <int kBits, size_t kHeads, class D>
-void PackedHeads(D d, const float* HWY_RESTRICT q, size_t head_dim, float scale, float softcap, const AttentionTile& t,
-                 OnlineSoftmax state) {
+void PackedScores(D d, const float* HWY_RESTRICT qa, const float* qb, size_t head_dim, float scale,
+                  const AttentionTile& t, size_t c0, size_t c1, float* HWY_RESTRICT sc) {
   using Codes = PackedCodes<kBits, D>;
   constexpr size_t P = Codes::P;
   using V = hn::Vec<D>;
   const size_t L = hn::Lanes(d), C = P * L;
   const Unplaner<P, D> unplane(d);
-  // The chunks of K's channel rows that hold the tile's positions.
-  const size_t c0 = t.k_first / C * C, c1 = (t.k_first + t.n + C - 1) / C * C;
-  thread_local std::vector<float> work;
-  work.resize(kHeads * (head_dim + (c1 - c0) + t.n));
-  float* qa = work.data();                      // [kHeads x head_dim]: q_j a_j
-  float* sc = qa + kHeads * head_dim;           // [kHeads x (c1 - c0)]: scores, then weights
-  float* pa = sc + kHeads * (c1 - c0);          // [kHeads x n]: weight x V row scale
-  float qb[kHeads], pb[kHeads];
   const uint8_t* HWY_RESTRICT keys = static_cast<const uint8_t*>(t.k);
-  const uint8_t* HWY_RESTRICT values = static_cast<const uint8_t*>(t.v);
-  for (size_t h = 0; h < kHeads; ++h) {
-    V bias_sum = hn::Zero(d);
-    for (size_t j = 0; j < head_dim; j += L) {
-      const V qj = hn::LoadU(d, q + h * head_dim + j);
-      hn::StoreU(hn::Mul(qj, hn::LoadU(d, t.k_scales + j)), d, qa + h * head_dim + j);
-      bias_sum = hn::MulAdd(qj, hn::LoadU(d, t.k_biases + j), bias_sum);
-    }
-    qb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
-  }
-  // The next tile's codes (K's channel rows, then V's rows) are fetched a line per step, spread over
-  // this tile's work: without it each tile's loads waited on memory (its rows are a new stream).
-  const size_t next_k_bytes = t.next_k ? head_dim * t.k_stride : 0, next_v_bytes = t.next_v ? t.n * t.v_stride : 0;
-  const auto prefetch = [](const void* base, size_t line, size_t bytes) {
-    if (line * 64 < bytes) hwy::Prefetch(static_cast<const uint8_t*>(base) + line * 64);
-  };
+  // The next tile's codes (K's channel rows here, V's rows in PackedValues) are fetched a line per
+  // step, spread over this tile's work: without it each tile's loads waited on memory (its rows are
+  // a new stream).
+  const size_t next_bytes = t.next_k ? head_dim * t.k_stride : 0;
   for (size_t c = c0; c < c1; c += C) {
     V acc[kHeads][P], f[P];
     for (size_t h = 0; h < kHeads; ++h)
       for (size_t p = 0; p < P; ++p) acc[h][p] = hn::Zero(d);
     for (size_t j = 0; j < head_dim; ++j) {
-      if (c == c0) prefetch(t.next_k, j, next_k_bytes);
+      if (c == c0 && j * 64 < next_bytes) hwy::Prefetch(static_cast<const uint8_t*>(t.next_k) + j * 64);
       Codes::Decode(d, keys + j * t.k_stride + c * kBits / 8, f);
       for (size_t h = 0; h < kHeads; ++h) {
         const V a = hn::Set(d, qa[h * head_dim + j]);
@@ -318,21 +299,27 @@ void PackedHeads(D d, const float* HWY_RESTRICT q, size_t head_dim, float scale,
                    sc + h * (c1 - c0) + (c - c0) + m * L);
     }
   }
-  for (size_t h = 0; h < kHeads; ++h) {
-    float* weights = sc + h * (c1 - c0) + (t.k_first - c0);
-    SoftmaxStep(softcap, t.n, weights, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
-    pb[h] = 0;
-    for (size_t i = 0; i < t.n; ++i) {
-      pa[h * t.n + i] = weights[i] * t.v_scales[i];
-      pb[h] += weights[i] * t.v_biases[i];
-    }
-  }
+}
+
+// acc[h] += sum_i (pa[h n + i] code_i + pb[h]) over a KIVI tile's V rows, for heads [0, kHeads) (a
+// chunk, Lanes bytes of a row, must divide the head size).
+template <int kBits, size_t kHeads, class D>
+void PackedValues(D d, const float* HWY_RESTRICT pa, const float* pb, size_t head_dim, const AttentionTile& t,
+                  float* HWY_RESTRICT acc_out) {
+  using Codes = PackedCodes<kBits, D>;
+  constexpr size_t P = Codes::P;
+  using V = hn::Vec<D>;
+  const size_t L = hn::Lanes(d), C = P * L;
+  const Unplaner<P, D> unplane(d);
+  const uint8_t* HWY_RESTRICT values = static_cast<const uint8_t*>(t.v);
+  const size_t next_bytes = t.next_v ? t.n * t.v_stride : 0;
   for (size_t e = 0; e < head_dim; e += C) {
     V acc[kHeads][P], f[P];
     for (size_t h = 0; h < kHeads; ++h)
       for (size_t p = 0; p < P; ++p) acc[h][p] = hn::Zero(d);
     for (size_t i = 0; i < t.n; ++i) {
-      prefetch(t.next_v, e / C * t.n + i, next_v_bytes);
+      if (const size_t line = e / C * t.n + i; line * 64 < next_bytes)
+        hwy::Prefetch(static_cast<const uint8_t*>(t.next_v) + line * 64);
       Codes::Decode(d, values + i * t.v_stride + e * kBits / 8, f);
       for (size_t h = 0; h < kHeads; ++h) {
         const V w = hn::Set(d, pa[h * t.n + i]);
@@ -342,40 +329,78 @@ void PackedHeads(D d, const float* HWY_RESTRICT q, size_t head_dim, float scale,
     for (size_t h = 0; h < kHeads; ++h) {
       V in_order[P];
       unplane.Apply(acc[h], in_order);
-      float* out = state.acc + h * head_dim + e;
+      float* out = acc_out + h * head_dim + e;
       for (size_t m = 0; m < P; ++m)
         hn::StoreU(hn::Add(hn::LoadU(d, out + m * L), hn::Add(in_order[m], hn::Set(d, pb[h]))), d, out + m * L);
     }
   }
 }
 
-// Every head of a KIVI tile, four at a time (a GQA group shares each converted chunk), at the widest
-// vector whose chunk divides the head size and the K block; false when none does.
+// Heads [0, kHeads) of q (and of state) against a KIVI tile: K read at DK's width, V at DV's.
+template <int kBits, size_t kHeads, class DK, class DV>
+void PackedHeads(DK dk, DV dv, const float* HWY_RESTRICT q, size_t head_dim, float scale, float softcap,
+                 const AttentionTile& t, OnlineSoftmax state) {
+  const size_t C = hn::Lanes(dk) * 8 / kBits;
+  const size_t c0 = t.k_first / C * C, c1 = (t.k_first + t.n + C - 1) / C * C;
+  thread_local std::vector<float> work;
+  work.resize(kHeads * (head_dim + (c1 - c0) + t.n));
+  float* qa = work.data();                      // [kHeads x head_dim]: q_j a_j
+  float* sc = qa + kHeads * head_dim;           // [kHeads x (c1 - c0)]: scores, then weights
+  float* pa = sc + kHeads * (c1 - c0);          // [kHeads x n]: weight x V row scale
+  float qb[kHeads], pb[kHeads];
+  const size_t L = hn::Lanes(dv);  // divides head_dim
+  for (size_t h = 0; h < kHeads; ++h) {
+    auto bias_sum = hn::Zero(dv);
+    for (size_t j = 0; j < head_dim; j += L) {
+      const auto qj = hn::LoadU(dv, q + h * head_dim + j);
+      hn::StoreU(hn::Mul(qj, hn::LoadU(dv, t.k_scales + j)), dv, qa + h * head_dim + j);
+      bias_sum = hn::MulAdd(qj, hn::LoadU(dv, t.k_biases + j), bias_sum);
+    }
+    qb[h] = hn::GetLane(hn::SumOfLanes(dv, bias_sum));
+  }
+  PackedScores<kBits, kHeads>(dk, qa, qb, head_dim, scale, t, c0, c1, sc);
+  for (size_t h = 0; h < kHeads; ++h) {
+    float* weights = sc + h * (c1 - c0) + (t.k_first - c0);
+    SoftmaxStep(softcap, t.n, weights, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
+    pb[h] = 0;
+    for (size_t i = 0; i < t.n; ++i) {
+      pa[h * t.n + i] = weights[i] * t.v_scales[i];
+      pb[h] += weights[i] * t.v_biases[i];
+    }
+  }
+  PackedValues<kBits, kHeads>(dv, pa, pb, head_dim, t, state.acc);
+}
+
+// Every head of a KIVI tile, four at a time (a GQA group shares each converted chunk). V is read at
+// the widest vector whose chunk divides the head size, K at that width or half of it (int2's 32-position
+// blocks fill only 8 lanes of 4 planes); false when no width fits.
 template <int kBits>
 bool PackedTile(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
                 const AttentionTile& t, OnlineSoftmax state) {
-  const auto run = [&](auto d) {
+  const auto run = [&](auto dk, auto dv) {
     for (size_t h = 0; h < heads;) {
       const OnlineSoftmax at{state.max + h, state.sum + h, state.acc + h * head_dim};
       const float* qh = q + h * head_dim;
       switch (std::min<size_t>(4, heads - h)) {
-        case 4: PackedHeads<kBits, 4>(d, qh, head_dim, scale, softcap, t, at); h += 4; break;
-        case 3: PackedHeads<kBits, 3>(d, qh, head_dim, scale, softcap, t, at); h += 3; break;
-        case 2: PackedHeads<kBits, 2>(d, qh, head_dim, scale, softcap, t, at); h += 2; break;
-        default: PackedHeads<kBits, 1>(d, qh, head_dim, scale, softcap, t, at); h += 1; break;
+        case 4: PackedHeads<kBits, 4>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 4; break;
+        case 3: PackedHeads<kBits, 3>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 3; break;
+        case 2: PackedHeads<kBits, 2>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 2; break;
+        default: PackedHeads<kBits, 1>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 1; break;
       }
     }
   };
-  const auto fits = [&](size_t lanes) {
-    const size_t chunk = lanes * 8 / kBits;
-    return head_dim % chunk == 0 && t.k_block % chunk == 0;
+  const auto fits = [&](size_t lanes, size_t n) { return n % (lanes * 8 / kBits) == 0; };
+  const auto with_k = [&](auto dv) {  // K at V's width, else half of it
+    const size_t lanes = hn::Lanes(dv);
+    if (fits(lanes, t.k_block)) return run(dv, dv), true;
+    if (lanes >= 8 && fits(lanes / 2, t.k_block)) return run(hn::Half<decltype(dv)>(), dv), true;
+    return false;
   };
-  const hn::ScalableTag<float> full;
-  if (hn::Lanes(full) >= 16 && fits(16)) run(hn::CappedTag<float, 16>());
-  else if (hn::Lanes(full) >= 8 && fits(8)) run(hn::CappedTag<float, 8>());
-  else if (fits(4)) run(hn::CappedTag<float, 4>());
-  else return false;
-  return true;
+  const size_t full = hn::Lanes(hn::ScalableTag<float>());
+  if (full >= 16 && fits(16, head_dim)) return with_k(hn::CappedTag<float, 16>());
+  if (full >= 8 && fits(8, head_dim)) return with_k(hn::CappedTag<float, 8>());
+  if (fits(4, head_dim)) return with_k(hn::CappedTag<float, 4>());
+  return false;
 }
 
 void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
