@@ -3,7 +3,9 @@
 // GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -W(maybe-)uninitialized
 // reports inside the inlined intrinsics; the values are all written first.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // GCC's name only
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // GCC 12's AVX-512 headers build vectors from _mm512_undefined_*(), which -W(maybe-)uninitialized
 // reports inside the inlined intrinsics (_mm512_reduce_add_ps); the values are all written first.
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
+#if !defined(__clang__)  // GCC's name only
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
