@@ -263,41 +263,51 @@ struct Unplaner {
   }
 };
 
+// The dots of one chunk (Lanes bytes) of `rows` code rows, `stride` bytes apart from `codes`, with
+// each head's row weights: out[h] = sum_k weights[h rows + k] x the codes of row k, in column order
+// (Unplaned), for heads [0, kHeads). Each row step also prefetches one line of the next tile's codes
+// (`next`, line first_line + k while inside next_bytes): spread over this tile's work, since without
+// it each tile's loads waited on memory (its rows are a new stream).
+template <int kBits, size_t kHeads, class D>
+HWY_INLINE void PackedChunkDots(D d, const Unplaner<8 / kBits, D>& unplane, const uint8_t* HWY_RESTRICT codes,
+                                size_t stride, size_t rows, const float* HWY_RESTRICT weights, const void* next,
+                                size_t first_line, size_t next_bytes, hn::Vec<D> (&out)[kHeads][8 / kBits]) {
+  using Codes = PackedCodes<kBits, D>;
+  constexpr size_t P = Codes::P;
+  using V = hn::Vec<D>;
+  V acc[kHeads][P], f[P];
+  for (size_t h = 0; h < kHeads; ++h)
+    for (size_t p = 0; p < P; ++p) acc[h][p] = hn::Zero(d);
+  for (size_t k = 0; k < rows; ++k) {
+    if ((first_line + k) * 64 < next_bytes) hwy::Prefetch(static_cast<const uint8_t*>(next) + (first_line + k) * 64);
+    Codes::Decode(d, codes + k * stride, f);
+    for (size_t h = 0; h < kHeads; ++h) {
+      const V w = hn::Set(d, weights[h * rows + k]);
+      for (size_t p = 0; p < P; ++p) acc[h][p] = hn::MulAdd(w, f[p], acc[h][p]);
+    }
+  }
+  for (size_t h = 0; h < kHeads; ++h) unplane.Apply(acc[h], out[h]);
+}
+
 // The scores of heads [0, kHeads) of q against a KIVI tile's K, in sc[h * (c1 - c0) + ...] for the
 // chunk-aligned positions [c0, c1) of K's channel rows that hold the tile's (a chunk, Lanes bytes
 // of a row, must divide the K block). q_j a_j is in qa [kHeads x head_dim], sum_j q_j b_j in qb.
 template <int kBits, size_t kHeads, class D>
 void PackedScores(D d, const float* HWY_RESTRICT qa, const float* qb, size_t head_dim, float scale,
                   const AttentionTile& t, size_t c0, size_t c1, float* HWY_RESTRICT sc) {
-  using Codes = PackedCodes<kBits, D>;
-  constexpr size_t P = Codes::P;
-  using V = hn::Vec<D>;
+  constexpr size_t P = 8 / kBits;
   const size_t L = hn::Lanes(d), C = P * L;
   const Unplaner<P, D> unplane(d);
   const uint8_t* HWY_RESTRICT keys = static_cast<const uint8_t*>(t.k);
-  // The next tile's codes (K's channel rows here, V's rows in PackedValues) are fetched a line per
-  // step, spread over this tile's work: without it each tile's loads waited on memory (its rows are
-  // a new stream).
-  const size_t next_bytes = t.next_k ? head_dim * t.k_stride : 0;
+  const size_t next_bytes = t.next_k ? head_dim * t.k_stride : 0;  // the next tile's K, during the first chunk
   for (size_t c = c0; c < c1; c += C) {
-    V acc[kHeads][P], f[P];
+    hn::Vec<D> dots[kHeads][P];
+    PackedChunkDots<kBits, kHeads>(d, unplane, keys + c * kBits / 8, t.k_stride, head_dim, qa, t.next_k, 0,
+                                   c == c0 ? next_bytes : 0, dots);
     for (size_t h = 0; h < kHeads; ++h)
-      for (size_t p = 0; p < P; ++p) acc[h][p] = hn::Zero(d);
-    for (size_t j = 0; j < head_dim; ++j) {
-      if (c == c0 && j * 64 < next_bytes) hwy::Prefetch(static_cast<const uint8_t*>(t.next_k) + j * 64);
-      Codes::Decode(d, keys + j * t.k_stride + c * kBits / 8, f);
-      for (size_t h = 0; h < kHeads; ++h) {
-        const V a = hn::Set(d, qa[h * head_dim + j]);
-        for (size_t p = 0; p < P; ++p) acc[h][p] = hn::MulAdd(a, f[p], acc[h][p]);
-      }
-    }
-    for (size_t h = 0; h < kHeads; ++h) {
-      V in_order[P];
-      unplane.Apply(acc[h], in_order);
       for (size_t m = 0; m < P; ++m)
-        hn::StoreU(hn::Mul(hn::Add(in_order[m], hn::Set(d, qb[h])), hn::Set(d, scale)), d,
+        hn::StoreU(hn::Mul(hn::Add(dots[h][m], hn::Set(d, qb[h])), hn::Set(d, scale)), d,
                    sc + h * (c1 - c0) + (c - c0) + m * L);
-    }
   }
 }
 
@@ -306,32 +316,19 @@ void PackedScores(D d, const float* HWY_RESTRICT qa, const float* qb, size_t hea
 template <int kBits, size_t kHeads, class D>
 void PackedValues(D d, const float* HWY_RESTRICT pa, const float* pb, size_t head_dim, const AttentionTile& t,
                   float* HWY_RESTRICT acc_out) {
-  using Codes = PackedCodes<kBits, D>;
-  constexpr size_t P = Codes::P;
-  using V = hn::Vec<D>;
+  constexpr size_t P = 8 / kBits;
   const size_t L = hn::Lanes(d), C = P * L;
   const Unplaner<P, D> unplane(d);
   const uint8_t* HWY_RESTRICT values = static_cast<const uint8_t*>(t.v);
   const size_t next_bytes = t.next_v ? t.n * t.v_stride : 0;
   for (size_t e = 0; e < head_dim; e += C) {
-    V acc[kHeads][P], f[P];
-    for (size_t h = 0; h < kHeads; ++h)
-      for (size_t p = 0; p < P; ++p) acc[h][p] = hn::Zero(d);
-    for (size_t i = 0; i < t.n; ++i) {
-      if (const size_t line = e / C * t.n + i; line * 64 < next_bytes)
-        hwy::Prefetch(static_cast<const uint8_t*>(t.next_v) + line * 64);
-      Codes::Decode(d, values + i * t.v_stride + e * kBits / 8, f);
-      for (size_t h = 0; h < kHeads; ++h) {
-        const V w = hn::Set(d, pa[h * t.n + i]);
-        for (size_t p = 0; p < P; ++p) acc[h][p] = hn::MulAdd(w, f[p], acc[h][p]);
-      }
-    }
+    hn::Vec<D> dots[kHeads][P];
+    PackedChunkDots<kBits, kHeads>(d, unplane, values + e * kBits / 8, t.v_stride, t.n, pa, t.next_v, e / C * t.n,
+                                   next_bytes, dots);
     for (size_t h = 0; h < kHeads; ++h) {
-      V in_order[P];
-      unplane.Apply(acc[h], in_order);
       float* out = acc_out + h * head_dim + e;
       for (size_t m = 0; m < P; ++m)
-        hn::StoreU(hn::Add(hn::LoadU(d, out + m * L), hn::Add(in_order[m], hn::Set(d, pb[h]))), d, out + m * L);
+        hn::StoreU(hn::Add(hn::LoadU(d, out + m * L), hn::Add(dots[h][m], hn::Set(d, pb[h]))), d, out + m * L);
     }
   }
 }
