@@ -26,6 +26,7 @@
 #include "io/safetensors.h"
 #include "model/kv_calibration.h"
 #include "model/quantize_weights.h"
+#include "quant/scale_rules.h"
 #include "pipeline/session.h"
 
 namespace lowbit {
@@ -381,6 +382,60 @@ TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
   o.format = EngineFormat::kGptq;
   ExpectError([&] { (void)ExportEngineCheckpoint(again, kModelDir, dir / "gptq", nullptr, o); },
               {"input_quant", "compressed-tensors"});
+}
+
+// NVFP4 W4A4 as llm-compressor's NVFP4 preset: the static input tensor scale goes out as
+// input_global_scale = 1 / t and comes back exactly; MX activations and an uncalibrated one do not.
+TEST(EngineFormats, Nvfp4W4A4ExportsKeepTheirStaticInputScale) {
+  Scratch dir;
+  Model m = LoadHfModel(kModelDir);
+  QuantizeLinears(m.weights, ParseScheme("nvfp4"));
+  const QuantScheme nvfp4 = ParseScheme("nvfp4");
+  for (LayerWeights& l : m.weights.layers) {
+    l.wq.input_quant = l.wk.input_quant = l.wv.input_quant = InputQuant{nvfp4, ChooseTensorScale(nvfp4, 13.0f)};
+    l.wo.input_quant = InputQuant{nvfp4, ChooseTensorScale(nvfp4, 5.5f)};
+    l.w_gate.input_quant = l.w_up.input_quant = InputQuant{nvfp4, ChooseTensorScale(nvfp4, 7.25f)};
+    l.w_down.input_quant = InputQuant{nvfp4, ChooseTensorScale(nvfp4, 301.0f)};
+  }
+  const Model expected = m;
+  StreamedModel s{std::move(m), nullptr};
+  EngineExportOptions o;
+  o.format = EngineFormat::kCompressedTensors;
+  EXPECT_EQ(ExportEngineCheckpoint(s, kModelDir, dir / "w4a4", nullptr, o).format, "nvfp4-pack-quantized");
+  const nlohmann::json input =
+      ReadJsonFile(dir / "w4a4" / "config.json")["quantization_config"]["config_groups"]["group_0"]["input_activations"];
+  EXPECT_EQ(input["num_bits"], 4);
+  EXPECT_EQ(input["strategy"], "tensor_group");
+  EXPECT_EQ(input["group_size"], 16);
+  EXPECT_EQ(input["dynamic"], "local");
+  const SafetensorsModel st = SafetensorsModel::Open(dir / "w4a4" / "model.safetensors");
+  EXPECT_EQ(ToFloat32(st.Get("model.layers.0.mlp.down_proj.input_global_scale"))[0],
+            1.0f / expected.weights.layers[0].w_down.input_quant->static_scale);
+  const Model back = LoadHfModel(dir / "w4a4");
+  for (size_t i = 0; i < back.weights.layers.size(); ++i)
+    for (auto field : {&LayerWeights::wq, &LayerWeights::wo, &LayerWeights::w_up, &LayerWeights::w_down}) {
+      const Linear &a = expected.weights.layers[i].*field, &b = back.weights.layers[i].*field;
+      ASSERT_TRUE(b.input_quant.has_value());
+      EXPECT_EQ(b.input_quant->scheme.ToString(), "fp4_e2m1:g16:scale=ue4m3:tscale");
+      EXPECT_EQ(b.input_quant->static_scale, a.input_quant->static_scale);
+    }
+
+  // A reader names the input key that is not NVFP4's (MX-style per-group inputs, no static global scale).
+  nlohmann::json config = ReadJsonFile(dir / "w4a4" / "config.json");
+  config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["strategy"] = "group";
+  WriteFileAtomic(dir / "w4a4" / "config.json", config.dump());
+  ExpectError([&] { (void)LoadHfModel(dir / "w4a4"); }, {"config.json", "input_activations.strategy", "tensor_group"});
+  config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["strategy"] = "tensor_group";
+  config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
+  WriteFileAtomic(dir / "w4a4" / "config.json", config.dump());
+  ExpectError([&] { (void)LoadHfModel(dir / "w4a4"); }, {"config.json", "input_activations.dynamic", "local"});
+
+  ExpectError([&] { (void)CompressedTensorsFormatOf(nvfp4, InputQuant{nvfp4, 0}, "p"); },
+              {"p:", "calibrated tensor scale", "input_global_scale"});
+  ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("mxfp4"), InputQuant{nvfp4, 0.5f}, "p"); },
+              {"p:", "weight-only", "nvfp4 inputs on nvfp4 weights"});
+  ExpectError([&] { (void)CompressedTensorsFormatOf(nvfp4, InputQuant{ParseScheme("mxfp4"), 0}, "p"); },
+              {"p:", "MX activations"});
 }
 
 // GPTQ with static act-order (groups in column order) leaves nothing in the weights; the recipe card

@@ -38,6 +38,27 @@ TEST(InputQuant, DynamicPerTokenAndStaticPerTensorHandComputed) {
   EXPECT_NEAR(st[2], 0.25f, 1e-6);
 }
 
+TEST(InputQuant, Nvfp4BlocksUnderTheStaticTensorScaleHandComputed) {
+  // Tensor scale 0.5. Block 1 (amax 6): E4M3 scale 6 / 6 / 0.5 = 2, elements in steps of 2 * 0.5 = 1.
+  // Block 2 (amax 1000, past the calibrated range): 333.3 rounds to the E4M3 320, step 160; 1000
+  // saturates at 6 steps. Block 3 (amax 5000): the E4M3 scale saturates at 448, step 224.
+  std::vector<float> x(48, 0.0f);
+  x[0] = 6.0f, x[1] = 2.6f, x[2] = -1.2f, x[3] = 0.3f, x[4] = 0.2f, x[5] = 1.25f;
+  x[16] = 1000.0f, x[17] = -250.0f;
+  x[32] = 5000.0f, x[33] = 600.0f;
+  const auto q = FakeQuantizeInput({ParseScheme("nvfp4"), 0.5f}, x.data(), 1, 48);
+  EXPECT_EQ(q[0], 6.0f);
+  EXPECT_EQ(q[1], 3.0f);
+  EXPECT_EQ(q[2], -1.0f);
+  EXPECT_EQ(q[3], 0.5f);
+  EXPECT_EQ(q[4], 0.0f);
+  EXPECT_EQ(q[5], 1.0f);  // a tie: to the even level
+  EXPECT_EQ(q[16], 960.0f);
+  EXPECT_EQ(q[17], -240.0f);  // 1.5625 steps -> 1.5
+  EXPECT_EQ(q[32], 1344.0f);
+  EXPECT_EQ(q[33], 672.0f);  // 2.68 steps -> 3
+}
+
 TEST(SmoothQuant, W8A8StaticBeatsNaiveAndSurvivesSaveAndLoad) {
   const Model base = LoadHfModel(kModelDir);
   Model naive = LoadHfModel(kModelDir), smooth = LoadHfModel(kModelDir);

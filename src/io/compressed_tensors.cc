@@ -235,6 +235,9 @@ std::string_view ScaleSuffix(DType scale_dtype, const JsonView& where) {
   }
 }
 
+// NVFP4 inputs (W4A4): E2M1 per 16 inputs, dynamic E4M3 block scales under a static tensor scale.
+bool IsNvfp4Input(const InputQuant& input) { return MicroscaledFormatOf(input.scheme) == kNvfp4Format; }
+
 }  // namespace
 
 std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<InputQuant>& input, const std::string& where) {
@@ -242,9 +245,13 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
   const bool fp8 = w.element->name == "fp8_e4m3";
   const bool int8 = w.element->kind == ElementKind::kInt && w.element->bits == 8;
   if (const std::optional<std::string> microscaled = MicroscaledFormatOf(w)) {
-    if (input)
+    if (input && !(*microscaled == kNvfp4Format && IsNvfp4Input(*input)))
       Fail("{}: scheme '{}' with input_quant '{}': compressed-tensors exports of {} weights are weight-only (W4A16 "
-           "/ W8A16); lowbit does not write NVFP4 or MX activations", where, scheme, input->scheme.ToString(), *microscaled);
+           "/ W8A16), or W4A4 with nvfp4 inputs on nvfp4 weights; lowbit does not write MX activations", where, scheme,
+           input->scheme.ToString(), *microscaled);
+    if (input && !(input->static_scale > 0))
+      Fail("{}: input_quant '{}' has no calibrated tensor scale, which compressed-tensors stores as input_global_scale "
+           "(quantize with --calib)", where, input->scheme.ToString());
     return *microscaled;
   }
   if (!input) {
@@ -281,8 +288,22 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
 }
 
 nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
-  const bool token = input.scheme.granularity.kind == GranularityKind::kToken;
   OrderedJson a;
+  if (IsNvfp4Input(input)) {  // the NVFP4 preset's input_activations (W4A4)
+    a["num_bits"] = 4;
+    a["type"] = "float";
+    a["symmetric"] = true;
+    a["group_size"] = 16;
+    a["strategy"] = "tensor_group";
+    a["block_structure"] = nullptr;
+    a["dynamic"] = "local";
+    a["actorder"] = nullptr;
+    a["observer"] = "static_minmax";
+    a["scale_dtype"] = "torch.float8_e4m3fn";
+    a["zp_dtype"] = "torch.float8_e4m3fn";
+    return a;
+  }
+  const bool token = input.scheme.granularity.kind == GranularityKind::kToken;
   a["num_bits"] = 8;
   a["type"] = input.scheme.element->kind == ElementKind::kInt ? "int" : "float";
   a["symmetric"] = true;
@@ -302,7 +323,12 @@ void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, cons
                                 const std::optional<InputQuant>& input) {
   const std::string format = CompressedTensorsFormatOf(q.scheme(), input, prefix);
   if (format == "pack-quantized") return AddPackQuantizedLinear(out, prefix, q);
-  if (IsMicroscaledFormat(format)) return AddMicroscaledLinear(out, prefix, q);
+  if (IsMicroscaledFormat(format)) {
+    AddMicroscaledLinear(out, prefix, q);
+    // A divisor, as weight_global_scale (compressed_tensors_mx.h): 1 / g is the tensor scale again.
+    if (input) out.AddOwned(prefix + ".input_global_scale", DType::kF32, {1}, std::vector<float>{1.0f / input->static_scale});
+    return;
+  }
   const QuantScheme& s = q.scheme();
   const uint64_t n_out = q.rows(), k_in = q.cols();
   std::vector<std::byte> weight(n_out * k_in);
@@ -364,10 +390,35 @@ QuantizedTensor ReadUnpackedLinear(const SafetensorsModel& st, const std::string
   return q;
 }
 
+namespace {
+
+// compressed-tensors' NVFP4 input_activations: tensor_group, 16, dynamic "local" (block scales per
+// call), and a static input_global_scale, a divisor as weight_global_scale.
+InputQuant Nvfp4Input(const JsonView& a, const SafetensorsModel& st, const std::string& prefix) {
+  if (a.Get<std::string>("type", "int") != "float") a["type"].Fail("4-bit inputs are NVFP4 here: type float");
+  if (a.Get<std::string>("strategy", "") != "tensor_group")
+    a["strategy"].Fail("4-bit inputs are NVFP4 here: strategy tensor_group (MX activations are not supported)");
+  if (a.Get<int64_t>("group_size", 0) != 16) a["group_size"].Fail("NVFP4 inputs have groups of 16");
+  if (!a.Has("dynamic") || a["dynamic"].value() != "local")
+    a["dynamic"].Fail("NVFP4 inputs are dynamic \"local\": block scales per call under a static global scale");
+  const TensorView* global = st.Find(prefix + ".input_global_scale");
+  if (!global || global->numel() != 1)
+    Fail("{}: tensor '{}.input_global_scale' (one value) is missing; {} says NVFP4 inputs", st.path().string(), prefix,
+         a.path());
+  const float g = ToFloat32(*global)[0];
+  if (!(g > 0) || !std::isfinite(g) || !std::isfinite(1.0f / g) || !(1.0f / g > 0))
+    Fail("{}: tensor '{}.input_global_scale' is {}, not a positive scale with a finite reciprocal", st.path().string(),
+         prefix, g);
+  return InputQuant{ParseScheme("nvfp4"), 1.0f / g};
+}
+
+}  // namespace
+
 InputQuant CompressedTensorsInput(const JsonView& a, const SafetensorsModel& st, const std::string& prefix) {
   const std::string type = a.Get<std::string>("type", "int");
-  if (a.Get<int>("num_bits", 8) != 8) a["num_bits"].Fail("lowbit runs 8-bit input quantization");
   if (!a.Get<bool>("symmetric", true)) a["symmetric"].Fail("asymmetric input quantization is not supported yet");
+  if (a.Get<int>("num_bits", 8) == 4) return Nvfp4Input(a, st, prefix);
+  if (a.Get<int>("num_bits", 8) != 8) a["num_bits"].Fail("lowbit runs 8-bit input quantization, and NVFP4's 4-bit");
   if (type != "int" && type != "float") a["type"].Fail(fmt::format("is '{}'; expected int or float", type));
   const std::string element = type == "int" ? "int8" : "fp8_e4m3";
   const std::string strategy = a.Get<std::string>("strategy", "tensor");

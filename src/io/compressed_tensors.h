@@ -47,11 +47,12 @@ std::optional<nlohmann::ordered_json> CompressedTensorsArgs(const QuantScheme& s
 
 // The compressed-tensors format a linear of these weights and inputs is written in, as
 // compressed-tensors itself picks it; Error naming the field when it has none (float zero points,
-// NF4, FP6 E3M2, fp4 with float scales, asymmetric W8A8, NVFP4 / MX activations, inputs other than
-// int8 / fp8 per token or per tensor, ...).
+// NF4, FP6 E3M2, fp4 with float scales, asymmetric W8A8, MX activations, NVFP4 activations on other
+// weights or without a calibrated tensor scale, inputs other than int8 / fp8 per token or per tensor, ...).
 std::string CompressedTensorsFormatOf(const QuantScheme& weights, const std::optional<InputQuant>& input,
                                       const std::string& where);
-// QuantizationArgs of a linear's quantized input (always symmetric; token = dynamic).
+// QuantizationArgs of a linear's quantized input (always symmetric; token = dynamic; NVFP4 as
+// compressed-tensors' NVFP4 preset, with P.input_global_scale = 1 / the static tensor scale).
 nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input);
 // Appends the tensors of linear `prefix` in the format CompressedTensorsFormatOf names.
 void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, const QuantizedTensor& q,
@@ -82,7 +83,8 @@ QuantScheme UnpackedScheme(const JsonView& weights, DType scale_dtype);
 QuantizedTensor ReadUnpackedLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
                                    const QuantScheme& s);
 // The quantized input a config group's "input_activations" describe (int8 / fp8, symmetric, per token
-// dynamic or per tensor static with P.input_scale); Error naming the key otherwise.
+// dynamic or per tensor static with P.input_scale; NVFP4, tensor_group 16 "local" with
+// P.input_global_scale); Error naming the key otherwise.
 InputQuant CompressedTensorsInput(const JsonView& args, const SafetensorsModel& st, const std::string& prefix);
 
 }  // namespace lowbit

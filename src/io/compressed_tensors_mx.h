@@ -31,6 +31,8 @@
 
 namespace lowbit {
 
+inline constexpr std::string_view kNvfp4Format = "nvfp4-pack-quantized";
+
 // The microscaled format weights of scheme `s` are written in (nvfp4 = fp4_e2m1:g16:scale=ue4m3:tscale,
 // mxfp4, mxfp6_e2m3, mxfp8_e4m3), or nullopt when `s` is none of them.
 std::optional<std::string> MicroscaledFormatOf(const QuantScheme& s);

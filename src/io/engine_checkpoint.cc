@@ -135,7 +135,7 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
       group.weights = g["weights"].ExpectObject().value();
       group.path = g["weights"].path();
       if (g.Has("input_activations")) {
-        if (microscaled)  // NVFP4 W4A4 / MXFP4 W4A4: per-16/32 fp4 activations
+        if (microscaled && group.format != kNvfp4Format)  // MXFP4 W4A4 and the like: per-32 MX activations
           g["input_activations"].Fail(fmt::format("{} activations are not supported; lowbit runs {} weights on "
                                                   "unquantized inputs (W4A16) only", group.format, group.format));
         if (group.format == "pack-quantized" || group.format == "naive-quantized")
@@ -151,7 +151,7 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
     }
     e.ignore_ = qc.Get<std::vector<std::string>>("ignore", {});
     e.suffixes_ = {".weight", ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx",
-                   ".input_scale", ".weight_global_scale"};
+                   ".input_scale", ".weight_global_scale", ".input_global_scale"};
   }
   return e;
 }

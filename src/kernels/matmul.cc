@@ -28,10 +28,21 @@ constexpr size_t kDecodeTileBytes = 256 << 10;
 
 std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_t n_tokens, size_t cols) {
   const std::span<const float> in(x, n_tokens * cols);
-  if (iq.scheme.granularity.kind != GranularityKind::kTensor)
+  const bool per_tensor = iq.scheme.granularity.kind == GranularityKind::kTensor;
+  if (!per_tensor && !(iq.scheme.tensor_scale && iq.static_scale > 0))
     return QuantizeRtn(in, n_tokens, cols, iq.scheme, "activations").Dequantize();
   QuantizedTensor q(iq.scheme, n_tokens, cols);
-  q.SetScale(0, iq.static_scale);
+  if (per_tensor) {
+    q.SetScale(0, iq.static_scale);
+  } else {  // the calibrated tensor scale, each block's own scale under it
+    q.set_tensor_scale(iq.static_scale);
+    const ScaleGrid g = q.grid();
+    for (size_t t = 0; t < n_tokens; ++t)
+      for (uint64_t gc = 0; gc < g.grid_cols; ++gc) {
+        const uint64_t c0 = gc * g.cell_cols;
+        ChooseCellScale(q, t * g.grid_cols + gc, in.subspan(t * cols + c0, std::min<uint64_t>(g.cell_cols, cols - c0)));
+      }
+  }
   for (size_t t = 0; t < n_tokens; ++t) EncodeRow(q, t, x + t * cols);
   return q.Dequantize();
 }

@@ -20,6 +20,7 @@
 #include "quant/column_order.h"
 #include "quant/hadamard.h"
 #include "quant/registry.h"
+#include "quant/scale_rules.h"
 
 namespace lowbit {
 namespace {
@@ -269,14 +270,15 @@ void ApplySmoothing(size_t l, LinearInput input, Model& model, ActivationStore& 
 }
 
 // The activation quantization of one linear; a per-tensor scheme gets its static scale from the
-// calibration inputs' absolute maximum (`amax`, max |x| per column).
+// calibration inputs' absolute maximum (`amax`, max |x| per column), and NVFP4 its tensor scale,
+// by the weights' rule (llm-compressor's static_minmax input_global_scale).
 InputQuant MakeInputQuant(const QuantScheme& act, const std::vector<float>& amax) {
   InputQuant iq{act, 0.0f};
-  if (act.granularity.kind == GranularityKind::kTensor) {
-    float m = 0;
-    for (const float v : amax) m = std::max(m, v);
-    iq.static_scale = RoundScale(act.scale_type, m / static_cast<float>(ScaleDivisor(*act.element)));
-  }
+  if (!HasStaticScale(act)) return iq;
+  float m = 0;
+  for (const float v : amax) m = std::max(m, v);
+  iq.static_scale = act.tensor_scale ? ChooseTensorScale(act, m)
+                                     : RoundScale(act.scale_type, m / static_cast<float>(ScaleDivisor(*act.element)));
   return iq;
 }
 
@@ -460,7 +462,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
       Fail("overrides: methods that rescale a whole input group (awq, smoothquant) can only be the recipe's "
            "main method");
   }
-  const bool static_acts = req.act_scheme && req.act_scheme->granularity.kind == GranularityKind::kTensor;
+  const bool static_acts = req.act_scheme && HasStaticScale(*req.act_scheme);
   const bool calibrate = needs_hessian || needs_outliers || method->activation_scale_grid() > 0 ||
                          method->smoothing_alpha() >= 0 || static_acts;
   if (calibrate && req.calibration.empty())
@@ -587,7 +589,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     std::optional<QuantScheme> act = req.act_scheme;
     if (!act && threshold >= 0) act = ParseScheme("int8:token");
     if (act) {
-      if (act->granularity.kind == GranularityKind::kTensor && (!stats || stats->amax.empty()))
+      if (HasStaticScale(*act) && (!stats || stats->amax.empty()))
         Fail("{}: static activation scales need calibration data", name);
       slot.linear->input_quant = MakeInputQuant(*act, stats ? stats->amax : std::vector<float>{});
     }

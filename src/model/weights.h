@@ -28,10 +28,17 @@ struct DenseMatrix {  // row-major [rows x cols], rows = output features
 // Activation quantization of a linear layer's input, simulated before the matmul (fake-quant),
 // so W8A8-style schemes can be evaluated before integer kernels exist. A per-token (or per-row)
 // scheme is dynamic; a per-tensor scheme uses the static scale calibrated on calibration data.
+// NVFP4 inputs (W4A4) are both, as llm-compressor and vLLM run them: a static tensor scale (the
+// reciprocal of compressed-tensors' input_global_scale) over dynamic E4M3 scales per 16 inputs.
 struct InputQuant {
   QuantScheme scheme;
-  float static_scale = 0;  // per-tensor schemes: the calibrated scale
+  float static_scale = 0;  // per-tensor schemes: the calibrated scale; NVFP4: the tensor scale (0: per call)
 };
+
+// Whether calibration data fixes part of an input scheme's scales (HasStaticScale: static_scale).
+inline bool HasStaticScale(const QuantScheme& input) {
+  return input.granularity.kind == GranularityKind::kTensor || input.tensor_scale;
+}
 
 // LLM.int8()'s mixed decomposition: input columns with outlier activations bypass quantization.
 // The linear's weight has zeros in these columns, their full-precision weights live here, and

@@ -76,7 +76,8 @@ void CheckEngineRecipe(const Recipe& r, const EngineExportOptions& e) {
     if (e.format != EngineFormat::kCompressedTensors)
       Fail("{}: act_format '{}': GPTQ and AWQ are weight-only; W8A8 goes to --save-as compressed-tensors", target,
            r.act_format);
-    input = InputQuant{ParseScheme(r.act_format), 0};
+    const QuantScheme act = ParseScheme(r.act_format);
+    input = InputQuant{act, HasStaticScale(act) ? 1.0f : 0.0f};  // the run calibrates it (or asks for --calib)
   }
   auto check = [&](const std::string& format, const std::string& where) {
     if (e.format == EngineFormat::kCompressedTensors) (void)CompressedTensorsFormatOf(ParseScheme(format), input, where);
