@@ -11,9 +11,7 @@
 #endif
 #include <immintrin.h>
 
-#include <algorithm>
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -116,13 +114,12 @@ class RowScaleSource {
         cell_rows_(w.grid().cell_rows),
         groups_(l.groups),
         per_super_(w.scheme().super_groups()),
-        super_shift_(std::countr_zero(std::max<uint64_t>(per_super_, 1))),
         type_(w.scheme().scale_type),
         zero_type_(w.scheme().asymmetric() ? w.scheme().zero_type : ZeroType::kNone),
         factor_(_mm512_set1_ps(w.tensor_scale() * l.step)),
         offset_(_mm512_set1_ps(l.offset)) {
     // Lane i of 16 groups starting at a multiple of 16 lies in super-block g / per + i / per
-    // (per dividing 16) or g / per (per a multiple of 16): LayoutOf admits powers of two only.
+    // (per dividing 16) or g / per (per a multiple of 16): LayoutOf admits only these.
     alignas(64) int32_t lane[16];
     for (int i = 0; i < 16; ++i) lane[i] = per_super_ && per_super_ < 16 ? i / static_cast<int>(per_super_) : 0;
     super_lane_ = _mm512_load_si512(lane);
@@ -187,14 +184,13 @@ class RowScaleSource {
 
   // The fp16 super-block value of each of the 16 groups from g, from a grid row's values.
   LOWBIT_VNNI __attribute__((always_inline)) __m512 SuperLanes(const uint8_t* row, size_t g) const {
-    const size_t first = g >> super_shift_, left = super_row_bytes_ / 2 - first;
+    const size_t first = g / per_super_, left = super_row_bytes_ / 2 - first;
     const __mmask16 m = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
     return _mm512_permutexvar_ps(super_lane_, HalvesToFp32(row + 2 * first, m, false));
   }
 
   std::span<const uint8_t> scales_, zeros_, supers_;
   size_t scale_row_bytes_, zero_row_bytes_, super_row_bytes_, super_mins_at_, cell_rows_, groups_, per_super_;
-  int super_shift_;  // g / per_super_ as a shift: a 64-bit division per 16 groups cost Q3_K a fifth of its row
   ScaleType type_;
   ZeroType zero_type_;
   __m512 factor_, offset_;

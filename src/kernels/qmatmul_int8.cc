@@ -118,7 +118,7 @@ std::optional<Layout> LayoutOf(const QuantizedTensor& w) {
   if (w.cols() % l.chunk != 0 || l.block % 16 != 0 || l.chunk % l.block != 0 || l.group % l.block != 0)
     return std::nullopt;
   const uint64_t per_super = w.scheme().super_groups();  // RowScaleSource::SuperLanes' two cases
-  if (per_super && !std::has_single_bit(per_super)) return std::nullopt;  // so it divides 16 or is a multiple of it
+  if (per_super && 16 % per_super != 0 && per_super % 16 != 0) return std::nullopt;
   // One activation scale per super-block of i8 sub-scales (Q2_K..Q6_K): whole chunks, whole rows.
   const size_t super = per_super * l.group;
   if (w.scheme().scale_type == ScaleType::kI8 && per_super && super % l.chunk == 0 && w.cols() % super == 0)
