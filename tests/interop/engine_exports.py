@@ -85,30 +85,72 @@ EXPORTS = [
     ("ct-own-w4a16-g128", dict(num_bits=4, symmetric=True, strategy="group", group_size=128), None),
     ("ct-own-w4a16-asym-g128", dict(num_bits=4, symmetric=False, strategy="group", group_size=128), None),
     ("ct-own-w8a16-channel", dict(num_bits=8, symmetric=True, strategy="channel"), None),
+    # llm-compressor's NVFP4 preset (W4A4): static-minmax global scales, fused ones shared, calibrated inputs
+    ("ct-own-nvfp4-w4a4", dict(preset="NVFP4"), None),
 ]
 
 
-def write_with_compressed_tensors(model_dir, out, weights):
-    """A pack-quantized folder written by compressed-tensors' own code: min/max qparams per group or channel
-    (calculate_qparams, as llm-compressor's minmax observer gives them), then ModelCompressor's compress and
-    save, as llm-compressor saves a model; the tokenizer files copied beside it."""
-    from compressed_tensors.compressors import ModelCompressor
-    from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme, apply_quantization_config
-    from compressed_tensors.quantization.utils import calculate_qparams
-    args = QuantizationArgs(type="int", **weights)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    apply_quantization_config(model, QuantizationConfig(
-        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)}, ignore=["lm_head"],
-        format="pack-quantized"))
+def input_amax(model, calib_ids, ctx):
+    """max |x| of each Linear's input over the calibration windows (llm-compressor's static_minmax observer)."""
+    amax, hooks = {}, []
     for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            def record(m, inp):
+                amax[m] = torch.maximum(amax.get(m, torch.zeros(())), inp[0].detach().abs().amax())
+            hooks.append(module.register_forward_pre_hook(record))
+    with torch.no_grad():
+        for start in range(0, len(calib_ids) - ctx + 1, ctx):
+            model(torch.tensor([calib_ids[start:start + ctx]]))
+    for h in hooks:
+        h.remove()
+    return amax
+
+
+def write_with_compressed_tensors(model_dir, out, weights, calib_ids):
+    """A folder written by compressed-tensors' own code: min/max qparams per group or channel
+    (calculate_qparams, as llm-compressor's minmax observer gives them), then ModelCompressor's compress and
+    save, as llm-compressor saves a model; the tokenizer files copied beside it. NVFP4 (the preset): each global
+    scale from its tensor's (weights) or calibration inputs' max |x| (generate_gparam), the weights' shared by
+    q/k/v and by gate/up as llm-compressor fuses them (their minimum)."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (QuantizationConfig, QuantizationScheme, apply_quantization_config,
+                                                 preset_name_to_scheme)
+    from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
+    preset = weights.get("preset")
+    scheme = preset_name_to_scheme(preset, ["Linear"]) if preset else \
+        QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(type="int", **weights))
+    args = scheme.weights
+    fmt = "nvfp4-pack-quantized" if preset == "NVFP4" else "pack-quantized"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    amax = input_amax(model, calib_ids, CTX) if scheme.input_activations else {}
+    apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],
+                                                        format=fmt))
+    global_scales = {}
+    for name, module in model.named_modules():
+        if hasattr(module, "weight_global_scale"):
+            w = module.weight.detach()
+            global_scales[name] = generate_gparam(w.amin(), w.amax()).reshape(1)
+    def fused_with(name):
+        parent, leaf = name.rsplit(".", 1)
+        group = next((g for g in (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")) if leaf in g), (leaf,))
+        return [f"{parent}.{p}" for p in group]
+
+    global_scales = {n: torch.cat([global_scales[f] for f in fused_with(n)]).min().reshape(1) for n in global_scales}
+    for name, module in model.named_modules():
         if hasattr(module, "weight_scale"):
             w = module.weight.detach()
             cells = w.reshape(w.shape[0], -1, args.group_size) if args.group_size else w.reshape(w.shape[0], 1, -1)
-            scale, zero = calculate_qparams(cells.amin(dim=2), cells.amax(dim=2), args)
+            g = global_scales.get(name)
+            scale, zero = calculate_qparams(cells.amin(dim=2), cells.amax(dim=2), args, global_scale=g)
             module.weight_scale.data.copy_(scale.reshape(module.weight_scale.shape))
-            if hasattr(module, "weight_zero_point"):
+            if g is not None:
+                module.weight_global_scale.data.copy_(g.reshape(module.weight_global_scale.shape))
+            if hasattr(module, "weight_zero_point") and not preset:
                 module.weight_zero_point.data.copy_(zero.reshape(module.weight_zero_point.shape))
-    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
+            if hasattr(module, "input_global_scale"):
+                a = amax[module]
+                module.input_global_scale.data.copy_(generate_gparam(-a, a).reshape(module.input_global_scale.shape))
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=fmt)
     compressor.compress_model(model)
     model.save_pretrained(out)
     compressor.update_config(out)
@@ -293,7 +335,8 @@ def main():
         if kv:
             run(lowbit, "calibrate-kv", "--model", source, "--calib", CALIB[1], "--samples", "8")
         if isinstance(quantize_args, dict):
-            write_with_compressed_tensors(args.model, out, quantize_args)
+            calib_ids = window_token_ids(lowbit, args.model, CALIB[1], os.path.join(tmp, "calib.txt"), CTX, 16)
+            write_with_compressed_tensors(args.model, out, quantize_args, calib_ids)
             read = lowbit_json(lowbit, "convert", out, "-o", source, "--to", "lowbit")
             check(read["exact"] and read["max_abs_diff"] == 0,
                   f"{name}: lowbit reads {read['exact_matrices']} of {read['matrices']} matrices exactly")
