@@ -15,12 +15,15 @@
 #include "eval/compare.h"
 #include "formats/minifloat.h"
 #include "io/engine_export.h"
+#include "io/hf_model.h"
 #include "io/gguf_writer.h"
 #include "io/model_loader.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "core/file_util.h"
 #include "model/kv_calibration.h"
+#include "model/quantize_weights.h"
+#include "quant/scale_rules.h"
 #include "model/recipe.h"
 #include "tokenizer/gguf_vocab_export.h"
 
@@ -242,8 +245,22 @@ void KvScalesSeeds(const fs::path& dir) {
   WriteKvScales(s, dir / "kv_cache_scales.json");
 }
 
-// Engine exports of the 2-layer architecture fixtures, each packed as the engine_checkpoint target reads it
-// (fuzz_entries.h SplitCheckpoint: u32 length, config.json, model.safetensors).
+// One engine export packed as the engine_checkpoint target reads it (fuzz_entries.h SplitCheckpoint: u32
+// length, config.json, model.safetensors).
+void EngineCheckpointSeed(const fs::path& dir, const std::string& name, StreamedModel& s, const fs::path& source,
+                          const EngineExportOptions& o) {
+  const fs::path out = dir / (name + ".export");
+  (void)ExportEngineCheckpoint(s, source, out, nullptr, o);
+  const std::string config = ReadTextFile(out / "config.json"), weights = ReadTextFile(out / "model.safetensors");
+  std::vector<std::byte> packed;
+  Put(packed, static_cast<uint32_t>(config.size()));
+  for (const std::string* part : {&config, &weights})
+    for (const char ch : *part) packed.push_back(static_cast<std::byte>(ch));
+  WriteRaw(dir / (name + ".ckpt"), packed);
+  fs::remove_all(out);
+}
+
+// Engine exports of the 2-layer architecture fixtures.
 void EngineCheckpointSeeds(const fs::path& dir) {
   const fs::path fixtures = fs::path(LOWBIT_SOURCE_DIR) / "tests" / "data" / "architectures";
   struct Case {
@@ -260,20 +277,21 @@ void EngineCheckpointSeeds(const fs::path& dir) {
                         Case{"ct_mxfp6", "llama", EngineFormat::kCompressedTensors, "mxfp6_e2m3"},
                         Case{"ct_mxfp8", "llama", EngineFormat::kCompressedTensors, "mxfp8_e4m3"},
                         Case{"phi3_gptq_fused", "phi3", EngineFormat::kGptq, "int4:g16"}}) {
-    const fs::path source = fixtures / c.fixture, out = dir / (std::string(c.name) + ".export");
-    StreamedModel s = OpenModel(source);
+    StreamedModel s = OpenModel(fixtures / c.fixture);
     EngineExportOptions o;
     o.format = c.format;
     o.scheme = ParseScheme(c.scheme);
-    (void)ExportEngineCheckpoint(s, source, out, nullptr, o);
-    const std::string config = ReadTextFile(out / "config.json"), weights = ReadTextFile(out / "model.safetensors");
-    std::vector<std::byte> packed;
-    Put(packed, static_cast<uint32_t>(config.size()));
-    for (const std::string* part : {&config, &weights})
-      for (const char ch : *part) packed.push_back(static_cast<std::byte>(ch));
-    WriteRaw(dir / (std::string(c.name) + ".ckpt"), packed);
-    fs::remove_all(out);
+    EngineCheckpointSeed(dir, c.name, s, fixtures / c.fixture, o);
   }
+  // NVFP4 W4A4: every linear's input quantized under a static tensor scale (input_global_scale).
+  Model w4a4 = LoadHfModel(fixtures / "llama");
+  const QuantScheme nvfp4 = ParseScheme("nvfp4");
+  QuantizeLinears(w4a4.weights, nvfp4);
+  for (LayerWeights& l : w4a4.weights.layers)
+    for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      linear->input_quant = InputQuant{nvfp4, ChooseTensorScale(nvfp4, 8.0f)};
+  StreamedModel s{std::move(w4a4), nullptr};
+  EngineCheckpointSeed(dir, "ct_nvfp4_w4a4", s, fixtures / "llama", EngineExportOptions{});
 }
 
 }  // namespace
