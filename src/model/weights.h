@@ -35,7 +35,7 @@ struct InputQuant {
   float static_scale = 0;  // per-tensor schemes: the calibrated scale; NVFP4: the tensor scale (0: per call)
 };
 
-// Whether calibration data fixes part of an input scheme's scales (HasStaticScale: static_scale).
+// Whether calibration data fixes part of an input scheme's scales (kept in InputQuant::static_scale).
 inline bool HasStaticScale(const QuantScheme& input) {
   return input.granularity.kind == GranularityKind::kTensor || input.tensor_scale;
 }
