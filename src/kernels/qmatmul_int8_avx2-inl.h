@@ -134,6 +134,8 @@ class RowScalesAvx2 {
         per_super_(w.scheme().super_groups()),
         type_(w.scheme().scale_type),
         zero_type_(w.scheme().asymmetric() ? w.scheme().zero_type : ZeroType::kNone),
+        whole_supers_(type_ == ScaleType::kI8 && (per_super_ == 16 || per_super_ == 8) && groups_ % 8 == 0 &&
+                      (zero_type_ == ZeroType::kNone || zero_type_ == ZeroType::kMin8)),
         factor_(w.tensor_scale() * l.step),
         offset_(l.offset + (kWide ? 128.0f : 0.0f)) {}
 
@@ -149,6 +151,11 @@ class RowScalesAvx2 {
     const uint8_t* zeros = zeros_.data() + grid_row * zero_row_bytes_;
     const uint8_t* supers = supers_.data() + grid_row * super_row_bytes_;
     const __m256 factor = _mm256_set1_ps(factor_), offset = _mm256_set1_ps(offset_);
+    if (whole_supers_) {
+      const bool mins = zero_type_ == ZeroType::kMin8;
+      if (per_super_ == 16) return mins ? ForRowOfSupers<16, true>(stored, zeros, supers, use) : ForRowOfSupers<16, false>(stored, zeros, supers, use);
+      return mins ? ForRowOfSupers<8, true>(stored, zeros, supers, use) : ForRowOfSupers<8, false>(stored, zeros, supers, use);
+    }
     for (size_t g = 0; g < groups_; g += 8) {
       const size_t n = std::min<size_t>(8, groups_ - g);
       __m256 decoded;
@@ -182,6 +189,30 @@ class RowScalesAvx2 {
   }
 
  private:
+  // ForRow for the K-quants (8 or 16 groups a super-block, whole vectors of 8 groups): no
+  // per-vector dispatch, division or partial loads (as qmatmul_int8-inl.h's ForRowOfSupers).
+  template <int kPer, bool kMins, class Use>
+  LOWBIT_AVX2 __attribute__((always_inline)) void ForRowOfSupers(const uint8_t* stored, const uint8_t* zeros,
+                                                                 const uint8_t* supers, Use&& use) const {
+    const __m256 factor = _mm256_set1_ps(factor_), offset = _mm256_set1_ps(offset_);
+    const uint8_t* mins = supers + super_mins_at_;
+    for (size_t g = 0; g < groups_; g += 8) {
+      const __m256 sub = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(stored + g))));
+      const __m256 s = _mm256_mul_ps(_mm256_mul_ps(Half(supers + 2 * (g / kPer)), sub), factor);  // as ForRow rounds
+      __m256 bias = _mm256_mul_ps(s, offset);
+      if constexpr (kMins) {
+        const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros + g))));
+        bias = _mm256_sub_ps(bias, _mm256_mul_ps(Half(mins + 2 * (g / kPer)), m));
+      }
+      use(g, size_t{8}, s, bias);
+    }
+  }
+  LOWBIT_AVX2 __attribute__((always_inline)) static __m256 Half(const uint8_t* at) {
+    uint16_t half;
+    std::memcpy(&half, at, 2);
+    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(half)));
+  }
+
   LOWBIT_AVX2 __attribute__((always_inline)) static __m256i Load32(const uint8_t* p, size_t n) {
     if (n >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     alignas(32) uint8_t bytes[32] = {};
@@ -209,11 +240,7 @@ class RowScalesAvx2 {
                             _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, _mm256_set1_epi32(0x7F))));
   }
   // The fp16 super-block value of groups g..g + 7 (one super-block: Fits).
-  LOWBIT_AVX2 __m256 Super(const uint8_t* row, size_t g) const {
-    uint16_t half;
-    std::memcpy(&half, row + 2 * (g / per_super_), 2);
-    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(half)));
-  }
+  LOWBIT_AVX2 __m256 Super(const uint8_t* row, size_t g) const { return Half(row + 2 * (g / per_super_)); }
   // Eight kBits-bit zero-points from group g, packed LSB first (2, 4 or 8 bits: 2, 4 or 8 bytes).
   LOWBIT_AVX2 __m256 IntZeros(const uint8_t* zeros, size_t g) const {
     const size_t at = g * kBits / 8;
@@ -231,6 +258,7 @@ class RowScalesAvx2 {
   size_t scale_row_bytes_, zero_row_bytes_, super_row_bytes_, super_mins_at_, cell_rows_, groups_, per_super_;
   ScaleType type_;
   ZeroType zero_type_;
+  bool whole_supers_;  // ForRowOfSupers applies
   float factor_, offset_;
 };
 
