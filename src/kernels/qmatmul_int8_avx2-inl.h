@@ -150,12 +150,12 @@ class RowScalesAvx2 {
     const uint8_t* stored = scales_.data() + grid_row * scale_row_bytes_;
     const uint8_t* zeros = zeros_.data() + grid_row * zero_row_bytes_;
     const uint8_t* supers = supers_.data() + grid_row * super_row_bytes_;
-    const __m256 factor = _mm256_set1_ps(factor_), offset = _mm256_set1_ps(offset_);
     if (whole_supers_) {
       const bool mins = zero_type_ == ZeroType::kMin8;
       if (per_super_ == 16) return mins ? ForRowOfSupers<16, true>(stored, zeros, supers, use) : ForRowOfSupers<16, false>(stored, zeros, supers, use);
       return mins ? ForRowOfSupers<8, true>(stored, zeros, supers, use) : ForRowOfSupers<8, false>(stored, zeros, supers, use);
     }
+    const __m256 factor = _mm256_set1_ps(factor_), offset = _mm256_set1_ps(offset_);
     for (size_t g = 0; g < groups_; g += 8) {
       const size_t n = std::min<size_t>(8, groups_ - g);
       __m256 decoded;
