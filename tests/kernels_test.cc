@@ -104,8 +104,8 @@ TEST(GeluTanhMul, MatchesDefinitionAndReferenceOnEveryTarget) {
 // With a soft-cap (Gemma 2), every score is cap * tanh(score / cap) before the softmax.
 TEST(AttendTile, OnlineSoftmaxMatchesReferenceAndDirectSoftmax) {
   for (const float softcap : {0.0f, 1.5f})
-  for (const size_t head_dim : {size_t{20}, size_t{32}, size_t{128}})
-    for (const size_t heads : {size_t{1}, size_t{4}}) {
+  for (const size_t head_dim : {size_t{20}, size_t{32}, size_t{80}, size_t{128}, size_t{256}})
+    for (const size_t heads : {size_t{1}, size_t{4}, size_t{7}}) {  // 7: GQA groups of 4 and 3
       const size_t stride = head_dim + 8, tiles = 3, per_tile = 13;  // K/V rows wider than a head
       std::vector<float> k = Gaussian(tiles * per_tile * stride, 7), v = Gaussian(tiles * per_tile * stride, 8);
       for (size_t i = per_tile; i < 2 * per_tile; ++i)
@@ -156,7 +156,7 @@ TEST(AttendTile, OnlineSoftmaxMatchesReferenceAndDirectSoftmax) {
 TEST(AttendTile, SixteenBitTilesEqualTheirValuesInFp32) {
   for (const TileElement element : {TileElement::kF16, TileElement::kBF16})
     for (const size_t head_dim : {size_t{20}, size_t{64}, size_t{128}})
-      for (const size_t heads : {size_t{1}, size_t{4}}) {
+      for (const size_t heads : {size_t{1}, size_t{2}, size_t{4}, size_t{7}}) {
         const size_t stride = head_dim + 16, tiles = 3, per_tile = 13;
         std::vector<float> k = Gaussian(tiles * per_tile * stride, 10, 2.0f), v = Gaussian(tiles * per_tile * stride, 11);
         std::vector<uint16_t> k16(k.size()), v16(v.size());
@@ -189,6 +189,64 @@ TEST(AttendTile, SixteenBitTilesEqualTheirValuesInFp32) {
         ForEachTarget([&](const std::string& target) {
           ASSERT_EQ(run(false, true), run(false, false)) << label() << " on " << target;
         });
+      }
+}
+
+// An FP8 tile read in place (E4M3 "fn" or E5M2 bytes, one scale per tensor for K and one for V)
+// against the fp32 tile of the values it stands for, on every target and in the reference: every
+// finite code, subnormals included (E4M3's are widened through fp16 at 1/256 of their value).
+TEST(AttendTile, Fp8TilesEqualTheirDecodedValues) {
+  for (const TileElement element : {TileElement::kE4M3, TileElement::kE5M2})
+    for (const size_t head_dim : {size_t{20}, size_t{128}})
+      for (const size_t heads : {size_t{1}, size_t{4}, size_t{6}}) {
+        const MiniFloat& format = element == TileElement::kE4M3 ? kE4M3 : kE5M2;
+        const size_t stride = head_dim + 16, tiles = 3, per_tile = 13, rows = tiles * per_tile;
+        const float largest = element == TileElement::kE4M3 ? 448.0f : 57344.0f;  // keys within +-4, values +-1
+        const float k_scale = 4.0f / largest, v_scale = 1.0f / largest;
+        std::vector<uint8_t> k8(rows * stride), v8(rows * stride);
+        std::vector<float> k(k8.size()), v(v8.size());
+        std::mt19937 rng(23);
+        const auto finite_code = [&] {
+          for (;;)
+            if (const uint8_t code = static_cast<uint8_t>(rng()); std::isfinite(DecodeMiniFloat(format, code))) return code;
+        };
+        for (size_t i = 0; i < k8.size(); ++i) {
+          k8[i] = finite_code();
+          v8[i] = finite_code();
+          k[i] = DecodeMiniFloat(format, k8[i]) * k_scale;
+          v[i] = DecodeMiniFloat(format, v8[i]) * v_scale;
+        }
+        const std::vector<float> q = Gaussian(heads * head_dim, 15);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        const auto run = [&](bool reference, bool fp8) {
+          std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
+          for (size_t t = 0; t < tiles; ++t) {
+            const size_t at = t * per_tile * stride;
+            AttentionTile tile{&k[at], stride, &v[at], stride, per_tile};
+            if (fp8) {
+              tile = {&k8[at], stride, &v8[at], stride, per_tile, element};
+              tile.k_tensor_scale = k_scale;
+              tile.v_tensor_scale = v_scale;
+              if (t + 1 < tiles) {
+                tile.next_k = &k8[at + per_tile * stride];
+                tile.next_v = &v8[at + per_tile * stride];
+              }
+            }
+            (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
+                                                     {max.data(), sum.data(), acc.data()}, scores.data());
+          }
+          for (size_t h = 0; h < heads; ++h)
+            for (size_t j = 0; j < head_dim; ++j) acc[h * head_dim + j] /= sum[h];
+          return acc;
+        };
+        const std::vector<float> want = run(true, false);
+        const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+                << format.name << " head_dim " << head_dim << " heads " << heads << " " << where << " at " << i;
+        };
+        expect_near(run(true, true), "reference");
+        ForEachTarget([&](const std::string& target) { expect_near(run(false, true), target); });
       }
 }
 

@@ -32,12 +32,16 @@ void RescaleTo(float new_max, float& max, float& sum, float* acc, size_t head_di
 }
 
 // Element j of row i of K or V.
-float ElementAt(const void* rows, size_t stride, const float* scales, TileElement element, size_t i, size_t j) {
+float ElementAt(const void* rows, size_t stride, const float* row_scales, float tensor_scale, TileElement element,
+                size_t i, size_t j) {
   const size_t at = i * stride + j;
+  const uint8_t* bytes = static_cast<const uint8_t*>(rows);
   switch (element) {
     case TileElement::kF16: return Fp16ToFp32(static_cast<const uint16_t*>(rows)[at]);
     case TileElement::kBF16: return Bf16ToFp32(static_cast<const uint16_t*>(rows)[at]);
-    case TileElement::kI8: return static_cast<float>(static_cast<int>(static_cast<const uint8_t*>(rows)[at]) - 128) * scales[i];
+    case TileElement::kE4M3: return DecodeMiniFloat(kE4M3, bytes[at]) * tensor_scale;
+    case TileElement::kE5M2: return DecodeMiniFloat(kE5M2, bytes[at]) * tensor_scale;
+    case TileElement::kI8: return static_cast<float>(static_cast<int>(bytes[at]) - 128) * row_scales[i];
     default: return static_cast<const float*>(rows)[at];
   }
 }
@@ -48,17 +52,25 @@ float PackedCode(const void* rows, size_t row_bytes, size_t row, size_t index, i
   return static_cast<float>((byte >> (index * bits % 8)) & ((1u << bits) - 1));
 }
 
+// A KV cache's FP8 byte, as the vector kernel's row type.
+struct E4M3Byte {
+  uint8_t bits;
+};
+struct E5M2Byte {
+  uint8_t bits;
+};
+
 int PackedBits(TileElement element) { return element == TileElement::kU4 ? 4 : element == TileElement::kU2 ? 2 : 0; }
 
 // Element j of K and of V at the tile's position i.
 float KeyAt(const AttentionTile& t, size_t i, size_t j) {
   if (const int bits = PackedBits(t.element))
     return PackedCode(t.k, t.k_stride, j, t.k_first + i, bits) * t.k_scales[j] + t.k_biases[j];
-  return ElementAt(t.k, t.k_stride, t.k_scales, t.element, i, j);
+  return ElementAt(t.k, t.k_stride, t.k_scales, t.k_tensor_scale, t.element, i, j);
 }
 float ValueAt(const AttentionTile& t, size_t i, size_t j) {
   if (const int bits = PackedBits(t.element)) return PackedCode(t.v, t.v_stride, i, j, bits) * t.v_scales[i] + t.v_biases[i];
-  return ElementAt(t.v, t.v_stride, t.v_scales, t.element, i, j);
+  return ElementAt(t.v, t.v_stride, t.v_scales, t.v_tensor_scale, t.element, i, j);
 }
 
 void AttendHeadScalar(const float* q, size_t head_dim, float scale, float softcap, const AttentionTile& t,
@@ -89,7 +101,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET != HWY_SCALAR
-// kVectors = head_dim / lanes, fixed at compile time so a head's output stays in registers.
 // scores[0..n) <- softcap * tanh(scores / softcap).
 void SoftCap(float softcap, size_t n, float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
@@ -137,6 +148,27 @@ hn::Vec<D> LoadRow(D d, const uint8_t* HWY_RESTRICT p) {  // int8 codes offset b
   const hn::Rebind<int32_t, D> di;
   return hn::ConvertTo(d, hn::Sub(hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), p)), hn::Set(di, 128)));
 }
+// FP8 through fp16: an E5M2 byte is the top half of its fp16. An E4M3 byte, sign-extended and
+// shifted left 7, is the fp16 of its value / 256 (exponent biases 7 and 15), subnormals included;
+// the 256 goes into the tile's factors (kRowUnit). E4M3's NaN code, which the cache never writes
+// (it saturates, and a NaN input has already made the hidden state NaN), reads as 480.
+template <class D>
+hn::Vec<D> LoadRow(D d, const E5M2Byte* HWY_RESTRICT p) {
+  const auto bytes = hn::LoadU(hn::Rebind<uint8_t, D>(), reinterpret_cast<const uint8_t*>(p));
+  const auto half = hn::ShiftLeft<8>(hn::PromoteTo(hn::Rebind<uint16_t, D>(), bytes));
+  return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), half));
+}
+template <class D>
+hn::Vec<D> LoadRow(D d, const E4M3Byte* HWY_RESTRICT p) {
+  const hn::Rebind<int16_t, D> di16;
+  const auto wide = hn::PromoteTo(di16, hn::LoadU(hn::Rebind<int8_t, D>(), reinterpret_cast<const int8_t*>(p)));
+  const auto half = hn::And(hn::ShiftLeft<7>(wide), hn::Set(di16, static_cast<int16_t>(0xBFFF)));  // sign to bit 15 only
+  return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), half));
+}
+template <class T>
+constexpr float kRowUnit = 1.0f;  // a row element's value per unit of what LoadRow returns
+template <>
+constexpr float kRowUnit<E4M3Byte> = 256.0f;
 
 // Head h's share of the next tile, at its position step [i, i + step): rows [(h n + i) / heads,
 // (h n + i + step) / heads), so the heads' steps together fetch every row once, spread over the
@@ -150,65 +182,131 @@ void PrefetchShare(const void* base, size_t stride, size_t row_bytes, size_t h, 
       __builtin_prefetch(reinterpret_cast<const char*>(static_cast<const T*>(base) + r * stride) + b, 0, 2);
 }
 
-template <size_t kVectors, class T>
-void AttendHeads(const float* HWY_RESTRICT q, size_t heads, float scale, float softcap, const AttentionTile& t,
-                 OnlineSoftmax state, float* HWY_RESTRICT scores) {
+// Vectors of an output row each V pass holds per head: kHeads x kChunk accumulators (at most 16,
+// beside the heads' weights and the widened row), the largest power of two up to 8 dividing the row.
+template <size_t kHeads>
+size_t ChunkVectors(size_t vectors) {
+  size_t chunk = 1;
+  while (chunk < 8 && chunk * 2 * kHeads <= 16 && vectors % (chunk * 2) == 0) chunk *= 2;
+  return chunk;
+}
+
+// Query heads [0, kHeads) of a GQA group (group `group` of `groups` over the tile) against a
+// row-major tile: every K and V vector is widened once and feeds each head of the group (one
+// conversion, kHeads FMAs; converting it again per head was most of a 16-bit or 8-bit tile's
+// work). Positions are scored four per reduction; V is summed kChunk vectors of the row at a time,
+// in kSets independent partial sums when the heads alone keep too few FMA chains in flight.
+// scores: scratch of kHeads x n floats.
+template <size_t kHeads, size_t kChunk, class T>
+void AttendGroup(const float* HWY_RESTRICT q, size_t head_dim, size_t group, size_t groups, float scale,
+                 float softcap, const AttentionTile& t, OnlineSoftmax state, float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
+  const hn::Full128<float> d4;
+  using V = hn::Vec<decltype(d)>;
   constexpr bool kScaledRows = std::is_same_v<T, uint8_t>;  // int8 rows: one scale each
+  constexpr bool kTensorScaled = std::is_same_v<T, E4M3Byte> || std::is_same_v<T, E5M2Byte>;
   const T* HWY_RESTRICT keys = static_cast<const T*>(t.k);
   const T* HWY_RESTRICT values = static_cast<const T*>(t.v);
-  const hn::Full128<float> d4;
-  const size_t N = hn::Lanes(d), head_dim = kVectors * N;
-  // Independent partial outputs for consecutive positions, so short heads still keep several
-  // FMA chains in flight (one chain per vector would wait on the FMA latency every position).
-  constexpr size_t kSets = kVectors <= 2 ? 4 : kVectors == 4 ? 2 : 1;
-  for (size_t h = 0; h < heads; ++h) {
-    const float* qh = q + h * head_dim;
-    hn::Vec<decltype(d)> qv[kVectors];
-    for (size_t j = 0; j < kVectors; ++j) qv[j] = hn::LoadU(d, qh + j * N);
-    size_t i = 0;
-    for (; i + 4 <= t.n; i += 4) {  // four positions, one reduction
-      PrefetchShare<T>(t.next_k, t.k_stride, head_dim * sizeof(T), h, heads, i, 4, t.n);
-      const T* k = keys + i * t.k_stride;
-      auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
-      for (size_t j = 0; j < kVectors; ++j) {
-        s0 = hn::MulAdd(qv[j], LoadRow(d, k + j * N), s0);
-        s1 = hn::MulAdd(qv[j], LoadRow(d, k + t.k_stride + j * N), s1);
-        s2 = hn::MulAdd(qv[j], LoadRow(d, k + 2 * t.k_stride + j * N), s2);
-        s3 = hn::MulAdd(qv[j], LoadRow(d, k + 3 * t.k_stride + j * N), s3);
-      }
-      auto four = hn::Mul(SumOfFour(d, s0, s1, s2, s3), hn::Set(d4, scale));
-      if constexpr (kScaledRows) four = hn::Mul(four, hn::LoadU(d4, t.k_scales + i));
-      hn::StoreU(four, d4, scores + i);
-    }
-    for (; i < t.n; ++i) {
-      auto s = hn::Zero(d);
-      for (size_t j = 0; j < kVectors; ++j) s = hn::MulAdd(qv[j], LoadRow(d, keys + i * t.k_stride + j * N), s);
-      scores[i] = hn::GetLane(hn::SumOfLanes(d, s)) * scale * (kScaledRows ? t.k_scales[i] : 1.0f);
-    }
-    float* acc = state.acc + h * head_dim;
-    SoftmaxStep(softcap, t.n, scores, state.max[h], state.sum[h], acc, head_dim);
+  const size_t N = hn::Lanes(d), vectors = head_dim / N, n = t.n, row_bytes = head_dim * sizeof(T);
+  const float k_factor = scale * kRowUnit<T> * (kTensorScaled ? t.k_tensor_scale : 1.0f);
+  const float v_factor = kRowUnit<T> * (kTensorScaled ? t.v_tensor_scale : 1.0f);
 
-    hn::Vec<decltype(d)> out[kSets][kVectors];
-    for (size_t j = 0; j < kVectors; ++j) {
-      out[0][j] = hn::LoadU(d, acc + j * N);
-      for (size_t set = 1; set < kSets; ++set) out[set][j] = hn::Zero(d);
-    }
-    for (i = 0; i + kSets <= t.n; i += kSets)
-      for (size_t set = 0; set < kSets; ++set) {
-        PrefetchShare<T>(t.next_v, t.v_stride, head_dim * sizeof(T), h, heads, i + set, 1, t.n);
-        const auto p = hn::Set(d, kScaledRows ? scores[i + set] * t.v_scales[i + set] : scores[i + set]);
-        const T* v = values + (i + set) * t.v_stride;
-        for (size_t j = 0; j < kVectors; ++j) out[set][j] = hn::MulAdd(p, LoadRow(d, v + j * N), out[set][j]);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    PrefetchShare<T>(t.next_k, t.k_stride, row_bytes, group, groups, i, 4, n);
+    const T* k = keys + i * t.k_stride;
+    V s[kHeads][4];
+    for (size_t h = 0; h < kHeads; ++h)
+      for (size_t r = 0; r < 4; ++r) s[h][r] = hn::Zero(d);
+    for (size_t j = 0; j < vectors; ++j) {
+      const V k0 = LoadRow(d, k + j * N), k1 = LoadRow(d, k + t.k_stride + j * N),
+              k2 = LoadRow(d, k + 2 * t.k_stride + j * N), k3 = LoadRow(d, k + 3 * t.k_stride + j * N);
+      for (size_t h = 0; h < kHeads; ++h) {
+        const V qv = hn::LoadU(d, q + h * head_dim + j * N);
+        s[h][0] = hn::MulAdd(qv, k0, s[h][0]);
+        s[h][1] = hn::MulAdd(qv, k1, s[h][1]);
+        s[h][2] = hn::MulAdd(qv, k2, s[h][2]);
+        s[h][3] = hn::MulAdd(qv, k3, s[h][3]);
       }
-    for (; i < t.n; ++i) {
-      const auto p = hn::Set(d, kScaledRows ? scores[i] * t.v_scales[i] : scores[i]);
-      for (size_t j = 0; j < kVectors; ++j) out[0][j] = hn::MulAdd(p, LoadRow(d, values + i * t.v_stride + j * N), out[0][j]);
     }
-    for (size_t j = 0; j < kVectors; ++j) {
-      for (size_t set = 1; set < kSets; ++set) out[0][j] = hn::Add(out[0][j], out[set][j]);
-      hn::StoreU(out[0][j], d, acc + j * N);
+    auto factor = hn::Set(d4, k_factor);
+    if constexpr (kScaledRows) factor = hn::Mul(factor, hn::LoadU(d4, t.k_scales + i));
+    for (size_t h = 0; h < kHeads; ++h)
+      hn::StoreU(hn::Mul(SumOfFour(d, s[h][0], s[h][1], s[h][2], s[h][3]), factor), d4, scores + h * n + i);
+  }
+  for (; i < n; ++i) {
+    V s[kHeads];
+    for (size_t h = 0; h < kHeads; ++h) s[h] = hn::Zero(d);
+    for (size_t j = 0; j < vectors; ++j) {
+      const V kv = LoadRow(d, keys + i * t.k_stride + j * N);
+      for (size_t h = 0; h < kHeads; ++h) s[h] = hn::MulAdd(hn::LoadU(d, q + h * head_dim + j * N), kv, s[h]);
     }
+    for (size_t h = 0; h < kHeads; ++h)
+      scores[h * n + i] = hn::GetLane(hn::SumOfLanes(d, s[h])) * (kScaledRows ? k_factor * t.k_scales[i] : k_factor);
+  }
+  for (size_t h = 0; h < kHeads; ++h) {  // scores become the weights of the V rows
+    float* weights = scores + h * n;
+    SoftmaxStep(softcap, n, weights, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
+    for (size_t r = 0; r < n; ++r) weights[r] *= kScaledRows ? v_factor * t.v_scales[r] : v_factor;
+  }
+
+  constexpr size_t kSets = std::max<size_t>(1, 8 / (kHeads * kChunk));
+  for (size_t c = 0; c < vectors; c += kChunk) {
+    V out[kSets][kHeads][kChunk];
+    for (size_t h = 0; h < kHeads; ++h)
+      for (size_t j = 0; j < kChunk; ++j) {
+        out[0][h][j] = hn::LoadU(d, state.acc + h * head_dim + (c + j) * N);
+        for (size_t set = 1; set < kSets; ++set) out[set][h][j] = hn::Zero(d);
+      }
+    const auto add_row = [&](size_t r, V(&into)[kHeads][kChunk]) HWY_ATTR {
+      if (c == 0) PrefetchShare<T>(t.next_v, t.v_stride, row_bytes, group, groups, r, 1, n);
+      V w[kHeads];
+      for (size_t h = 0; h < kHeads; ++h) w[h] = hn::Set(d, scores[h * n + r]);
+      const T* v = values + r * t.v_stride + c * N;
+      for (size_t j = 0; j < kChunk; ++j) {
+        const V x = LoadRow(d, v + j * N);
+        for (size_t h = 0; h < kHeads; ++h) into[h][j] = hn::MulAdd(w[h], x, into[h][j]);
+      }
+    };
+    size_t r = 0;
+    for (; r + kSets <= n; r += kSets)
+      for (size_t set = 0; set < kSets; ++set) add_row(r + set, out[set]);
+    for (; r < n; ++r) add_row(r, out[0]);
+    for (size_t h = 0; h < kHeads; ++h)
+      for (size_t j = 0; j < kChunk; ++j) {
+        for (size_t set = 1; set < kSets; ++set) out[0][h][j] = hn::Add(out[0][h][j], out[set][h][j]);
+        hn::StoreU(out[0][h][j], d, state.acc + h * head_dim + (c + j) * N);
+      }
+  }
+}
+
+// Every head of a row-major tile, in GQA groups of up to four.
+template <class T>
+void AttendHeads(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
+                 const AttentionTile& t, OnlineSoftmax state) {
+  const size_t vectors = head_dim / hn::Lanes(hn::ScalableTag<float>());
+  thread_local std::vector<float> scores;
+  scores.resize(4 * t.n);
+  const size_t groups = (heads + 3) / 4;
+  for (size_t h = 0, group = 0; h < heads; ++group) {
+    const size_t size = std::min<size_t>(4, heads - h);
+    const OnlineSoftmax at{state.max + h, state.sum + h, state.acc + h * head_dim};
+    const auto run = [&]<size_t kHeads>() {
+      const float* qh = q + h * head_dim;
+      switch (ChunkVectors<kHeads>(vectors)) {
+        case 1: return AttendGroup<kHeads, 1, T>(qh, head_dim, group, groups, scale, softcap, t, at, scores.data());
+        case 2: return AttendGroup<kHeads, 2, T>(qh, head_dim, group, groups, scale, softcap, t, at, scores.data());
+        case 4: return AttendGroup<kHeads, 4, T>(qh, head_dim, group, groups, scale, softcap, t, at, scores.data());
+        default: return AttendGroup<kHeads, 8, T>(qh, head_dim, group, groups, scale, softcap, t, at, scores.data());
+      }
+    };
+    switch (size) {
+      case 4: run.template operator()<4>(); break;
+      case 3: run.template operator()<3>(); break;
+      case 2: run.template operator()<2>(); break;
+      default: run.template operator()<1>(); break;
+    }
+    h += size;
   }
 }
 
@@ -406,24 +504,19 @@ void AttendTileImpl(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, 
   const bool packed = t.element == TileElement::kU4 || t.element == TileElement::kU2;
   if (t.element == TileElement::kU4 && PackedTile<4>(q, heads, head_dim, scale, softcap, t, state)) return;
   if (t.element == TileElement::kU2 && PackedTile<2>(q, heads, head_dim, scale, softcap, t, state)) return;
-  auto by_element = [&]<size_t kVectors>() {
-    switch (t.element) {
-      case TileElement::kF16: return AttendHeads<kVectors, hwy::float16_t>(q, heads, scale, softcap, t, state, scores);
-      case TileElement::kBF16: return AttendHeads<kVectors, hwy::bfloat16_t>(q, heads, scale, softcap, t, state, scores);
-      case TileElement::kI8: return AttendHeads<kVectors, uint8_t>(q, heads, scale, softcap, t, state, scores);
-      default: return AttendHeads<kVectors, float>(q, heads, scale, softcap, t, state, scores);
-    }
-  };
-  switch (head_dim % N == 0 && !packed ? head_dim / N : 0) {
-    case 1: return by_element.template operator()<1>();
-    case 2: return by_element.template operator()<2>();
-    case 4: return by_element.template operator()<4>();
-    case 8: return by_element.template operator()<8>();
-    case 16: return by_element.template operator()<16>();
-    default:  // other head sizes (80, 96, ...), KIVI chunks that do not fit them: the scalar steps
-      for (size_t h = 0; h < heads; ++h)
-        AttendHeadScalar(q + h * head_dim, head_dim, scale, softcap, t, state.max[h], state.sum[h],
-                         state.acc + h * head_dim, scores);
+  if (packed || head_dim % N != 0) {  // other head sizes (20, 40, ...), KIVI chunks that do not fit them: the scalar steps
+    for (size_t h = 0; h < heads; ++h)
+      AttendHeadScalar(q + h * head_dim, head_dim, scale, softcap, t, state.max[h], state.sum[h],
+                       state.acc + h * head_dim, scores);
+    return;
+  }
+  switch (t.element) {
+    case TileElement::kF16: return AttendHeads<hwy::float16_t>(q, heads, head_dim, scale, softcap, t, state);
+    case TileElement::kBF16: return AttendHeads<hwy::bfloat16_t>(q, heads, head_dim, scale, softcap, t, state);
+    case TileElement::kE4M3: return AttendHeads<E4M3Byte>(q, heads, head_dim, scale, softcap, t, state);
+    case TileElement::kE5M2: return AttendHeads<E5M2Byte>(q, heads, head_dim, scale, softcap, t, state);
+    case TileElement::kI8: return AttendHeads<uint8_t>(q, heads, head_dim, scale, softcap, t, state);
+    default: return AttendHeads<float>(q, heads, head_dim, scale, softcap, t, state);
   }
 }
 #else

@@ -16,10 +16,11 @@ struct OnlineSoftmax {
 };
 
 // How a tile's K and V rows are stored: fp32, or a KV cache read in place (each value widened in
-// registers as it is used, never copied out to fp32 first): 16-bit floats, int8 codes (offset
-// by 128: value = (code - 128) x the row's scale) with one fp32 scale per row, or KIVI's unsigned
-// 4- or 2-bit codes (packed low bits first) with an affine map per K channel and per V row.
-enum class TileElement : uint8_t { kF32, kF16, kBF16, kI8, kU4, kU2 };
+// registers as it is used, never copied out to fp32 first): 16-bit floats, OCP FP8 (E4M3 "fn",
+// E5M2) with one scale per tensor, int8 codes (offset by 128: value = (code - 128) x the row's
+// scale) with one fp32 scale per row, or KIVI's unsigned 4- or 2-bit codes (packed low bits first)
+// with an affine map per K channel and per V row.
+enum class TileElement : uint8_t { kF32, kF16, kBF16, kE4M3, kE5M2, kI8, kU4, kU2 };
 
 struct AttentionTile {
   const void* k;  // row i at element i * k_stride
@@ -30,6 +31,7 @@ struct AttentionTile {
   TileElement element = TileElement::kF32;
   const float* k_scales = nullptr;  // kI8: row i's scale, for K and for V
   const float* v_scales = nullptr;
+  float k_tensor_scale = 1.0f, v_tensor_scale = 1.0f;  // kE4M3 / kE5M2: value = the FP8 value x this
   // kU4 / kU2 (KIVI): K is quantized per channel over a whole block of k_block positions, so channel
   // j's codes are the row at k + j * k_stride bytes and the tile's position i is its code k_first + i;
   // value = code x k_scales[j] + k_biases[j]. V row i (v + i * v_stride bytes, head_dim codes):

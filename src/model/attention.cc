@@ -24,7 +24,7 @@ void AttendRange(const KvCache& cache, const AttentionQuery& qr, size_t begin, s
   const auto tile_end = [&](size_t p) { return std::min((p / block + 1) * block, end); };  // tiles inside blocks
   for (size_t p = begin; p < end; p = tile_end(p)) {
     AttentionTile tile = cache.ReadTile(qr.layer, qr.kv_head, p, tile_end(p), qr.position, s.k_tile.data(), s.v_tile.data());
-    if (const size_t next = tile_end(p); cache.TilesInPlace() && next < end) {
+    if (const size_t next = tile_end(p); next < end) {
       const AttentionTile ahead = cache.ReadTile(qr.layer, qr.kv_head, next, tile_end(next), qr.position, nullptr, nullptr);
       tile.next_k = ahead.k;
       tile.next_v = ahead.v;

@@ -228,11 +228,6 @@ KvCache::Tile KvCache::Read(bool key, size_t layer, size_t head, size_t begin, s
   return {scratch, hd};
 }
 
-bool KvCache::TilesInPlace() const {
-  const KvDtype d = options_.dtype;
-  return d == KvDtype::kF32 || d == KvDtype::kF16 || d == KvDtype::kBF16 || d == KvDtype::kInt8 || kivi();
-}
-
 AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
                                 float* v_scratch) const {
   const size_t b = options_.block_tokens, hd = config_.head_dim, n = end - begin;
@@ -250,6 +245,18 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
       const size_t at = row * block.k.row_bytes();
       return {block.k.codes().data() + at, hd, block.v.codes().data() + at, hd, n,
               options_.dtype == KvDtype::kF16 ? TileElement::kF16 : TileElement::kBF16};
+    }
+    case KvDtype::kFp8E4M3:
+    case KvDtype::kFp8E5M2: {  // the layer's static scales for K and for V
+      const auto scale = [](const QuantizedTensor& q) {
+        LOWBIT_CHECK(q.grid().grid_rows == 1 && q.grid().grid_cols == 1);
+        return q.Scale(0) * q.tensor_scale();
+      };
+      AttentionTile tile{block.k.codes().data() + row * hd, hd, block.v.codes().data() + row * hd, hd, n,
+                         options_.dtype == KvDtype::kFp8E4M3 ? TileElement::kE4M3 : TileElement::kE5M2};
+      tile.k_tensor_scale = scale(block.k);
+      tile.v_tensor_scale = scale(block.v);
+      return tile;
     }
     case KvDtype::kInt8: {  // codes offset by 128, one fp32 scale per row (token and head)
       const auto scales = [&](const QuantizedTensor& q) {
@@ -285,7 +292,7 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
                    v.AffineRows(row, n, v_scratch, v_scratch + n));
       return tile;
     }
-    default: {
+    default: {  // fp32: the rows themselves
       const Tile k = Read(true, layer, head, begin, end, reader, k_scratch);
       const Tile v = Read(false, layer, head, begin, end, reader, v_scratch);
       return {k.data, k.stride, v.data, v.stride, n};

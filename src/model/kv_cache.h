@@ -65,12 +65,10 @@ class KvCache {
   };
   Tile ReadK(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
   Tile ReadV(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* scratch) const;
-  // K and V together for attention: fp16 / bf16 / int8 caches are handed over in place (the kernel
-  // widens them in registers), KIVI's int4 / int2 as codes with their affine maps in the scratch
-  // tiles (2 x head_dim floats for K, 2 x positions for V); FP8 decodes into the scratch tiles as
-  // ReadK / ReadV. Whether ReadTile points into the cache (all but FP8): then null scratch tiles
-  // give the pointers alone, to prefetch the next tile.
-  bool TilesInPlace() const;
+  // K and V together for attention, handed over in place (the kernel widens fp16 / bf16 / FP8 /
+  // int8 rows in registers), KIVI's int4 / int2 as codes with their affine maps in the scratch
+  // tiles (2 x head_dim floats for K, 2 x positions for V). Null scratch tiles give the pointers
+  // alone, to prefetch the next tile.
   AttentionTile ReadTile(size_t layer, size_t head, size_t begin, size_t end, size_t reader, float* k_scratch,
                          float* v_scratch) const;
 
