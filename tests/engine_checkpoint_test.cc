@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -420,11 +421,11 @@ TEST(EngineFormats, Nvfp4W4A4ExportsKeepTheirStaticInputScale) {
       EXPECT_EQ(b.input_quant->static_scale, a.input_quant->static_scale);
     }
 
-  // A reader names the input key that is not NVFP4's (MX-style per-group inputs, no static global scale).
+  // A reader names the input key that is neither NVFP4's nor MX's (per-group inputs of 16).
   nlohmann::json config = ReadJsonFile(dir / "w4a4" / "config.json");
   config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["strategy"] = "group";
   WriteFileAtomic(dir / "w4a4" / "config.json", config.dump());
-  ExpectError([&] { (void)LoadHfModel(dir / "w4a4"); }, {"config.json", "input_activations.strategy", "tensor_group"});
+  ExpectError([&] { (void)LoadHfModel(dir / "w4a4"); }, {"config.json", "input_activations.group_size", "32"});
   config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["strategy"] = "tensor_group";
   config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
   WriteFileAtomic(dir / "w4a4" / "config.json", config.dump());
@@ -434,8 +435,48 @@ TEST(EngineFormats, Nvfp4W4A4ExportsKeepTheirStaticInputScale) {
               {"p:", "calibrated tensor scale", "input_global_scale"});
   ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("mxfp4"), InputQuant{nvfp4, 0.5f}, "p"); },
               {"p:", "weight-only", "nvfp4 inputs on nvfp4 weights"});
-  ExpectError([&] { (void)CompressedTensorsFormatOf(nvfp4, InputQuant{ParseScheme("mxfp4"), 0}, "p"); },
-              {"p:", "MX activations"});
+  ExpectError([&] { (void)CompressedTensorsFormatOf(nvfp4, InputQuant{ParseScheme("mxfp4:e8m0=round"), 0}, "p"); },
+              {"p:", "MX inputs", "on MX weights"});
+}
+
+// The MX presets with quantized inputs (MXFP4 = W4A4, MXFP6A8, MXFP8): dynamic MX input_activations
+// and no input tensor; they come back as MX inputs on compressed-tensors' scale rule. An input scheme
+// on the OCP rule is refused: the engines would not run what lowbit measured.
+TEST(EngineFormats, MxInputsExportAsDynamicGroupsOf32) {
+  for (const auto& [weights, inputs, bits] : {std::tuple{"mxfp4", "mxfp4", 4}, std::tuple{"mxfp6_e2m3", "mxfp8_e4m3", 8},
+                                              std::tuple{"mxfp8_e4m3", "mxfp8_e4m3", 8}}) {
+    Scratch dir;
+    Model m = LoadHfModel(kModelDir);
+    QuantizeLinears(m.weights, ParseScheme(weights));
+    const QuantScheme input = ParseScheme(std::string(inputs) + ":e8m0=round");
+    for (LayerWeights& l : m.weights.layers)
+      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = InputQuant{input, 0};
+    StreamedModel s{std::move(m), nullptr};
+    EngineExportOptions o;
+    o.format = EngineFormat::kCompressedTensors;
+    (void)ExportEngineCheckpoint(s, kModelDir, dir / "ct", nullptr, o);
+    const nlohmann::json a =
+        ReadJsonFile(dir / "ct" / "config.json")["quantization_config"]["config_groups"]["group_0"]["input_activations"];
+    EXPECT_EQ(a["num_bits"], bits) << weights;
+    EXPECT_EQ(a["type"], "float");
+    EXPECT_EQ(a["strategy"], "group");
+    EXPECT_EQ(a["group_size"], 32);
+    EXPECT_EQ(a["dynamic"], true);
+    EXPECT_EQ(a["scale_dtype"], "torch.uint8");
+    const SafetensorsModel st = SafetensorsModel::Open(dir / "ct" / "model.safetensors");
+    for (const std::string& name : st.names()) EXPECT_FALSE(name.ends_with("input_global_scale") || name.ends_with("input_scale")) << name;
+    const Model back = LoadHfModel(dir / "ct");
+    for (const LayerWeights& l : back.weights.layers)
+      for (const Linear* linear : {&l.wq, &l.wo, &l.w_up, &l.w_down}) {
+        ASSERT_TRUE(linear->input_quant.has_value());
+        EXPECT_EQ(linear->input_quant->scheme.ToString(), input.ToString());
+      }
+  }
+  ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("mxfp4"), InputQuant{ParseScheme("mxfp4"), 0}, "p"); },
+              {"p:", "--act-format fp4_e2m1:g32:scale=e8m0:e8m0=round"});
+  ExpectError([&] {
+    (void)CompressedTensorsFormatOf(ParseScheme("mxfp4"), InputQuant{ParseScheme("int8:token:scale=f32"), 0}, "p");
+  }, {"p:", "MX inputs (mxfp4, mxfp6_e2m3, mxfp8_e4m3) on MX weights"});
 }
 
 // GPTQ with static act-order (groups in column order) leaves nothing in the weights; the recipe card

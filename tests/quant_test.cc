@@ -35,6 +35,11 @@ TEST(Scheme, ParsesCanonicalSpellingsAndRejectsNonsense) {
     EXPECT_EQ(ParseScheme(spec).ToString(), spec);
   }
   EXPECT_EQ(ParseScheme("mxfp4").ToString(), "fp4_e2m1:g32:scale=e8m0");
+  EXPECT_EQ(ParseScheme("mxfp4:e8m0=round").ToString(), "fp4_e2m1:g32:scale=e8m0:e8m0=round");
+  EXPECT_EQ(ParseScheme("mxfp4:e8m0=floor").ToString(), "fp4_e2m1:g32:scale=e8m0");
+  EXPECT_THROW(ParseScheme("mxfp4:e8m0=ceil"), Error);
+  EXPECT_THROW(ParseScheme("int4:g32:e8m0=round"), Error);     // no E8M0 scales
+  EXPECT_THROW(ParseScheme("mxfp6_e3m2:e8m0=round"), Error);  // compressed-tensors defines no E3M2 rule
   EXPECT_EQ(ParseScheme("int4:g-1").granularity.kind, GranularityKind::kChannel);
   EXPECT_THROW(ParseScheme("int9"), Error);
   EXPECT_THROW(ParseScheme("int4:g0"), Error);
@@ -146,6 +151,34 @@ TEST(Rtn, MxScaleFollowsTheOcpRule) {
   EXPECT_EQ(qi.scale_bytes()[0], 128);
   EXPECT_EQ(qi.codes()[0], 96);
   EXPECT_EQ(qi.Dequantize()[0], 3.0f);
+}
+
+// e8m0=round, compressed-tensors' and vLLM's MX reference rule: the amax is first rounded half up
+// to 1 mantissa bit (E2M1, E4M3) or 3 (E2M3), so the exponent goes up one where the OCP floor rule
+// would push the block's largest value past the element's top binade.
+TEST(Rtn, MxRoundRuleRoundsTheAmaxAtTheElementsPrecision) {
+  const auto scale_byte = [](float amax, const char* format) {
+    std::vector<float> block(32, 0.0f);
+    block[7] = -amax;
+    return static_cast<int>(QuantizeRtn(block, 1, 32, ParseScheme(format)).scale_bytes()[0]);
+  };
+  // FP4: 1.75 = 1.11b x 2^0 rounds to 2^1: exponent 1 - 2 (emax) = -1, byte 126; the OCP rule 0 - 2, byte 125.
+  EXPECT_EQ(scale_byte(1.75f, "mxfp4:e8m0=round"), 126);
+  EXPECT_EQ(scale_byte(1.75f, "mxfp4"), 125);
+  EXPECT_EQ(scale_byte(1.7499f, "mxfp4:e8m0=round"), 125);  // below half a step of 1 bit: down
+  EXPECT_EQ(scale_byte(7.0f, "mxfp4:e8m0=round"), 128);     // 1.75 x 2^2 -> 2^3: 3 - 2
+  // E2M3 rounds at 3 bits: 1.9375 (1.1111b) goes up, 1.875 (its top value 7.5 / 4) does not.
+  EXPECT_EQ(scale_byte(1.9375f, "mxfp6_e2m3:e8m0=round"), 126);
+  EXPECT_EQ(scale_byte(1.875f, "mxfp6_e2m3:e8m0=round"), 125);
+  // E4M3 at 1 bit, as compressed-tensors does: 448 = 1.75 x 2^8 -> 2^9, exponent 9 - 8 = 1, byte 128.
+  EXPECT_EQ(scale_byte(448.0f, "mxfp8_e4m3:e8m0=round"), 128);
+  EXPECT_EQ(scale_byte(448.0f, "mxfp8_e4m3"), 127);
+  // The block's values then quantize on that scale: 1.75 / 0.5 = 3.5 -> 4 (tie to even) -> 2.0;
+  // under the OCP scale 0.25 it was 7 -> 6 (saturated) -> 1.5.
+  std::vector<float> block(32, 0.0f);
+  block[0] = 1.75f;
+  EXPECT_EQ(QuantizeRtn(block, 1, 32, ParseScheme("mxfp4:e8m0=round")).Dequantize()[0], 2.0f);
+  EXPECT_EQ(QuantizeRtn(block, 1, 32, ParseScheme("mxfp4")).Dequantize()[0], 1.5f);
 }
 
 TEST(Rtn, Nvfp4TwoLevelScalesHandComputed) {

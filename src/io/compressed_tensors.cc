@@ -237,6 +237,11 @@ std::string_view ScaleSuffix(DType scale_dtype, const JsonView& where) {
 
 // NVFP4 inputs (W4A4): E2M1 per 16 inputs, dynamic E4M3 block scales under a static tensor scale.
 bool IsNvfp4Input(const InputQuant& input) { return MicroscaledFormatOf(input.scheme) == kNvfp4Format; }
+// MX inputs (the MXFP4, MXFP6A8 and MXFP8 presets): E2M1 / E2M3 / E4M3 per 32 inputs, E8M0 scales per call.
+bool IsMxInput(const InputQuant& input) {
+  const std::optional<std::string> format = MicroscaledFormatOf(input.scheme);
+  return format && *format != kNvfp4Format;
+}
 
 }  // namespace
 
@@ -245,11 +250,17 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
   const bool fp8 = w.element->name == "fp8_e4m3";
   const bool int8 = w.element->kind == ElementKind::kInt && w.element->bits == 8;
   if (const std::optional<std::string> microscaled = MicroscaledFormatOf(w)) {
-    if (input && !(*microscaled == kNvfp4Format && IsNvfp4Input(*input)))
+    const bool nvfp4 = *microscaled == kNvfp4Format;
+    if (input && !(nvfp4 ? IsNvfp4Input(*input) : IsMxInput(*input)))
       Fail("{}: scheme '{}' with input_quant '{}': compressed-tensors exports of {} weights are weight-only (W4A16 "
-           "/ W8A16), or W4A4 with nvfp4 inputs on nvfp4 weights; lowbit does not write MX activations", where, scheme,
-           input->scheme.ToString(), *microscaled);
-    if (input && !(input->static_scale > 0))
+           "/ W8A16), or with nvfp4 inputs on nvfp4 weights, MX inputs (mxfp4, mxfp6_e2m3, mxfp8_e4m3) on MX weights",
+           where, scheme, input->scheme.ToString(), *microscaled);
+    if (input && !nvfp4 && !input->scheme.e8m0_round)
+      Fail("{}: input_quant '{}': compressed-tensors and vLLM choose dynamic MX input scales by their own rule (the "
+           "amax rounded to the element's precision first), not the OCP floor rule; quantize with --act-format "
+           "{}:e8m0=round so that lowbit measures what they run", where, input->scheme.ToString(),
+           input->scheme.ToString());
+    if (input && nvfp4 && !(input->static_scale > 0))
       Fail("{}: input_quant '{}' has no calibrated tensor scale, which compressed-tensors stores as input_global_scale "
            "(quantize with --calib)", where, input->scheme.ToString());
     return *microscaled;
@@ -303,6 +314,20 @@ nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
     a["zp_dtype"] = "torch.float8_e4m3fn";
     return a;
   }
+  if (IsMxInput(input)) {  // MX inputs: E8M0 scales per 32 inputs, chosen per call (no tensor to store)
+    a["num_bits"] = input.scheme.element->bits;
+    a["type"] = "float";
+    a["symmetric"] = true;
+    a["group_size"] = 32;
+    a["strategy"] = "group";
+    a["block_structure"] = nullptr;
+    a["dynamic"] = true;
+    a["actorder"] = nullptr;
+    a["observer"] = nullptr;
+    a["scale_dtype"] = "torch.uint8";
+    a["zp_dtype"] = "torch.uint8";
+    return a;
+  }
   const bool token = input.scheme.granularity.kind == GranularityKind::kToken;
   a["num_bits"] = 8;
   a["type"] = input.scheme.element->kind == ElementKind::kInt ? "int" : "float";
@@ -326,7 +351,7 @@ void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, cons
   if (IsMicroscaledFormat(format)) {
     AddMicroscaledLinear(out, prefix, q);
     // A divisor, as weight_global_scale (compressed_tensors_mx.h): 1 / g is the tensor scale again.
-    if (input) out.AddOwned(prefix + ".input_global_scale", DType::kF32, {1}, std::vector<float>{1.0f / input->static_scale});
+    if (input && IsNvfp4Input(*input)) out.AddOwned(prefix + ".input_global_scale", DType::kF32, {1}, std::vector<float>{1.0f / input->static_scale});
     return;
   }
   const QuantScheme& s = q.scheme();
@@ -397,7 +422,7 @@ namespace {
 InputQuant Nvfp4Input(const JsonView& a, const SafetensorsModel& st, const std::string& prefix) {
   if (a.Get<std::string>("type", "int") != "float") a["type"].Fail("4-bit inputs are NVFP4 here: type float");
   if (a.Get<std::string>("strategy", "") != "tensor_group")
-    a["strategy"].Fail("4-bit inputs are NVFP4 here: strategy tensor_group (MX activations are not supported)");
+    a["strategy"].Fail("4-bit inputs are NVFP4 (strategy tensor_group) or MX (strategy group) here");
   if (a.Get<int64_t>("group_size", 0) != 16) a["group_size"].Fail("NVFP4 inputs have groups of 16");
   if (!a.Has("dynamic") || a["dynamic"].value() != "local")
     a["dynamic"].Fail("NVFP4 inputs are dynamic \"local\": block scales per call under a static global scale");
@@ -412,11 +437,27 @@ InputQuant Nvfp4Input(const JsonView& a, const SafetensorsModel& st, const std::
   return InputQuant{ParseScheme("nvfp4"), 1.0f / g};
 }
 
+// compressed-tensors' MX input_activations (the MXFP4, MXFP6A8 and MXFP8 presets): float codes per
+// group of 32 with E8M0 scales (scale_dtype uint8) chosen per call by its own rule (e8m0=round).
+InputQuant MxInput(const JsonView& a) {
+  const int bits = a.Get<int>("num_bits", 8);
+  const char* element = bits == 4 ? "fp4_e2m1" : bits == 6 ? "fp6_e2m3" : bits == 8 ? "fp8_e4m3" : nullptr;
+  if (!element) a["num_bits"].Fail(fmt::format("is {}; MX inputs have 4, 6 or 8 bits", bits));
+  if (a.Get<int64_t>("group_size", 0) != 32) a["group_size"].Fail("MX inputs have groups of 32");
+  if (!a.Has("dynamic") || a["dynamic"].value() != true)
+    a["dynamic"].Fail("MX inputs are dynamic: their E8M0 scales are chosen per call");
+  if (const std::string dtype = a.Get<std::string>("scale_dtype", ""); dtype != "torch.uint8")
+    a["scale_dtype"].Fail(fmt::format("is '{}'; MX input scales are E8M0 exponents, torch.uint8 (lowbit reads no "
+                                      "other grouped float inputs)", dtype));
+  return InputQuant{ParseScheme(fmt::format("{}:g32:scale=e8m0:e8m0=round", element)), 0};
+}
+
 }  // namespace
 
 InputQuant CompressedTensorsInput(const JsonView& a, const SafetensorsModel& st, const std::string& prefix) {
   const std::string type = a.Get<std::string>("type", "int");
   if (!a.Get<bool>("symmetric", true)) a["symmetric"].Fail("asymmetric input quantization is not supported yet");
+  if (a.Get<std::string>("strategy", "") == "group" && type == "float") return MxInput(a);
   if (a.Get<int>("num_bits", 8) == 4) return Nvfp4Input(a, st, prefix);
   if (a.Get<int>("num_bits", 8) != 8) a["num_bits"].Fail("lowbit runs 8-bit input quantization, and NVFP4's 4-bit");
   if (type != "int" && type != "float") a["type"].Fail(fmt::format("is '{}'; expected int or float", type));

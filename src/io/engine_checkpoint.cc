@@ -135,9 +135,10 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
       group.weights = g["weights"].ExpectObject().value();
       group.path = g["weights"].path();
       if (g.Has("input_activations")) {
-        if (microscaled && group.format != kNvfp4Format)  // MXFP4 W4A4 and the like: per-32 MX activations
-          g["input_activations"].Fail(fmt::format("{} activations are not supported; lowbit runs {} weights on "
-                                                  "unquantized inputs (W4A16) only", group.format, group.format));
+        if (microscaled && group.format != kNvfp4Format &&  // MXFP4 W4A4 and the like: MX inputs only
+            g["input_activations"].Get<std::string>("strategy", "") != "group")
+          g["input_activations"].Fail(fmt::format("has no strategy \"group\"; lowbit runs {} weights on MX inputs "
+                                                  "(group 32, E8M0 scales) or unquantized ones", group.format));
         if (group.format == "pack-quantized" || group.format == "naive-quantized")
           g["input_activations"].Fail(fmt::format("quantized inputs with format '{}' are not supported", group.format));
         group.input = g["input_activations"].ExpectObject().value();

@@ -1,6 +1,7 @@
 #include "quant/scale_rules.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 namespace lowbit {
@@ -30,6 +31,14 @@ float ChooseTensorScale(const QuantScheme& s, float tensor_amax) {
 }
 
 namespace {
+// x rounded half up to `mantissa` bits, as compressed-tensors' round_to_power_2 does on fp32 bits
+// before it keeps the exponent alone.
+float RoundedToMantissa(float x, int mantissa) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x) + (uint32_t{1} << (23 - mantissa - 1));
+  const float rounded = std::bit_cast<float>(bits);
+  return std::isfinite(rounded) ? rounded : x;  // the top binade stays where it is
+}
+
 float ZeroRounded(ZeroType z, float v) {
   switch (z) {
     case ZeroType::kF32: return v;
@@ -44,7 +53,8 @@ CellParams ChooseCellParams(const QuantScheme& s, const CellStats& st, float ten
   const ElementFormat& e = *s.element;
   if (s.mx_scales()) {
     const int emax = e.kind == ElementKind::kMxInt8 ? 0 : MaxExponent(*e.minifloat);
-    const int amax_exp = st.amax > 0 ? std::ilogb(st.amax) : -126;  // FP32 min normal when 0
+    const float amax = s.e8m0_round ? RoundedToMantissa(st.amax, e.name == "fp6_e2m3" ? 3 : 1) : st.amax;
+    const int amax_exp = amax > 0 ? std::ilogb(amax) : -126;  // FP32 min normal when 0
     const int shared = std::clamp(amax_exp - emax, -127, 127);
     return {std::ldexp(1.0f, shared), 0};
   }

@@ -2,7 +2,11 @@
 // by GPTQ/AWQ which choose scales group by group as they go.
 //
 //   MX (E8M0 scales)   shared_exp = floor(log2(amax)) - emax_elem, clamped to [-127, 127]; the
-//                      OCP MX v1.0 rule (amax == 0 uses FP32's min normal).
+//                      OCP MX v1.0 rule (amax == 0 uses FP32's min normal). With e8m0=round, the
+//                      rule of compressed-tensors and vLLM's MX reference: amax rounded half up to
+//                      m mantissa bits first (m = 3 for E2M3, 1 for E2M1 and E4M3, as theirs), so
+//                      a block whose amax would land above the element's top binade goes up one
+//                      exponent (FP4: amax >= 1.75 x 2^k).
 //   NVFP4              tensor scale t = amax(W) / (6 * 448); block scale = E4M3(amax_b / (6 t)),
 //                      0 replaced by 1 (ModelOpt); element scale = block scale * t.
 //   ternary            gamma = max(mean |x|, 1e-5) (BitNet b1.58 absmean).

@@ -201,6 +201,7 @@ std::string QuantScheme::ToString() const {
   if (granularity.kind != GranularityKind::kNone) out += ":scale=" + std::string(ScaleTypeName(scale_type));
   if (asymmetric() && zero_type != ZeroType::kInt) out += ":zero=" + std::string(ZeroTypeName(zero_type));
   if (tensor_scale) out += ":tscale";
+  if (e8m0_round) out += ":e8m0=round";
   if (super_block) out += ":super" + std::to_string(super_block);
   return out;
 }
@@ -310,11 +311,15 @@ void ApplyOption(QuantScheme& s, std::string_view opt, std::string_view spec) {
     else if (v == "bias_f16") s.zero_type = ZeroType::kBiasF16;
     else if (v == "min8") s.zero_type = ZeroType::kMin8;
     else Fail("format '{}': unknown zero type '{}' (known: int, f32, f16, bf16)", spec, v);
+  } else if (opt.starts_with("e8m0=")) {
+    const std::string_view v = opt.substr(5);
+    if (v != "floor" && v != "round") Fail("format '{}': unknown E8M0 rule '{}' (known: floor, round)", spec, v);
+    s.e8m0_round = v == "round";
   } else if (opt.starts_with("super")) {
     s.super_block = ParsePositive(opt.substr(5), spec, "super-block size");
   } else {
     Fail("format '{}': unknown option '{}' (known: g<N>, g-1, tensor, channel, token, block<R>x<C>, "
-         "sym, asym, scale=..., zero=..., tscale)", spec, opt);
+         "sym, asym, scale=..., zero=..., tscale, e8m0=floor|round)", spec, opt);
   }
 }
 
@@ -329,6 +334,9 @@ void Validate(const QuantScheme& s, std::string_view spec) {
     Fail("format '{}': asymmetric (zero-point) quantization applies to integer formats only, not {}", spec, e.name);
   if (e.kind == ElementKind::kMxInt8 && !s.mx_scales())
     Fail("format '{}': mxint8 elements need E8M0 scales (scale=e8m0)", spec);
+  if (s.e8m0_round && !(s.mx_scales() && (e.name == "fp4_e2m1" || e.name == "fp6_e2m3" || e.name == "fp8_e4m3")))
+    Fail("format '{}': e8m0=round is compressed-tensors' MX scale rule, defined for E8M0 scales (scale=e8m0) of "
+         "fp4_e2m1, fp6_e2m3 and fp8_e4m3", spec);
   if (s.tensor_scale && s.scale_type != ScaleType::kUE4M3)
     Fail("format '{}': a tensor scale (tscale) is only used with ue4m3 block scales (NVFP4)", spec);
   const bool grouped = s.granularity.kind == GranularityKind::kGroup;

@@ -5,7 +5,9 @@
 // Spelled as text: "<format>[:option...]", e.g. "int4:g128", "int4:g128:asym:zero=f16",
 // "fp8_e4m3:channel", "fp8_e4m3:block128x128", "mxfp4", "nvfp4", "nf4:g64", "int8:token".
 // Options: g<N> | g-1 | tensor | channel | token | block<R>x<C> | sym | asym |
-//          scale=f32|f16|bf16|e8m0|ue4m3 | zero=int|f32|f16|bf16.
+//          scale=f32|f16|bf16|e8m0|ue4m3 | zero=int|f32|f16|bf16 | e8m0=floor|round.
+// E8M0 (MX) scales follow the OCP rule (e8m0=floor) unless e8m0=round asks for the rule of
+// compressed-tensors and vLLM's MX reference (scale_rules.h), which their dynamic MX activations use.
 // GGUF files add storage no quantizer of ours writes, spelled by ToString and read only through
 // ParseGgufStorageScheme: K-quant super-blocks ("int4:g32:asym:scale=i8:zero=min8:super256": i8
 // sub-scales and u8 mins under an fp16 scale and min per 256 elements) and Q4_1's stored bias
@@ -67,6 +69,7 @@ struct QuantScheme {
   ScaleType scale_type = ScaleType::kF16;
   ZeroType zero_type = ZeroType::kNone;
   bool tensor_scale = false;  // an fp32 second-level scale per tensor (NVFP4)
+  bool e8m0_round = false;    // E8M0 scales from the amax rounded to the element's precision (e8m0=round)
   // GGUF K-quants: elements per super-block (256) whose groups' i8 scales (and u8 mins) share one
   // fp16 scale (and min): their memory is the file's bits per weight, not an fp32 per group.
   uint32_t super_block = 0;
