@@ -63,6 +63,10 @@ EXPORTS = [
     # W4A4: NVFP4 inputs on a calibrated input_global_scale, which compressed-tensors' forward applies in transformers
     ("ct-nvfp4-w4a4", ["--format", "nvfp4", "--act-format", "nvfp4", *CALIB], ["--to", "compressed-tensors"]),
     ("ct-mxfp4a16", ["--format", "mxfp4"], ["--to", "compressed-tensors"]),
+    # MX inputs (the MXFP4 and MXFP8 presets): dynamic E8M0 scales per 32 inputs on compressed-tensors' rule
+    ("ct-mxfp4-w4a4", ["--format", "mxfp4", "--act-format", "mxfp4:e8m0=round"], ["--to", "compressed-tensors"]),
+    ("ct-mxfp8-w8a8", ["--format", "mxfp8_e4m3", "--act-format", "mxfp8_e4m3:e8m0=round"],
+     ["--to", "compressed-tensors"]),
     ("ct-mxfp6a16", ["--format", "mxfp6_e2m3"], ["--to", "compressed-tensors"]),
     ("ct-mxfp8a16", ["--format", "mxfp8_e4m3"], ["--to", "compressed-tensors"]),
     ("gptq-v1-int4-g128", ["--format", "int4:g128"], ["--to", "gptq"]),
@@ -87,6 +91,8 @@ EXPORTS = [
     ("ct-own-w8a16-channel", dict(num_bits=8, symmetric=True, strategy="channel"), None),
     # llm-compressor's NVFP4 preset (W4A4): static-minmax global scales, fused ones shared, calibrated inputs
     ("ct-own-nvfp4-w4a4", dict(preset="NVFP4"), None),
+    # its MXFP4 preset (W4A4): E8M0 weight scales by its own rule, MX inputs quantized per call
+    ("ct-own-mxfp4-w4a4", dict(preset="MXFP4"), None),
 ]
 
 
@@ -120,9 +126,9 @@ def write_with_compressed_tensors(model_dir, out, weights, calib_ids):
     scheme = preset_name_to_scheme(preset, ["Linear"]) if preset else \
         QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(type="int", **weights))
     args = scheme.weights
-    fmt = "nvfp4-pack-quantized" if preset == "NVFP4" else "pack-quantized"
+    fmt = {"NVFP4": "nvfp4-pack-quantized", "MXFP4": "mxfp4-pack-quantized"}.get(preset, "pack-quantized")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    amax = input_amax(model, calib_ids, CTX) if scheme.input_activations else {}
+    amax = input_amax(model, calib_ids, CTX) if preset == "NVFP4" else {}
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],
                                                         format=fmt))
     global_scales = {}
@@ -336,7 +342,7 @@ def main():
             run(lowbit, "calibrate-kv", "--model", source, "--calib", CALIB[1], "--samples", "8")
         if isinstance(quantize_args, dict):
             calib_ids = window_token_ids(lowbit, args.model, CALIB[1], os.path.join(tmp, "calib.txt"), CTX, 16) \
-                if "preset" in quantize_args else []  # the presets with static input scales
+                if quantize_args.get("preset") == "NVFP4" else []  # the preset with static input scales
             write_with_compressed_tensors(args.model, out, quantize_args, calib_ids)
             read = lowbit_json(lowbit, "convert", out, "-o", source, "--to", "lowbit")
             check(read["exact"] and read["max_abs_diff"] == 0,
