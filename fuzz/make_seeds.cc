@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "eval/compare.h"
@@ -283,15 +284,18 @@ void EngineCheckpointSeeds(const fs::path& dir) {
     o.scheme = ParseScheme(c.scheme);
     EngineCheckpointSeed(dir, c.name, s, fixtures / c.fixture, o);
   }
-  // NVFP4 W4A4: every linear's input quantized under a static tensor scale (input_global_scale).
-  Model w4a4 = LoadHfModel(fixtures / "llama");
-  const QuantScheme nvfp4 = ParseScheme("nvfp4");
-  QuantizeLinears(w4a4.weights, nvfp4);
-  for (LayerWeights& l : w4a4.weights.layers)
-    for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      linear->input_quant = InputQuant{nvfp4, ChooseTensorScale(nvfp4, 8.0f)};
-  StreamedModel s{std::move(w4a4), nullptr};
-  EngineCheckpointSeed(dir, "ct_nvfp4_w4a4", s, fixtures / "llama", EngineExportOptions{});
+  // W4A4: NVFP4 inputs under a static tensor scale (input_global_scale); MXFP4 inputs, dynamic.
+  for (const auto& [name, format, inputs] : {std::tuple{"ct_nvfp4_w4a4", "nvfp4", "nvfp4"},
+                                             std::tuple{"ct_mxfp4_w4a4", "mxfp4", "mxfp4:e8m0=round"}}) {
+    Model w4a4 = LoadHfModel(fixtures / "llama");
+    QuantizeLinears(w4a4.weights, ParseScheme(format));
+    const QuantScheme input = ParseScheme(inputs);
+    for (LayerWeights& l : w4a4.weights.layers)
+      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        linear->input_quant = InputQuant{input, ChooseTensorScale(input, 8.0f)};
+    StreamedModel s{std::move(w4a4), nullptr};
+    EngineCheckpointSeed(dir, name, s, fixtures / "llama", EngineExportOptions{});
+  }
 }
 
 }  // namespace
