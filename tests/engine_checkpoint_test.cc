@@ -385,6 +385,41 @@ TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
               {"input_quant", "compressed-tensors"});
 }
 
+// W4A8 and W4AFP8 (compressed-tensors' presets of those names, vLLM's WnA8 schemes): pack-quantized
+// integer weights whose inputs are quantized per token per call; they come back with those inputs.
+// A static per-tensor input on packed weights has no engine to run it.
+TEST(EngineFormats, W4A8ExportsArePackQuantizedWithDynamicTokenInputs) {
+  for (const char* inputs : {"int8:token", "fp8_e4m3:token"}) {
+    Scratch dir;
+    Model m = LoadHfModel(kModelDir);
+    QuantizeLinears(m.weights, ParseScheme("int4:g128"));
+    const QuantScheme input = ParseScheme(inputs);
+    for (LayerWeights& l : m.weights.layers)
+      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = InputQuant{input, 0};
+    const Model expected = m;
+    StreamedModel s{std::move(m), nullptr};
+    EngineExportOptions o;
+    o.format = EngineFormat::kCompressedTensors;
+    EXPECT_EQ(ExportEngineCheckpoint(s, kModelDir, dir / "w4a8", nullptr, o).format, "pack-quantized");
+    const nlohmann::json group = ReadJsonFile(dir / "w4a8" / "config.json")["quantization_config"]["config_groups"]["group_0"];
+    EXPECT_EQ(group["weights"]["num_bits"], 4);
+    EXPECT_EQ(group["input_activations"]["num_bits"], 8);
+    EXPECT_EQ(group["input_activations"]["type"], input.element->kind == ElementKind::kInt ? "int" : "float");
+    EXPECT_EQ(group["input_activations"]["strategy"], "token");
+    EXPECT_EQ(group["input_activations"]["dynamic"], true);
+    const Model back = LoadHfModel(dir / "w4a8");
+    for (size_t i = 0; i < back.weights.layers.size(); ++i) {
+      const LayerWeights &a = expected.weights.layers[i], &b = back.weights.layers[i];
+      ExpectSame(std::get<QuantizedTensor>(a.w_up.weight), std::get<QuantizedTensor>(b.w_up.weight));
+      ASSERT_TRUE(b.w_up.input_quant.has_value());
+      EXPECT_EQ(b.w_up.input_quant->scheme.ToString(), input.ToString());
+    }
+  }
+  ExpectError([&] {
+    (void)CompressedTensorsFormatOf(ParseScheme("int4:g128"), InputQuant{ParseScheme("int8:tensor:scale=f32"), 0.5f}, "p");
+  }, {"p:", "dynamic per-token inputs"});
+}
+
 // NVFP4 W4A4 as llm-compressor's NVFP4 preset: the static input tensor scale goes out as
 // input_global_scale = 1 / t and comes back exactly; MX activations and an uncalibrated one do not.
 TEST(EngineFormats, Nvfp4W4A4ExportsKeepTheirStaticInputScale) {

@@ -281,6 +281,15 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
         a.asymmetric() || (g != GranularityKind::kToken && g != GranularityKind::kTensor))
       Fail("{}: input_quant '{}': compressed-tensors quantizes inputs to symmetric int8 or fp8_e4m3, per token "
            "(dynamic) or per tensor (static)", where, a.ToString());
+    // WnA8 (the W4A8 and W4AFP8 presets): packed integer weights, inputs quantized per token per call.
+    if (w.element->kind == ElementKind::kInt && !int8) {
+      if (g != GranularityKind::kToken)
+        Fail("{}: scheme '{}' with input_quant '{}': compressed-tensors' W4A8 runs packed {} weights on dynamic "
+             "per-token inputs (int8:token or fp8_e4m3:token), not static ones", where, scheme, a.ToString(),
+             w.element->name);
+      CheckPackQuantized(w, where);
+      return "pack-quantized";
+    }
     if (!(int8 && a.element->kind == ElementKind::kInt) && !(fp8 && a.element->name == "fp8_e4m3"))
       Fail("{}: scheme '{}' with input_quant '{}': compressed-tensors pairs int8 weights with int8 inputs and fp8 "
            "with fp8", where, scheme, a.ToString());

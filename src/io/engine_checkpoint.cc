@@ -139,7 +139,7 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
             g["input_activations"].Get<std::string>("strategy", "") != "group")
           g["input_activations"].Fail(fmt::format("has no strategy \"group\"; lowbit runs {} weights on MX inputs "
                                                   "(group 32, E8M0 scales) or unquantized ones", group.format));
-        if (group.format == "pack-quantized" || group.format == "naive-quantized")
+        if (group.format == "naive-quantized")
           g["input_activations"].Fail(fmt::format("quantized inputs with format '{}' are not supported", group.format));
         group.input = g["input_activations"].ExpectObject().value();
         group.input_path = g["input_activations"].path();

@@ -55,6 +55,9 @@ EXPORTS = [
     ("ct-w8a8-smoothquant-dynamic", ["--method", "smoothquant", "--format", "int8:channel", "--act-format", "int8:token",
                                      *CALIB], ["--to", "compressed-tensors"]),
     ("ct-w8a8-static", ["--format", "int8:channel", "--act-format", "int8:tensor", *CALIB], ["--to", "compressed-tensors"]),
+    # W4A8 / W4AFP8: packed int4 weights, inputs quantized per token per call
+    ("ct-w4a8-int8-token", ["--format", "int4:g128", "--act-format", "int8:token"], ["--to", "compressed-tensors"]),
+    ("ct-w4afp8-fp8-token", ["--format", "int4:g128", "--act-format", "fp8_e4m3:token"], ["--to", "compressed-tensors"]),
     ("ct-fp8-channel", ["--format", "fp8_e4m3"], ["--to", "compressed-tensors"]),
     ("ct-fp8-block128-dynamic", ["--format", "fp8_e4m3:block128x128:scale=f32", "--act-format", "fp8_e4m3:token"],
      ["--to", "compressed-tensors"]),
@@ -93,6 +96,8 @@ EXPORTS = [
     ("ct-own-nvfp4-w4a4", dict(preset="NVFP4"), None),
     # its MXFP4 preset (W4A4): E8M0 weight scales by its own rule, MX inputs quantized per call
     ("ct-own-mxfp4-w4a4", dict(preset="MXFP4"), None),
+    # its W4A8 preset: int4 g128 weights, int8 inputs per token per call
+    ("ct-own-w4a8", dict(preset="W4A8"), None),
 ]
 
 
