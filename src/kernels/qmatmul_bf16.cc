@@ -158,7 +158,13 @@ struct Fp6Weights {
 struct DotScales {
   const float* values = nullptr;  // row r's at values + (r - row_begin) * groups
   size_t groups = 1, group = 0;
+  // MX groups: the E8M0 bytes as stored (row r's at codes + (r - row_begin) * groups), each read
+  // through `table` (its 256 values times the codes' factor). Decoding every scale to fp32 first,
+  // once per call, cost as much as streaming the 6-bit codes they scale (mxfp6 ran at 0.59 of the triad).
+  const uint8_t* codes = nullptr;
+  const float* table = nullptr;
   bool grouped() const { return groups > 1; }
+  float at(size_t i) const { return codes ? table[codes[i]] : values[i]; }
 };
 
 // y[t][r] (+)= dot(w row r, x token t) over columns [k0, k1), scaled as `scales` (from row r0's),
@@ -179,7 +185,7 @@ LOWBIT_BF16 void Tile(const Weights& w, size_t cols, const uint16_t* x, size_t k
       w.Load(r0 + r, i, wv);
       for (size_t v = 0; v < kVectors; ++v) {
         if constexpr (kGrouped) {
-          const __m512 scale = _mm512_set1_ps(scales.values[r * scales.groups + (i + 32 * v) / scales.group]);
+          const __m512 scale = _mm512_set1_ps(scales.at(r * scales.groups + (i + 32 * v) / scales.group));
           for (size_t t = 0; t < kTokens; ++t)
             acc[r][t] = _mm512_fmadd_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), wv[v], xv[t][v]), scale, acc[r][t]);
         } else {
@@ -220,6 +226,7 @@ void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_token
   const auto scales_of = [&](size_t r) {
     DotScales at = scales;
     if (at.values) at.values += (r - row_begin) * at.groups;
+    if (at.codes) at.codes += (r - row_begin) * at.groups;
     return at;
   };
   const size_t slice = n_tokens >= kSlicedFromTokens ? kColSlice : cols;
@@ -316,10 +323,22 @@ void Bf16DotRows(const QuantizedTensor& w, const Bf16Input& in, size_t row_begin
   // The widened E4M3 codes are 2^-8 times their values; FP6 levels are the values.
   const float code_scale = layout == Bf16Layout::kE4m3 ? 256.0f : 1.0f;
   const size_t groups = w.grid().grid_cols;
-  std::vector<float> scales((row_end - row_begin) * groups);
-  for (size_t r = row_begin; r < row_end; ++r) w.RowScales(r, &scales[(r - row_begin) * groups], nullptr);
-  for (float& s : scales) s *= code_scale;
-  const DotScales dot_scales{scales.data(), groups, w.grid().cell_cols};
+  std::vector<float> scales;
+  DotScales dot_scales{nullptr, groups, w.grid().cell_cols};
+  if (w.scheme().mx_scales() && groups > 1 && w.grid().cell_rows == 1) {
+    scales.resize(256);
+    for (uint32_t e = 0; e < 256; ++e) {
+      const uint8_t code = static_cast<uint8_t>(e);
+      scales[e] = DecodeScale(ScaleType::kE8M0, &code) * w.tensor_scale() * code_scale;
+    }
+    dot_scales.codes = w.scale_bytes().data() + row_begin * groups;
+    dot_scales.table = scales.data();
+  } else {
+    scales.resize((row_end - row_begin) * groups);
+    for (size_t r = row_begin; r < row_end; ++r) w.RowScales(r, &scales[(r - row_begin) * groups], nullptr);
+    for (float& s : scales) s *= code_scale;
+    dot_scales.values = scales.data();
+  }
   const auto run = [&](const auto& weights) {
     if (dot_scales.grouped())
       MatrixRows<true>(weights, w.cols(), x, in.n_tokens, row_begin, row_end, dot_scales, y, y_stride);
