@@ -284,9 +284,11 @@ void EngineCheckpointSeeds(const fs::path& dir) {
     o.scheme = ParseScheme(c.scheme);
     EngineCheckpointSeed(dir, c.name, s, fixtures / c.fixture, o);
   }
-  // W4A4: NVFP4 inputs under a static tensor scale (input_global_scale); MXFP4 inputs, dynamic.
+  // Quantized inputs: NVFP4 under a static tensor scale (input_global_scale); MXFP4 and W4A8's int8
+  // per token, dynamic.
   for (const auto& [name, format, inputs] : {std::tuple{"ct_nvfp4_w4a4", "nvfp4", "nvfp4"},
-                                             std::tuple{"ct_mxfp4_w4a4", "mxfp4", "mxfp4:e8m0=round"}}) {
+                                             std::tuple{"ct_mxfp4_w4a4", "mxfp4", "mxfp4:e8m0=round"},
+                                             std::tuple{"ct_w4a8", "int4:g16", "int8:token"}}) {
     Model w4a4 = LoadHfModel(fixtures / "llama");
     QuantizeLinears(w4a4.weights, ParseScheme(format));
     const QuantScheme input = ParseScheme(inputs);
