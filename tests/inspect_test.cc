@@ -393,6 +393,34 @@ TEST(InspectCompressedTensors, W4A16PackQuantized) {
   EXPECT_EQ(k.at("RTX-3090").kernel, "Marlin");
 }
 
+// W4A8 / W4AFP8 (packed int4 weights with int8 or FP8 inputs per token): vLLM's WnA8 scheme runs the
+// W4A16 kernels on 16-bit activations; FP8 inputs take CUTLASS W4A8 on Hopper and nothing elsewhere.
+TEST(InspectCompressedTensors, W4A8RunsWeightOnlyAndW4Afp8OnlyOnHopper) {
+  for (const char* type : {"int", "float"}) {
+    FakeCheckpoint c(std::string("ct_w4a8_") + type);
+    c.AddUnquantized(DType::kBF16);
+    c.ForEachLinear([&](const std::string& p, const Linear& l) { c.AddCtPacked(p, l, 128); });
+    c.WriteTensors();
+    c.WriteConfig(CtConfig("pack-quantized",
+                           {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"group_size", 128}, {"strategy", "group"}},
+                           {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}}));
+    const CheckpointInfo info = InspectCheckpoint(c.dir());
+    EXPECT_EQ(info.summary.family, QuantFamily::kWeightInt) << type;
+    EXPECT_TRUE(info.summary.activations_quantized);
+    const auto k = Kernels(info);
+    if (std::string(type) == "int") {
+      EXPECT_EQ(k.at("H100-SXM").kernel, "Machete");
+      EXPECT_EQ(k.at("H100-SXM").status, PathStatus::kWeightOnly);
+      EXPECT_NE(k.at("A100-80G").reason.find("16-bit activations"), std::string::npos);
+    } else {
+      EXPECT_EQ(k.at("H100-SXM").kernel, "CUTLASS W4A8 (FP8 activations)");
+      EXPECT_EQ(k.at("H100-SXM").status, PathStatus::kFast);
+      EXPECT_EQ(k.at("A100-80G").status, PathStatus::kUnsupported);
+      EXPECT_EQ(k.at("B200").status, PathStatus::kUnsupported);
+    }
+  }
+}
+
 TEST(InspectCompressedTensors, Int8W8A8HasNoKernelOnBlackwell) {
   FakeCheckpoint c("ct_w8a8");
   c.AddUnquantized(DType::kBF16);

@@ -263,8 +263,11 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
       const bool int8_acts = ct.activations.contains("int8");
       if (ct.formats.size() > 1) info.details += fmt::format("; group formats {}", fmt::join(ct.formats, ", "));
       if (s.activations_quantized) info.details += fmt::format("; activations {}", fmt::join(ct.activations, ", "));
+      // int-quantized is W8A8; packed integer weights with quantized inputs are W4A8 / W4AFP8.
+      const bool packed = ct.formats.contains("pack-quantized");
+      s.fp8_activations = main_type == "int" && packed && ct.activations.contains("float8");
       if (main_type == "int")
-        s.family = s.activations_quantized && int8_acts ? QuantFamily::kInt8W8A8 : QuantFamily::kWeightInt;
+        s.family = s.activations_quantized && int8_acts && !packed ? QuantFamily::kInt8W8A8 : QuantFamily::kWeightInt;
       else if (ct.formats.contains("mxfp8-quantized") || ct.formats.contains("mxfp6-pack-quantized"))
         s.family = QuantFamily::kMxFloat;
       else if (main_type == "fp8")

@@ -140,7 +140,7 @@ std::string GroupActOrderRefusal(const QuantSummary& q) {
 }
 
 // Integer weight-only: Machete, Marlin or an original kernel.
-void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r, KernelPath& k) {
+void WeightIntKernel(const QuantSummary& q, const Hardware& hw, const Resolved& r, KernelPath& k) {
   const int cc = Cc(hw);
   if (IsAmd(hw)) {
     k.status = PathStatus::kSlow;
@@ -197,6 +197,30 @@ void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r,
   k.kernel = fmt::format("{}", fmt::join(kernels, " / "));
   k.reason = fmt::format("{}", fmt::join(reasons, "; "));
   k.status = status;
+}
+
+// Integer weights: W4A16 / W8A16, and compressed-tensors' W4A8 (int8 inputs) / W4AFP8 (FP8 inputs).
+void WeightIntPath(const QuantSummary& q, const Hardware& hw, const Resolved& r, KernelPath& k) {
+  const int cc = Cc(hw);
+  if (q.fp8_activations) {  // W4AFP8: compressed-tensors' W4A8 FP8 scheme, Hopper only
+    const bool shape = std::all_of(q.variants.begin(), q.variants.end(),
+                                   [](const LinearVariant& v) { return v.bits == 4 && v.group == 128 && !v.zero_points; });
+    if (cc == 90 && shape) {
+      k.kernel = "CUTLASS W4A8 (FP8 activations)";
+      k.reason = "Hopper mixed-input GEMM, int4 weights against FP8 activations";
+    } else {
+      k.kernel = "-";
+      k.status = PathStatus::kUnsupported;
+      k.reason = cc == 90 ? "CUTLASS W4A8 takes int4, group 128, symmetric weights only"
+                          : "int weights with FP8 inputs (W4AFP8) run only on capability 9.0 (CUTLASS W4A8)";
+    }
+    return;
+  }
+  WeightIntKernel(q, hw, r, k);
+  if (q.activations_quantized) {  // W4A8 (int8 inputs): the WnA8 scheme picks this kernel with 16-bit activations
+    if (k.status == PathStatus::kFast) k.status = PathStatus::kWeightOnly;
+    k.reason += "; vLLM's WnA8 scheme runs it on 16-bit activations (only its Humming kernel quantizes them to int8)";
+  }
 }
 
 void Fp8Path(const QuantSummary& q, const Hardware& hw, KernelPath& k) {

@@ -16,6 +16,10 @@
 // - FP8 weights: native W8A8 on capability >= 8.9 (CUTLASS; block-scaled FP8 via DeepGEMM/CUTLASS
 //   on >= 9.0, Triton on 8.9); on 8.0-8.6 FP8 runs weight-only through FP8 Marlin (W8A16).
 // - INT8 W8A8: CUTLASS INT8 on 7.5 <= capability < 10.0; there is no INT8 W8A8 kernel on >= 10.0.
+// - Packed integer weights with quantized inputs (compressed-tensors' W4A8 / W4AFP8): int8 inputs
+//   take the WnA8 scheme, whose mixed-precision kernel (Machete / Marlin, as W4A16) is chosen with
+//   16-bit activations (only its Humming kernel, last in the order, quantizes them); FP8 inputs run
+//   the CUTLASS W4A8 kernel on capability 9.0 only (int4, group 128, symmetric), nowhere else.
 // - NVFP4: native FP4 GEMM only on Blackwell (>= 10.0); 8.x/9.0 run it weight-only (FP4 Marlin).
 // - AMD (ROCm): no Marlin/Machete/NVFP4; FP8 and INT8 W8A8 run natively (FP8 as e4m3fnuz).
 // - KV cache: an FP8 KV cache without k_scale / v_scale in the checkpoint uses scale 1.0.
@@ -60,7 +64,8 @@ struct QuantSummary {
   std::string method;                  // the quant_method the engine reads ("gptq", "awq", "compressed-tensors",
                                        // "fp8", "modelopt", "modelopt_fp4", "gguf", "lowbit"); "" = unquantized
   bool gptq_symmetric = true;          // GPTQ sym (gptq_marlin needs true)
-  bool activations_quantized = false;  // W8A8 / W4A4: the checkpoint quantizes activations too
+  bool activations_quantized = false;  // W8A8 / W4A4 / W4A8: the checkpoint quantizes activations too
+  bool fp8_activations = false;        // W4AFP8: FP8 inputs on integer weights
   bool fp8_block = false;              // block-scaled FP8 (weight_block_size / strategy block)
   bool kv_fp8_declared = false;        // the config declares an FP8 KV cache
   bool kv_scales = false;              // k_scale / v_scale tensors are present
