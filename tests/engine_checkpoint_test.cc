@@ -385,6 +385,37 @@ TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
               {"input_quant", "compressed-tensors"});
 }
 
+// MXFP4 weights with FP8 inputs, per token or per group of 128 (compressed-tensors' MXFP4xFP8 preset,
+// vLLM's W4A8 MXFP4 scheme): dynamic float8 input_activations, read back as the same schemes.
+TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {
+  for (const char* inputs : {"fp8_e4m3:token:scale=f32", "fp8_e4m3:g128:scale=f32"}) {
+    Scratch dir;
+    Model m = LoadHfModel(kModelDir);
+    QuantizeLinears(m.weights, ParseScheme("mxfp4"));
+    const QuantScheme input = ParseScheme(inputs);
+    for (LayerWeights& l : m.weights.layers)
+      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = InputQuant{input, 0};
+    StreamedModel s{std::move(m), nullptr};
+    EngineExportOptions o;
+    o.format = EngineFormat::kCompressedTensors;
+    EXPECT_EQ(ExportEngineCheckpoint(s, kModelDir, dir / "ct", nullptr, o).format, "mxfp4-pack-quantized");
+    const nlohmann::json a =
+        ReadJsonFile(dir / "ct" / "config.json")["quantization_config"]["config_groups"]["group_0"]["input_activations"];
+    EXPECT_EQ(a["type"], "float");
+    EXPECT_EQ(a["num_bits"], 8);
+    EXPECT_EQ(a["dynamic"], true);
+    const bool group = input.granularity.kind == GranularityKind::kGroup;
+    EXPECT_EQ(a["strategy"], group ? "group" : "token") << inputs;
+    if (group) EXPECT_EQ(a["group_size"], 128);
+    const Model back = LoadHfModel(dir / "ct");
+    ASSERT_TRUE(back.weights.layers[1].w_down.input_quant.has_value());
+    EXPECT_EQ(back.weights.layers[1].w_down.input_quant->scheme.ToString(), input.ToString());
+  }
+  ExpectError([&] {
+    (void)CompressedTensorsFormatOf(ParseScheme("mxfp6_e2m3"), InputQuant{ParseScheme("fp8_e4m3:token:scale=f32"), 0}, "p");
+  }, {"p:", "on mxfp4 weights"});
+}
+
 // W4A8 and W4AFP8 (compressed-tensors' presets of those names, vLLM's WnA8 schemes): pack-quantized
 // integer weights whose inputs are quantized per token per call; they come back with those inputs.
 // A static per-tensor input on packed weights has no engine to run it.

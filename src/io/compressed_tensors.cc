@@ -242,6 +242,14 @@ bool IsMxInput(const InputQuant& input) {
   const std::optional<std::string> format = MicroscaledFormatOf(input.scheme);
   return format && *format != kNvfp4Format;
 }
+// FP8 inputs per token or per group, scales chosen per call (MXFP4xFP8 and the like): what vLLM runs
+// under MXFP4 weights beside MX inputs.
+bool IsDynamicFp8Input(const InputQuant& input) {
+  const QuantScheme& a = input.scheme;
+  const GranularityKind g = a.granularity.kind;
+  return a.element->name == "fp8_e4m3" && !a.mx_scales() && FloatScale(a.scale_type) &&
+         (g == GranularityKind::kToken || g == GranularityKind::kGroup);
+}
 
 }  // namespace
 
@@ -250,12 +258,13 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
   const bool fp8 = w.element->name == "fp8_e4m3";
   const bool int8 = w.element->kind == ElementKind::kInt && w.element->bits == 8;
   if (const std::optional<std::string> microscaled = MicroscaledFormatOf(w)) {
-    const bool nvfp4 = *microscaled == kNvfp4Format;
-    if (input && !(nvfp4 ? IsNvfp4Input(*input) : IsMxInput(*input)))
+    const bool nvfp4 = *microscaled == kNvfp4Format, mxfp4 = *microscaled == "mxfp4-pack-quantized";
+    if (input && !(nvfp4 ? IsNvfp4Input(*input) : IsMxInput(*input) || (mxfp4 && IsDynamicFp8Input(*input))))
       Fail("{}: scheme '{}' with input_quant '{}': compressed-tensors exports of {} weights are weight-only (W4A16 "
-           "/ W8A16), or with nvfp4 inputs on nvfp4 weights, MX inputs (mxfp4, mxfp6_e2m3, mxfp8_e4m3) on MX weights",
+           "/ W8A16), or with nvfp4 inputs on nvfp4 weights, MX inputs (mxfp4, mxfp6_e2m3, mxfp8_e4m3) on MX weights, "
+           "fp8_e4m3 inputs per token or group (dynamic) on mxfp4 weights",
            where, scheme, input->scheme.ToString(), *microscaled);
-    if (input && !nvfp4 && !input->scheme.e8m0_round)
+    if (input && IsMxInput(*input) && !input->scheme.e8m0_round)
       Fail("{}: input_quant '{}': compressed-tensors and vLLM choose dynamic MX input scales by their own rule (the "
            "amax rounded to the element's precision first), not the OCP floor rule; quantize with --act-format "
            "{}:e8m0=round so that lowbit measures what they run", where, input->scheme.ToString(),
@@ -337,16 +346,17 @@ nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
     a["zp_dtype"] = "torch.uint8";
     return a;
   }
-  const bool token = input.scheme.granularity.kind == GranularityKind::kToken;
+  const GranularityKind g = input.scheme.granularity.kind;
+  const bool token = g == GranularityKind::kToken, group = g == GranularityKind::kGroup;
   a["num_bits"] = 8;
   a["type"] = input.scheme.element->kind == ElementKind::kInt ? "int" : "float";
   a["symmetric"] = true;
-  a["group_size"] = nullptr;
-  a["strategy"] = token ? "token" : "tensor";
+  a["group_size"] = group ? OrderedJson(input.scheme.granularity.group) : OrderedJson(nullptr);
+  a["strategy"] = token ? "token" : group ? "group" : "tensor";
   a["block_structure"] = nullptr;
-  a["dynamic"] = token;
+  a["dynamic"] = token || group;
   a["actorder"] = nullptr;
-  a["observer"] = token ? OrderedJson(nullptr) : OrderedJson("minmax");
+  a["observer"] = token || group ? OrderedJson(nullptr) : OrderedJson("minmax");
   // The dtype dynamic scales are rounded to, so that a reader computes lowbit's numbers.
   a["scale_dtype"] = TorchScaleDType(input.scheme.scale_type);
   a["zp_dtype"] = nullptr;
@@ -446,10 +456,25 @@ InputQuant Nvfp4Input(const JsonView& a, const SafetensorsModel& st, const std::
   return InputQuant{ParseScheme("nvfp4"), 1.0f / g};
 }
 
+// Dynamic FP8 inputs per group (MXFP4xFP8: groups of 128), scales in scale_dtype (fp32 by default).
+InputQuant Fp8GroupInput(const JsonView& a) {
+  const int64_t group = a.Get<int64_t>("group_size", 0);
+  if (group <= 0) a["group_size"].Fail("must be a positive group size with strategy \"group\"");
+  if (!a.Has("dynamic") || a["dynamic"].value() != true)
+    a["dynamic"].Fail("grouped FP8 inputs are dynamic here: their scales are chosen per call");
+  const std::string dtype = a.Get<std::string>("scale_dtype", "torch.float32");
+  const char* scale = dtype == "torch.float16" ? "f16" : dtype == "torch.bfloat16" ? "bf16" : "f32";
+  if (dtype != "torch.float16" && dtype != "torch.bfloat16" && dtype != "torch.float32")
+    a["scale_dtype"].Fail(fmt::format("is '{}'; expected torch.uint8 (MX), torch.float32, torch.float16 or "
+                                      "torch.bfloat16", dtype));
+  return InputQuant{ParseScheme(fmt::format("fp8_e4m3:g{}:scale={}", group, scale)), 0};
+}
+
 // compressed-tensors' MX input_activations (the MXFP4, MXFP6A8 and MXFP8 presets): float codes per
 // group of 32 with E8M0 scales (scale_dtype uint8) chosen per call by its own rule (e8m0=round).
 InputQuant MxInput(const JsonView& a) {
   const int bits = a.Get<int>("num_bits", 8);
+  if (bits == 8 && a.Get<std::string>("scale_dtype", "torch.float32") != "torch.uint8") return Fp8GroupInput(a);
   const char* element = bits == 4 ? "fp4_e2m1" : bits == 6 ? "fp6_e2m3" : bits == 8 ? "fp8_e4m3" : nullptr;
   if (!element) a["num_bits"].Fail(fmt::format("is {}; MX inputs have 4, 6 or 8 bits", bits));
   if (a.Get<int64_t>("group_size", 0) != 32) a["group_size"].Fail("MX inputs have groups of 32");

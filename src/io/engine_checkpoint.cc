@@ -135,10 +135,11 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
       group.weights = g["weights"].ExpectObject().value();
       group.path = g["weights"].path();
       if (g.Has("input_activations")) {
-        if (microscaled && group.format != kNvfp4Format &&  // MXFP4 W4A4 and the like: MX inputs only
-            g["input_activations"].Get<std::string>("strategy", "") != "group")
-          g["input_activations"].Fail(fmt::format("has no strategy \"group\"; lowbit runs {} weights on MX inputs "
-                                                  "(group 32, E8M0 scales) or unquantized ones", group.format));
+        const std::string strategy = g["input_activations"].Get<std::string>("strategy", "");
+        if (microscaled && group.format != kNvfp4Format && strategy != "group" && strategy != "token")
+          g["input_activations"].Fail(fmt::format("has strategy \"{}\"; lowbit runs {} weights on MX inputs (group "
+                                                  "32, E8M0 scales), FP8 inputs per token or group, or unquantized "
+                                                  "ones", strategy, group.format));
         if (group.format == "naive-quantized")
           g["input_activations"].Fail(fmt::format("quantized inputs with format '{}' are not supported", group.format));
         group.input = g["input_activations"].ExpectObject().value();

@@ -70,6 +70,9 @@ EXPORTS = [
     ("ct-mxfp4-w4a4", ["--format", "mxfp4", "--act-format", "mxfp4:e8m0=round"], ["--to", "compressed-tensors"]),
     ("ct-mxfp8-w8a8", ["--format", "mxfp8_e4m3", "--act-format", "mxfp8_e4m3:e8m0=round"],
      ["--to", "compressed-tensors"]),
+    # MXFP4 weights with dynamic FP8 inputs, per group of 128 (the MXFP4xFP8 preset) and per token
+    ("ct-mxfp4-fp8-g128", ["--format", "mxfp4", "--act-format", "fp8_e4m3:g128:scale=f32"], ["--to", "compressed-tensors"]),
+    ("ct-mxfp4-fp8-token", ["--format", "mxfp4", "--act-format", "fp8_e4m3:token:scale=f32"], ["--to", "compressed-tensors"]),
     ("ct-mxfp6a16", ["--format", "mxfp6_e2m3"], ["--to", "compressed-tensors"]),
     ("ct-mxfp8a16", ["--format", "mxfp8_e4m3"], ["--to", "compressed-tensors"]),
     ("gptq-v1-int4-g128", ["--format", "int4:g128"], ["--to", "gptq"]),
@@ -96,6 +99,7 @@ EXPORTS = [
     ("ct-own-nvfp4-w4a4", dict(preset="NVFP4"), None),
     # its MXFP4 preset (W4A4): E8M0 weight scales by its own rule, MX inputs quantized per call
     ("ct-own-mxfp4-w4a4", dict(preset="MXFP4"), None),
+    ("ct-own-mxfp4xfp8", dict(preset="MXFP4XFP8"), None),
     # its W4A8 preset: int4 g128 weights, int8 inputs per token per call
     ("ct-own-w4a8", dict(preset="W4A8"), None),
 ]
@@ -131,7 +135,8 @@ def write_with_compressed_tensors(model_dir, out, weights, calib_ids):
     scheme = preset_name_to_scheme(preset, ["Linear"]) if preset else \
         QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(type="int", **weights))
     args = scheme.weights
-    fmt = {"NVFP4": "nvfp4-pack-quantized", "MXFP4": "mxfp4-pack-quantized"}.get(preset, "pack-quantized")
+    fmt = {"NVFP4": "nvfp4-pack-quantized", "MXFP4": "mxfp4-pack-quantized",
+           "MXFP4XFP8": "mxfp4-pack-quantized"}.get(preset, "pack-quantized")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     amax = input_amax(model, calib_ids, CTX) if preset == "NVFP4" else {}
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],
