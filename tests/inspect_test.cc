@@ -421,6 +421,33 @@ TEST(InspectCompressedTensors, W4A8RunsWeightOnlyAndW4Afp8OnlyOnHopper) {
   }
 }
 
+// MXFP4 with FP8 inputs (MXFP4xFP8): Blackwell's FP4 GEMM runs, quantizing the inputs to MXFP4
+// instead, which is a warning; before Blackwell FP4 Marlin runs weight-only.
+TEST(InspectCompressedTensors, Mxfp4WithFp8InputsRunsMxfp4InputsOnBlackwell) {
+  FakeCheckpoint c("ct_mxfp4_fp8");
+  c.AddUnquantized(DType::kBF16);
+  c.ForEachLinear([&](const std::string& p, const Linear& l) {
+    c.Add(p + ".weight_packed", DType::kU8, {l.out, l.in / 2});
+    c.Add(p + ".weight_scale", DType::kU8, {l.out, l.in / 32});
+  });
+  c.WriteTensors();
+  c.WriteConfig(CtConfig("mxfp4-pack-quantized",
+                         {{"num_bits", 4}, {"type", "float"}, {"symmetric", true}, {"group_size", 32}, {"strategy", "group"},
+                          {"scale_dtype", "torch.uint8"}},
+                         {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"group_size", 128}, {"strategy", "group"},
+                          {"dynamic", true}}));
+  const CheckpointInfo info = InspectCheckpoint(c.dir());
+  EXPECT_EQ(info.summary.family, QuantFamily::kMxfp4);
+  EXPECT_TRUE(info.summary.fp8_activations);
+  const auto k = Kernels(info);
+  EXPECT_EQ(k.at("B200").status, PathStatus::kFast);
+  EXPECT_NE(k.at("B200").reason.find("quantized to MXFP4"), std::string::npos);
+  EXPECT_EQ(k.at("H100-SXM").status, PathStatus::kWeightOnly);
+  const std::optional<Trap> t = FindTrap(Traps(info), "mxfp4-fp8-inputs-as-mxfp4");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->gpus, std::vector<std::string>{"B200"});
+}
+
 TEST(InspectCompressedTensors, Int8W8A8HasNoKernelOnBlackwell) {
   FakeCheckpoint c("ct_w8a8");
   c.AddUnquantized(DType::kBF16);

@@ -265,7 +265,7 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
       if (s.activations_quantized) info.details += fmt::format("; activations {}", fmt::join(ct.activations, ", "));
       // int-quantized is W8A8; packed integer weights with quantized inputs are W4A8 / W4AFP8.
       const bool packed = ct.formats.contains("pack-quantized");
-      s.fp8_activations = main_type == "int" && packed && ct.activations.contains("float8");
+      s.fp8_activations = main_type != "fp8" && ct.activations.contains("float8");  // W4AFP8, MXFP4xFP8
       if (main_type == "int")
         s.family = s.activations_quantized && int8_acts && !packed ? QuantFamily::kInt8W8A8 : QuantFamily::kWeightInt;
       else if (ct.formats.contains("mxfp8-quantized") || ct.formats.contains("mxfp6-pack-quantized"))

@@ -273,7 +273,9 @@ void Fp4Path(const QuantSummary& q, const Hardware& hw, KernelPath& k) {
     k.reason = fmt::format("no {} kernel on {} (no FP4 units before CDNA4)", name, hw.name);
   } else if (cc >= 100 && q.activations_quantized) {
     k.kernel = fmt::format("{} W4A4 (CUTLASS/FlashInfer FP4 GEMM)", name);
-    k.reason = "native FP4 tensor cores (Blackwell, capability >= 10.0)";
+    k.reason = q.fp8_activations ? "native FP4 tensor cores, but the checkpoint's FP8 inputs are quantized to MXFP4 "
+                                   "instead (only vLLM's Humming kernel takes FP8 activations)"
+                                 : "native FP4 tensor cores (Blackwell, capability >= 10.0)";
   } else if (cc >= 80) {
     k.kernel = "FP4 Marlin (W4A16)";
     k.status = PathStatus::kWeightOnly;
@@ -509,6 +511,16 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
     weight_only_on("fp4-weight-only",
                    "FP4 runs weight-only (FP4 Marlin) where native FP4 is missing (before "
                    "Blackwell) or the checkpoint leaves activations unquantized");
+  if (q.family == QuantFamily::kMxfp4 && q.fp8_activations) {
+    std::vector<std::string> names =
+        where([](const Hardware&, const KernelPath& p) { return p.status == PathStatus::kFast; });
+    if (!names.empty())
+      traps.push_back({"mxfp4-fp8-inputs-as-mxfp4", "warning",
+                       "the checkpoint's FP8 inputs run as MXFP4 inputs on " + Join(names) +
+                           " (vLLM falls back to MXFP4 activations where only FlashInfer's FP4 GEMM is there): more "
+                           "error than the FP8 inputs the checkpoint was measured with",
+                       names});
+  }
   if (q.family == QuantFamily::kInt8W8A8) {
     std::vector<std::string> names =
         where([](const Hardware&, const KernelPath& p) { return p.status == PathStatus::kUnsupported; });

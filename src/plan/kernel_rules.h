@@ -20,6 +20,9 @@
 //   take the WnA8 scheme, whose mixed-precision kernel (Machete / Marlin, as W4A16) is chosen with
 //   16-bit activations (only its Humming kernel, last in the order, quantizes them); FP8 inputs run
 //   the CUTLASS W4A8 kernel on capability 9.0 only (int4, group 128, symmetric), nowhere else.
+// - MXFP4 weights with FP8 inputs (MXFP4xFP8): only vLLM's Humming kernel takes FP8 activations;
+//   otherwise it falls back to MXFP4 activations (FlashInfer's FP4 GEMM on Blackwell) or to
+//   weight-only FP4 Marlin.
 // - NVFP4: native FP4 GEMM only on Blackwell (>= 10.0); 8.x/9.0 run it weight-only (FP4 Marlin).
 // - AMD (ROCm): no Marlin/Machete/NVFP4; FP8 and INT8 W8A8 run natively (FP8 as e4m3fnuz).
 // - KV cache: an FP8 KV cache without k_scale / v_scale in the checkpoint uses scale 1.0.
@@ -65,7 +68,7 @@ struct QuantSummary {
                                        // "fp8", "modelopt", "modelopt_fp4", "gguf", "lowbit"); "" = unquantized
   bool gptq_symmetric = true;          // GPTQ sym (gptq_marlin needs true)
   bool activations_quantized = false;  // W8A8 / W4A4 / W4A8: the checkpoint quantizes activations too
-  bool fp8_activations = false;        // W4AFP8: FP8 inputs on integer weights
+  bool fp8_activations = false;        // FP8 inputs on integer (W4AFP8) or MXFP4 (MXFP4xFP8) weights
   bool fp8_block = false;              // block-scaled FP8 (weight_block_size / strategy block)
   bool kv_fp8_declared = false;        // the config declares an FP8 KV cache
   bool kv_scales = false;              // k_scale / v_scale tensors are present
