@@ -143,10 +143,10 @@ TEST(KvCache, DtypeNamesRoundTripAndUnknownNamesFail) {
 
 TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
   const ModelConfig c = SmallConfig();
-  // fp32, the 16-bit dtypes and int8 are read in place (the kernel widens them in registers and
-  // prefetches the next tile), KIVI's int4 / int2 from their codes; FP8 decodes into tiles.
+  // fp32, the 16-bit dtypes, FP8 and int8 are read in place (the kernel widens them in registers
+  // and prefetches the next tile), KIVI's int4 / int2 from their codes.
   for (const KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kInt8, KvDtype::kInt4,
-                              KvDtype::kInt2, KvDtype::kFp8E4M3}) {
+                              KvDtype::kInt2, KvDtype::kFp8E4M3, KvDtype::kFp8E5M2}) {
     const size_t positions = 70;
     const Filled f = Fill(dtype, positions, 3);
     std::mt19937 rng(4);
