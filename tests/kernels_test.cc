@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <numbers>
 
@@ -24,6 +25,20 @@ std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// `tiles` tiles of up to `per_tile` positions (tile_at(t) gives tile t) through AttendTile or its
+// reference, from an empty online softmax: each head's output, acc / sum.
+std::vector<float> AttendTiles(bool reference, const std::vector<float>& q, size_t heads, size_t head_dim,
+                               size_t tiles, size_t per_tile, const std::function<AttentionTile(size_t)>& tile_at) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
+  for (size_t t = 0; t < tiles; ++t)
+    (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile_at(t),
+                                             {max.data(), sum.data(), acc.data()}, scores.data());
+  for (size_t h = 0; h < heads; ++h)
+    for (size_t j = 0; j < head_dim; ++j) acc[h * head_dim + j] /= sum[h];
+  return acc;
 }
 
 TEST(DotRows, MatchesReferenceOnEveryTarget) {
@@ -217,27 +232,19 @@ TEST(AttendTile, Fp8TilesEqualTheirDecodedValues) {
           v[i] = DecodeMiniFloat(format, v8[i]) * v_scale;
         }
         const std::vector<float> q = Gaussian(heads * head_dim, 15);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
         const auto run = [&](bool reference, bool fp8) {
-          std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
-          for (size_t t = 0; t < tiles; ++t) {
+          return AttendTiles(reference, q, heads, head_dim, tiles, per_tile, [&](size_t t) {
             const size_t at = t * per_tile * stride;
-            AttentionTile tile{&k[at], stride, &v[at], stride, per_tile};
-            if (fp8) {
-              tile = {&k8[at], stride, &v8[at], stride, per_tile, element};
-              tile.k_tensor_scale = k_scale;
-              tile.v_tensor_scale = v_scale;
-              if (t + 1 < tiles) {
-                tile.next_k = &k8[at + per_tile * stride];
-                tile.next_v = &v8[at + per_tile * stride];
-              }
+            if (!fp8) return AttentionTile{&k[at], stride, &v[at], stride, per_tile};
+            AttentionTile tile{&k8[at], stride, &v8[at], stride, per_tile, element};
+            tile.k_tensor_scale = k_scale;
+            tile.v_tensor_scale = v_scale;
+            if (t + 1 < tiles) {
+              tile.next_k = &k8[at + per_tile * stride];
+              tile.next_v = &v8[at + per_tile * stride];
             }
-            (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
-                                                     {max.data(), sum.data(), acc.data()}, scores.data());
-          }
-          for (size_t h = 0; h < heads; ++h)
-            for (size_t j = 0; j < head_dim; ++j) acc[h * head_dim + j] /= sum[h];
-          return acc;
+            return tile;
+          });
         };
         const std::vector<float> want = run(true, false);
         const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
@@ -335,27 +342,19 @@ TEST(AttendTile, Int8TilesEqualTheirDecodedValues) {
         }
       }
       const std::vector<float> q = Gaussian(heads * head_dim, 14);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
       const auto run = [&](bool reference, bool int8) {
-        std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
-        for (size_t t = 0; t < tiles; ++t) {
+        return AttendTiles(reference, q, heads, head_dim, tiles, per_tile, [&](size_t t) {
           const size_t first = t * per_tile, at = first * stride;
-          AttentionTile tile{&k[at], stride, &v[at], stride, per_tile};
-          if (int8) {
-            tile = {&k8[at], stride, &v8[at], stride, per_tile, TileElement::kI8};
-            tile.k_scales = &k_scales[first];
-            tile.v_scales = &v_scales[first];
-            if (t + 1 < tiles) {
-              tile.next_k = &k8[at + per_tile * stride];
-              tile.next_v = &v8[at + per_tile * stride];
-            }
+          if (!int8) return AttentionTile{&k[at], stride, &v[at], stride, per_tile};
+          AttentionTile tile{&k8[at], stride, &v8[at], stride, per_tile, TileElement::kI8};
+          tile.k_scales = &k_scales[first];
+          tile.v_scales = &v_scales[first];
+          if (t + 1 < tiles) {
+            tile.next_k = &k8[at + per_tile * stride];
+            tile.next_v = &v8[at + per_tile * stride];
           }
-          (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
-                                                   {max.data(), sum.data(), acc.data()}, scores.data());
-        }
-        for (size_t h = 0; h < heads; ++h)
-          for (size_t j = 0; j < head_dim; ++j) acc[h * head_dim + j] /= sum[h];
-        return acc;
+          return tile;
+        });
       };
       const std::vector<float> want = run(true, false);
       const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
