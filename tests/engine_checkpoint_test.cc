@@ -43,6 +43,22 @@ class Scratch : public testing_util::ScratchDir {
   Scratch() : ScratchDir("lowbit-engine-test") {}
 };
 
+// The bundled model with every linear quantized to `weights` and its inputs to `inputs` (dynamic: no
+// static scale), and that model exported as compressed-tensors to `out`.
+Model QuantizedWithInputs(const std::string& weights, const QuantScheme& inputs) {
+  Model m = LoadHfModel(kModelDir);
+  QuantizeLinears(m.weights, ParseScheme(weights));
+  for (LayerWeights& l : m.weights.layers)
+    for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = InputQuant{inputs, 0};
+  return m;
+}
+EngineExportResult ExportCompressedTensors(Model m, const fs::path& out) {
+  StreamedModel s{std::move(m), nullptr};
+  EngineExportOptions o;
+  o.format = EngineFormat::kCompressedTensors;
+  return ExportEngineCheckpoint(s, kModelDir, out, nullptr, o);
+}
+
 // A [rows x cols] tensor of `scheme` whose codes are code(n, i), every scale `scale`, zero points zero(n, c).
 template <class Code, class Zero>
 QuantizedTensor Make(const std::string& scheme, uint64_t rows, uint64_t cols, Code code, Zero zero, float scale = 1.0f) {
@@ -390,15 +406,8 @@ TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
 TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {
   for (const char* inputs : {"fp8_e4m3:token:scale=f32", "fp8_e4m3:g128:scale=f32"}) {
     Scratch dir;
-    Model m = LoadHfModel(kModelDir);
-    QuantizeLinears(m.weights, ParseScheme("mxfp4"));
     const QuantScheme input = ParseScheme(inputs);
-    for (LayerWeights& l : m.weights.layers)
-      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = InputQuant{input, 0};
-    StreamedModel s{std::move(m), nullptr};
-    EngineExportOptions o;
-    o.format = EngineFormat::kCompressedTensors;
-    EXPECT_EQ(ExportEngineCheckpoint(s, kModelDir, dir / "ct", nullptr, o).format, "mxfp4-pack-quantized");
+    EXPECT_EQ(ExportCompressedTensors(QuantizedWithInputs("mxfp4", input), dir / "ct").format, "mxfp4-pack-quantized");
     const nlohmann::json a =
         ReadJsonFile(dir / "ct" / "config.json")["quantization_config"]["config_groups"]["group_0"]["input_activations"];
     EXPECT_EQ(a["type"], "float");
@@ -422,16 +431,9 @@ TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {
 TEST(EngineFormats, W4A8ExportsArePackQuantizedWithDynamicTokenInputs) {
   for (const char* inputs : {"int8:token", "fp8_e4m3:token"}) {
     Scratch dir;
-    Model m = LoadHfModel(kModelDir);
-    QuantizeLinears(m.weights, ParseScheme("int4:g128"));
     const QuantScheme input = ParseScheme(inputs);
-    for (LayerWeights& l : m.weights.layers)
-      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = InputQuant{input, 0};
-    const Model expected = m;
-    StreamedModel s{std::move(m), nullptr};
-    EngineExportOptions o;
-    o.format = EngineFormat::kCompressedTensors;
-    EXPECT_EQ(ExportEngineCheckpoint(s, kModelDir, dir / "w4a8", nullptr, o).format, "pack-quantized");
+    const Model expected = QuantizedWithInputs("int4:g128", input);
+    EXPECT_EQ(ExportCompressedTensors(expected, dir / "w4a8").format, "pack-quantized");
     const nlohmann::json group = ReadJsonFile(dir / "w4a8" / "config.json")["quantization_config"]["config_groups"]["group_0"];
     EXPECT_EQ(group["weights"]["num_bits"], 4);
     EXPECT_EQ(group["input_activations"]["num_bits"], 8);
@@ -512,15 +514,8 @@ TEST(EngineFormats, MxInputsExportAsDynamicGroupsOf32) {
   for (const auto& [weights, inputs, bits] : {std::tuple{"mxfp4", "mxfp4", 4}, std::tuple{"mxfp6_e2m3", "mxfp8_e4m3", 8},
                                               std::tuple{"mxfp8_e4m3", "mxfp8_e4m3", 8}}) {
     Scratch dir;
-    Model m = LoadHfModel(kModelDir);
-    QuantizeLinears(m.weights, ParseScheme(weights));
     const QuantScheme input = ParseScheme(std::string(inputs) + ":e8m0=round");
-    for (LayerWeights& l : m.weights.layers)
-      for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = InputQuant{input, 0};
-    StreamedModel s{std::move(m), nullptr};
-    EngineExportOptions o;
-    o.format = EngineFormat::kCompressedTensors;
-    (void)ExportEngineCheckpoint(s, kModelDir, dir / "ct", nullptr, o);
+    (void)ExportCompressedTensors(QuantizedWithInputs(weights, input), dir / "ct");
     const nlohmann::json a =
         ReadJsonFile(dir / "ct" / "config.json")["quantization_config"]["config_groups"]["group_0"]["input_activations"];
     EXPECT_EQ(a["num_bits"], bits) << weights;
