@@ -456,18 +456,24 @@ InputQuant Nvfp4Input(const JsonView& a, const SafetensorsModel& st, const std::
   return InputQuant{ParseScheme("nvfp4"), 1.0f / g};
 }
 
+// The scale type of inputs quantized per call: scale_dtype when given (lowbit writes it), else fp32
+// as vLLM computes them.
+std::string_view DynamicScaleType(const JsonView& a) {
+  const std::string dtype = a.Get<std::string>("scale_dtype", "torch.float32");
+  if (dtype == "torch.float16") return "f16";
+  if (dtype == "torch.bfloat16") return "bf16";
+  if (dtype != "torch.float32")
+    a["scale_dtype"].Fail(fmt::format("is '{}'; expected torch.float32, torch.float16 or torch.bfloat16", dtype));
+  return "f32";
+}
+
 // Dynamic FP8 inputs per group (MXFP4xFP8: groups of 128), scales in scale_dtype (fp32 by default).
 InputQuant Fp8GroupInput(const JsonView& a) {
   const int64_t group = a.Get<int64_t>("group_size", 0);
   if (group <= 0) a["group_size"].Fail("must be a positive group size with strategy \"group\"");
   if (!a.Has("dynamic") || a["dynamic"].value() != true)
     a["dynamic"].Fail("grouped FP8 inputs are dynamic here: their scales are chosen per call");
-  const std::string dtype = a.Get<std::string>("scale_dtype", "torch.float32");
-  const char* scale = dtype == "torch.float16" ? "f16" : dtype == "torch.bfloat16" ? "bf16" : "f32";
-  if (dtype != "torch.float16" && dtype != "torch.bfloat16" && dtype != "torch.float32")
-    a["scale_dtype"].Fail(fmt::format("is '{}'; expected torch.uint8 (MX), torch.float32, torch.float16 or "
-                                      "torch.bfloat16", dtype));
-  return InputQuant{ParseScheme(fmt::format("fp8_e4m3:g{}:scale={}", group, scale)), 0};
+  return InputQuant{ParseScheme(fmt::format("fp8_e4m3:g{}:scale={}", group, DynamicScaleType(a))), 0};
 }
 
 // compressed-tensors' MX input_activations (the MXFP4, MXFP6A8 and MXFP8 presets): float codes per
@@ -500,12 +506,7 @@ InputQuant CompressedTensorsInput(const JsonView& a, const SafetensorsModel& st,
   const bool dynamic = a.Has("dynamic") && a["dynamic"].value() == true;
   if (strategy == "token") {
     if (!dynamic) a["dynamic"].Fail("per-token input quantization must be dynamic");
-    // Dynamic scales in scale_dtype when given (lowbit writes it), else fp32 as vLLM computes them.
-    const std::string dtype = a.Get<std::string>("scale_dtype", "torch.float32");
-    const char* scale = dtype == "torch.float16" ? "f16" : dtype == "torch.bfloat16" ? "bf16" : "f32";
-    if (dtype != "torch.float16" && dtype != "torch.bfloat16" && dtype != "torch.float32")
-      a["scale_dtype"].Fail(fmt::format("is '{}'; expected torch.float32, torch.float16 or torch.bfloat16", dtype));
-    return InputQuant{ParseScheme(fmt::format("{}:token:scale={}", element, scale)), 0};
+    return InputQuant{ParseScheme(fmt::format("{}:token:scale={}", element, DynamicScaleType(a))), 0};
   }
   if (strategy != "tensor" || dynamic)
     a["strategy"].Fail(fmt::format("is '{}'{}; lowbit reads per-token dynamic and per-tensor static inputs", strategy,
