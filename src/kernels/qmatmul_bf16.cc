@@ -326,11 +326,9 @@ void Bf16DotRows(const QuantizedTensor& w, const Bf16Input& in, size_t row_begin
   std::vector<float> scales;
   DotScales dot_scales{nullptr, groups, w.grid().cell_cols};
   if (w.scheme().mx_scales() && groups > 1 && w.grid().cell_rows == 1) {
+    const std::array<float, 256>& e8m0 = ScaleTable(ScaleType::kE8M0);
     scales.resize(256);
-    for (uint32_t e = 0; e < 256; ++e) {
-      const uint8_t code = static_cast<uint8_t>(e);
-      scales[e] = DecodeScale(ScaleType::kE8M0, &code) * w.tensor_scale() * code_scale;
-    }
+    for (size_t e = 0; e < 256; ++e) scales[e] = e8m0[e] * w.tensor_scale() * code_scale;
     dot_scales.codes = w.scale_bytes().data() + row_begin * groups;
     dot_scales.table = scales.data();
   } else {

@@ -116,8 +116,6 @@ double QuantizedTensor::bits_per_weight() const {
          scheme_.element->bits;
 }
 
-namespace {
-// Value of every 8-bit scale code (E8M0, UE4M3, I8), decoded once: row scales are a table lookup.
 const std::array<float, 256>& ScaleTable(ScaleType t) {
   static const auto build = [](ScaleType type) {
     std::array<float, 256> table{};
@@ -131,6 +129,8 @@ const std::array<float, 256>& ScaleTable(ScaleType t) {
                                       i8 = build(ScaleType::kI8);
   return t == ScaleType::kE8M0 ? e8m0 : t == ScaleType::kUE4M3 ? ue4m3 : i8;
 }
+
+namespace {
 
 // n consecutive stored values of type t, decoded in bulk: this runs once per row in every kernel,
 // for the scales and for float zero-points (a call per value cost more than the row's dot at g32).

@@ -15,6 +15,7 @@
 // bias_f16 and min8 zeros) table[code] * scale + bias.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -23,6 +24,9 @@
 #include "quant/scheme.h"
 
 namespace lowbit {
+
+// Value of every 8-bit scale code (E8M0, UE4M3, I8), decoded once: row scales are a table lookup.
+const std::array<float, 256>& ScaleTable(ScaleType t);
 
 class QuantizedTensor {
  public:
