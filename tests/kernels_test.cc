@@ -10,6 +10,7 @@
 
 #include "formats/minifloat.h"
 #include "kernels/activation.h"
+#include "kernels/attention_kivi_int8.h"
 #include "kernels/attention_tile.h"
 #include "kernels/dot.h"
 #include "test_util.h"
@@ -259,8 +260,9 @@ TEST(AttendTile, Fp8TilesEqualTheirDecodedValues) {
 
 // KIVI tiles read from their codes (kU4 / kU2: K per channel over a block of 32 positions, V per
 // row, each with a scale and a bias) against the fp32 tile of the values they stand for, on every
-// target and in the reference. Tiles start 3 positions into the block and hold 21 (chunks cut at both
-// ends); 7 heads take a group of 4 and one of 3; head_dim 20 fits no chunk (the scalar steps).
+// target and in the reference, with fp32 dots and with the integer dots generation allows. Tiles
+// start 3 positions into the block and hold 21 (chunks cut at both ends); 7 heads take a group of 4
+// and one of 3; head_dim 20 fits no chunk (the scalar steps).
 TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
   for (const int bits : {4, 2})
     for (const size_t head_dim : {size_t{20}, size_t{64}, size_t{128}})
@@ -291,7 +293,7 @@ TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
             }
         const std::vector<float> q = Gaussian(heads * head_dim, 17);
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-        const auto run = [&](bool reference, bool packed) {
+        const auto run = [&](bool reference, bool packed, bool int8_dots = false) {
           std::vector<float> max(heads, -INFINITY), sum(heads, 0.0f), acc(heads * head_dim, 0.0f), scores(per_tile);
           for (size_t t = 0; t < tiles; ++t) {
             AttentionTile tile{&k[t * per_tile * head_dim], head_dim, &v[t * per_tile * head_dim], head_dim, per_tile};
@@ -304,6 +306,7 @@ TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
               tile.v_biases = &v_biases[t * per_tile];
               tile.k_first = first;
               tile.k_block = block;
+              tile.int8_dots = int8_dots;
             }
             (reference ? AttendTileRef : AttendTile)(q.data(), heads, head_dim, scale, 0.0f, tile,
                                                      {max.data(), sum.data(), acc.data()}, scores.data());
@@ -311,14 +314,90 @@ TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
           return acc;
         };
         const std::vector<float> want = run(true, false);
-        const auto expect_near = [&](const std::vector<float>& got, const std::string& where) {
+        const auto expect_near = [&](const std::vector<float>& got, const std::string& where, double tolerance) {
           for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+            ASSERT_NEAR(got[i], want[i], tolerance * (1 + std::fabs(want[i])))
                 << "int" << bits << " head_dim " << head_dim << " heads " << heads << " " << where << " at " << i;
         };
-        expect_near(run(true, true), "reference");
-        ForEachTarget([&](const std::string& target) { expect_near(run(false, true), target); });
+        expect_near(run(true, true), "reference", 1e-4);
+        AttentionTile shape{k_codes.data(), k_row, v_codes.data(), v_row, per_tile,
+                            bits == 4 ? TileElement::kU4 : TileElement::kU2};
+        shape.k_block = block;
+        const bool vnni = kivi_int8::Fits(shape, head_dim);
+        // The integer dots round the query and the weights to 8 bits: on these tiles, whose scores
+        // spread over +-10 (a far peakier softmax than a model's), that moves outputs by up to 2.1 %
+        // (KiviInt8Dots below checks the integer sums themselves exactly).
+        ForEachTarget([&](const std::string& target) {
+          expect_near(run(false, true), target, 1e-4);
+          expect_near(run(false, true, true), target + " int8 dots", vnni && target.starts_with("AVX3") ? 3e-2 : 1e-4);
+        });
       }
+}
+
+// The int8 dots of KIVI 4-bit tiles (AVX-512 VNNI) on factors their 8-bit grids hold exactly: each
+// 32 channels' q_j a_j a multiple of 2^-7 with the largest at 127 x 2^-7, each head's V weights a
+// multiple of 2^-9 with the largest at 255 x 2^-9. The integer dots then add nothing but fp32
+// rounding: the scores and V sums equal the codes times the factors, summed in double. K blocks of
+// 64 (two 32-position slices) read at [3, 58) and [32, 64); V tiles with tails of 1 to 3 positions;
+// 1 to 4 heads. A negative weight is refused with the output untouched.
+TEST(KiviInt8Dots, ExactOnFactorsTheirGridsHold) {
+  const size_t head_dim = 128, block = 64, k_row = block / 2, v_row = head_dim / 2;
+  AttentionTile probe{nullptr, k_row, nullptr, v_row, block, TileElement::kU4};
+  probe.k_block = block;
+  if (!kivi_int8::Fits(probe, head_dim)) GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+  std::mt19937 rng(29);
+  std::vector<uint8_t> k_codes(head_dim * k_row), v_codes(block * v_row);
+  for (auto* bytes : {&k_codes, &v_codes})
+    for (uint8_t& byte : *bytes) byte = static_cast<uint8_t>(rng());
+  const auto code = [](const std::vector<uint8_t>& bytes, size_t row_bytes, size_t row, size_t index) {
+    return static_cast<double>((bytes[row * row_bytes + index / 2] >> (index % 2 * 4)) & 15);
+  };
+  // n values: whole multiples of unit in [lo, top] x unit, each run of `run` holding top itself.
+  const auto on_grid = [&](size_t n, size_t run, int lo, int top, float unit) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(std::uniform_int_distribution<int>(lo, top)(rng)) * unit;
+    for (size_t g = 0; g < n; g += run) x[g + rng() % std::min(run, n - g)] = static_cast<float>(top) * unit;
+    return x;
+  };
+  for (const size_t heads : {size_t{1}, size_t{3}, size_t{4}}) {
+    const std::vector<float> qa = on_grid(heads * head_dim, 32, -127, 127, 1.0f / 128), qb = Gaussian(heads, 31);
+    const float scale = 0.125f;
+    for (const auto& [first, n] : {std::pair<size_t, size_t>{3, 55}, {32, 32}}) {
+      AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, TileElement::kU4};
+      t.k_block = block;
+      t.k_first = first;
+      const size_t c0 = first / 32 * 32, c1 = (first + n + 31) / 32 * 32;
+      std::vector<float> sc(heads * (c1 - c0));
+      kivi_int8::Scores(qa.data(), qb.data(), heads, head_dim, scale, t, c0, c1, sc.data());
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t i = 0; i < c1 - c0; ++i) {
+          double dot = qb[h];
+          for (size_t j = 0; j < head_dim; ++j) dot += qa[h * head_dim + j] * code(k_codes, k_row, j, c0 + i);
+          ASSERT_NEAR(sc[h * (c1 - c0) + i], scale * dot, 1e-5 * (1 + std::fabs(scale * dot)))
+              << "heads " << heads << " first " << first << " head " << h << " position " << c0 + i;
+        }
+    }
+    for (const size_t n : {size_t{64}, size_t{63}, size_t{61}, size_t{5}}) {
+      AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, TileElement::kU4};
+      t.k_block = block;
+      const std::vector<float> pa = on_grid(heads * n, n, 0, 255, 1.0f / 512), pb = Gaussian(heads, 37);
+      std::vector<float> acc = Gaussian(heads * head_dim, 41);
+      const std::vector<float> before = acc;
+      ASSERT_TRUE(kivi_int8::Values(pa.data(), pb.data(), heads, head_dim, t, acc.data()));
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t e = 0; e < head_dim; ++e) {
+          double sum = before[h * head_dim + e] + pb[h];
+          for (size_t i = 0; i < n; ++i) sum += pa[h * n + i] * code(v_codes, v_row, i, e);
+          ASSERT_NEAR(acc[h * head_dim + e], sum, 1e-5 * (1 + std::fabs(sum)))
+              << "heads " << heads << " n " << n << " head " << h << " element " << e;
+        }
+      std::vector<float> negative = pa;
+      negative.back() = -1.0f / 512;
+      const std::vector<float> summed = acc;
+      ASSERT_FALSE(kivi_int8::Values(negative.data(), pb.data(), heads, head_dim, t, acc.data()));
+      EXPECT_EQ(acc, summed);
+    }
+  }
 }
 
 // An int8 tile read in place (codes offset by 128, one scale per row) against the fp32 tile of the

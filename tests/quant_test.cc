@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "formats/codec.h"
 #include "quant/error_report.h"
 #include "quant/rtn.h"
 
@@ -276,6 +277,36 @@ TEST(QuantizedTensor, DequantizeRowsEqualsRowByRow) {
       for (size_t i = 0; i < cols; ++i) ASSERT_EQ(many[r * cols + i], one[i]) << spec << " row " << 9 + r << " col " << i;
     }
   }
+}
+
+// A KV cache reads KIVI's blocks through AffineRows (value = code x scale + bias, the decode table's
+// offset folded in): the map of each row, applied to its codes, gives what Dequantize gives, for the
+// fp16-scale / integer-zero blocks' one-pass path and the others. Rows split into groups do not
+// qualify.
+TEST(QuantizedTensor, AffineRowsMapCodesToTheDequantizedValues) {
+  std::mt19937 rng(22);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& [spec, cols] : std::vector<std::pair<std::string, size_t>>{
+           {"int4:channel:asym", 32}, {"int2:channel:asym", 32}, {"int4:g128:asym", 128},
+           {"int4:channel:asym:zero=f16", 32}, {"int4:channel", 40}, {"int8:channel:scale=f32", 24}}) {
+    const size_t rows = 40, first = 9, n = 17;
+    std::vector<float> w(rows * cols);
+    for (float& x : w) x = normal(rng);
+    const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
+    std::vector<float> scales(n), biases(n), row(cols);
+    ASSERT_TRUE(q.AffineRows(first, n, scales.data(), biases.data())) << spec;
+    for (size_t r = 0; r < n; ++r) {
+      q.DequantizeRow(first + r, row.data());
+      for (size_t i = 0; i < cols; ++i) {
+        const uint32_t code = ReadCode(q.codes().data() + (first + r) * q.row_bytes(), i, q.scheme().element->bits);
+        ASSERT_NEAR(static_cast<float>(code) * scales[r] + biases[r], row[i], 1e-6f * (1 + std::fabs(row[i])))
+            << spec << " row " << first + r << " col " << i;
+      }
+    }
+  }
+  const QuantizedTensor grouped = QuantizeRtn(std::vector<float>(4 * 64, 1.0f), 4, 64, ParseScheme("int4:g16"), "w");
+  float scale = 0, bias = 0;
+  EXPECT_FALSE(grouped.AffineRows(0, 1, &scale, &bias));
 }
 
 TEST(ErrorReport, HandComputed) {

@@ -113,12 +113,16 @@ void RunAttention(const RuntimeOptions& o) {
     return;
   }
   const double kv_bytes = r["kv_bytes"].get<double>(), bound_us = r["bandwidth_bound_us"].get<double>();
-  const double blocked = r["blocked_us"].get<double>(), two_pass = r["two_pass_us"].get<double>();
-  PrintTable({"kernel", "us per decode step", "KV GB/s", "x bandwidth bound", "scores held per query head"},
-             {{"blocked online softmax", fmt::format("{:.1f}", blocked), fmt::format("{:.1f}", kv_bytes / blocked / 1e3),
-               fmt::format("{:.2f}", blocked / bound_us), std::to_string(r["block_tokens"].get<size_t>())},
-              {"two-pass", fmt::format("{:.1f}", two_pass), fmt::format("{:.1f}", kv_bytes / two_pass / 1e3),
-               fmt::format("{:.2f}", two_pass / bound_us), std::to_string(o.ctx)}});
+  const auto row = [&](const std::string& name, double us, size_t scores) {
+    return std::vector<std::string>{name, fmt::format("{:.1f}", us), fmt::format("{:.1f}", kv_bytes / us / 1e3),
+                                    fmt::format("{:.2f}", us / bound_us), std::to_string(scores)};
+  };
+  const size_t block = r["block_tokens"].get<size_t>();
+  std::vector<std::vector<std::string>> rows = {row("blocked online softmax", r["blocked_us"].get<double>(), block)};
+  if (r.contains("blocked_fp32_dots_us"))
+    rows.push_back(row("blocked, fp32 dots (evaluation)", r["blocked_fp32_dots_us"].get<double>(), block));
+  rows.push_back(row("two-pass", r["two_pass_us"].get<double>(), o.ctx));
+  PrintTable({"kernel", "us per decode step", "KV GB/s", "x bandwidth bound", "scores held per query head"}, rows);
   std::printf("\nOne layer, 32 query heads over %zu KV heads of 128, ctx %zu, KV cache %s (%.1f MB), %zu threads;\n"
               "blocked splits each KV head's positions into %zu segment(s). Bound: the KV bytes at the triad's %.1f GB/s.\n",
               o.kv_heads, o.ctx, o.kv_dtype.c_str(), kv_bytes / 1e6, r["threads"].get<size_t>(),

@@ -56,6 +56,10 @@ void Fp32ToFp16Row(const float* x, size_t n, uint16_t* out);
 void Fp16ToFp32Row(const uint16_t* x, size_t n, float* out);
 void Fp32ToBf16Row(const float* x, size_t n, uint16_t* out);
 void Bf16ToFp32Row(const uint16_t* x, size_t n, float* out);
+// An affine decode map from fp16 scales and integer zero-points (one per byte, under `mask`), for
+// codes read as code + offset: scales[i] = the fp16 value, biases[i] = (offset - zero_i) x scales[i].
+void HalfScalesByteZeros(const uint16_t* halves, const uint8_t* zeros, uint8_t mask, float offset, size_t n,
+                         float* scales, float* biases);
 
 // Bit packing of one-code-per-byte arrays (b = 1..8), LSB-first.
 size_t PackedBytes(size_t n, int bits);

@@ -287,6 +287,21 @@ void Bf16ToFp32RowImpl(const uint16_t* HWY_RESTRICT x, size_t n, float* HWY_REST
   for (; i < n; ++i) out[i] = Bf16ToFp32(x[i]);
 }
 
+void HalfScalesByteZerosImpl(const uint16_t* HWY_RESTRICT halves, const uint8_t* HWY_RESTRICT zeros, uint8_t mask,
+                             float offset, size_t n, float* HWY_RESTRICT scales, float* HWY_RESTRICT biases) {
+  Fp16ToFp32RowImpl(halves, n, scales);
+  const DF df;
+  const hn::Rebind<uint32_t, DF> du32;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto zero = hn::ConvertTo(df, hn::BitCast(DI(), hn::PromoteTo(du32, hn::And(hn::LoadU(DU8(), zeros + i),
+                                                                                   hn::Set(DU8(), mask)))));
+    hn::StoreU(hn::Mul(hn::Sub(hn::Set(df, offset), zero), hn::LoadU(df, scales + i)), df, biases + i);
+  }
+  for (; i < n; ++i) biases[i] = (offset - static_cast<float>(zeros[i] & mask)) * scales[i];
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace lowbit
 HWY_AFTER_NAMESPACE();
@@ -300,6 +315,7 @@ HWY_EXPORT(Fp32ToFp16RowImpl);
 HWY_EXPORT(Fp16ToFp32RowImpl);
 HWY_EXPORT(Fp32ToBf16RowImpl);
 HWY_EXPORT(Bf16ToFp32RowImpl);
+HWY_EXPORT(HalfScalesByteZerosImpl);
 
 void DecodeRow(const uint8_t* packed, int bits, const float* table, bool affine, const GroupedRow& row, float* out) {
   HWY_DYNAMIC_DISPATCH(DecodeRowImpl)(packed, bits, table, affine, row, out);
@@ -314,5 +330,9 @@ void Fp32ToFp16Row(const float* x, size_t n, uint16_t* out) { HWY_DYNAMIC_DISPAT
 void Fp16ToFp32Row(const uint16_t* x, size_t n, float* out) { HWY_DYNAMIC_DISPATCH(Fp16ToFp32RowImpl)(x, n, out); }
 void Fp32ToBf16Row(const float* x, size_t n, uint16_t* out) { HWY_DYNAMIC_DISPATCH(Fp32ToBf16RowImpl)(x, n, out); }
 void Bf16ToFp32Row(const uint16_t* x, size_t n, float* out) { HWY_DYNAMIC_DISPATCH(Bf16ToFp32RowImpl)(x, n, out); }
+void HalfScalesByteZeros(const uint16_t* halves, const uint8_t* zeros, uint8_t mask, float offset, size_t n,
+                         float* scales, float* biases) {
+  HWY_DYNAMIC_DISPATCH(HalfScalesByteZerosImpl)(halves, zeros, mask, offset, n, scales, biases);
+}
 }  // namespace lowbit
 #endif

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "formats/minifloat.h"
+#include "kernels/attention_kivi_int8.h"
 #include "kernels/attention_tile.h"
 
 #ifndef LOWBIT_KERNELS_ATTENTION_TILE_SCALAR_  // once, not per target
@@ -118,12 +119,15 @@ void SoftmaxStep(float softcap, size_t n, float* HWY_RESTRICT scores, float& max
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   if (softcap > 0) SoftCap(softcap, n, scores);
-  float tile_max = -INFINITY;
-  for (size_t i = 0; i < n; ++i) tile_max = std::max(tile_max, scores[i]);
+  auto vector_max = hn::Set(d, -INFINITY);
+  size_t i = 0;
+  for (; i + N <= n; i += N) vector_max = hn::Max(vector_max, hn::LoadU(d, scores + i));
+  float tile_max = hn::GetLane(hn::MaxOfLanes(d, vector_max));
+  for (; i < n; ++i) tile_max = std::max(tile_max, scores[i]);
   RescaleTo(tile_max, max, sum, acc, head_dim);
   const auto top = hn::Set(d, max);
   auto total = hn::Zero(d);
-  size_t i = 0;
+  i = 0;
   for (; i + N <= n; i += N) {
     const auto p = hn::Exp(d, hn::Sub(hn::LoadU(d, scores + i), top));
     total = hn::Add(total, p);
@@ -431,11 +435,49 @@ void PackedValues(D d, const float* HWY_RESTRICT pa, const float* pb, size_t hea
   }
 }
 
-// Heads [0, kHeads) of q (and of state) against a KIVI tile: K read at DK's width, V at DV's.
-template <int kBits, size_t kHeads, class DK, class DV>
-void PackedHeads(DK dk, DV dv, const float* HWY_RESTRICT q, size_t head_dim, float scale, float softcap,
+// A KIVI tile's two dot products in fp32 FMAs (PackedScores, PackedValues): K read at DK's width,
+// V at DV's; Chunk() positions of K per slice.
+template <int kBits, class DK, class DV>
+struct FloatDots {
+  DK dk;
+  DV dv;
+  size_t Chunk() const { return hn::Lanes(dk) * 8 / kBits; }
+  template <size_t kHeads>
+  void Scores(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t, size_t c0,
+              size_t c1, float* sc) const {
+    PackedScores<kBits, kHeads>(dk, qa, qb, head_dim, scale, t, c0, c1, sc);
+  }
+  template <size_t kHeads>
+  void Values(const float* pa, const float* pb, size_t head_dim, const AttentionTile& t, float* acc) const {
+    PackedValues<kBits, kHeads>(dv, pa, pb, head_dim, t, acc);
+  }
+};
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The same as integer dots on AVX-512 VNNI (attention_kivi_int8.h); a tile whose weights it cannot
+// take in uint8 is summed by the fp32 kernel.
+template <class Float>
+struct Int8Dots {
+  Float fp32;
+  size_t Chunk() const { return 32; }
+  template <size_t kHeads>
+  void Scores(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t, size_t c0,
+              size_t c1, float* sc) const {
+    kivi_int8::Scores(qa, qb, kHeads, head_dim, scale, t, c0, c1, sc);
+  }
+  template <size_t kHeads>
+  void Values(const float* pa, const float* pb, size_t head_dim, const AttentionTile& t, float* acc) const {
+    if (!kivi_int8::Values(pa, pb, kHeads, head_dim, t, acc)) fp32.template Values<kHeads>(pa, pb, head_dim, t, acc);
+  }
+};
+#endif
+
+// Heads [0, kHeads) of q (and of state) against a KIVI tile, with the dot products of `dots`; D's
+// vectors (a width that divides the head size) for the rest.
+template <int kBits, size_t kHeads, class Dots, class D>
+void PackedHeads(const Dots& dots, D d, const float* HWY_RESTRICT q, size_t head_dim, float scale, float softcap,
                  const AttentionTile& t, OnlineSoftmax state) {
-  const size_t C = hn::Lanes(dk) * 8 / kBits;
+  const size_t C = dots.Chunk();
   const size_t c0 = t.k_first / C * C, c1 = (t.k_first + t.n + C - 1) / C * C;
   thread_local std::vector<float> work;
   work.resize(kHeads * (head_dim + (c1 - c0) + t.n));
@@ -443,52 +485,67 @@ void PackedHeads(DK dk, DV dv, const float* HWY_RESTRICT q, size_t head_dim, flo
   float* sc = qa + kHeads * head_dim;           // [kHeads x (c1 - c0)]: scores, then weights
   float* pa = sc + kHeads * (c1 - c0);          // [kHeads x n]: weight x V row scale
   float qb[kHeads], pb[kHeads];
-  const size_t L = hn::Lanes(dv);  // divides head_dim
+  const size_t L = hn::Lanes(d);
   for (size_t h = 0; h < kHeads; ++h) {
-    auto bias_sum = hn::Zero(dv);
+    auto bias_sum = hn::Zero(d);
     for (size_t j = 0; j < head_dim; j += L) {
-      const auto qj = hn::LoadU(dv, q + h * head_dim + j);
-      hn::StoreU(hn::Mul(qj, hn::LoadU(dv, t.k_scales + j)), dv, qa + h * head_dim + j);
-      bias_sum = hn::MulAdd(qj, hn::LoadU(dv, t.k_biases + j), bias_sum);
+      const auto qj = hn::LoadU(d, q + h * head_dim + j);
+      hn::StoreU(hn::Mul(qj, hn::LoadU(d, t.k_scales + j)), d, qa + h * head_dim + j);
+      bias_sum = hn::MulAdd(qj, hn::LoadU(d, t.k_biases + j), bias_sum);
     }
-    qb[h] = hn::GetLane(hn::SumOfLanes(dv, bias_sum));
+    qb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
   }
-  PackedScores<kBits, kHeads>(dk, qa, qb, head_dim, scale, t, c0, c1, sc);
+  dots.template Scores<kHeads>(qa, qb, head_dim, scale, t, c0, c1, sc);
   for (size_t h = 0; h < kHeads; ++h) {
     float* weights = sc + h * (c1 - c0) + (t.k_first - c0);
     SoftmaxStep(softcap, t.n, weights, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
-    pb[h] = 0;
-    for (size_t i = 0; i < t.n; ++i) {
+    auto bias_sum = hn::Zero(d);
+    size_t i = 0;
+    for (; i + L <= t.n; i += L) {
+      const auto w = hn::LoadU(d, weights + i);
+      hn::StoreU(hn::Mul(w, hn::LoadU(d, t.v_scales + i)), d, pa + h * t.n + i);
+      bias_sum = hn::MulAdd(w, hn::LoadU(d, t.v_biases + i), bias_sum);
+    }
+    pb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
+    for (; i < t.n; ++i) {
       pa[h * t.n + i] = weights[i] * t.v_scales[i];
       pb[h] += weights[i] * t.v_biases[i];
     }
   }
-  PackedValues<kBits, kHeads>(dv, pa, pb, head_dim, t, state.acc);
+  dots.template Values<kHeads>(pa, pb, head_dim, t, state.acc);
 }
 
 // Every head of a KIVI tile, four at a time (a GQA group shares each converted chunk). V is read at
 // the widest vector whose chunk divides the head size, K at that width or half of it (int2's 32-position
-// blocks fill only 8 lanes of 4 planes); false when no width fits.
+// blocks fill only 8 lanes of 4 planes); false when no width fits. 4-bit tiles take the integer dots
+// where the CPU has them and the tile allows them.
 template <int kBits>
 bool PackedTile(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
                 const AttentionTile& t, OnlineSoftmax state) {
-  const auto run = [&](auto dk, auto dv) {
+  const auto run = [&](const auto& dots, auto d) {
     for (size_t h = 0; h < heads;) {
       const OnlineSoftmax at{state.max + h, state.sum + h, state.acc + h * head_dim};
       const float* qh = q + h * head_dim;
       switch (std::min<size_t>(4, heads - h)) {
-        case 4: PackedHeads<kBits, 4>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 4; break;
-        case 3: PackedHeads<kBits, 3>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 3; break;
-        case 2: PackedHeads<kBits, 2>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 2; break;
-        default: PackedHeads<kBits, 1>(dk, dv, qh, head_dim, scale, softcap, t, at); h += 1; break;
+        case 4: PackedHeads<kBits, 4>(dots, d, qh, head_dim, scale, softcap, t, at); h += 4; break;
+        case 3: PackedHeads<kBits, 3>(dots, d, qh, head_dim, scale, softcap, t, at); h += 3; break;
+        case 2: PackedHeads<kBits, 2>(dots, d, qh, head_dim, scale, softcap, t, at); h += 2; break;
+        default: PackedHeads<kBits, 1>(dots, d, qh, head_dim, scale, softcap, t, at); h += 1; break;
       }
     }
+  };
+  const auto with_dots = [&](auto dk, auto dv) {
+    const FloatDots<kBits, decltype(dk), decltype(dv)> fp32{dk, dv};
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if (t.int8_dots && kivi_int8::Fits(t, head_dim)) return run(Int8Dots<decltype(fp32)>{fp32}, dv);
+#endif
+    run(fp32, dv);
   };
   const auto fits = [&](size_t lanes, size_t n) { return n % (lanes * 8 / kBits) == 0; };
   const auto with_k = [&](auto dv) {  // K at V's width, else half of it
     const size_t lanes = hn::Lanes(dv);
-    if (fits(lanes, t.k_block)) return run(dv, dv), true;
-    if (lanes >= 8 && fits(lanes / 2, t.k_block)) return run(hn::Half<decltype(dv)>(), dv), true;
+    if (fits(lanes, t.k_block)) return with_dots(dv, dv), true;
+    if (lanes >= 8 && fits(lanes / 2, t.k_block)) return with_dots(hn::Half<decltype(dv)>(), dv), true;
     return false;
   };
   const size_t full = hn::Lanes(hn::ScalableTag<float>());

@@ -29,6 +29,7 @@ void AttendRange(const KvCache& cache, const AttentionQuery& qr, size_t begin, s
       tile.next_k = ahead.k;
       tile.next_v = ahead.v;
     }
+    tile.int8_dots = qr.int8_dots;
     AttendTile(qr.q, qr.heads, head_dim, qr.scale, qr.softcap, tile, state, s.scores.data());
   }
 }

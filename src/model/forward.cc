@@ -121,8 +121,15 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
     for (size_t kv_head = 0; kv_head < c.n_kv_heads; ++kv_head) {
       const auto [b, t] = token_of[row];
       const size_t first = row * c.q_dim() + kv_head * group * hd, position = batch[b].cache->size() + t;
-      const AttentionQuery query{layer, kv_head, position, q + first, group, scale,
-                                 window > 0 && position >= window ? position + 1 - window : 0, c.attn_softcap};
+      const AttentionQuery query{.layer = layer,
+                                 .kv_head = kv_head,
+                                 .position = position,
+                                 .q = q + first,
+                                 .heads = group,
+                                 .scale = scale,
+                                 .first = window > 0 && position >= window ? position + 1 - window : 0,
+                                 .softcap = c.attn_softcap,
+                                 .int8_dots = activations_ == Activations::kFast};
       jobs.push_back({batch[b].cache, query, out + first});
     }
   AttendJobs(jobs, pool_);

@@ -263,6 +263,12 @@ bool QuantizedTensor::AffineRows(uint64_t r, uint64_t n, float* scales, float* b
   LOWBIT_CHECK(r + n <= rows_);
   if (!PlainRows() || !decode_affine_) return false;
   const float offset = decode_table_[0];  // an affine table is code + offset
+  if (scheme_.asymmetric() && scheme_.zero_type == ZeroType::kInt && scheme_.scale_type == ScaleType::kF16 &&
+      tensor_scale_ == 1.0f) {  // KIVI's KV blocks, read at every decode step: one vector pass
+    HalfScalesByteZeros(reinterpret_cast<const uint16_t*>(&scales_[r * 2]), &zeros_[r],
+                        static_cast<uint8_t>((1u << scheme_.element->bits) - 1), offset, n, scales, biases);
+    return true;
+  }
   if (scheme_.asymmetric()) {
     PlainRowScales(r, n, scales, biases);
     for (uint64_t i = 0; i < n; ++i) biases[i] += offset * scales[i];
@@ -278,6 +284,7 @@ void QuantizedTensor::PrefetchRowScales(uint64_t r, uint64_t n) const {
     for (const uint8_t* p = begin; p < end; p += 64) __builtin_prefetch(p);
     if (begin < end) __builtin_prefetch(end - 1);
   };
+  __builtin_prefetch(decode_table_.data());  // its own allocation, per tensor: a KV block's missed on every tile
   const size_t scale_bits = ScaleBits(scheme_.scale_type);
   lines(&scales_[r * scale_bits / 8], &scales_[0] + (r + n) * scale_bits / 8);
   if (!PlainRows() || !scheme_.asymmetric()) return;

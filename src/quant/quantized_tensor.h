@@ -87,7 +87,8 @@ class QuantizedTensor {
   // codes (KV cache blocks): element i of row r + k is code_i * scales[k] + biases[k], the raw code
   // (the decode table's offset folded into the bias). False, writing nothing, for other tensors.
   bool AffineRows(uint64_t r, uint64_t n, float* scales, float* biases) const;
-  // Starts fetching the scales (and zeros) AffineRows(r, n) reads: a KV cache reader's next tile.
+  // Starts fetching what AffineRows(r, n) reads (the scales, zeros and the decode table's offset): a
+  // KV cache reader's next tile.
   void PrefetchRowScales(uint64_t r, uint64_t n) const;
   std::vector<float> Dequantize() const;
   // Value of each code (<= 8-bit elements): signed for symmetric integers, raw for asymmetric.

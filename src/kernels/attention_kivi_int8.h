@@ -1,0 +1,32 @@
+// KIVI 4-bit tiles (TileElement::kU4) on AVX-512 VNNI: the two dot products of a tile step as
+// integer dots (vpdpbusd, 64 byte products per instruction, twice the fp32 FMAs' rate), the codes
+// used as the bytes they are. Four code rows are interleaved so that each 32-bit lane holds four
+// codes along the reduction: four K channels of one position, or four V positions of one element.
+// The other factor is rounded to 8 bits: the query times K's channel scales (q_j a_j) to int8 with
+// one scale per 32 channels (llama.cpp's Q8_0 grid for the query of a quantized K cache), and the
+// softmax weights times V's row scales to uint8 with one scale per head and tile. Both roundings
+// sit far below the 4-bit cache's own error (tests/kernels_test.cc bounds them).
+// Internal to kernels/: attention_tile.cc calls these for groups of up to 4 query heads.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/attention_tile.h"
+
+namespace lowbit::kivi_int8 {
+
+// The CPU has AVX-512 VNNI and the tile fits these kernels: 4-bit codes, whole 32-position slices of
+// K's channel rows (a block of a multiple of 32 positions), a head size of a multiple of 32 up to 512.
+bool Fits(const AttentionTile& t, size_t head_dim);
+
+// Positions [c0, c1) of K's channel rows (multiples of 32 that cover the tile's), for heads [0, heads)
+// (heads <= 4): sc[h (c1 - c0) + i] = scale (sum_j qa[h head_dim + j] code_j(c0 + i) + qb[h]).
+void Scores(const float* qa, const float* qb, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
+            size_t c0, size_t c1, float* sc);
+
+// acc[h head_dim + e] += sum_i pa[h n + i] code_ie + pb[h] over the tile's V rows, for heads [0, heads)
+// (heads <= 4). False, with acc untouched, when a weight is negative (a V row scale below zero, which
+// the KIVI quantizer never writes): the caller sums that tile in fp32.
+bool Values(const float* pa, const float* pb, size_t heads, size_t head_dim, const AttentionTile& t, float* acc);
+
+}  // namespace lowbit::kivi_int8
