@@ -5,7 +5,8 @@
 // The other factor is rounded to 8 bits: the query times K's channel scales (q_j a_j) to int8 with
 // one scale per 32 channels (llama.cpp's Q8_0 grid for the query of a quantized K cache), and the
 // softmax weights times V's row scales to uint8 with one scale per head and tile. Both roundings
-// sit far below the 4-bit cache's own error (tests/kernels_test.cc bounds them).
+// sit well below the 4-bit cache's own error: on the bundled model they move the int4 cache's KL
+// against fp32 from 1.12e-4 to 1.16e-4 (ctx 256), top-1 agreement unchanged. Evaluation keeps fp32.
 // Internal to kernels/: attention_tile.cc calls these for groups of up to 4 query heads.
 #pragma once
 
