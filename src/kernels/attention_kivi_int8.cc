@@ -66,26 +66,10 @@ struct InOrder {
         second(_mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)) {}
 };
 
-// The maxima of 16 vectors, reduced together in a tree: lane 4k + m of the result is vector k + 4m's
-// maximum. Each step folds pairs of registers: 128-bit lanes, then floats within them.
-LOWBIT_VNNI inline __m512 Maxima(const __m512 (&v)[16]) {
-  __m512 two[8], four[4], eight[2];
-  for (size_t k = 0; k < 8; ++k)  // 128-bit lanes 0-1: v[2k]'s halves folded; 2-3: v[2k + 1]'s
-    two[k] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
-                           _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
-  for (size_t k = 0; k < 4; ++k)  // 128-bit lane m: vector 4k + m's 4 partial maxima
-    four[k] = _mm512_max_ps(_mm512_shuffle_f32x4(two[2 * k], two[2 * k + 1], 0x88),
-                            _mm512_shuffle_f32x4(two[2 * k], two[2 * k + 1], 0xDD));
-  for (size_t k = 0; k < 2; ++k)  // within each 128-bit lane: 2 floats of four[2k], then 2 of four[2k + 1]
-    eight[k] = _mm512_max_ps(_mm512_shuffle_ps(four[2 * k], four[2 * k + 1], 0x88),
-                             _mm512_shuffle_ps(four[2 * k], four[2 * k + 1], 0xDD));
-  return _mm512_max_ps(_mm512_shuffle_ps(eight[0], eight[1], 0x88), _mm512_shuffle_ps(eight[0], eight[1], 0xDD));
-}
-
 // x[0, n) (n a multiple of 32) to int8, one scale per 32: code = round(x / scale), scale = max |x| /
 // 127 (to fp32 rounding). Sixteen groups at a time (the query heads of a GQA group side by side),
-// their maxima reduced together in one tree and inverted by a reciprocal estimate and a Newton step:
-// reduced and divided group by group, the latency of each chain was a tenth of a tile's time.
+// their maxima reduced together (ReduceEach16) and inverted by a reciprocal estimate and a Newton
+// step: reduced and divided group by group, the latency of each chain was a tenth of a tile's time.
 LOWBIT_VNNI void QuantizeGroups(const float* x, size_t n, int8_t* codes, float* scales) {
   const __m512 zero = _mm512_setzero_ps();
   for (size_t g0 = 0; g0 < n / kGroup; g0 += 16) {
@@ -96,7 +80,7 @@ LOWBIT_VNNI void QuantizeGroups(const float* x, size_t n, int8_t* codes, float* 
       top[k] =
           k < count ? _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(at)), _mm512_abs_ps(_mm512_loadu_ps(at + 16))) : zero;
     }
-    const __m512 tops = Maxima(top);
+    const __m512 tops = int8dot::ReduceEach16(top, int8dot::MaxPs{});  // lane k: group g0 + k's
     const __mmask16 positive = _mm512_cmp_ps_mask(tops, zero, _CMP_GT_OQ);
     const __m512 estimate = _mm512_maskz_rcp14_ps(positive, tops);
     const __m512 inverse = _mm512_mul_ps(
@@ -104,12 +88,12 @@ LOWBIT_VNNI void QuantizeGroups(const float* x, size_t n, int8_t* codes, float* 
     alignas(64) float group_scales[16];
     _mm512_store_ps(group_scales, _mm512_mul_ps(tops, _mm512_set1_ps(1.0f / 127.0f)));
     for (size_t k = 0; k < count; ++k) {
-      const __m512 by = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(4 * (k % 4) + k / 4)), inverse);
+      const __m512 by = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(k)), inverse);
       for (size_t at = (g0 + k) * kGroup; at < (g0 + k + 1) * kGroup; at += 16)  // within +-127: no saturation
         _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + at),
                          _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + at), by))));
     }
-    for (size_t k = 0; k < count; ++k) scales[g0 + k] = group_scales[4 * (k % 4) + k / 4];
+    for (size_t k = 0; k < count; ++k) scales[g0 + k] = group_scales[k];
   }
 }
 

@@ -45,6 +45,26 @@ void AddToGroupSum(Int8Activations& a, const Layout& l, size_t t, size_t b, floa
 
 #define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 
+// Lane i: v[i]'s lanes reduced by `op` (AddPs, MaxPs), v overwritten. Four rounds of pairing: each
+// round's even and odd lanes reduced halve the partial results per vector and double the vectors
+// per register (all 16 in about 45 instructions, where 16 separate reductions take 128).
+struct AddPs {
+  LOWBIT_VNNI __m512 operator()(__m512 a, __m512 b) const { return _mm512_add_ps(a, b); }
+};
+struct MaxPs {
+  LOWBIT_VNNI __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(a, b); }
+};
+template <class Op>
+inline LOWBIT_VNNI __m512 ReduceEach16(__m512 (&v)[16], Op op) {
+  alignas(64) static constexpr std::array<int32_t, 16> kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+  alignas(64) static constexpr std::array<int32_t, 16> kOdd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+  const __m512i even = _mm512_load_si512(kEven.data()), odd = _mm512_load_si512(kOdd.data());
+  for (size_t n = 16; n > 1; n /= 2)
+    for (size_t i = 0; i < n / 2; ++i)
+      v[i] = op(_mm512_permutex2var_ps(v[2 * i], even, v[2 * i + 1]), _mm512_permutex2var_ps(v[2 * i], odd, v[2 * i + 1]));
+  return v[0];
+}
+
 // E8M0 scale codes to fp32: 2^(e - 127) has e itself as its exponent field, except e = 0 (2^-127,
 // a subnormal) and e = 255 (NaN).
 inline LOWBIT_VNNI __m512 E8m0ToFp32(__m128i codes) {

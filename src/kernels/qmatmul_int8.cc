@@ -151,18 +151,6 @@ void RowScales(const QuantizedTensor& w, const Layout& l, size_t r, float* scale
 
 namespace {
 
-// Lane i: the sum of v[i]'s lanes. Four rounds of pairing: each round's sums of even and odd
-// lanes halve the partial sums per vector and double the vectors per register.
-LOWBIT_VNNI __m512 SumEach16(__m512 (&v)[16]) {
-  alignas(64) static constexpr std::array<int32_t, 16> kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-  alignas(64) static constexpr std::array<int32_t, 16> kOdd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-  const __m512i even = _mm512_load_si512(kEven.data()), odd = _mm512_load_si512(kOdd.data());
-  for (size_t n = 16; n > 1; n /= 2)
-    for (size_t i = 0; i < n / 2; ++i)
-      v[i] = _mm512_add_ps(_mm512_permutex2var_ps(v[2 * i], even, v[2 * i + 1]), _mm512_permutex2var_ps(v[2 * i], odd, v[2 * i + 1]));
-  return v[0];
-}
-
 // kLookup: codes become their levels by a byte shuffle (vpshufb up to 4 bits, vpermb for 5-6).
 // kSplit: scale blocks per chunk (1, or up to 16 for groups of 16 at int2). Every chunk is scaled
 // by weight x activation scale per block, multiplied for the whole row before its loop (16 blocks
@@ -268,7 +256,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
       const size_t first = r - slot;
       for (size_t t = 0; t < kTokens; ++t) {
         for (size_t i = slot + 1; i < 16; ++i) pending[t][i] = _mm512_setzero_ps();
-        _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + first, static_cast<__mmask16>((2u << slot) - 1), SumEach16(pending[t]));
+        _mm512_mask_storeu_ps(y + (t0 + t) * y_stride + first, static_cast<__mmask16>((2u << slot) - 1), ReduceEach16(pending[t], AddPs{}));
       }
     }
   }
