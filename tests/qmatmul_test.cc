@@ -140,7 +140,7 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
   const size_t rows = 83, cols = 384;  // 41 or 42 rows a thread: a GEMM panel of 36 and a short one
   const std::vector<float> w = Gaussian(rows * cols, 5);
   ThreadPool pool(2);
-  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "fp6_e3m2", "nf4:g64", "bf16", "fp8_e4m3"}) {
+  for (const char* spec : {"int4:g128", "int3:g128", "fp6_e2m3", "fp6_e3m2", "nf4:g64", "bf16", "fp8_e4m3", "mxint8"}) {
     Linear linear;
     linear.weight = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
     const QuantizedTensor& q = std::get<QuantizedTensor>(linear.weight);
@@ -180,6 +180,8 @@ TEST(Int8DotRows, VnniAndAvx2MatchIntegerReferenceAndStayCloseToExact) {
                            "int4:g32:asym:scale=bf16:zero=f16", "int8:g64:asym:zero=bf16", "int3:g128:scale=bf16",
                            // level tables: codes through a byte shuffle
                            "mxfp4", "nvfp4", "fp4_e2m1", "iq4_nl", "fp6_e2m3", "mxfp6_e2m3", "ternary",
+                           // two's complement 8-bit codes (OCP MXINT8, E8M0 scales): the sign bit flipped
+                           "mxint8",
                            // NF4: levels rounded to int8 (below)
                            "nf4:g64", "nf4:g32:scale=f16"}) {
     const QuantizedTensor q = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
@@ -283,7 +285,7 @@ TEST(Int8DotRows, VnniAndAvx2MatchIntegerReferenceAndStayCloseToExact) {
   EXPECT_FALSE(QuantizeActivationsInt8Ref(QuantizeRtn(w, rows, cols, ParseScheme("iq4_nl"), "w"), x.data(), 1).layout.rounded);
   // Levels that are not whole numbers of one step within a byte's range, and that rounding would
   // move by more than 1/16 of their gaps.
-  for (const char* spec : {"fp8_e4m3", "fp6_e3m2", "mxfp8_e5m2", "mxint8"})
+  for (const char* spec : {"fp8_e4m3", "fp6_e3m2", "mxfp8_e5m2"})
     EXPECT_FALSE(Int8DotKernelFits(QuantizeRtn(w, rows, cols, ParseScheme(spec), "w"))) << spec;
 }
 

@@ -261,7 +261,8 @@ class RowScaleSource {
 
 // Byte levels of 64 codes at a time, in the activations' order (ActivationSlot): for 2/4/8 bits
 // one bit plane of a 64-byte load, for other widths 64 codes of 8 * kBits bytes spread to one
-// per byte (kSpread); level tables (kLookup) through a byte shuffle.
+// per byte (kSpread); level tables (kLookup) through a byte shuffle, two's complement 8-bit codes
+// (kLookup at 8 bits) by flipping their sign bit.
 template <int kBits, bool kLookup>
 class LevelDecoder {
  public:
@@ -274,12 +275,13 @@ class LevelDecoder {
         gather_bytes_(_mm512_loadu_si512(kSpread<kBits>[0].data())),
         spread_bits_(_mm512_loadu_si512(kSpread<kBits>[1].data())),
         // vpshufb looks up within each 128-bit lane, so its 16 levels repeat in all four.
-        levels_(kBits <= 4 ? _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l.level.data())))
-                           : _mm512_loadu_si512(l.level.data())) {}
+        levels_(kBits == 8  ? _mm512_set1_epi8(static_cast<char>(0x80))
+                : kBits <= 4 ? _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l.level.data())))
+                             : _mm512_loadu_si512(l.level.data())) {}
 
   // Plane p of a chunk's 64 code bytes (2/4/8 bits).
   LOWBIT_VNNI __attribute__((always_inline)) __m512i Plane(__m512i codes, int p) const {
-    if constexpr (kBits == 8) return codes;
+    if constexpr (kBits == 8) return Levels(codes);
     else return Levels(_mm512_and_si512(_mm512_srli_epi16(codes, p * kBits), mask_));
   }
   // The 64 codes of the chunk at `at` (other widths).
@@ -292,6 +294,7 @@ class LevelDecoder {
  private:
   LOWBIT_VNNI __attribute__((always_inline)) __m512i Levels(__m512i codes) const {
     if constexpr (!kLookup) return codes;
+    else if constexpr (kBits == 8) return _mm512_xor_si512(codes, levels_);  // two's complement codes
     else if constexpr (kBits <= 4) return _mm512_shuffle_epi8(levels_, codes);
     else return _mm512_permutexvar_epi8(codes, levels_);
   }
@@ -319,6 +322,7 @@ void DispatchLayout(const Layout& l, Run&& run) {
       case 2: return by_split.template operator()<2, true>();
       case 4: return by_split.template operator()<4, true>();
       case 6: return by_split.template operator()<6, true>();
+      case 8: return by_split.template operator()<8, true>();
     }
     LOWBIT_CHECK(false);  // LayoutOf admits lookups at these widths only
   }

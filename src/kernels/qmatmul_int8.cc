@@ -76,7 +76,13 @@ bool ByteLevels(std::span<const float> table, Layout& l) {
   l.offset = static_cast<float>(*lo);
   l.rounded = !exact;
   for (size_t c = 0; c < table.size(); ++c) l.lookup |= whole[c] - *lo != static_cast<int>(c);
-  // Level tables at 2, 4 and 6 bits: ternary; FP4 E2M1 (MXFP4, NVFP4), IQ4_NL and NF4; FP6 E2M3.
+  // Level tables at 2, 4 and 6 bits: ternary; FP4 E2M1 (MXFP4, NVFP4), IQ4_NL and NF4; FP6 E2M3. At 8
+  // bits, two's complement codes (MXINT8) alone: their levels are the codes with the sign bit flipped.
+  if (l.lookup && l.bits == 8) {
+    for (size_t c = 0; c < table.size(); ++c)
+      if (whole[c] - *lo != static_cast<int>(c ^ 0x80)) return false;
+    return true;
+  }
   if (l.lookup && l.bits != 2 && l.bits != 4 && l.bits != 6) return false;
   for (size_t c = 0; l.lookup && c < table.size(); ++c) l.level[c] = static_cast<uint8_t>(whole[c] - *lo);
   return true;
@@ -208,6 +214,7 @@ LOWBIT_VNNI void RowsVnni(const QuantizedTensor& w, const Layout& l, const Int8A
         codes = _mm512_loadu_si512(at);
         // One load per chunk: GCC would fold it into each bit plane's instruction, a second load.
         if constexpr (kBits < 8) asm("" : "+v"(codes));
+        else codes = decoder.Plane(codes, 0);  // two's complement codes: their sign bit flipped
       } else
         codes = decoder.Spread(at);
       // The hardware prefetcher falls behind one stream per thread: a software prefetch 2 KB ahead

@@ -42,7 +42,8 @@ struct Int8DotLayout {
   int bits = 0;
   size_t chunk = 0, block = 0, group = 0, groups = 0;
   float step = 1, offset = 0;
-  bool lookup = false;                 // level[c] != c: codes pass through a byte shuffle
+  bool lookup = false;  // level[c] != c: codes pass through a byte shuffle, or at 8 bits flip their sign
+                        // bit (two's complement codes, MXINT8: level = code ^ 0x80)
   bool rounded = false;                // table[c] ~ step * (level[c] + offset) (NF4: see LayoutOf)
   // Consecutive blocks quantized with one activation scale (each block's entry in `scales` holds
   // it): a K-quant's super-block of 256, as llama.cpp's Q8_K, so that the prefill GEMM applies the
@@ -50,7 +51,7 @@ struct Int8DotLayout {
   size_t shared_blocks = 1;
   std::array<uint8_t, 64> level = {};  // lookup only (<= 6 bits)
   bool planes() const { return 8 % bits == 0; }
-  uint32_t Level(uint32_t code) const { return lookup ? level[code] : code; }
+  uint32_t Level(uint32_t code) const { return !lookup ? code : bits == 8 ? code ^ 0x80u : level[code]; }
 };
 
 // Activations quantized for one weight: they are laid out for it, and carry its layout.

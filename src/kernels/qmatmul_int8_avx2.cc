@@ -32,9 +32,10 @@ bool CpuHasAvx2() {
 // As in qmatmul_int8.cc: the hardware prefetcher falls behind one stream per thread.
 constexpr size_t kPrefetchAhead = 2048;
 
-// 2/4/8-bit codes, level tables among them (one byte shuffle holds 16 levels); integers of other
+// 2/4/8-bit codes, level tables among them (one byte shuffle holds 16 levels; not two's complement
+// 8-bit codes, which stay on the fp32 kernel); integers of other
 // widths (Q3_K, Q5_0, Q5_K, Q6_K), spread to a byte each.
-bool Avx2Fits(const Layout& l) { return l.planes() || !l.lookup; }
+bool Avx2Fits(const Layout& l) { return (l.planes() || !l.lookup) && !(l.lookup && l.bits == 8); }
 
 int Planes(const Layout& l) { return l.planes() ? 8 / l.bits : 1; }
 
