@@ -301,7 +301,8 @@ TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
   // FP8 and FP6: widened to bf16 in registers; their scales per row, per tensor, per 32 columns (MX, the
   // E8M0 scale of each 32-column partial dot) or per 64 x 128 block
   for (const char* spec : {"bf16", "fp8_e4m3", "fp8_e4m3:tensor", "fp6_e3m2", "fp6_e2m3:tensor", "mxfp8_e4m3",
-                           "mxfp6_e3m2", "fp6_e3m2:g64:scale=f16", "fp8_e4m3:block64x128:scale=f32"}) {
+                           "mxfp6_e3m2", "fp6_e3m2:g64:scale=f16", "fp8_e4m3:block64x128:scale=f32", "fp8_e5m2",
+                           "mxfp8_e5m2"}) {
     SCOPED_TRACE(spec);
     for (const size_t cols : {size_t{256}, size_t{1088}}) {
       for (const size_t n_tokens : {size_t{1}, size_t{6}, size_t{70}, size_t{261}}) {
@@ -326,32 +327,46 @@ TEST(Bf16DotRows, MatchesReferenceForDecodeAndPrefillTiles) {
   }
 }
 
-// Every finite E4M3 code, through the kernel's widening to bf16: with one-hot activations each output
-// is one code's value times its row's scale, which must be the format's value exactly (OCP FP8 table:
-// subnormals m * 2^-9, normals up to 448, both signs).
-TEST(Bf16DotRows, WidensEveryE4m3CodeExactly) {
-  const size_t rows = 2, cols = 256;
-  QuantizedTensor q(ParseScheme("fp8_e4m3"), rows, cols);
-  if (!HasBf16DotKernel(q)) GTEST_SKIP() << "no AVX512_BF16 here";
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) q.codes()[r * q.row_bytes() + c] = static_cast<uint8_t>(IsNanCode(kE4M3, c) ? 0 : c);
-    q.SetScale(r, r == 0 ? 1.0f : 0.5f);
+// Every finite FP8 code, through the kernel's widening to bf16: with one-hot activations each output
+// is one code's value times its row's scale, which must be the format's value exactly (OCP FP8
+// tables: E4M3 subnormals m * 2^-9, normals up to 448; E5M2 subnormals m * 2^-16, normals up to
+// 57344; both signs).
+TEST(Bf16DotRows, WidensEveryFp8CodeExactly) {
+  struct Case {
+    const char* spec;
+    const MiniFloat& format;
+    size_t subnormals;
+    float smallest, largest;
+  };
+  for (const Case& c : {Case{"fp8_e4m3", kE4M3, 14, std::ldexp(1.0f, -9), 448.0f},
+                        Case{"fp8_e5m2", kE5M2, 6, std::ldexp(1.0f, -16), 57344.0f}}) {
+    SCOPED_TRACE(c.spec);
+    const size_t rows = 2, cols = 256;
+    QuantizedTensor q(ParseScheme(c.spec), rows, cols);
+    if (!HasBf16DotKernel(q)) GTEST_SKIP() << "no AVX512_BF16 here";
+    const auto finite = [&](size_t code) { return std::isfinite(DecodeMiniFloat(c.format, static_cast<uint32_t>(code))); };
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t k = 0; k < cols; ++k) q.codes()[r * q.row_bytes() + k] = static_cast<uint8_t>(finite(k) ? k : 0);
+      q.SetScale(r, r == 0 ? 1.0f : 0.5f);
+    }
+    std::vector<float> x(cols * cols, 0.0f);
+    for (size_t t = 0; t < cols; ++t) x[t * cols + t] = 1.0f;  // token t picks column t
+    std::vector<float> y(cols * rows, NAN);
+    Bf16DotRows(q, PrepareBf16Input(q, x.data(), cols), 0, rows, y.data(), rows);
+    size_t subnormals = 0;
+    float largest = 0;
+    for (size_t k = 0; k < cols; ++k) {
+      if (!finite(k)) continue;
+      const float value = DecodeMiniFloat(c.format, static_cast<uint32_t>(k));
+      EXPECT_EQ(y[k * rows], value) << "code " << k;
+      EXPECT_EQ(y[k * rows + 1], 0.5f * value) << "code " << k;
+      subnormals += value != 0 && std::fabs(value) < std::ldexp(1.0f, 1 - c.format.bias);
+      largest = std::max(largest, y[k * rows]);
+    }
+    EXPECT_EQ(subnormals, c.subnormals);
+    EXPECT_EQ(DecodeMiniFloat(c.format, 0x01), c.smallest);
+    EXPECT_EQ(largest, c.largest);
   }
-  std::vector<float> x(cols * cols, 0.0f);
-  for (size_t t = 0; t < cols; ++t) x[t * cols + t] = 1.0f;  // token t picks column t
-  std::vector<float> y(cols * rows, NAN);
-  Bf16DotRows(q, PrepareBf16Input(q, x.data(), cols), 0, rows, y.data(), rows);
-  size_t subnormals = 0;
-  for (size_t c = 0; c < cols; ++c) {
-    if (IsNanCode(kE4M3, c)) continue;
-    const float value = DecodeMiniFloat(kE4M3, c);
-    EXPECT_EQ(y[c * rows], value) << "code " << c;
-    EXPECT_EQ(y[c * rows + 1], 0.5f * value) << "code " << c;
-    subnormals += (c & 0x78) == 0 && (c & 7) != 0;
-  }
-  EXPECT_EQ(subnormals, 14u);
-  EXPECT_EQ(DecodeMiniFloat(kE4M3, 0x01), std::ldexp(1.0f, -9));
-  EXPECT_EQ(DecodeMiniFloat(kE4M3, 0x7E), 448.0f);
 }
 
 // Every FP6 code at every position of a 64-column block (the byte permutation and shifts differ per

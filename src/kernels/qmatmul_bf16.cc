@@ -108,6 +108,52 @@ struct E4m3Weights {
   }
 };
 
+// FP8 E5M2 the same way, 2^-16 times its value (the row scale carries 2^16), so that the exponent's
+// bf16 bias is 127 - 15 - 16 = 96 = 0b0110'0000: a code's bf16 high byte is its sign, 011 and its
+// exponent's top 4 bits (a 64-entry byte permutation of the code's top 6 bits, vpermb), its low byte
+// the exponent's last bit and the mantissa, shifted up 5. Exponent 0 (zero and the 3 subnormals,
+// m * 2^-32 after the 2^16) is fixed as E4M3's is. The quantizer never writes E5M2's infinities and
+// NaNs (it saturates), which this would read as finite values.
+struct E5m2HighBytes {
+  alignas(64) uint8_t bytes[64] = {};
+  constexpr E5m2HighBytes() {
+    for (int c = 0; c < 64; ++c) bytes[c] = static_cast<uint8_t>((c & 0x20) << 2 | 0x30 | (c >> 1 & 0x0F));
+  }
+};
+inline constexpr E5m2HighBytes kE5m2High{};
+
+struct E5m2Weights {
+  static constexpr size_t kColumns = 64;
+  const uint8_t* codes;
+  size_t stride;               // bytes per row
+  const uint16_t* subnormals;  // 32 entries, 64-byte aligned: bf16 bits of m * 2^-32, m = 0..3
+  LOWBIT_BF16 void Load(size_t r, size_t i, __m512bh out[2]) const {
+    const uint8_t* block = codes + r * stride + i;
+    _mm_prefetch(reinterpret_cast<const char*>(block) + 4 * stride, _MM_HINT_T1);
+    const __m512i b = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7), _mm512_loadu_si512(block));
+    // vpermb reads each index byte's low 6 bits: here the code's top 6 (the shift brings in the
+    // next byte's bits above them, which it ignores).
+    const __m512i high = _mm512_permutexvar_epi8(_mm512_srli_epi16(b, 2), _mm512_load_si512(kE5m2High.bytes));
+    const __m512i low = _mm512_and_si512(_mm512_slli_epi16(b, 5), _mm512_set1_epi8(static_cast<char>(0xE0)));
+    __m512i first = _mm512_unpacklo_epi8(low, high), second = _mm512_unpackhi_epi8(low, high);
+    if (_mm512_testn_epi8_mask(b, _mm512_set1_epi8(0x7C))) [[unlikely]] {
+      first = FixExponentZero(first, _mm512_unpacklo_epi8(b, _mm512_setzero_si512()));
+      second = FixExponentZero(second, _mm512_unpackhi_epi8(b, _mm512_setzero_si512()));
+    }
+    out[0] = (__m512bh)first;
+    out[1] = (__m512bh)second;
+  }
+  // As E4m3Weights::FixExponentZero: the subnormal table's entry for the mantissa (the index's low 5
+  // bits, the mantissa for these codes), with the code's sign.
+  LOWBIT_BF16 __m512i FixExponentZero(__m512i value, __m512i code) const {
+    const __mmask32 zero_exponent = _mm512_testn_epi16_mask(code, _mm512_set1_epi16(0x7C));
+    const __m512i magnitude = _mm512_permutexvar_epi16(code, _mm512_load_si512(subnormals));
+    const __m512i fixed = _mm512_ternarylogic_epi32(_mm512_set1_epi16(static_cast<int16_t>(0x8000)),
+                                                    _mm512_slli_epi16(code, 8), magnitude, 0xCA);  // A ? B : C
+    return _mm512_mask_mov_epi16(value, zero_exponent, fixed);
+  }
+};
+
 // For Fp6Weights, byte indices: lane l (bytes 2l, 2l + 1) of the first 32 of 64 codes takes bytes 6l/8 and the one
 // after; of the second 32, the same 24 bytes on.
 struct Fp6Spread {
@@ -256,9 +302,9 @@ void MatrixRows(const Weights& w, size_t cols, const uint16_t* x, size_t n_token
 }
 
 // How a tensor's codes become bf16 in registers, or kNone: no kernel here for it.
-enum class Bf16Layout { kNone, kBf16, kE4m3, kFp6 };
+enum class Bf16Layout { kNone, kBf16, kE4m3, kE5m2, kFp6 };
 
-// FP8 E4M3 and the FP6 minifloats, symmetric, with one scale per row (channel), per tensor, or per
+// FP8 (E4M3, E5M2) and the FP6 minifloats, symmetric, with one scale per row (channel), per tensor, or per
 // group of columns a multiple of 32 wide (MX's E8M0 per 32, FP8 blocks).
 bool DotScalable(const QuantizedTensor& w) {
   const QuantScheme& s = w.scheme();
@@ -274,6 +320,7 @@ Bf16Layout LayoutOf(const QuantizedTensor& w) {
   if (m == &kBf16) return w.cols() % 32 == 0 ? Bf16Layout::kBf16 : Bf16Layout::kNone;
   if (!DotScalable(w) || w.cols() % 64 != 0) return Bf16Layout::kNone;
   if (m == &kE4M3) return Bf16Layout::kE4m3;
+  if (m == &kE5M2) return Bf16Layout::kE5m2;
   // E2M3 in groups (MXFP6) stays on the integer-dot path (its levels are eighths): one core streamed
   // it at 0.72 of the triad there, 0.57 here, where each group's partial dot takes its own FMA.
   const bool grouped = w.grid().grid_cols > 1;
@@ -281,10 +328,11 @@ Bf16Layout LayoutOf(const QuantizedTensor& w) {
   return Bf16Layout::kNone;
 }
 
-struct E4m3SubnormalTable {
+// The bf16 bits of an FP8 format's subnormals (exponent 0) at `unit` times their value, by mantissa.
+struct Fp8SubnormalTable {
   alignas(64) uint16_t bits[32] = {};
-  E4m3SubnormalTable() {
-    for (uint32_t m = 0; m < 8; ++m) bits[m] = Fp32ToBf16(DecodeMiniFloat(kE4M3, m) / 256.0f);
+  Fp8SubnormalTable(const MiniFloat& format, float unit) {
+    for (uint32_t m = 0; m < (1u << format.man_bits); ++m) bits[m] = Fp32ToBf16(DecodeMiniFloat(format, m) * unit);
   }
 };
 
@@ -320,8 +368,8 @@ void Bf16DotRows(const QuantizedTensor& w, const Bf16Input& in, size_t row_begin
     MatrixRows<false>(weights, w.cols(), x, in.n_tokens, row_begin, row_end, {}, y, y_stride);
     return;
   }
-  // The widened E4M3 codes are 2^-8 times their values; FP6 levels are the values.
-  const float code_scale = layout == Bf16Layout::kE4m3 ? 256.0f : 1.0f;
+  // The widened E4M3 and E5M2 codes are 2^-8 and 2^-16 times their values; FP6 levels are the values.
+  const float code_scale = layout == Bf16Layout::kE4m3 ? 256.0f : layout == Bf16Layout::kE5m2 ? 65536.0f : 1.0f;
   const size_t groups = w.grid().grid_cols;
   std::vector<float> scales;
   DotScales dot_scales{nullptr, groups, w.grid().cell_cols};
@@ -344,8 +392,13 @@ void Bf16DotRows(const QuantizedTensor& w, const Bf16Input& in, size_t row_begin
       MatrixRows<false>(weights, w.cols(), x, in.n_tokens, row_begin, row_end, dot_scales, y, y_stride);
   };
   if (layout == Bf16Layout::kE4m3) {
-    static const E4m3SubnormalTable subnormals;
+    static const Fp8SubnormalTable subnormals(kE4M3, 1.0f / 256);
     run(E4m3Weights{w.codes().data(), w.row_bytes(), subnormals.bits});
+    return;
+  }
+  if (layout == Bf16Layout::kE5m2) {
+    static const Fp8SubnormalTable subnormals(kE5M2, 1.0f / 65536);
+    run(E5m2Weights{w.codes().data(), w.row_bytes(), subnormals.bits});
     return;
   }
   static const Fp6Levels e3m2(kE3M2), e2m3(kE2M3);
