@@ -334,68 +334,74 @@ TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
       }
 }
 
-// The int8 dots of KIVI 4-bit tiles (AVX-512 VNNI) on factors their 8-bit grids hold exactly: each
-// 32 channels' q_j a_j a multiple of 2^-7 with the largest at 127 x 2^-7, each head's V weights a
+// The int8 dots of KIVI tiles (AVX-512 VNNI) on factors their 8-bit grids hold exactly: each 32
+// channels' q_j a_j a multiple of 2^-7 with the largest at 127 x 2^-7, each head's V weights a
 // multiple of 2^-9 with the largest at 255 x 2^-9. The integer dots then add nothing but fp32
-// rounding: the scores and V sums equal the codes times the factors, summed in double. K blocks of
-// 64 (two 32-position slices) read at [3, 58) and [32, 64); V tiles with tails of 1 to 3 positions;
-// 1 to 4 heads. A negative weight is refused with the output untouched.
+// rounding: the scores and V sums equal the codes times the factors, summed in double. 4-bit K blocks
+// of 64 (two 32-position slices) read at [3, 58) and [32, 64), 2-bit ones of 32 at [3, 24) and [0, 32);
+// V tiles with tails of 1 to 3 positions; 1 to 4 heads. A negative weight is refused with the output
+// untouched.
 TEST(KiviInt8Dots, ExactOnFactorsTheirGridsHold) {
-  const size_t head_dim = 128, block = 64, k_row = block / 2, v_row = head_dim / 2;
-  AttentionTile probe{nullptr, k_row, nullptr, v_row, block, TileElement::kU4};
-  probe.k_block = block;
-  if (!kivi_int8::Fits(probe, head_dim)) GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
-  std::mt19937 rng(29);
-  std::vector<uint8_t> k_codes(head_dim * k_row), v_codes(block * v_row);
-  for (auto* bytes : {&k_codes, &v_codes})
-    for (uint8_t& byte : *bytes) byte = static_cast<uint8_t>(rng());
-  const auto code = [](const std::vector<uint8_t>& bytes, size_t row_bytes, size_t row, size_t index) {
-    return static_cast<double>((bytes[row * row_bytes + index / 2] >> (index % 2 * 4)) & 15);
-  };
-  // n values: whole multiples of unit in [lo, top] x unit, each run of `run` holding top itself.
-  const auto on_grid = [&](size_t n, size_t run, int lo, int top, float unit) {
-    std::vector<float> x(n);
-    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(std::uniform_int_distribution<int>(lo, top)(rng)) * unit;
-    for (size_t g = 0; g < n; g += run) x[g + rng() % std::min(run, n - g)] = static_cast<float>(top) * unit;
-    return x;
-  };
-  for (const size_t heads : {size_t{1}, size_t{3}, size_t{4}}) {
-    const std::vector<float> qa = on_grid(heads * head_dim, 32, -127, 127, 1.0f / 128), qb = Gaussian(heads, 31);
-    const float scale = 0.125f;
-    for (const auto& [first, n] : {std::pair<size_t, size_t>{3, 55}, {32, 32}}) {
-      AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, TileElement::kU4};
-      t.k_block = block;
-      t.k_first = first;
-      const size_t c0 = first / 32 * 32, c1 = (first + n + 31) / 32 * 32;
-      std::vector<float> sc(heads * (c1 - c0));
-      kivi_int8::Scores(qa.data(), qb.data(), heads, head_dim, scale, t, c0, c1, sc.data());
-      for (size_t h = 0; h < heads; ++h)
-        for (size_t i = 0; i < c1 - c0; ++i) {
-          double dot = qb[h];
-          for (size_t j = 0; j < head_dim; ++j) dot += qa[h * head_dim + j] * code(k_codes, k_row, j, c0 + i);
-          ASSERT_NEAR(sc[h * (c1 - c0) + i], scale * dot, 1e-5 * (1 + std::fabs(scale * dot)))
-              << "heads " << heads << " first " << first << " head " << h << " position " << c0 + i;
-        }
-    }
-    for (const size_t n : {size_t{64}, size_t{63}, size_t{61}, size_t{5}}) {
-      AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, TileElement::kU4};
-      t.k_block = block;
-      const std::vector<float> pa = on_grid(heads * n, n, 0, 255, 1.0f / 512), pb = Gaussian(heads, 37);
-      std::vector<float> acc = Gaussian(heads * head_dim, 41);
-      const std::vector<float> before = acc;
-      ASSERT_TRUE(kivi_int8::Values(pa.data(), pb.data(), heads, head_dim, t, acc.data()));
-      for (size_t h = 0; h < heads; ++h)
-        for (size_t e = 0; e < head_dim; ++e) {
-          double sum = before[h * head_dim + e] + pb[h];
-          for (size_t i = 0; i < n; ++i) sum += pa[h * n + i] * code(v_codes, v_row, i, e);
-          ASSERT_NEAR(acc[h * head_dim + e], sum, 1e-5 * (1 + std::fabs(sum)))
-              << "heads " << heads << " n " << n << " head " << h << " element " << e;
-        }
-      std::vector<float> negative = pa;
-      negative.back() = -1.0f / 512;
-      const std::vector<float> summed = acc;
-      ASSERT_FALSE(kivi_int8::Values(negative.data(), pb.data(), heads, head_dim, t, acc.data()));
-      EXPECT_EQ(acc, summed);
+  for (const int bits : {4, 2}) {
+    const size_t head_dim = 128, block = bits == 4 ? 64 : 32, k_row = block * bits / 8, v_row = head_dim * bits / 8;
+    const TileElement element = bits == 4 ? TileElement::kU4 : TileElement::kU2;
+    AttentionTile probe{nullptr, k_row, nullptr, v_row, block, element};
+    probe.k_block = block;
+    if (!kivi_int8::Fits(probe, head_dim)) GTEST_SKIP() << "the CPU has no AVX-512 VNNI";
+    std::mt19937 rng(29);
+    std::vector<uint8_t> k_codes(head_dim * k_row), v_codes(block * v_row);
+    for (auto* bytes : {&k_codes, &v_codes})
+      for (uint8_t& byte : *bytes) byte = static_cast<uint8_t>(rng());
+    const auto code = [&](const std::vector<uint8_t>& bytes, size_t row_bytes, size_t row, size_t index) {
+      return static_cast<double>((bytes[row * row_bytes + index * bits / 8] >> (index * bits % 8)) & ((1 << bits) - 1));
+    };
+    // n values: whole multiples of unit in [lo, top] x unit, each run of `run` holding top itself.
+    const auto on_grid = [&](size_t n, size_t run, int lo, int top, float unit) {
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(std::uniform_int_distribution<int>(lo, top)(rng)) * unit;
+      for (size_t g = 0; g < n; g += run) x[g + rng() % std::min(run, n - g)] = static_cast<float>(top) * unit;
+      return x;
+    };
+    using Window = std::pair<size_t, size_t>;  // first position, positions
+    const std::vector<Window> windows = bits == 4 ? std::vector<Window>{{3, 55}, {32, 32}} : std::vector<Window>{{3, 21}, {0, 32}};
+    for (const size_t heads : {size_t{1}, size_t{3}, size_t{4}}) {
+      SCOPED_TRACE(fmt::format("int{} heads {}", bits, heads));
+      const std::vector<float> qa = on_grid(heads * head_dim, 32, -127, 127, 1.0f / 128), qb = Gaussian(heads, 31);
+      const float scale = 0.125f;
+      for (const auto& [first, n] : windows) {
+        AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, element};
+        t.k_block = block;
+        t.k_first = first;
+        const size_t c0 = first / 32 * 32, c1 = (first + n + 31) / 32 * 32;
+        std::vector<float> sc(heads * (c1 - c0));
+        kivi_int8::Scores(qa.data(), qb.data(), heads, head_dim, scale, t, c0, c1, sc.data());
+        for (size_t h = 0; h < heads; ++h)
+          for (size_t i = 0; i < c1 - c0; ++i) {
+            double dot = qb[h];
+            for (size_t j = 0; j < head_dim; ++j) dot += qa[h * head_dim + j] * code(k_codes, k_row, j, c0 + i);
+            ASSERT_NEAR(sc[h * (c1 - c0) + i], scale * dot, 1e-5 * (1 + std::fabs(scale * dot)))
+                << "first " << first << " head " << h << " position " << c0 + i;
+          }
+      }
+      for (const size_t n : {block, block - 1, block - 3, size_t{5}}) {
+        AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, element};
+        t.k_block = block;
+        const std::vector<float> pa = on_grid(heads * n, n, 0, 255, 1.0f / 512), pb = Gaussian(heads, 37);
+        std::vector<float> acc = Gaussian(heads * head_dim, 41);
+        const std::vector<float> before = acc;
+        ASSERT_TRUE(kivi_int8::Values(pa.data(), pb.data(), heads, head_dim, t, acc.data()));
+        for (size_t h = 0; h < heads; ++h)
+          for (size_t e = 0; e < head_dim; ++e) {
+            double sum = before[h * head_dim + e] + pb[h];
+            for (size_t i = 0; i < n; ++i) sum += pa[h * n + i] * code(v_codes, v_row, i, e);
+            ASSERT_NEAR(acc[h * head_dim + e], sum, 1e-5 * (1 + std::fabs(sum))) << "n " << n << " head " << h << " element " << e;
+          }
+        std::vector<float> negative = pa;
+        negative.back() = -1.0f / 512;
+        const std::vector<float> summed = acc;
+        ASSERT_FALSE(kivi_int8::Values(negative.data(), pb.data(), heads, head_dim, t, acc.data()));
+        EXPECT_EQ(acc, summed);
+      }
     }
   }
 }

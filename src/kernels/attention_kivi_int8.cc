@@ -57,14 +57,39 @@ class NextTile {
   size_t share_;  // bytes per step
 };
 
-// Lane x of lo and of hi are the sums of element 2x and 2x + 1 (a byte's low and high code): the
-// first and second 16 elements in order.
+// A slice's P = 8 / bits planes of sums back in element order: lane x of plane p holds element
+// P x + p (byte x's code p). Apply gives 16 elements per output vector, in order: for two planes one
+// interleave of lanes, for four two (planes 0 and 2, 1 and 3, then those).
 struct InOrder {
-  __m512i first, second;
+  __m512i first, second;  // lanes 0-7 / 8-15 of a and b, alternating
   LOWBIT_VNNI InOrder()
       : first(_mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)),
         second(_mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)) {}
+  template <size_t P>
+  LOWBIT_VNNI void Apply(const __m512 (&planes)[P], __m512 (&out)[P]) const {
+    if constexpr (P == 2) {
+      out[0] = _mm512_permutex2var_ps(planes[0], first, planes[1]);
+      out[1] = _mm512_permutex2var_ps(planes[0], second, planes[1]);
+    } else {
+      static_assert(P == 4);
+      const __m512 even[2] = {_mm512_permutex2var_ps(planes[0], first, planes[2]),
+                              _mm512_permutex2var_ps(planes[0], second, planes[2])};
+      const __m512 odd[2] = {_mm512_permutex2var_ps(planes[1], first, planes[3]),
+                             _mm512_permutex2var_ps(planes[1], second, planes[3])};
+      for (size_t k = 0; k < 2; ++k) {
+        out[2 * k] = _mm512_permutex2var_ps(even[k], first, odd[k]);
+        out[2 * k + 1] = _mm512_permutex2var_ps(even[k], second, odd[k]);
+      }
+    }
+  }
 };
+
+// Plane p of 64 code bytes at `bits` bits: code p of each byte.
+template <int kBits>
+LOWBIT_VNNI inline __m512i CodePlane(__m512i bytes, int p) {
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
+  return _mm512_and_si512(p == 0 ? bytes : _mm512_srli_epi16(bytes, p * kBits), mask);
+}
 
 // x[0, n) (n a multiple of 32) to int8, one scale per 32: code = round(x / scale), scale = max |x| /
 // 127 (to fp32 rounding). Sixteen groups at a time (the query heads of a GQA group side by side),
@@ -97,13 +122,15 @@ LOWBIT_VNNI void QuantizeGroups(const float* x, size_t n, int8_t* codes, float* 
   }
 }
 
+// 4-bit K: four channel rows' 16-byte slices (32 positions) in each register, their two planes
+// against the query's channel quad.
 template <size_t kHeads>
-LOWBIT_VNNI void ScoresOf(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t,
-                          size_t c0, size_t c1, float* sc) {
+LOWBIT_VNNI void ScoresInt4(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t,
+                            size_t c0, size_t c1, float* sc) {
   alignas(64) int8_t codes[kHeads * kMaxHeadDim];  // head h's at h head_dim
   float group_scales[kHeads * kMaxHeadDim / kGroup];
   QuantizeGroups(qa, kHeads * head_dim, codes, group_scales);
-  const __m512i interleave = InterleaveIndex(), low = _mm512_set1_epi8(0x0F);
+  const __m512i interleave = InterleaveIndex();
   const InOrder order;
   const uint8_t* keys = static_cast<const uint8_t*>(t.k);
   NextTile next(t.next_k, head_dim * t.k_stride, (c1 - c0) / 32 * head_dim / 4);
@@ -116,7 +143,7 @@ LOWBIT_VNNI void ScoresOf(const float* qa, const float* qb, size_t head_dim, flo
       for (size_t j = g * kGroup; j < (g + 1) * kGroup; j += 4) {  // channels j .. j + 3 in each dword
         next.Step();
         const __m512i codes4 = Quad(keys + j * t.k_stride + 16 * s, t.k_stride, interleave);
-        const __m512i even = _mm512_and_si512(codes4, low), odd = _mm512_and_si512(_mm512_srli_epi16(codes4, 4), low);
+        const __m512i even = CodePlane<4>(codes4, 0), odd = CodePlane<4>(codes4, 1);
         for (size_t h = 0; h < kHeads; ++h) {
           int32_t query;
           std::memcpy(&query, &codes[h * head_dim + j], 4);
@@ -133,20 +160,89 @@ LOWBIT_VNNI void ScoresOf(const float* qa, const float* qb, size_t head_dim, flo
     }
     const __m512 factor = _mm512_set1_ps(scale);
     for (size_t h = 0; h < kHeads; ++h) {
-      const __m512 bias = _mm512_set1_ps(qb[h]);
+      const __m512 bias = _mm512_set1_ps(qb[h]), planes[2] = {lo_sum[h], hi_sum[h]};
+      __m512 ordered[2];
+      order.Apply(planes, ordered);
       float* out = sc + h * (c1 - c0) + (32 * s - c0);
-      _mm512_storeu_ps(
-          out, _mm512_mul_ps(_mm512_add_ps(_mm512_permutex2var_ps(lo_sum[h], order.first, hi_sum[h]), bias), factor));
-      _mm512_storeu_ps(
-          out + 16,
-          _mm512_mul_ps(_mm512_add_ps(_mm512_permutex2var_ps(lo_sum[h], order.second, hi_sum[h]), bias), factor));
+      for (size_t m = 0; m < 2; ++m) _mm512_storeu_ps(out + 16 * m, _mm512_mul_ps(_mm512_add_ps(ordered[m], bias), factor));
     }
   }
 }
 
+// 2-bit K rows are 8 bytes (a block of 32 positions): eight channel rows, 64 contiguous bytes, fill
+// one register, interleaved so that lanes 0-7 hold channels j..j+3 and lanes 8-15 channels j+4..j+7
+// of byte x (positions 4x..4x+3, one per plane), against the query's two channel quads in the
+// matching halves; the halves' sums, of the same positions, are added at the end. Heads [h0, h0 +
+// kPass), two at a time at most: their four planes' integer and fp32 sums fill the registers.
+LOWBIT_VNNI inline __m512i OctetIndex() {
+  alignas(64) uint8_t index[64];
+  for (int half = 0; half < 2; ++half)
+    for (int x = 0; x < 8; ++x)
+      for (int r = 0; r < 4; ++r) index[32 * half + 4 * x + r] = static_cast<uint8_t>(32 * half + 8 * r + x);
+  return _mm512_load_si512(index);
+}
+
+template <size_t kPass>
+LOWBIT_VNNI void ScoresInt2Pass(const int8_t* codes, const float* group_scales, const float* qb, size_t h0,
+                                size_t head_dim, float scale, const uint8_t* keys, NextTile& next, float* sc) {
+  const __m512i interleave = OctetIndex();
+  const InOrder order;
+  const size_t groups = head_dim / kGroup;
+  __m512 sum[kPass][4];
+  for (size_t h = 0; h < kPass; ++h)
+    for (size_t p = 0; p < 4; ++p) sum[h][p] = _mm512_setzero_ps();
+  for (size_t g = 0; g < groups; ++g) {
+    __m512i dot[kPass][4];
+    for (size_t h = 0; h < kPass; ++h)
+      for (size_t p = 0; p < 4; ++p) dot[h][p] = _mm512_setzero_si512();
+    for (size_t j = g * kGroup; j < (g + 1) * kGroup; j += 8) {
+      next.Step();
+      const __m512i codes8 = _mm512_permutexvar_epi8(interleave, _mm512_loadu_si512(keys + 8 * j));
+      const __m512i planes[4] = {CodePlane<2>(codes8, 0), CodePlane<2>(codes8, 1), CodePlane<2>(codes8, 2),
+                                 CodePlane<2>(codes8, 3)};
+      for (size_t h = 0; h < kPass; ++h) {
+        int32_t first, second;
+        std::memcpy(&first, codes + (h0 + h) * head_dim + j, 4);
+        std::memcpy(&second, codes + (h0 + h) * head_dim + j + 4, 4);
+        const __m512i q8 = _mm512_inserti64x4(_mm512_set1_epi32(first), _mm256_set1_epi32(second), 1);
+        for (size_t p = 0; p < 4; ++p) dot[h][p] = _mm512_dpbusd_epi32(dot[h][p], planes[p], q8);
+      }
+    }
+    for (size_t h = 0; h < kPass; ++h) {
+      const __m512 group_scale = _mm512_set1_ps(group_scales[(h0 + h) * groups + g]);
+      for (size_t p = 0; p < 4; ++p) sum[h][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[h][p]), group_scale, sum[h][p]);
+    }
+  }
+  const __m512 factor = _mm512_set1_ps(scale);
+  for (size_t h = 0; h < kPass; ++h) {
+    __m512 planes[4], ordered[4];
+    for (size_t p = 0; p < 4; ++p)  // lanes 0-7: both channel halves
+      planes[p] = _mm512_add_ps(sum[h][p], _mm512_shuffle_f32x4(sum[h][p], sum[h][p], 0xEE));
+    order.Apply(planes, ordered);  // ordered[0..1]: positions 0-31 (2-3 are the halves' leftovers)
+    const __m512 bias = _mm512_set1_ps(qb[h0 + h]);
+    for (size_t m = 0; m < 2; ++m)
+      _mm512_storeu_ps(sc + (h0 + h) * 32 + 16 * m, _mm512_mul_ps(_mm512_add_ps(ordered[m], bias), factor));
+  }
+}
+
 template <size_t kHeads>
+LOWBIT_VNNI void ScoresInt2(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t,
+                            float* sc) {
+  alignas(64) int8_t codes[kHeads * kMaxHeadDim];  // head h's at h head_dim
+  float group_scales[kHeads * kMaxHeadDim / kGroup];
+  QuantizeGroups(qa, kHeads * head_dim, codes, group_scales);
+  const uint8_t* keys = static_cast<const uint8_t*>(t.k);
+  NextTile next(t.next_k, head_dim * t.k_stride, head_dim / 8 * ((kHeads + 1) / 2));
+  for (size_t h0 = 0; h0 < kHeads; h0 += 2) {
+    if (h0 + 2 <= kHeads) ScoresInt2Pass<2>(codes, group_scales, qb, h0, head_dim, scale, keys, next, sc);
+    else ScoresInt2Pass<1>(codes, group_scales, qb, h0, head_dim, scale, keys, next, sc);
+  }
+}
+
+template <int kBits, size_t kHeads>
 LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, const AttentionTile& t, float* acc) {
-  const size_t n = t.n, quads = (n + 3) / 4, whole = n / 4, row_bytes = head_dim / 2;
+  constexpr size_t P = 8 / kBits;  // codes per byte: planes
+  const size_t n = t.n, quads = (n + 3) / 4, whole = n / 4, row_bytes = head_dim * kBits / 8;
   // The weights to uint8, one scale per head: 4 positions' bytes per dword, zero past n.
   thread_local std::vector<uint32_t> quad_weights;
   quad_weights.assign(kHeads * quads, 0);
@@ -177,33 +273,32 @@ LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, con
   for (size_t i = 4 * whole; i < n; ++i)
     std::memcpy(tail + (i - 4 * whole) * row_bytes, rows + i * t.v_stride, row_bytes);
 
-  const __m512i interleave = InterleaveIndex(), low = _mm512_set1_epi8(0x0F);
+  const __m512i interleave = InterleaveIndex();
   const InOrder order;
-  NextTile next(t.next_v, n * t.v_stride, head_dim / 32 * quads);
-  for (size_t s = 0; s < head_dim / 32; ++s) {  // elements [32 s, 32 s + 32): bytes [16 s, 16 s + 16) of each row
-    __m512i lo[kHeads], hi[kHeads];
-    for (size_t h = 0; h < kHeads; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
+  NextTile next(t.next_v, n * t.v_stride, row_bytes / 16 * quads);
+  for (size_t s = 0; s < row_bytes / 16; ++s) {  // bytes [16 s, 16 s + 16) of each row: 16 P elements
+    __m512i dot[kHeads][P];
+    for (size_t h = 0; h < kHeads; ++h)
+      for (size_t p = 0; p < P; ++p) dot[h][p] = _mm512_setzero_si512();
     for (size_t i = 0; i < quads; ++i) {  // positions 4i .. 4i + 3 in each dword
       next.Step();
       const __m512i codes4 = i < whole ? Quad(rows + 4 * i * t.v_stride + 16 * s, t.v_stride, interleave)
                                        : Quad(tail + 16 * s, row_bytes, interleave);
-      const __m512i even = _mm512_and_si512(codes4, low), odd = _mm512_and_si512(_mm512_srli_epi16(codes4, 4), low);
+      __m512i planes[P];
+      for (size_t p = 0; p < P; ++p) planes[p] = CodePlane<kBits>(codes4, static_cast<int>(p));
       for (size_t h = 0; h < kHeads; ++h) {
         const __m512i w4 = _mm512_set1_epi32(static_cast<int32_t>(quad_weights[h * quads + i]));
-        lo[h] = _mm512_dpbusd_epi32(lo[h], w4, even);
-        hi[h] = _mm512_dpbusd_epi32(hi[h], w4, odd);
+        for (size_t p = 0; p < P; ++p) dot[h][p] = _mm512_dpbusd_epi32(dot[h][p], w4, planes[p]);
       }
     }
     for (size_t h = 0; h < kHeads; ++h) {
       const __m512 weight_scale = _mm512_set1_ps(weight_scales[h]), bias = _mm512_set1_ps(pb[h]);
-      const __m512 even = _mm512_cvtepi32_ps(lo[h]), odd = _mm512_cvtepi32_ps(hi[h]);
-      float* out = acc + h * head_dim + 32 * s;
-      _mm512_storeu_ps(
-          out, _mm512_add_ps(_mm512_loadu_ps(out),
-                             _mm512_fmadd_ps(_mm512_permutex2var_ps(even, order.first, odd), weight_scale, bias)));
-      _mm512_storeu_ps(out + 16, _mm512_add_ps(_mm512_loadu_ps(out + 16),
-                                               _mm512_fmadd_ps(_mm512_permutex2var_ps(even, order.second, odd),
-                                                               weight_scale, bias)));
+      __m512 sums[P], ordered[P];
+      for (size_t p = 0; p < P; ++p) sums[p] = _mm512_cvtepi32_ps(dot[h][p]);
+      order.Apply(sums, ordered);
+      float* out = acc + h * head_dim + 16 * P * s;
+      for (size_t m = 0; m < P; ++m)
+        _mm512_storeu_ps(out + 16 * m, _mm512_add_ps(_mm512_loadu_ps(out + 16 * m), _mm512_fmadd_ps(ordered[m], weight_scale, bias)));
     }
   }
   return true;
@@ -212,26 +307,37 @@ LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, con
 }  // namespace
 
 bool Fits(const AttentionTile& t, size_t head_dim) {
-  return CpuHasVnni() && t.element == TileElement::kU4 && t.k_block % 32 == 0 && t.k_stride * 2 == t.k_block &&
-         head_dim % 32 == 0 && head_dim <= kMaxHeadDim && t.v_stride * 2 >= head_dim && t.n <= t.k_block;
+  if (!CpuHasVnni() || head_dim > kMaxHeadDim || t.n > t.k_block) return false;
+  if (t.element == TileElement::kU4)
+    return t.k_block % 32 == 0 && t.k_stride * 2 == t.k_block && head_dim % 32 == 0 && t.v_stride * 2 >= head_dim;
+  return t.element == TileElement::kU2 && t.k_block == 32 && t.k_stride == 8 && head_dim % 64 == 0 &&
+         t.v_stride * 4 >= head_dim;
 }
 
 void Scores(const float* qa, const float* qb, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
             size_t c0, size_t c1, float* sc) {
+  const auto run = [&]<size_t kHeads>() {
+    if (t.element == TileElement::kU2) return ScoresInt2<kHeads>(qa, qb, head_dim, scale, t, sc);
+    ScoresInt4<kHeads>(qa, qb, head_dim, scale, t, c0, c1, sc);
+  };
   switch (heads) {
-    case 4: return ScoresOf<4>(qa, qb, head_dim, scale, t, c0, c1, sc);
-    case 3: return ScoresOf<3>(qa, qb, head_dim, scale, t, c0, c1, sc);
-    case 2: return ScoresOf<2>(qa, qb, head_dim, scale, t, c0, c1, sc);
-    default: return ScoresOf<1>(qa, qb, head_dim, scale, t, c0, c1, sc);
+    case 4: return run.template operator()<4>();
+    case 3: return run.template operator()<3>();
+    case 2: return run.template operator()<2>();
+    default: return run.template operator()<1>();
   }
 }
 
 bool Values(const float* pa, const float* pb, size_t heads, size_t head_dim, const AttentionTile& t, float* acc) {
+  const auto run = [&]<size_t kHeads>() {
+    return t.element == TileElement::kU2 ? ValuesOf<2, kHeads>(pa, pb, head_dim, t, acc)
+                                         : ValuesOf<4, kHeads>(pa, pb, head_dim, t, acc);
+  };
   switch (heads) {
-    case 4: return ValuesOf<4>(pa, pb, head_dim, t, acc);
-    case 3: return ValuesOf<3>(pa, pb, head_dim, t, acc);
-    case 2: return ValuesOf<2>(pa, pb, head_dim, t, acc);
-    default: return ValuesOf<1>(pa, pb, head_dim, t, acc);
+    case 4: return run.template operator()<4>();
+    case 3: return run.template operator()<3>();
+    case 2: return run.template operator()<2>();
+    default: return run.template operator()<1>();
   }
 }
 

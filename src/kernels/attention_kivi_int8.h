@@ -1,6 +1,6 @@
-// KIVI 4-bit tiles (TileElement::kU4) on AVX-512 VNNI: the two dot products of a tile step as
-// integer dots (vpdpbusd, 64 byte products per instruction, twice the fp32 FMAs' rate), the codes
-// used as the bytes they are. Four code rows are interleaved so that each 32-bit lane holds four
+// KIVI tiles (TileElement::kU4, kU2) on AVX-512 VNNI: the two dot products of a tile step as
+// integer dots (vpdpbusd, 64 byte products per instruction, twice the fp32 FMAs' rate), each bit
+// plane of the codes used as bytes. Four code rows are interleaved so that each 32-bit lane holds four
 // codes along the reduction: four K channels of one position, or four V positions of one element.
 // The other factor is rounded to 8 bits: the query times K's channel scales (q_j a_j) to int8 with
 // one scale per 32 channels (llama.cpp's Q8_0 grid for the query of a quantized K cache), and the
@@ -16,12 +16,13 @@
 
 namespace lowbit::kivi_int8 {
 
-// The CPU has AVX-512 VNNI and the tile fits these kernels: 4-bit codes, whole 32-position slices of
-// K's channel rows (a block of a multiple of 32 positions), a head size of a multiple of 32 up to 512.
+// The CPU has AVX-512 VNNI and the tile fits these kernels: 4-bit codes with whole 32-position slices
+// of K's channel rows (a block of a multiple of 32 positions) and a head size of a multiple of 32, or
+// 2-bit codes in blocks of 32 positions and a head size of a multiple of 64; heads of at most 512.
 bool Fits(const AttentionTile& t, size_t head_dim);
 
-// Positions [c0, c1) of K's channel rows (multiples of 32 that cover the tile's), for heads [0, heads)
-// (heads <= 4): sc[h (c1 - c0) + i] = scale (sum_j qa[h head_dim + j] code_j(c0 + i) + qb[h]).
+// Positions [c0, c1) of K's channel rows (multiples of 32 that cover the tile's; 2-bit: [0, 32)), for
+// heads [0, heads) (heads <= 4): sc[h (c1 - c0) + i] = scale (sum_j qa[h head_dim + j] code_j(c0 + i) + qb[h]).
 void Scores(const float* qa, const float* qb, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
             size_t c0, size_t c1, float* sc);
 

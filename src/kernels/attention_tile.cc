@@ -517,7 +517,7 @@ void PackedHeads(const Dots& dots, D d, const float* HWY_RESTRICT q, size_t head
 
 // Every head of a KIVI tile, four at a time (a GQA group shares each converted chunk). V is read at
 // the widest vector whose chunk divides the head size, K at that width or half of it (int2's 32-position
-// blocks fill only 8 lanes of 4 planes); false when no width fits. 4-bit tiles take the integer dots
+// blocks fill only 8 lanes of 4 planes); false when no width fits. KIVI tiles take the integer dots
 // where the CPU has them and the tile allows them.
 template <int kBits>
 bool PackedTile(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,

@@ -44,7 +44,7 @@ struct AttentionTile {
   // each tile's first loads waited on memory (ctx 16384 ran 3x slower per position than ctx 256).
   const void* next_k = nullptr;
   const void* next_v = nullptr;
-  // kU4 on AVX-512 VNNI: the dots may run on integers, the query and the weights rounded to 8 bits
+  // kU4 / kU2 on AVX-512 VNNI: the dots may run on integers, the query and the weights rounded to 8 bits
   // (attention_kivi_int8.h), as generation and benchmarks run; evaluation keeps fp32 (false).
   bool int8_dots = false;
 };

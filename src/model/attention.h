@@ -24,7 +24,7 @@ struct AttentionQuery {
   float scale = 1;           // 1 / sqrt(head_dim)
   size_t first = 0;          // a sliding window's first visible position
   float softcap = 0;         // scores soft-capped to (-softcap, softcap) when > 0 (kernels/attention_tile.h)
-  bool int8_dots = false;    // KIVI int4 tiles on integer dots (AttentionTile::int8_dots): Activations::kFast
+  bool int8_dots = false;    // KIVI tiles on integer dots (AttentionTile::int8_dots): Activations::kFast
 };
 
 // Reusable per-thread buffers, sized on first use.

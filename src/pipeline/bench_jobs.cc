@@ -80,9 +80,9 @@ nlohmann::json RunAttentionBench(const AttentionBenchJob& job) {
     return std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(calls) * 1e6;
   };
   const double blocked = time([&] { AttendJobs(jobs, pool); });
-  // KIVI int4 runs its dots on integers where the CPU allows (generation); evaluation keeps fp32.
+  // KIVI runs its dots on integers where the CPU allows (generation); evaluation keeps fp32.
   double blocked_fp32_dots = 0;
-  if (cache.options().dtype == KvDtype::kInt4) {
+  if (cache.options().dtype == KvDtype::kInt4 || cache.options().dtype == KvDtype::kInt2) {
     std::vector<AttentionJob> exact = jobs;
     for (AttentionJob& j : exact) j.query.int8_dots = false;
     blocked_fp32_dots = time([&] { AttendJobs(exact, pool); });
