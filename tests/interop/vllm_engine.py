@@ -49,6 +49,21 @@ EXPORTS = [
 ]
 
 
+def onednn_int8_on_amx(name):
+    """vLLM 0.32's CPU kernel for int8 weights and activations on CPUs with AMX tiles (sgl-kernels'
+    int8_scaled_mm_with_quant) aborts its worker in float16: "scale_C: scalar path not implemented"
+    (csrc/cpu/sgl-kernels/gemm_int8.cpp), whatever the checkpoint. On such a CPU the W8A8 exports run with vLLM's
+    oneDNN int8 kernel, the one every CPU without AMX takes: in-process (no worker to fork), with the AMX
+    kernel's check answering no. Returns the LLM arguments, or None where nothing needs changing."""
+    import torch
+    if "w8a8" not in name or not torch.cpu._is_amx_tile_supported():
+        return None
+    import vllm.model_executor.kernels.linear.scaled_mm.cpu as cpu_scaled_mm
+    cpu_scaled_mm.check_cpu_sgl_kernel = lambda *args: False
+    print(f"{name}: AMX CPU: vLLM's oneDNN int8 kernel, in-process (its AMX int8 kernel aborts in float16)", flush=True)
+    return {"distributed_executor_backend": "uni"}
+
+
 def write_base(path, tokens, bos, vocab, logprobs_of):
     """lowbit's base file from per-position top-K log-probabilities (eval/compare.cc, version 2)."""
     chunks = len(tokens) // CTX
@@ -171,7 +186,17 @@ def main():
             groups = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["config_groups"]
             check(all(g["weights"]["actorder"] == "static" for g in groups.values()),
                   f"{name}: config_groups' actorder {[g['weights']['actorder'] for g in groups.values()]}, not 'static'")
-        llm = LLM(model=out, dtype=args.dtype or "float16", enforce_eager=True, max_model_len=2 * CTX, seed=0)
+        in_process = onednn_int8_on_amx(name)
+        multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        if in_process is not None:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        llm = LLM(model=out, dtype=args.dtype or "float16", enforce_eager=True, max_model_len=2 * CTX, seed=0,
+                  **(in_process or {}))
+        if in_process is not None:  # the next exports' engines in their own processes again
+            if multiprocessing is None:
+                del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+            else:
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
         vocab = llm.llm_engine.model_config.get_vocab_size()
 
         def logprobs_of(chunk):
