@@ -56,6 +56,18 @@ struct Bf16Weights {
   }
 };
 
+// An FP8 format's lanes (16-bit, the code in the low byte) whose exponent (`exponent_bits` of the
+// code) is 0: the subnormal table's entry for the mantissa (vpermw reads an index's low 5 bits, which
+// are the mantissa there), with the code's sign; other lanes keep `value`.
+LOWBIT_BF16 inline __m512i FixFp8ExponentZero(__m512i value, __m512i code, int16_t exponent_bits,
+                                              const uint16_t* subnormals) {
+  const __mmask32 zero_exponent = _mm512_testn_epi16_mask(code, _mm512_set1_epi16(exponent_bits));
+  const __m512i magnitude = _mm512_permutexvar_epi16(code, _mm512_load_si512(subnormals));
+  const __m512i fixed = _mm512_ternarylogic_epi32(_mm512_set1_epi16(static_cast<int16_t>(0x8000)),
+                                                  _mm512_slli_epi16(code, 8), magnitude, 0xCA);  // A ? B : C
+  return _mm512_mask_mov_epi16(value, zero_exponent, fixed);
+}
+
 // FP8 E4M3 widened to bf16 exactly, 2^-8 times its value (the row scale carries 2^8), 64 codes at a
 // time. With exponent bias 127 - 15 a code's bf16 high byte depends on its high nibble only
 // (sign, 0111, the exponent's top 3 bits) and its low byte on its low nibble (the exponent's last
@@ -70,6 +82,7 @@ struct Bf16Weights {
 // triad) / 17.0.
 struct E4m3Weights {
   static constexpr size_t kColumns = 64;
+  static constexpr int16_t kExponent = 0x78;  // the code's exponent bits
   const uint8_t* codes;
   size_t stride;                // bytes per row
   const uint16_t* subnormals;   // 32 entries, 64-byte aligned: bf16 bits of m * 2^-17, m = 0..7
@@ -90,21 +103,12 @@ struct E4m3Weights {
     const __m512i low = _mm512_shuffle_epi8(low_table, _mm512_and_si512(b, nibble));
     const __m512i high = _mm512_shuffle_epi8(high_table, _mm512_and_si512(_mm512_srli_epi16(b, 4), nibble));
     __m512i first = _mm512_unpacklo_epi8(low, high), second = _mm512_unpackhi_epi8(low, high);
-    if (_mm512_testn_epi8_mask(b, _mm512_set1_epi8(0x78))) [[unlikely]] {
-      first = FixExponentZero(first, _mm512_unpacklo_epi8(b, _mm512_setzero_si512()));
-      second = FixExponentZero(second, _mm512_unpackhi_epi8(b, _mm512_setzero_si512()));
+    if (_mm512_testn_epi8_mask(b, _mm512_set1_epi8(kExponent))) [[unlikely]] {
+      first = FixFp8ExponentZero(first, _mm512_unpacklo_epi8(b, _mm512_setzero_si512()), kExponent, subnormals);
+      second = FixFp8ExponentZero(second, _mm512_unpackhi_epi8(b, _mm512_setzero_si512()), kExponent, subnormals);
     }
     out[0] = (__m512bh)first;
     out[1] = (__m512bh)second;
-  }
-  // Lanes whose code (low byte of `code`) has exponent 0: the subnormal table's entry for its
-  // mantissa (vpermw reads an index's low 5 bits, which are the mantissa there), with its sign.
-  LOWBIT_BF16 __m512i FixExponentZero(__m512i value, __m512i code) const {
-    const __mmask32 zero_exponent = _mm512_testn_epi16_mask(code, _mm512_set1_epi16(0x78));
-    const __m512i magnitude = _mm512_permutexvar_epi16(code, _mm512_load_si512(subnormals));
-    const __m512i fixed = _mm512_ternarylogic_epi32(_mm512_set1_epi16(static_cast<int16_t>(0x8000)),
-                                                    _mm512_slli_epi16(code, 8), magnitude, 0xCA);  // A ? B : C
-    return _mm512_mask_mov_epi16(value, zero_exponent, fixed);
   }
 };
 
@@ -124,6 +128,7 @@ inline constexpr E5m2HighBytes kE5m2High{};
 
 struct E5m2Weights {
   static constexpr size_t kColumns = 64;
+  static constexpr int16_t kExponent = 0x7C;  // the code's exponent bits
   const uint8_t* codes;
   size_t stride;               // bytes per row
   const uint16_t* subnormals;  // 32 entries, 64-byte aligned: bf16 bits of m * 2^-32, m = 0..3
@@ -136,21 +141,12 @@ struct E5m2Weights {
     const __m512i high = _mm512_permutexvar_epi8(_mm512_srli_epi16(b, 2), _mm512_load_si512(kE5m2High.bytes));
     const __m512i low = _mm512_and_si512(_mm512_slli_epi16(b, 5), _mm512_set1_epi8(static_cast<char>(0xE0)));
     __m512i first = _mm512_unpacklo_epi8(low, high), second = _mm512_unpackhi_epi8(low, high);
-    if (_mm512_testn_epi8_mask(b, _mm512_set1_epi8(0x7C))) [[unlikely]] {
-      first = FixExponentZero(first, _mm512_unpacklo_epi8(b, _mm512_setzero_si512()));
-      second = FixExponentZero(second, _mm512_unpackhi_epi8(b, _mm512_setzero_si512()));
+    if (_mm512_testn_epi8_mask(b, _mm512_set1_epi8(kExponent))) [[unlikely]] {
+      first = FixFp8ExponentZero(first, _mm512_unpacklo_epi8(b, _mm512_setzero_si512()), kExponent, subnormals);
+      second = FixFp8ExponentZero(second, _mm512_unpackhi_epi8(b, _mm512_setzero_si512()), kExponent, subnormals);
     }
     out[0] = (__m512bh)first;
     out[1] = (__m512bh)second;
-  }
-  // As E4m3Weights::FixExponentZero: the subnormal table's entry for the mantissa (the index's low 5
-  // bits, the mantissa for these codes), with the code's sign.
-  LOWBIT_BF16 __m512i FixExponentZero(__m512i value, __m512i code) const {
-    const __mmask32 zero_exponent = _mm512_testn_epi16_mask(code, _mm512_set1_epi16(0x7C));
-    const __m512i magnitude = _mm512_permutexvar_epi16(code, _mm512_load_si512(subnormals));
-    const __m512i fixed = _mm512_ternarylogic_epi32(_mm512_set1_epi16(static_cast<int16_t>(0x8000)),
-                                                    _mm512_slli_epi16(code, 8), magnitude, 0xCA);  // A ? B : C
-    return _mm512_mask_mov_epi16(value, zero_exponent, fixed);
   }
 };
 
