@@ -401,6 +401,55 @@ TEST(EngineFormats, W8A8ExportsKeepTheirInputQuantization) {
               {"input_quant", "compressed-tensors"});
 }
 
+// Asymmetric int8 inputs (vLLM's W8A8 with azp): int-quantized with symmetric false and int8
+// zero-points; the static zero-point is lowbit's code minus 128, and both schemes come back as written.
+TEST(EngineFormats, AsymmetricInputsExportWithInt8ZeroPoints) {
+  Scratch dir;
+  Model m = LoadHfModel(kModelDir);
+  QuantizeLinears(m.weights, ParseScheme("int8:channel"));
+  const InputQuant token{ParseScheme("int8:token:asym:scale=f32")};
+  const InputQuant fixed{ParseScheme("int8:tensor:asym:scale=f32"), 0.0625f, 100.0f};
+  for (LayerWeights& l : m.weights.layers) {
+    l.wq.input_quant = l.wk.input_quant = l.wv.input_quant = token;
+    l.wo.input_quant = l.w_gate.input_quant = l.w_up.input_quant = l.w_down.input_quant = fixed;
+  }
+  EXPECT_EQ(ExportCompressedTensors(m, dir / "ct").format, "int-quantized");
+  const nlohmann::json groups = ReadJsonFile(dir / "ct" / "config.json")["quantization_config"]["config_groups"];
+  int asymmetric = 0;
+  for (const auto& [name, g] : groups.items()) {
+    const nlohmann::json& a = g["input_activations"];
+    EXPECT_EQ(a["symmetric"], false) << name;
+    EXPECT_EQ(a["zp_dtype"], "torch.int8") << name;
+    asymmetric += a["dynamic"] == true ? a["strategy"] == "token" : a["strategy"] == "tensor";
+  }
+  EXPECT_EQ(asymmetric, static_cast<int>(groups.size()));
+  const SafetensorsModel st = SafetensorsModel::Open(dir / "ct" / "model.safetensors");
+  const TensorView& zero = st.Get("model.layers.0.mlp.down_proj.input_zero_point");
+  ASSERT_EQ(zero.dtype, DType::kI8);
+  EXPECT_EQ(static_cast<int8_t>(zero.data[0]), -28);
+  EXPECT_EQ(st.Find("model.layers.0.self_attn.q_proj.input_zero_point"), nullptr);  // per token: chosen per call
+  const Model back = LoadHfModel(dir / "ct");
+  for (const LayerWeights& l : back.weights.layers) {
+    EXPECT_EQ(l.wk.input_quant, token);
+    EXPECT_EQ(l.w_down.input_quant, fixed);
+  }
+
+  // The zero-point compressed-tensors takes before rounding the scale: only fp32 scales agree per token.
+  ExpectError([&] {
+    (void)CompressedTensorsFormatOf(ParseScheme("int8:channel"), InputQuant{ParseScheme("int8:token:asym")}, "p");
+  }, {"p:", "fp32 scales", "int8:token:asym:scale=f32"});
+  ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("int4:g128"), token, "p"); }, {"p:", "int8 weights"});
+  nlohmann::json config = ReadJsonFile(dir / "ct" / "config.json");
+  for (auto& [name, g] : config["quantization_config"]["config_groups"].items())
+    if (g["input_activations"]["dynamic"] == true) g["input_activations"]["scale_dtype"] = "torch.float16";
+  WriteFileAtomic(dir / "ct" / "config.json", config.dump());
+  ExpectError([&] { (void)LoadHfModel(dir / "ct"); }, {"config.json", "input_activations.scale_dtype", "fp32"});
+  for (auto& [name, g] : config["quantization_config"]["config_groups"].items())
+    g["input_activations"]["type"] = "float";
+  WriteFileAtomic(dir / "ct" / "config.json", config.dump());
+  ExpectError([&] { (void)LoadHfModel(dir / "ct"); }, {"config.json", "input_activations.symmetric", "int8"});
+}
+
 // MXFP4 weights with FP8 inputs, per token or per group of 128 (compressed-tensors' MXFP4xFP8 preset,
 // vLLM's W4A8 MXFP4 scheme): dynamic float8 input_activations, read back as the same schemes.
 TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "eval/scoring.h"
 #include "io/hf_model.h"
 #include "io/quantized_checkpoint.h"
@@ -13,12 +14,14 @@
 #include "model/forward.h"
 #include "model/ptq.h"
 #include "model_test_util.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 namespace {
 
 using testing_util::KjvCalibration;
+using testing_util::ExpectError;
 using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
@@ -36,6 +39,65 @@ TEST(InputQuant, DynamicPerTokenAndStaticPerTensorHandComputed) {
   EXPECT_NEAR(st[4], 1.27f, 1e-6);
   EXPECT_NEAR(st[6], -1.28f, 1e-6);
   EXPECT_NEAR(st[2], 0.25f, 1e-6);
+}
+
+TEST(InputQuant, AsymmetricPerTokenAndStaticHandComputed) {
+  // Row 1 spans [-64, 191]: scale 255 / 255 = 1, zero-point 64, so 10.3 -> 10. Row 2 is all positive:
+  // the range starts at 0 (zero-point 0), scale 2 / 255, and 1.1 is 140.25 steps -> 140.
+  const std::vector<float> x = {191.0f, -64.0f, 10.3f, 0.0f, /* row 2 */ 0.5f, 1.1f, 2.0f, 0.25f};
+  const auto dyn = FakeQuantizeInput({ParseScheme("int8:token:asym:scale=f32")}, x.data(), 2, 4);
+  EXPECT_EQ(dyn[0], 191.0f);
+  EXPECT_EQ(dyn[1], -64.0f);
+  EXPECT_EQ(dyn[2], 10.0f);
+  EXPECT_EQ(dyn[3], 0.0f);
+  EXPECT_NEAR(dyn[5], 140.0f * 2.0f / 255.0f, 1e-6);
+  EXPECT_NEAR(dyn[6], 2.0f, 1e-6);
+  // Static: scale 0.5 and zero-point code 100 hold [-50, 77.5]; past either end the codes saturate.
+  const auto st = FakeQuantizeInput({ParseScheme("int8:tensor:asym:scale=f32"), 0.5f, 100.0f}, x.data(), 2, 4);
+  EXPECT_EQ(st[0], 77.5f);
+  EXPECT_EQ(st[1], -50.0f);
+  EXPECT_EQ(st[2], 10.5f);  // 20.6 steps -> 21
+  EXPECT_EQ(st[3], 0.0f);
+  EXPECT_EQ(st[5], 1.0f);  // 2.2 steps -> 2
+}
+
+// Static asymmetric inputs calibrate a zero-point beside the scale: inputs of a SiLU-gated product
+// (down_proj) reach further below zero than above or the reverse, so their zero-point is not the
+// middle code; it survives saving and loading.
+TEST(InputQuant, AsymmetricStaticInputsCalibrateAZeroPoint) {
+  Model m = LoadHfModel(kModelDir);
+  const auto tok = LoadTokenizer(kModelDir);
+  QuantizeRequest req;
+  req.scheme = ParseScheme("int8:channel");
+  req.act_scheme = ParseScheme("int8:tensor:asym:scale=f32");
+  req.calibration = KjvCalibration(*tok, 4, 64);
+  req.threads = 2;
+  QuantizeModel(m, req);
+  for (const LayerWeights& l : m.weights.layers) {
+    ASSERT_TRUE(l.w_down.input_quant.has_value());
+    const InputQuant& iq = *l.w_down.input_quant;
+    EXPECT_GT(iq.static_scale, 0.0f);
+    EXPECT_EQ(iq.static_zero, std::nearbyint(iq.static_zero));
+    EXPECT_GT(iq.static_zero, 0.0f);
+    EXPECT_LT(iq.static_zero, 255.0f);
+    EXPECT_NE(iq.static_zero, 128.0f);
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("lowbit_asym_" + std::to_string(::getpid()));
+  SaveQuantizedModel(m, dir, kModelDir, nlohmann::json::object());
+  const Model loaded = LoadHfModel(dir);
+  for (size_t i = 0; i < m.weights.layers.size(); ++i)
+    EXPECT_EQ(loaded.weights.layers[i].w_down.input_quant, m.weights.layers[i].w_down.input_quant);
+  // A zero-point outside the codes, or on symmetric inputs, is refused naming the key.
+  nlohmann::json config = ReadJsonFile(dir / "config.json");
+  nlohmann::json& entry = config["quantization_config"]["lowbit"]["input_quant"]["model.layers.0.mlp.down_proj"];
+  entry["static_zero"] = 300;
+  WriteFileAtomic(dir / "config.json", config.dump());
+  ExpectError([&] { (void)LoadHfModel(dir); }, {"config.json", "static_zero", "[0, 255]"});
+  entry["static_zero"] = 3;
+  entry["scheme"] = "int8:tensor:scale=f32";
+  WriteFileAtomic(dir / "config.json", config.dump());
+  ExpectError([&] { (void)LoadHfModel(dir); }, {"config.json", "static_zero", "asymmetric per-tensor"});
+  std::filesystem::remove_all(dir);
 }
 
 TEST(InputQuant, Nvfp4BlocksUnderTheStaticTensorScaleHandComputed) {

@@ -251,6 +251,19 @@ bool IsDynamicFp8Input(const InputQuant& input) {
          (g == GranularityKind::kToken || g == GranularityKind::kGroup);
 }
 
+// Asymmetric inputs (vLLM's W8A8 with azp): int8 weights and int8 inputs with an integer zero-point.
+// Per token, compressed-tensors takes the zero-point from the scale before rounding it to scale_dtype,
+// lowbit from the rounded scale: the two agree only on fp32 scales.
+void CheckAsymmetricInput(const QuantScheme& w, const QuantScheme& a, const std::string& where) {
+  if (!(w.element->kind == ElementKind::kInt && w.element->bits == 8) || a.element->kind != ElementKind::kInt ||
+      a.zero_type != ZeroType::kInt)
+    Fail("{}: input_quant '{}': compressed-tensors runs asymmetric inputs as int8 with integer zero-points on int8 "
+         "weights (W8A8), not on {} weights", where, a.ToString(), w.ToString());
+  if (a.granularity.kind == GranularityKind::kToken && a.scale_type != ScaleType::kF32)
+    Fail("{}: input_quant '{}': asymmetric per-token inputs need fp32 scales (compressed-tensors computes the "
+         "zero-point before rounding the scale): use {}:scale=f32", where, a.ToString(), "int8:token:asym");
+}
+
 }  // namespace
 
 std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<InputQuant>& input, const std::string& where) {
@@ -287,9 +300,10 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
     const QuantScheme& a = input->scheme;
     const GranularityKind g = a.granularity.kind;
     if ((a.element->name != "fp8_e4m3" && !(a.element->kind == ElementKind::kInt && a.element->bits == 8)) ||
-        a.asymmetric() || (g != GranularityKind::kToken && g != GranularityKind::kTensor))
-      Fail("{}: input_quant '{}': compressed-tensors quantizes inputs to symmetric int8 or fp8_e4m3, per token "
-           "(dynamic) or per tensor (static)", where, a.ToString());
+        (g != GranularityKind::kToken && g != GranularityKind::kTensor))
+      Fail("{}: input_quant '{}': compressed-tensors quantizes inputs to int8 or fp8_e4m3, per token (dynamic) or "
+           "per tensor (static)", where, a.ToString());
+    if (a.asymmetric()) CheckAsymmetricInput(w, a, where);
     // WnA8 (the W4A8 and W4AFP8 presets): packed integer weights, inputs quantized per token per call.
     if (w.element->kind == ElementKind::kInt && !int8) {
       if (g != GranularityKind::kToken)
@@ -350,7 +364,7 @@ nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
   const bool token = g == GranularityKind::kToken, group = g == GranularityKind::kGroup;
   a["num_bits"] = 8;
   a["type"] = input.scheme.element->kind == ElementKind::kInt ? "int" : "float";
-  a["symmetric"] = true;
+  a["symmetric"] = !input.scheme.asymmetric();
   a["group_size"] = group ? OrderedJson(input.scheme.granularity.group) : OrderedJson(nullptr);
   a["strategy"] = token ? "token" : group ? "group" : "tensor";
   a["block_structure"] = nullptr;
@@ -359,7 +373,7 @@ nlohmann::ordered_json CompressedTensorsInputArgs(const InputQuant& input) {
   a["observer"] = token || group ? OrderedJson(nullptr) : OrderedJson("minmax");
   // The dtype dynamic scales are rounded to, so that a reader computes lowbit's numbers.
   a["scale_dtype"] = TorchScaleDType(input.scheme.scale_type);
-  a["zp_dtype"] = nullptr;
+  a["zp_dtype"] = input.scheme.asymmetric() ? OrderedJson("torch.int8") : OrderedJson(nullptr);
   return a;
 }
 
@@ -385,8 +399,12 @@ void AddCompressedTensorsLinear(TensorList& out, const std::string& prefix, cons
                     std::move(weight));
   const auto scales = std::as_bytes(q.scale_bytes());
   out.AddOwnedBytes(prefix + ".weight_scale", ScaleDType(s.scale_type), ScaleShape(s, q.grid()), {scales.begin(), scales.end()});
-  if (input && input->scheme.granularity.kind == GranularityKind::kTensor)
+  if (input && input->scheme.granularity.kind == GranularityKind::kTensor) {
     out.AddOwned(prefix + ".input_scale", DType::kF32, {1}, std::vector<float>{input->static_scale});
+    if (input->scheme.asymmetric())  // lowbit's codes 0..255, compressed-tensors' int8 -128..127
+      out.AddOwned(prefix + ".input_zero_point", DType::kI8, {1},
+                   std::vector<int8_t>{static_cast<int8_t>(input->static_zero - 128)});
+  }
 }
 
 QuantScheme UnpackedScheme(const JsonView& w, DType scale_dtype) {
@@ -492,11 +510,50 @@ InputQuant MxInput(const JsonView& a) {
   return InputQuant{ParseScheme(fmt::format("{}:g32:scale=e8m0:e8m0=round", element)), 0};
 }
 
+// The input_scale (and input_zero_point) tensor of static per-tensor inputs: one positive value.
+float StaticInputValue(const SafetensorsModel& st, const std::string& prefix, const JsonView& a, const char* name) {
+  const TensorView* t = st.Find(prefix + "." + name);
+  if (!t || t->numel() != 1)
+    Fail("{}: tensor '{}.{}' (one value) is missing; {} says static per-tensor inputs", st.path().string(), prefix,
+         name, a.path());
+  return ToFloat32(*t)[0];
+}
+
+float StaticInputScale(const SafetensorsModel& st, const std::string& prefix, const JsonView& a) {
+  const float value = StaticInputValue(st, prefix, a, "input_scale");
+  if (!(value > 0) || !std::isfinite(value))
+    Fail("{}: tensor '{}.input_scale' is {}, not a positive scale", st.path().string(), prefix, value);
+  return value;
+}
+
+// Asymmetric int8 inputs (vLLM's W8A8 with azp): per token with fp32 scales chosen per call, or per
+// tensor with a calibrated input_scale and int8 input_zero_point (lowbit's codes are that plus 128).
+InputQuant AsymmetricInput(const JsonView& a, const SafetensorsModel& st, const std::string& prefix) {
+  if (a.Get<std::string>("type", "int") != "int" || a.Get<int>("num_bits", 8) != 8)
+    a["symmetric"].Fail("asymmetric inputs are int8 here (type int, num_bits 8)");
+  const std::string strategy = a.Get<std::string>("strategy", "tensor");
+  const bool dynamic = a.Has("dynamic") && a["dynamic"].value() == true;
+  if (strategy == "token" && dynamic) {
+    if (DynamicScaleType(a) != "f32")
+      a["scale_dtype"].Fail("asymmetric per-token inputs are read with fp32 scales (compressed-tensors takes the "
+                            "zero-point from the unrounded scale)");
+    return InputQuant{ParseScheme("int8:token:asym:scale=f32")};
+  }
+  if (strategy != "tensor" || dynamic)
+    a["strategy"].Fail(fmt::format("is '{}'{}; lowbit reads asymmetric inputs per token (dynamic) and per tensor "
+                                   "(static)", strategy, dynamic ? " (dynamic)" : ""));
+  const float scale = StaticInputScale(st, prefix, a);
+  const float zero = StaticInputValue(st, prefix, a, "input_zero_point");
+  if (!(zero >= -128 && zero <= 127) || zero != std::nearbyint(zero))
+    Fail("{}: tensor '{}.input_zero_point' is {}, not an int8 zero-point", st.path().string(), prefix, zero);
+  return InputQuant{ParseScheme("int8:tensor:asym:scale=f32"), scale, zero + 128};
+}
+
 }  // namespace
 
 InputQuant CompressedTensorsInput(const JsonView& a, const SafetensorsModel& st, const std::string& prefix) {
   const std::string type = a.Get<std::string>("type", "int");
-  if (!a.Get<bool>("symmetric", true)) a["symmetric"].Fail("asymmetric input quantization is not supported yet");
+  if (!a.Get<bool>("symmetric", true)) return AsymmetricInput(a, st, prefix);
   if (a.Get<std::string>("strategy", "") == "group" && type == "float") return MxInput(a);
   if (a.Get<int>("num_bits", 8) == 4) return Nvfp4Input(a, st, prefix);
   if (a.Get<int>("num_bits", 8) != 8) a["num_bits"].Fail("lowbit runs 8-bit input quantization, and NVFP4's 4-bit");
@@ -511,14 +568,7 @@ InputQuant CompressedTensorsInput(const JsonView& a, const SafetensorsModel& st,
   if (strategy != "tensor" || dynamic)
     a["strategy"].Fail(fmt::format("is '{}'{}; lowbit reads per-token dynamic and per-tensor static inputs", strategy,
                                    dynamic ? " (dynamic)" : ""));
-  const TensorView* scale = st.Find(prefix + ".input_scale");
-  if (!scale || scale->numel() != 1)
-    Fail("{}: tensor '{}.input_scale' (one value) is missing; {} says static per-tensor inputs", st.path().string(),
-         prefix, a.path());
-  const float value = ToFloat32(*scale)[0];
-  if (!(value > 0) || !std::isfinite(value))
-    Fail("{}: tensor '{}.input_scale' is {}, not a positive scale", st.path().string(), prefix, value);
-  return InputQuant{ParseScheme(element + ":tensor:scale=f32"), value};
+  return InputQuant{ParseScheme(element + ":tensor:scale=f32"), StaticInputScale(st, prefix, a)};
 }
 
 }  // namespace lowbit

@@ -153,7 +153,7 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
     }
     e.ignore_ = qc.Get<std::vector<std::string>>("ignore", {});
     e.suffixes_ = {".weight", ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx",
-                   ".input_scale", ".weight_global_scale", ".input_global_scale"};
+                   ".input_scale", ".input_zero_point", ".weight_global_scale", ".input_global_scale"};
   }
   return e;
 }

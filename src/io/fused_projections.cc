@@ -49,10 +49,8 @@ Linear StackLinears(std::span<const Linear* const> parts, const std::string& nam
       Fail("{}: part {} has outlier columns or an online Hadamard, which a fused matrix cannot hold", name, i);
     if (p.input_order != head.input_order)
       Fail("{}: part {} has another act-order column order than part 0; a fused matrix has one", name, i);
-    const bool same_input = p.input_quant.has_value() == head.input_quant.has_value() &&
-                            (!p.input_quant || (p.input_quant->scheme.ToString() == head.input_quant->scheme.ToString() &&
-                                                p.input_quant->static_scale == head.input_quant->static_scale));
-    if (!same_input) Fail("{}: part {} quantizes its input otherwise than part 0; a fused matrix has one input", name, i);
+    if (p.input_quant != head.input_quant)
+      Fail("{}: part {} quantizes its input otherwise than part 0; a fused matrix has one input", name, i);
     if (p.bias.empty() != head.bias.empty()) Fail("{}: part {} and part 0 differ in having a bias", name, i);
     if (const auto* q = std::get_if<QuantizedTensor>(&p.weight)) {
       quantized.push_back(q);

@@ -132,12 +132,14 @@ OrderedJson QuantizationConfig(const std::vector<NamedLinear>& linears, const Ex
                   "integers offset-binary; weight_global_scale multiplies"},
       {"tensors", std::move(tensors)}};
   // Simulated activation quantization (W8A8 etc.): scheme and, for per-tensor schemes, the
-  // calibrated static scale of each linear's input.
+  // calibrated static scale (and zero-point, when asymmetric) of each linear's input.
   OrderedJson inputs = OrderedJson::object();
   for (const NamedLinear& nl : linears)
-    if (nl.linear->input_quant)
-      inputs[nl.prefix] = {{"scheme", nl.linear->input_quant->scheme.ToString()},
-                           {"static_scale", nl.linear->input_quant->static_scale}};
+    if (const std::optional<InputQuant>& iq = nl.linear->input_quant) {
+      OrderedJson& entry = inputs[nl.prefix];
+      entry = {{"scheme", iq->scheme.ToString()}, {"static_scale", iq->static_scale}};
+      if (iq->static_zero != 0) entry["static_zero"] = iq->static_zero;
+    }
   if (!inputs.empty()) qc["lowbit"]["input_quant"] = std::move(inputs);
   // Input transforms ahead of the matmul: the online Hadamard's block size (rotated models) and
   // the number of LLM.int8() full-precision columns (tensors P.outlier_columns, P.outlier_weight).
@@ -303,8 +305,18 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
     q.schemes_.emplace(prefix, text);
   });
   for_each("input_quant", false, [&](const std::string& prefix, const JsonView& v) {
-    const InputQuant input{ParseScheme(v.Get<std::string>("scheme")), v.Get<float>("static_scale")};
+    const InputQuant input{ParseScheme(v.Get<std::string>("scheme")), v.Get<float>("static_scale"),
+                           v.Get<float>("static_zero", 0.0f)};
     if (!(input.static_scale >= 0)) v["static_scale"].Fail("must be 0 (dynamic) or a positive scale");
+    if (input.static_zero != 0) {
+      const QuantScheme& s = input.scheme;
+      const float top = static_cast<float>((1u << s.element->bits) - 1);
+      if (!s.asymmetric() || s.granularity.kind != GranularityKind::kTensor || s.zero_type != ZeroType::kInt)
+        v["static_zero"].Fail("belongs to asymmetric per-tensor inputs with integer zero-points");
+      const float zero = input.static_zero;
+      if (!(zero >= 0 && zero <= top) || zero != std::nearbyint(zero))
+        v["static_zero"].Fail(fmt::format("must be an integer code in [0, {}]", top));
+    }
     q.input_quant_.emplace(prefix, input);
   });
   for_each("input_hadamard", false, [&](const std::string& prefix, const JsonView& v) {

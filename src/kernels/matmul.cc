@@ -34,6 +34,7 @@ std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_
   QuantizedTensor q(iq.scheme, n_tokens, cols);
   if (per_tensor) {
     q.SetScale(0, iq.static_scale);
+    if (iq.scheme.asymmetric()) q.SetZero(0, iq.static_zero);
   } else {  // the calibrated tensor scale, each block's own scale under it
     q.set_tensor_scale(iq.static_scale);
     const ScaleGrid g = q.grid();

@@ -269,16 +269,19 @@ void ApplySmoothing(size_t l, LinearInput input, Model& model, ActivationStore& 
   }
 }
 
-// The activation quantization of one linear; a per-tensor scheme gets its static scale from the
-// calibration inputs' absolute maximum (`amax`, max |x| per column), and NVFP4 its tensor scale,
-// by the weights' rule (llm-compressor's static_minmax input_global_scale).
-InputQuant MakeInputQuant(const QuantScheme& act, const std::vector<float>& amax) {
-  InputQuant iq{act, 0.0f};
+// The activation quantization of one linear; a per-tensor scheme gets its static scale (and, when
+// asymmetric, its zero-point) from the calibration inputs' range by the weights' rule, and NVFP4 its
+// tensor scale from their absolute maximum (llm-compressor's static_minmax input_global_scale).
+InputQuant MakeInputQuant(const QuantScheme& act, const CellStats& range) {
+  InputQuant iq{act};
   if (!HasStaticScale(act)) return iq;
-  float m = 0;
-  for (const float v : amax) m = std::max(m, v);
-  iq.static_scale = act.tensor_scale ? ChooseTensorScale(act, m)
-                                     : RoundScale(act.scale_type, m / static_cast<float>(ScaleDivisor(*act.element)));
+  if (act.tensor_scale) {
+    iq.static_scale = ChooseTensorScale(act, range.amax);
+  } else {
+    const CellParams p = ChooseCellParams(act, range, 1.0f);
+    iq.static_scale = p.stored_scale;
+    iq.static_zero = p.zero;
+  }
   return iq;
 }
 
@@ -302,18 +305,21 @@ struct InputStats {
   HessianAccumulator hessian;  // empty unless a method needs it
   std::vector<float> sample;   // the first kOutputSampleTokens rows, for the output error
   std::vector<float> amax;     // max |x| per column, when outliers or static activation scales need it
+  CellStats range;             // min, max and max |x| of every input, beside amax
   size_t tokens = 0;
 };
 
 InputStats CollectStats(size_t cols, bool hessian, bool amax, const RowVisitor& visit, ThreadPool& pool) {
-  InputStats s{HessianAccumulator(hessian ? cols : 0), {}, {}, 0};
+  InputStats s{HessianAccumulator(hessian ? cols : 0), {}, {}, {}, 0};
   if (amax) s.amax.assign(cols, 0.0f);
   visit([&](const float* rows, size_t n) {
     if (hessian) s.hessian.Add(rows, n, pool);
     const size_t keep = std::min(n, kOutputSampleTokens - std::min(kOutputSampleTokens, s.sample.size() / cols));
     s.sample.insert(s.sample.end(), rows, rows + keep * cols);
-    if (amax)
+    if (amax) {
       for (size_t i = 0; i < n * cols; ++i) s.amax[i % cols] = std::max(s.amax[i % cols], std::fabs(rows[i]));
+      s.range.AddSpan(rows, n * cols);
+    }
     s.tokens += n;
   });
   return s;
@@ -591,7 +597,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     if (act) {
       if (HasStaticScale(*act) && (!stats || stats->amax.empty()))
         Fail("{}: static activation scales need calibration data", name);
-      slot.linear->input_quant = MakeInputQuant(*act, stats ? stats->amax : std::vector<float>{});
+      slot.linear->input_quant = MakeInputQuant(*act, stats ? stats->range : CellStats{});
     }
   };
   const auto collect = [&](size_t cols, const RowVisitor& visit) {

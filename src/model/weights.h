@@ -30,9 +30,15 @@ struct DenseMatrix {  // row-major [rows x cols], rows = output features
 // scheme is dynamic; a per-tensor scheme uses the static scale calibrated on calibration data.
 // NVFP4 inputs (W4A4) are both, as llm-compressor and vLLM run them: a static tensor scale (the
 // reciprocal of compressed-tensors' input_global_scale) over dynamic E4M3 scales per 16 inputs.
+// Asymmetric schemes (int8:token:asym, int8:tensor:asym) shift by an integer zero-point, per token
+// (dynamic) or calibrated with the static scale.
 struct InputQuant {
   QuantScheme scheme;
   float static_scale = 0;  // per-tensor schemes: the calibrated scale; NVFP4: the tensor scale (0: per call)
+  float static_zero = 0;   // asymmetric per-tensor schemes: the calibrated zero-point (codes 0..255 for int8)
+  bool operator==(const InputQuant& o) const {
+    return scheme.ToString() == o.scheme.ToString() && static_scale == o.static_scale && static_zero == o.static_zero;
+  }
 };
 
 // Whether calibration data fixes part of an input scheme's scales (kept in InputQuant::static_scale).

@@ -495,7 +495,8 @@ class Walker {
     if (g.input.is_object()) {
       const int abits = IntField(g.input, {"num_bits"}, 8, g.where + ".input_activations");
       const std::string atype = StringField(g.input, "type", "int", g.where + ".input_activations");
-      l.scheme += fmt::format(" + {}{} activations", atype == "int" ? "int" : "fp", abits);
+      const bool asym = !BoolField(g.input, "symmetric", true, g.where + ".input_activations");
+      l.scheme += fmt::format(" + {}{}{} activations", asym ? "asym " : "", atype == "int" ? "int" : "fp", abits);
       ct_use_.activations.insert(atype + std::to_string(abits));
     }
     if (!g.format.empty()) ct_use_.formats.insert(g.format);

@@ -55,6 +55,11 @@ EXPORTS = [
     ("ct-w8a8-smoothquant-dynamic", ["--method", "smoothquant", "--format", "int8:channel", "--act-format", "int8:token",
                                      *CALIB], ["--to", "compressed-tensors"]),
     ("ct-w8a8-static", ["--format", "int8:channel", "--act-format", "int8:tensor", *CALIB], ["--to", "compressed-tensors"]),
+    # asymmetric inputs (vLLM's W8A8 with azp): a zero-point per token per call, or calibrated with the static scale
+    ("ct-w8a8-asym-dynamic", ["--format", "int8:channel", "--act-format", "int8:token:asym:scale=f32"],
+     ["--to", "compressed-tensors"]),
+    ("ct-w8a8-asym-static", ["--format", "int8:channel", "--act-format", "int8:tensor:asym", *CALIB],
+     ["--to", "compressed-tensors"]),
     # W4A8 / W4AFP8: packed int4 weights, inputs quantized per token per call
     ("ct-w4a8-int8-token", ["--format", "int4:g128", "--act-format", "int8:token"], ["--to", "compressed-tensors"]),
     ("ct-w4afp8-fp8-token", ["--format", "int4:g128", "--act-format", "fp8_e4m3:token"], ["--to", "compressed-tensors"]),
@@ -102,6 +107,9 @@ EXPORTS = [
     ("ct-own-mxfp4xfp8", dict(preset="MXFP4XFP8"), None),
     # its W4A8 preset: int4 g128 weights, int8 inputs per token per call
     ("ct-own-w4a8", dict(preset="W4A8"), None),
+    # W8A8 with asymmetric int8 inputs per token (int-quantized, as llm-compressor saves W8A8)
+    ("ct-own-w8a8-asym-dynamic", dict(num_bits=8, symmetric=True, strategy="channel",
+                                      inputs=dict(num_bits=8, symmetric=False, strategy="token", dynamic=True)), None),
 ]
 
 
@@ -131,12 +139,14 @@ def write_with_compressed_tensors(model_dir, out, weights, calib_ids):
     from compressed_tensors.quantization import (QuantizationConfig, QuantizationScheme, apply_quantization_config,
                                                  preset_name_to_scheme)
     from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
-    preset = weights.get("preset")
+    weights = dict(weights)
+    preset, inputs = weights.pop("preset", None), weights.pop("inputs", None)
     scheme = preset_name_to_scheme(preset, ["Linear"]) if preset else \
-        QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(type="int", **weights))
+        QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(type="int", **weights),
+                           input_activations=QuantizationArgs(type="int", **inputs) if inputs else None)
     args = scheme.weights
     fmt = {"NVFP4": "nvfp4-pack-quantized", "MXFP4": "mxfp4-pack-quantized",
-           "MXFP4XFP8": "mxfp4-pack-quantized"}.get(preset, "pack-quantized")
+           "MXFP4XFP8": "mxfp4-pack-quantized"}.get(preset, "int-quantized" if inputs else "pack-quantized")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     amax = input_amax(model, calib_ids, CTX) if preset == "NVFP4" else {}
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],

@@ -44,6 +44,11 @@ EXPORTS = [
      ["--to", "compressed-tensors"]),  # actorder "static", as llm-compressor writes it
     ("ct-w8a8-dynamic", ["--format", "int8:channel", "--act-format", "int8:token"], ["--to", "compressed-tensors"]),
     ("ct-w8a8-static", ["--format", "int8:channel", "--act-format", "int8:tensor", *CALIB], ["--to", "compressed-tensors"]),
+    # asymmetric inputs: vLLM's oneDNN kernel with a zero-point per token, or the calibrated one (azp_adj folded)
+    ("ct-w8a8-asym-dynamic", ["--format", "int8:channel", "--act-format", "int8:token:asym:scale=f32"],
+     ["--to", "compressed-tensors"]),
+    ("ct-w8a8-asym-static", ["--format", "int8:channel", "--act-format", "int8:tensor:asym", *CALIB],
+     ["--to", "compressed-tensors"]),
     # W4A8: vLLM's CPU backend loads it as CompressedTensorsWNA8Int and runs its WNA16 kernel (inputs unquantized)
     ("ct-w4a8-dynamic", ["--format", "int4:g128", "--act-format", "int8:token"], ["--to", "compressed-tensors"]),
 ]
