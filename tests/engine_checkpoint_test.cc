@@ -450,6 +450,33 @@ TEST(EngineFormats, AsymmetricInputsExportWithInt8ZeroPoints) {
   ExpectError([&] { (void)LoadHfModel(dir / "ct"); }, {"config.json", "input_activations.symmetric", "int8"});
 }
 
+// llm-compressor's FP8_BLOCK (DeepSeek-V3's scheme): 128 x 128 block weights with FP8 inputs per
+// group of 128 chosen per call, float-quantized; groups other than a block's columns, or on
+// non-block weights, are not what vLLM runs and are refused with the spelling that is.
+TEST(EngineFormats, BlockFp8WithGroupInputsIsFp8Block) {
+  Scratch dir;
+  const QuantScheme input = ParseScheme("fp8_e4m3:g128:scale=f32");
+  const Model expected = QuantizedWithInputs("fp8_e4m3:block128x128:scale=f32", input);
+  EXPECT_EQ(ExportCompressedTensors(expected, dir / "ct").format, "float-quantized");
+  const nlohmann::json g = ReadJsonFile(dir / "ct" / "config.json")["quantization_config"]["config_groups"]["group_0"];
+  EXPECT_EQ(g["weights"]["strategy"], "block");
+  EXPECT_EQ(g["input_activations"]["strategy"], "group");
+  EXPECT_EQ(g["input_activations"]["group_size"], 128);
+  EXPECT_EQ(g["input_activations"]["dynamic"], true);
+  EXPECT_EQ(g["input_activations"]["type"], "float");
+  const Model back = LoadHfModel(dir / "ct");
+  for (size_t i = 0; i < back.weights.layers.size(); ++i) {
+    const LayerWeights &a = expected.weights.layers[i], &b = back.weights.layers[i];
+    ExpectSame(std::get<QuantizedTensor>(a.w_gate.weight), std::get<QuantizedTensor>(b.w_gate.weight));
+    EXPECT_EQ(b.w_gate.input_quant, a.w_gate.input_quant);
+  }
+  const QuantScheme block = ParseScheme("fp8_e4m3:block128x128:scale=f32");
+  ExpectError([&] { (void)CompressedTensorsFormatOf(block, InputQuant{ParseScheme("fp8_e4m3:g64:scale=f32")}, "p"); },
+              {"p:", "one group per block column", "fp8_e4m3:g128:scale=f32"});
+  ExpectError([&] { (void)CompressedTensorsFormatOf(ParseScheme("fp8_e4m3"), InputQuant{input}, "p"); },
+              {"p:", "only on block FP8 weights", "fp8_e4m3:token"});
+}
+
 // MXFP4 weights with FP8 inputs, per token or per group of 128 (compressed-tensors' MXFP4xFP8 preset,
 // vLLM's W4A8 MXFP4 scheme): dynamic float8 input_activations, read back as the same schemes.
 TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {

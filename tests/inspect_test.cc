@@ -448,6 +448,39 @@ TEST(InspectCompressedTensors, Mxfp4WithFp8InputsRunsMxfp4InputsOnBlackwell) {
   EXPECT_EQ(t->gpus, std::vector<std::string>{"B200"});
 }
 
+// Block FP8 weights: vLLM's block kernels quantize the inputs per 1 x 128 group whatever the config
+// says, so inputs declared per token are a warning on every GPU with a block kernel; FP8_BLOCK's
+// grouped inputs are what they run.
+TEST(InspectCompressedTensors, BlockFp8WithTokenInputsWarnsThatVllmQuantizesPerGroup) {
+  for (const char* strategy : {"token", "group"}) {
+    FakeCheckpoint c(std::string("ct_fp8_block_") + strategy);
+    c.AddUnquantized(DType::kBF16);
+    c.ForEachLinear([&](const std::string& p, const Linear& l) {
+      c.Add(p + ".weight", DType::kF8E4M3, {l.out, l.in});
+      c.Add(p + ".weight_scale", DType::kF32, {(l.out + 127) / 128, (l.in + 127) / 128});
+    });
+    c.WriteTensors();
+    json input = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", strategy}, {"dynamic", true}};
+    if (std::string(strategy) == "group") input["group_size"] = 128;
+    c.WriteConfig(CtConfig("float-quantized",
+                           {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"strategy", "block"},
+                            {"block_structure", {128, 128}}},
+                           input));
+    const CheckpointInfo info = InspectCheckpoint(c.dir());
+    EXPECT_EQ(info.summary.family, QuantFamily::kFp8);
+    EXPECT_TRUE(info.summary.fp8_block);
+    EXPECT_EQ(Kernels(info).at("H100-SXM").kernel, "block FP8 W8A8 (DeepGEMM/CUTLASS)");
+    const std::optional<Trap> t = FindTrap(Traps(info), "fp8-block-inputs-per-group");
+    if (std::string(strategy) == "group") {
+      EXPECT_FALSE(t);
+      continue;
+    }
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->gpus, (std::vector<std::string>{"H100-SXM", "L40S", "B200", "MI300X"}));
+    EXPECT_NE(t->message.find("fp8_e4m3:g128:scale=f32"), std::string::npos);
+  }
+}
+
 TEST(InspectCompressedTensors, Int8W8A8HasNoKernelOnBlackwell) {
   FakeCheckpoint c("ct_w8a8");
   c.AddUnquantized(DType::kBF16);

@@ -264,6 +264,17 @@ void CheckAsymmetricInput(const QuantScheme& w, const QuantScheme& a, const std:
          "zero-point before rounding the scale): use {}:scale=f32", where, a.ToString(), "int8:token:asym");
 }
 
+// Block FP8 weights with FP8 inputs per group (llm-compressor's FP8_BLOCK, DeepSeek-V3's scheme): vLLM
+// quantizes such inputs per 1 x (the block's columns) group per call, whatever else the config says.
+void CheckBlockFp8Input(const QuantScheme& w, const InputQuant& input, const std::string& where) {
+  const bool block = w.granularity.kind == GranularityKind::kBlock;
+  if (!IsDynamicFp8Input(input) || !block || input.scheme.granularity.group != w.granularity.block_cols)
+    Fail("{}: input_quant '{}' on '{}': compressed-tensors quantizes FP8 inputs per group only on block FP8 weights, "
+         "one group per block column (vLLM's block kernels): use {}", where, input.scheme.ToString(), w.ToString(),
+         block ? fmt::format("fp8_e4m3:g{}:scale=f32", w.granularity.block_cols)
+               : std::string("fp8_e4m3:token, or block weights (fp8_e4m3:block128x128:scale=f32)"));
+}
+
 }  // namespace
 
 std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<InputQuant>& input, const std::string& where) {
@@ -299,10 +310,11 @@ std::string CompressedTensorsFormatOf(const QuantScheme& w, const std::optional<
   } else {
     const QuantScheme& a = input->scheme;
     const GranularityKind g = a.granularity.kind;
-    if ((a.element->name != "fp8_e4m3" && !(a.element->kind == ElementKind::kInt && a.element->bits == 8)) ||
-        (g != GranularityKind::kToken && g != GranularityKind::kTensor))
+    if (fp8 && g == GranularityKind::kGroup) CheckBlockFp8Input(w, *input, where);
+    else if ((a.element->name != "fp8_e4m3" && !(a.element->kind == ElementKind::kInt && a.element->bits == 8)) ||
+             (g != GranularityKind::kToken && g != GranularityKind::kTensor))
       Fail("{}: input_quant '{}': compressed-tensors quantizes inputs to int8 or fp8_e4m3, per token (dynamic) or "
-           "per tensor (static)", where, a.ToString());
+           "per tensor (static), and fp8_e4m3 per group on block FP8 weights", where, a.ToString());
     if (a.asymmetric()) CheckAsymmetricInput(w, a, where);
     // WnA8 (the W4A8 and W4AFP8 presets): packed integer weights, inputs quantized per token per call.
     if (w.element->kind == ElementKind::kInt && !int8) {

@@ -278,6 +278,7 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
         s.family = mx ? QuantFamily::kMxfp4 : QuantFamily::kNvfp4;
       } else
         Fail("{}: compressed-tensors weights of type '{}' are not covered", info.path, main_type);
+      s.fp8_block_token_inputs = s.family == QuantFamily::kFp8 && s.fp8_block && ct.token_inputs;
       break;
     }
   }

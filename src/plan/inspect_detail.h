@@ -22,6 +22,7 @@ struct QuantConfig {
 struct CtUse {
   std::set<std::string> formats;      // per-group formats ("pack-quantized", ...)
   std::set<std::string> activations;  // activation types of groups that quantize them: "int8", "float8", "float4"
+  bool token_inputs = false;          // some group quantizes its inputs per token
 };
 
 // Walks every tensor of `st`: fills info.layers, params/bytes, KV scales and n_layers, checking

@@ -498,6 +498,7 @@ class Walker {
       const bool asym = !BoolField(g.input, "symmetric", true, g.where + ".input_activations");
       l.scheme += fmt::format(" + {}{}{} activations", asym ? "asym " : "", atype == "int" ? "int" : "fp", abits);
       ct_use_.activations.insert(atype + std::to_string(abits));
+      if (StringField(g.input, "strategy", "", g.where + ".input_activations") == "token") ct_use_.token_inputs = true;
     }
     if (!g.format.empty()) ct_use_.formats.insert(g.format);
   }

@@ -521,6 +521,16 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
                            "error than the FP8 inputs the checkpoint was measured with",
                        names});
   }
+  if (q.fp8_block_token_inputs) {
+    std::vector<std::string> names =  // every fast path of block FP8 is a block W8A8 kernel
+        where([](const Hardware&, const KernelPath& p) { return p.status == PathStatus::kFast; });
+    if (!names.empty())
+      traps.push_back({"fp8-block-inputs-per-group", "warning",
+                       "input_activations say per token, but vLLM's block FP8 kernels quantize the inputs of block "
+                       "weights per group of a block's columns (1 x 128) on " + Join(names) + ": export with "
+                       "--act-format fp8_e4m3:g128:scale=f32 (llm-compressor's FP8_BLOCK) to measure what they run",
+                       names});
+  }
   if (q.family == QuantFamily::kInt8W8A8) {
     std::vector<std::string> names =
         where([](const Hardware&, const KernelPath& p) { return p.status == PathStatus::kUnsupported; });

@@ -70,6 +70,7 @@ struct QuantSummary {
   bool activations_quantized = false;  // W8A8 / W4A4 / W4A8: the checkpoint quantizes activations too
   bool fp8_activations = false;        // FP8 inputs on integer (W4AFP8) or MXFP4 (MXFP4xFP8) weights
   bool fp8_block = false;              // block-scaled FP8 (weight_block_size / strategy block)
+  bool fp8_block_token_inputs = false; // block FP8 weights whose config quantizes inputs per token
   bool kv_fp8_declared = false;        // the config declares an FP8 KV cache
   bool kv_scales = false;              // k_scale / v_scale tensors are present
   std::vector<LinearVariant> variants;

@@ -66,6 +66,9 @@ EXPORTS = [
     ("ct-fp8-channel", ["--format", "fp8_e4m3"], ["--to", "compressed-tensors"]),
     ("ct-fp8-block128-dynamic", ["--format", "fp8_e4m3:block128x128:scale=f32", "--act-format", "fp8_e4m3:token"],
      ["--to", "compressed-tensors"]),
+    # FP8_BLOCK (DeepSeek-V3's scheme): inputs per 1 x 128 group per call, as vLLM's block kernels quantize them
+    ("ct-fp8-block128-g128-inputs", ["--format", "fp8_e4m3:block128x128:scale=f32", "--act-format",
+                                     "fp8_e4m3:g128:scale=f32"], ["--to", "compressed-tensors"]),
     ("ct-nvfp4a16", ["--format", "nvfp4"], ["--to", "compressed-tensors"]),
     ("ct-nvfp4a16-gptq", ["--method", "gptq", "--format", "nvfp4", *CALIB], ["--to", "compressed-tensors"]),
     # W4A4: NVFP4 inputs on a calibrated input_global_scale, which compressed-tensors' forward applies in transformers
@@ -107,6 +110,8 @@ EXPORTS = [
     ("ct-own-mxfp4xfp8", dict(preset="MXFP4XFP8"), None),
     # its W4A8 preset: int4 g128 weights, int8 inputs per token per call
     ("ct-own-w4a8", dict(preset="W4A8"), None),
+    # its FP8_BLOCK preset: 128 x 128 block weights, FP8 inputs per group of 128 per call
+    ("ct-own-fp8-block", dict(preset="FP8_BLOCK"), None),
     # W8A8 with asymmetric int8 inputs per token (int-quantized, as llm-compressor saves W8A8)
     ("ct-own-w8a8-asym-dynamic", dict(num_bits=8, symmetric=True, strategy="channel",
                                       inputs=dict(num_bits=8, symmetric=False, strategy="token", dynamic=True)), None),
@@ -145,8 +150,8 @@ def write_with_compressed_tensors(model_dir, out, weights, calib_ids):
         QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(type="int", **weights),
                            input_activations=QuantizationArgs(type="int", **inputs) if inputs else None)
     args = scheme.weights
-    fmt = {"NVFP4": "nvfp4-pack-quantized", "MXFP4": "mxfp4-pack-quantized",
-           "MXFP4XFP8": "mxfp4-pack-quantized"}.get(preset, "int-quantized" if inputs else "pack-quantized")
+    fmt = {"NVFP4": "nvfp4-pack-quantized", "MXFP4": "mxfp4-pack-quantized", "MXFP4XFP8": "mxfp4-pack-quantized",
+           "FP8_BLOCK": "float-quantized"}.get(preset, "int-quantized" if inputs else "pack-quantized")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     amax = input_amax(model, calib_ids, CTX) if preset == "NVFP4" else {}
     apply_quantization_config(model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"],
@@ -165,7 +170,11 @@ def write_with_compressed_tensors(model_dir, out, weights, calib_ids):
     for name, module in model.named_modules():
         if hasattr(module, "weight_scale"):
             w = module.weight.detach()
-            cells = w.reshape(w.shape[0], -1, args.group_size) if args.group_size else w.reshape(w.shape[0], 1, -1)
+            if args.block_structure:  # [N / rows, K / cols] cells of rows x cols
+                rows, cols = args.block_structure
+                cells = w.reshape(w.shape[0] // rows, rows, w.shape[1] // cols, cols).permute(0, 2, 1, 3).flatten(2)
+            else:
+                cells = w.reshape(w.shape[0], -1, args.group_size) if args.group_size else w.reshape(w.shape[0], 1, -1)
             g = global_scales.get(name)
             scale, zero = calculate_qparams(cells.amin(dim=2), cells.amax(dim=2), args, global_scale=g)
             module.weight_scale.data.copy_(scale.reshape(module.weight_scale.shape))
