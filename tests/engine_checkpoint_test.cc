@@ -477,6 +477,80 @@ TEST(EngineFormats, BlockFp8WithGroupInputsIsFp8Block) {
               {"p:", "only on block FP8 weights", "fp8_e4m3:token"});
 }
 
+// quant_method "fp8" (vLLM's Fp8Config: DeepSeek-V3 / Qwen3-FP8 block checkpoints, older per-tensor
+// ones), written here from a compressed-tensors FP8 folder of the same codes: block scales renamed
+// weight_scale_inv, per-tensor ones stored as scalars. `qc` is the quantization_config.
+void WriteFp8MethodFolder(const fs::path& ct, const fs::path& out, const nlohmann::json& qc,
+                          bool block = true) {
+  fs::create_directories(out);
+  for (const char* side : {"tokenizer.model", "tokenizer_config.json"})
+    if (fs::exists(ct / side)) fs::copy_file(ct / side, out / side);
+  nlohmann::json config = ReadJsonFile(ct / "config.json");
+  config["quantization_config"] = qc;
+  WriteFileAtomic(out / "config.json", config.dump());
+  const SafetensorsModel st = SafetensorsModel::Open(ct / "model.safetensors");
+  TensorList list;
+  for (const std::string& name : st.names()) {
+    const TensorView& t = st.Get(name);
+    const bool scale = name.ends_with(".weight_scale") || name.ends_with(".input_scale");
+    std::vector<uint64_t> shape = t.shape;
+    if (scale && t.numel() == 1) shape.clear();  // [] as the per-tensor FP8 checkpoints store them
+    list.AddOwnedBytes(block && name.ends_with(".weight_scale") ? name + "_inv" : name, t.dtype, shape,
+                       {t.data.begin(), t.data.end()});
+  }
+  const std::vector<TensorToWrite> tensors = std::move(list).Sorted();
+  WriteSafetensors(out / "model.safetensors", tensors);
+}
+
+TEST(EngineFormats, Fp8MethodCheckpointsRunTheirCodesOnVllmsInputs) {
+  Scratch dir;
+  // Block weights: every linear's codes and scales as stored, inputs FP8 per 1 x 128 group per call.
+  const Model block = QuantizedWithInputs("fp8_e4m3:block128x128:scale=f32", ParseScheme("fp8_e4m3:g128:scale=f32"));
+  (void)ExportCompressedTensors(block, dir / "ct-block");
+  const nlohmann::json block_qc = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"fmt", "e4m3"},
+                                   {"weight_block_size", {128, 128}}};
+  WriteFp8MethodFolder(dir / "ct-block", dir / "fp8-block", block_qc);
+  const Model back = LoadHfModel(dir / "fp8-block");
+  for (size_t i = 0; i < back.weights.layers.size(); ++i) {
+    const LayerWeights &a = block.weights.layers[i], &b = back.weights.layers[i];
+    ExpectSame(std::get<QuantizedTensor>(a.wq.weight), std::get<QuantizedTensor>(b.wq.weight));
+    ExpectSame(std::get<QuantizedTensor>(a.w_down.weight), std::get<QuantizedTensor>(b.w_down.weight));
+    EXPECT_EQ(b.w_down.input_quant, a.w_down.input_quant);
+  }
+  // Per tensor, static inputs: scalar weight_scale and input_scale.
+  const InputQuant fixed{ParseScheme("fp8_e4m3:tensor:scale=f32"), 0.25f};
+  Model tensor = QuantizedWithInputs("fp8_e4m3:tensor:scale=f32", fixed.scheme);
+  for (LayerWeights& l : tensor.weights.layers)
+    for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) linear->input_quant = fixed;
+  (void)ExportCompressedTensors(tensor, dir / "ct-tensor");
+  WriteFp8MethodFolder(dir / "ct-tensor", dir / "fp8-tensor", {{"quant_method", "fp8"}, {"activation_scheme", "static"}},
+                       false);
+  const Model back_tensor = LoadHfModel(dir / "fp8-tensor");
+  ExpectSame(std::get<QuantizedTensor>(tensor.weights.layers[2].w_up.weight),
+             std::get<QuantizedTensor>(back_tensor.weights.layers[2].w_up.weight));
+  EXPECT_EQ(back_tensor.weights.layers[2].w_up.input_quant, fixed);
+  // Dynamic per-tensor checkpoints: vLLM quantizes their inputs per token.
+  WriteFp8MethodFolder(dir / "ct-tensor", dir / "fp8-dynamic", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}},
+                       false);
+  EXPECT_EQ(LoadHfModel(dir / "fp8-dynamic").weights.layers[0].wo.input_quant,
+            InputQuant{ParseScheme("fp8_e4m3:token:scale=f32")});
+
+  // What vLLM would not run either, by key; a missing block scale by tensor.
+  nlohmann::json bad = block_qc;
+  bad["activation_scheme"] = "static";
+  WriteFp8MethodFolder(dir / "ct-block", dir / "static-block", bad);
+  ExpectError([&] { (void)LoadHfModel(dir / "static-block"); },
+              {"config.json", "quantization_config.activation_scheme", "per call"});
+  bad = block_qc;
+  bad["fmt"] = "e5m2";
+  WriteFp8MethodFolder(dir / "ct-block", dir / "e5m2", bad);
+  ExpectError([&] { (void)LoadHfModel(dir / "e5m2"); }, {"config.json", "quantization_config.fmt", "E4M3"});
+  bad = block_qc;
+  bad.erase("weight_block_size");  // per-tensor weight_scale expected, block weight_scale_inv found
+  WriteFp8MethodFolder(dir / "ct-block", dir / "no-block", bad);
+  ExpectError([&] { (void)LoadHfModel(dir / "no-block"); }, {"model.layers.0.self_attn.q_proj.weight_scale", "missing"});
+}
+
 // MXFP4 weights with FP8 inputs, per token or per group of 128 (compressed-tensors' MXFP4xFP8 preset,
 // vLLM's W4A8 MXFP4 scheme): dynamic float8 input_activations, read back as the same schemes.
 TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {

@@ -52,7 +52,7 @@ int64_t FirstInt(const JsonView& v, std::initializer_list<std::string_view> keys
 bool IsEngineQuantizationConfig(const nlohmann::json& qc) {
   if (qc.is_object() && qc.contains("lowbit")) return false;  // lowbit's own folder (io/quantized_checkpoint.h)
   const std::string m = MethodOf(qc);
-  return m == "gptq" || m == "awq" || m == "compressed-tensors";
+  return m == "gptq" || m == "awq" || m == "compressed-tensors" || m == "fp8";
 }
 
 std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
@@ -117,6 +117,9 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
     if (version != "gemm") qc["version"].Fail(fmt::format("is '{}'; lowbit reads the GEMM layout only", version));
     p.sym = false;
     e.suffixes_ = {".qweight", ".qzeros", ".scales"};
+  } else if (e.method_ == "fp8") {
+    e.fp8_ = ParseFp8Method(qc);
+    e.suffixes_ = {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale"};
   } else {
     const std::string format = qc.Get<std::string>("format", "dense");
     const JsonView groups = qc["config_groups"].ExpectObject();
@@ -159,6 +162,8 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
 }
 
 bool EngineLinears::AnyQuantized(const SafetensorsModel& st) const {
+  if (method_ == "fp8")
+    return std::ranges::any_of(st.names(), [&](const std::string& name) { return st.Get(name).dtype == DType::kF8E4M3; });
   return std::ranges::any_of(st.names(), [&](const std::string& name) {
     return method_ == "compressed-tensors" ? name.ends_with(".weight_packed") || name.ends_with(".weight_scale")
                                            : name.ends_with(".qweight");
@@ -167,12 +172,14 @@ bool EngineLinears::AnyQuantized(const SafetensorsModel& st) const {
 
 bool EngineLinears::Has(const SafetensorsModel& st, std::string_view prefix) const {
   const std::string p(prefix);
+  if (method_ == "fp8") return IsFp8MethodLinear(st, p);
   if (st.Find(p + (method_ == "compressed-tensors" ? ".weight_packed" : ".qweight"))) return true;
   // compressed-tensors' unpacked formats keep P.weight, told from a dense weight by its scale.
   return method_ == "compressed-tensors" && st.Find(p + ".weight_scale") && st.Find(p + ".weight");
 }
 
 std::optional<InputQuant> EngineLinears::InputQuantOf(const SafetensorsModel& st, const std::string& prefix) const {
+  if (method_ == "fp8" && Has(st, prefix)) return Fp8MethodInput(st, prefix, fp8_);
   if (method_ != "compressed-tensors" || !Has(st, prefix)) return std::nullopt;
   const Group& g = GroupOf(prefix);
   if (g.input.is_null()) return std::nullopt;
@@ -194,6 +201,7 @@ OrderedTensor EngineLinears::Load(const SafetensorsModel& st, const std::string&
                                   uint64_t cols) const {
   if (method_ == "gptq") return ReadGptqLinear(st, prefix, rows, cols, qweight_);
   if (method_ == "awq") return {ReadAwqLinear(st, prefix, rows, cols, qweight_), {}};
+  if (method_ == "fp8") return {ReadFp8MethodLinear(st, prefix, rows, cols, fp8_), {}};
   const Group& g = GroupOf(prefix);
   const TensorView* scale = st.Find(prefix + ".weight_scale");
   if (!scale) Fail("{}: tensor '{}.weight_scale' is missing", st.path().string(), prefix);

@@ -1,5 +1,6 @@
 // Reads the engines' quantized checkpoints, lowbit's exports or anyone's: GPTQ (v1 / v2 zeros),
-// AWQ GEMM and compressed-tensors (pack-quantized, int-quantized W8A8, float- and naive-quantized FP8). Each quantized linear is repacked at load into a
+// AWQ GEMM, compressed-tensors (pack-quantized, int-quantized W8A8, float- and naive-quantized FP8)
+// and quant_method fp8 (block or per-tensor FP8: io/fp8_method.h). Each quantized linear is repacked at load into a
 // QuantizedTensor (no fp32 copy of the matrix), so ppl, compare, generate, bench and inspect run
 // them through lowbit's fast kernels.
 #pragma once
@@ -12,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/fp8_method.h"
 #include "io/gptq_awq.h"
 #include "io/safetensors.h"
 #include "model/kv_calibration.h"
@@ -20,8 +22,8 @@
 
 namespace lowbit {
 
-// True when `quantization_config` names a format this reader takes (quant_method gptq, awq or
-// compressed-tensors), so that the lowbit-format reader leaves the folder to this one.
+// True when `quantization_config` names a format this reader takes (quant_method gptq, awq,
+// compressed-tensors or fp8), so that the lowbit-format reader leaves the folder to this one.
 bool IsEngineQuantizationConfig(const nlohmann::json& quantization_config);
 
 class EngineLinears {
@@ -55,10 +57,11 @@ class EngineLinears {
   };
   const Group& GroupOf(std::string_view prefix) const;
 
-  std::string method_;  // "gptq", "awq" or "compressed-tensors"
+  std::string method_;  // "gptq", "awq", "compressed-tensors" or "fp8"
   std::string config_path_;
   std::vector<std::string> suffixes_;
   QweightParams qweight_;       // GPTQ / AWQ
+  Fp8MethodParams fp8_;         // quant_method fp8
   std::vector<Group> groups_;   // compressed-tensors
   std::vector<std::string> ignore_;
 };

@@ -113,7 +113,8 @@ class HfTensors {
     dense[names_.norm()] = {c.dim};
     for (uint32_t i = 0; i < c.n_layers; ++i) {
       const std::string p = names_.layer(i);
-      if (engine_ && engine_->quant_method() == "compressed-tensors")  // FP8 KV-cache scales (vLLM's; lowbit reads kv_cache_scales.json)
+      // FP8 KV-cache scales (vLLM's; lowbit reads a compressed-tensors kv_cache_scheme's, or kv_cache_scales.json)
+      if (engine_ && (engine_->quant_method() == "compressed-tensors" || engine_->quant_method() == "fp8"))
         for (const char* s : {"self_attn.k_scale", "self_attn.v_scale"}) optional.insert(p + s);
       for (const HfBlockVector& v : HfBlockVectors(c, i)) dense[p + v.name] = v.shape;
       if (Fused(c, i)) {
@@ -247,7 +248,8 @@ class HfTensors {
       else l.weight = DenseMatrix{rows, cols, ToFloat32Releasing(t)};
     }
     if (const auto* q = std::get_if<QuantizedTensor>(&l.weight); q && !options_.allow_nonfinite) {
-      const std::string scales = name + (model_.Find(name + ".scales") ? ".scales" : ".weight_scale");  // GPTQ / AWQ: .scales
+      std::string scales = name + (model_.Find(name + ".scales") ? ".scales" : ".weight_scale");  // GPTQ / AWQ: .scales
+      if (model_.Find(name + ".weight_scale_inv")) scales += "_inv";                                // FP8 block weights
       CheckScalesFinite(*q, scales, FileOf(scales));
       std::string codes = name + ".weight";  // FP8 checkpoints; lowbit folders pack codes as .weight_packed
       if (model_.Find(name + ".weight_packed")) codes += "_packed";
