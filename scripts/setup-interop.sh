@@ -8,6 +8,7 @@
 #   transformers, compressed-tensors, torch
 #                     load and decompress the compressed-tensors folders of `lowbit export --to`
 #                     (torch is PyPI's CUDA build, some GB: the CPU is all these checks use)
+#   accelerate        transformers' FP8 (quant_method fp8) loader requires it
 #   nanobind, scikit-build-core, pytest
 #                     the Python package's build (`pip install --no-build-isolation .`) and its tests (make test-python)
 # Usage: scripts/setup-interop.sh [VENV]   (default build/interop-venv)
@@ -17,7 +18,7 @@ venv="${1:-build/interop-venv}"
 llama_version=0.3.36
 pins=(numpy==2.2.6 gguf==0.19.0 torch==2.15.0 transformers==5.19.0 tokenizers==0.23.3 compressed-tensors==0.20.1
       safetensors==0.8.0 sentencepiece==0.2.1 protobuf==7.36.2 nanobind==3.1.0 scikit-build-core==1.1.2
-      pytest==9.2.0)
+      pytest==9.2.0 accelerate==1.15.0)
 # -march=native, but no AMX: these VMs list amx_tile in /proc/cpuinfo yet fault on tile instructions,
 # and llama.cpp's AMX matmul dies with SIGILL. pip's own wheel cache ignores CMAKE_ARGS, so the wheel
 # is built once into a cache folder named after the flags and installed from there.

@@ -340,6 +340,91 @@ def check_nvfp4(name, out, source, model, reference, weights_args):
     return worst_steps
 
 
+def fp8_block_folder(model_dir, out, block=128):
+    """A DeepSeek-V3-style FP8 checkpoint (quant_method fp8) written here by its definition, independent of
+    lowbit: each linear's 128 x 128 block scaled by amax / 448, W / scale rounded to E4M3 by torch (F8_E4M3
+    `weight`), the scale stored as `weight_scale_inv` (W = code * scale_inv); lm_head left in 16 bits.
+    Returns each linear's fp32 weights as decoded by that definition."""
+    from safetensors.torch import save_file
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tensors, decoded = {}, {}
+    for name, t in model.state_dict().items():
+        prefix = name[:-len(".weight")]
+        if not name.endswith(".weight") or prefix.rsplit(".", 1)[-1] not in [l.split(".")[-1] for l in LINEARS]:
+            tensors[name] = t.contiguous()
+            continue
+        n, k = t.shape
+        cells = t.reshape(n // block, block, k // block, block)
+        scale = cells.abs().amax(dim=(1, 3)) / 448.0
+        codes = (cells / scale[:, None, :, None]).to(torch.float8_e4m3fn)
+        tensors[name] = codes.reshape(n, k).contiguous()
+        tensors[prefix + ".weight_scale_inv"] = scale.contiguous()
+        decoded[prefix] = (codes.float() * scale[:, None, :, None]).reshape(n, k).numpy()
+    os.makedirs(out)
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    config = json.load(open(os.path.join(model_dir, "config.json")))
+    config["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                                     "weight_block_size": [block, block]}
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
+    for side in ("tokenizer.model", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(model_dir, side)):
+            shutil.copy(os.path.join(model_dir, side), out)
+    return decoded
+
+
+def check_fp8_method(lowbit, model_dir, tmp, ids, bos, window_text):
+    """quant_method fp8 (see fp8_block_folder): transformers loads the folder (FineGrainedFP8, dequantized to
+    bf16 on a CPU) to every linear's definition rounded to bf16, within one bf16 step; lowbit reads every
+    linear exactly (its repack to compressed-tensors reports 0 difference against this reading); and lowbit's
+    logits, which quantize each linear's input to FP8 per group of 128 per call as vLLM's block kernels do,
+    agree with torch doing the same on the definition's fp32 weights: KL < 1e-4. Returns a table row."""
+    out = os.path.join(tmp, "fp8-method-block128")
+    decoded = fp8_block_folder(model_dir, out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    worst_steps = 0.0
+    for prefix, ref in decoded.items():
+        module = model.get_submodule(prefix)
+        got = module.weight.detach().float().numpy().astype(np.float64)
+        rounded = torch.from_numpy(ref).bfloat16().float().numpy().astype(np.float64)
+        step = np.abs(rounded) * 2.0 ** -7
+        worst_steps = max(worst_steps, float(np.max(np.abs(got - rounded) / np.where(step > 0, step, 1))))
+    check(worst_steps <= 1, f"fp8-method: transformers' weights are {worst_steps} bf16 steps from the definition's")
+    model = model.float()
+    for prefix, ref in decoded.items():  # the exact weights, and vLLM's per-group FP8 inputs
+        module = model.get_submodule(prefix)
+        module.weight.data = torch.from_numpy(ref)
+
+        def fp8_groups(m, inp):
+            x = inp[0]
+            g = x.reshape(*x.shape[:-1], -1, 128)
+            scale = g.abs().amax(dim=-1, keepdim=True) / 448.0
+            scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+            return ((g / scale).to(torch.float8_e4m3fn).float() * scale).reshape(x.shape),
+        module.register_forward_pre_hook(fp8_groups)
+    converted = os.path.join(tmp, "fp8-method-as-ct")
+    repack = lowbit_json(lowbit, "convert", out, "-o", converted, "--to", "compressed-tensors")
+    check(repack["exact"] and repack["max_abs_diff"] == 0, "fp8-method: lowbit's repack to compressed-tensors is not exact")
+    ct = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32,
+                                              quantization_config=CompressedTensorsConfig(dequantize=True))
+    worst = max(max_diff(ct.get_submodule(p).weight.detach().float().numpy(), ref) for p, ref in decoded.items())
+    check(worst == 0.0, f"fp8-method: lowbit reads a linear differently from the definition: max |dW| {worst}")
+    base = os.path.join(tmp, "fp8-method.klbase")
+
+    def logits(chunk):
+        with torch.no_grad():
+            return model(torch.tensor([chunk])).logits[0].double().numpy()
+
+    write_kl_base(base, ids, bos, CTX, TOP_K, model.config.vocab_size, logits)
+    agree = lowbit_json(lowbit, "ppl", "--model", out, "--text", window_text, "--ctx", CTX, "--kl-base", base)
+    kl, top1 = agree["kl"]["kld_mean"], agree["kl"]["top1_agreement"]
+    check(kl < 1e-4, f"fp8-method: KL(torch || lowbit) = {kl:.3g}, must be < 1e-4")
+    check(top1 >= 0.99, f"fp8-method: top-1 agreement {top1:.4f} < 0.99")
+    info = lowbit_json(lowbit, "inspect", out)
+    return ("fp8-method-block128", "fp8", "block 128x128", f"{info['linear_bits_per_weight']:.4f}",
+            f"{info['bytes'] / 2**20:.2f}", f"{agree['ppl']:.4f}", "transformers (bf16 steps) + torch inputs",
+            f"{worst_steps:g} steps", f"{kl:.2e}", f"{top1:.4f}")
+
+
 def max_diff(a, b):
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.shape == b.shape else float("inf")
 
@@ -454,6 +539,10 @@ def main():
                      f"{bf16_steps:g} steps" if nvfp4 else f"{worst:g}",
                      f"{kl:.2e}" if kl == kl else "-", f"{top1:.4f}" if top1 == top1 else "-"))
         print(f"{name}: done", flush=True)
+
+    if args.only in "fp8-method-block128":
+        rows.append(check_fp8_method(lowbit, args.model, tmp, ids, bos, window_text))
+        print("fp8-method-block128: done", flush=True)
 
     # quantize --save-as writes the same tensors as quantize + export.
     if os.path.isdir(os.path.join(tmp, "ct-w4a16-g128")):
