@@ -261,6 +261,36 @@ void EngineCheckpointSeed(const fs::path& dir, const std::string& name, Streamed
   fs::remove_all(out);
 }
 
+// A quant_method fp8 checkpoint from a compressed-tensors FP8 block seed: the block scales renamed
+// weight_scale_inv, the config vLLM's Fp8Config.
+void Fp8MethodSeed(const fs::path& ct_seed, const fs::path& out) {
+  const std::string packed = ReadTextFile(ct_seed);
+  uint32_t config_size;
+  std::memcpy(&config_size, packed.data(), 4);
+  nlohmann::json config = nlohmann::json::parse(packed.substr(4, config_size));
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"fmt", "e4m3"},
+                                   {"weight_block_size", {16, 16}}};
+  const std::string weights = packed.substr(4 + config_size);
+  const fs::path in = out.string() + ".in", renamed = out.string() + ".out";
+  WriteRaw(in, std::vector<std::byte>(reinterpret_cast<const std::byte*>(weights.data()),
+                                      reinterpret_cast<const std::byte*>(weights.data()) + weights.size()));
+  {
+    const SafetensorsFile st = SafetensorsFile::Open(in);
+    std::vector<TensorToWrite> tensors;
+    for (const TensorView& t : st.tensors())
+      tensors.push_back({t.name.ends_with(".weight_scale") ? t.name + "_inv" : t.name, t.dtype, t.shape, t.data});
+    WriteSafetensors(renamed, tensors);
+  }
+  const std::string text = config.dump(), renamed_weights = ReadTextFile(renamed);
+  fs::remove(in);
+  fs::remove(renamed);
+  std::vector<std::byte> seed;
+  Put(seed, static_cast<uint32_t>(text.size()));
+  for (const std::string* part : {&text, &renamed_weights})
+    for (const char ch : *part) seed.push_back(static_cast<std::byte>(ch));
+  WriteRaw(out, seed);
+}
+
 // Engine exports of the 2-layer architecture fixtures.
 void EngineCheckpointSeeds(const fs::path& dir) {
   const fs::path fixtures = fs::path(LOWBIT_SOURCE_DIR) / "tests" / "data" / "architectures";
@@ -298,6 +328,26 @@ void EngineCheckpointSeeds(const fs::path& dir) {
     StreamedModel s{std::move(w4a4), nullptr};
     EngineCheckpointSeed(dir, name, s, fixtures / "llama", EngineExportOptions{});
   }
+  // W8A8 with asymmetric inputs: a zero-point per token (q/k/v), a calibrated one (the rest).
+  Model w8a8 = LoadHfModel(fixtures / "llama");
+  QuantizeLinears(w8a8.weights, ParseScheme("int8:channel"));
+  for (LayerWeights& l : w8a8.weights.layers) {
+    l.wq.input_quant = l.wk.input_quant = l.wv.input_quant = InputQuant{ParseScheme("int8:token:asym:scale=f32")};
+    l.wo.input_quant = l.w_gate.input_quant = l.w_up.input_quant = l.w_down.input_quant =
+        InputQuant{ParseScheme("int8:tensor:asym:scale=f32"), 0.03125f, 120.0f};
+  }
+  StreamedModel asym{std::move(w8a8), nullptr};
+  EngineCheckpointSeed(dir, "ct_w8a8_asym", asym, fixtures / "llama", EngineExportOptions{});
+  // FP8_BLOCK (block weights, inputs per group of the block's columns), and the same codes as a
+  // quant_method fp8 checkpoint (DeepSeek-V3's layout: weight_scale_inv per block).
+  Model block = LoadHfModel(fixtures / "llama");
+  QuantizeLinears(block.weights, ParseScheme("fp8_e4m3:block16x16:scale=f32"));
+  for (LayerWeights& l : block.weights.layers)
+    for (Linear* linear : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      linear->input_quant = InputQuant{ParseScheme("fp8_e4m3:g16:scale=f32")};
+  StreamedModel fp8_block{std::move(block), nullptr};
+  EngineCheckpointSeed(dir, "ct_fp8_block", fp8_block, fixtures / "llama", EngineExportOptions{});
+  Fp8MethodSeed(dir / "ct_fp8_block.ckpt", dir / "fp8_method_block.ckpt");
 }
 
 }  // namespace
