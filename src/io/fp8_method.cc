@@ -29,7 +29,6 @@ const TensorView& Need(const SafetensorsModel& st, const std::string& name, cons
   return *t;
 }
 
-
 }  // namespace
 
 Fp8MethodParams ParseFp8Method(const JsonView& qc) {
@@ -57,8 +56,8 @@ bool IsFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix) {
   return w && w->dtype == DType::kF8E4M3;
 }
 
-QuantizedTensor ReadFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
-                                    uint64_t cols, const Fp8MethodParams& p) {
+QuantizedTensor ReadFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
+                                    const Fp8MethodParams& p) {
   const bool block = p.block_rows != 0;
   const std::string scale_name = prefix + (block ? ".weight_scale_inv" : ".weight_scale");
   const TensorView& scale =

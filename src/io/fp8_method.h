@@ -29,8 +29,8 @@ Fp8MethodParams ParseFp8Method(const JsonView& quantization_config);
 bool IsFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix);
 
 // Linear `prefix` [rows x cols]: its E4M3 bytes as codes, its scales as stored (fp32, bf16 or fp16).
-QuantizedTensor ReadFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows,
-                                    uint64_t cols, const Fp8MethodParams& p);
+QuantizedTensor ReadFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
+                                    const Fp8MethodParams& p);
 
 // The input quantization vLLM applies in front of linear `prefix`.
 InputQuant Fp8MethodInput(const SafetensorsModel& st, const std::string& prefix, const Fp8MethodParams& p);
