@@ -407,7 +407,6 @@ fs::path DenseWeightsWithConfig(const fs::path& dir, const json& qc) {
 TEST(QuantizedCheckpoint, ForeignQuantizedCheckpointsAreNotSupportedYet) {
   Scratch scratch;
   const std::pair<std::string, json> configs[] = {
-      {"fp8", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}},
       {"bitsandbytes", {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}},
   };
   for (const auto& [name, qc] : configs)
@@ -427,6 +426,7 @@ TEST(QuantizedCheckpoint, EngineConfigOverDenseWeightsIsAnError) {
       {"ct", {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"config_groups", json::object()}}},
       {"gptq", {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}},
       {"awq", {{"quant_method", "awq"}, {"bits", 4}, {"version", "gemm"}}},
+      {"fp8", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}},
   };
   for (const auto& [name, qc] : configs)
     ExpectLoadError(DenseWeightsWithConfig(scratch / name, qc),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "kernels/qmatmul_int8-inl.h"  // CpuHasVnni, LOWBIT_VNNI
@@ -243,9 +244,13 @@ template <int kBits, size_t kHeads>
 LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, const AttentionTile& t, float* acc) {
   constexpr size_t P = 8 / kBits;  // codes per byte: planes
   const size_t n = t.n, quads = (n + 3) / 4, whole = n / 4, row_bytes = head_dim * kBits / 8;
-  // The weights to uint8, one scale per head: 4 positions' bytes per dword, zero past n.
-  thread_local std::vector<uint32_t> quad_weights;
-  quad_weights.assign(kHeads * quads, 0);
+  // The weights to uint8, one scale per head: 4 positions' bytes per dword, zero past n (on the
+  // stack for tiles of up to 64 positions).
+  uint32_t local[kHeads * 16];
+  thread_local std::vector<uint32_t> spill;
+  if (kHeads * quads > std::size(local)) spill.resize(kHeads * quads);
+  uint32_t* quad_weights = kHeads * quads <= std::size(local) ? local : spill.data();
+  std::fill_n(quad_weights, kHeads * quads, 0u);
   float weight_scales[kHeads];
   for (size_t h = 0; h < kHeads; ++h) {
     const float* p = pa + h * n;
@@ -260,7 +265,7 @@ LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, con
     const float largest = _mm512_reduce_max_ps(top);
     weight_scales[h] = largest / 255.0f;
     const __m512 inverse = _mm512_set1_ps(largest > 0 ? 255.0f / largest : 0.0f);
-    uint8_t* bytes = reinterpret_cast<uint8_t*>(quad_weights.data() + h * quads);
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(quad_weights + h * quads);
     for (size_t i = 0; i < n; i += 16) {
       const __mmask16 m = static_cast<__mmask16>((1u << std::min<size_t>(16, n - i)) - 1);
       const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + i), inverse));
@@ -268,10 +273,13 @@ LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, con
     }
   }
   // The rows of a last, partial quad, zero-padded (the rows past the tile need not exist).
-  alignas(64) uint8_t tail[4 * kMaxHeadDim / 2] = {};
+  alignas(64) uint8_t tail[4 * kMaxHeadDim / 2];
   const uint8_t* rows = static_cast<const uint8_t*>(t.v);
-  for (size_t i = 4 * whole; i < n; ++i)
-    std::memcpy(tail + (i - 4 * whole) * row_bytes, rows + i * t.v_stride, row_bytes);
+  if (whole < quads) {
+    std::memset(tail, 0, 4 * row_bytes);
+    for (size_t i = 4 * whole; i < n; ++i)
+      std::memcpy(tail + (i - 4 * whole) * row_bytes, rows + i * t.v_stride, row_bytes);
+  }
 
   const __m512i interleave = InterleaveIndex();
   const InOrder order;

@@ -112,30 +112,45 @@ void SoftCap(float softcap, size_t n, float* HWY_RESTRICT scores) {
   for (; i < n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
 }
 
-// The tile's scores of one head (n of them) become its softmax weights e^(score - max): soft-capped
-// first when softcap > 0; the running max, sum and output acc [head_dim] rescaled to a new max.
-void SoftmaxStep(float softcap, size_t n, float* HWY_RESTRICT scores, float& max, float& sum, float* acc,
-                 size_t head_dim) {
+// The tile's scores of heads [0, kHeads) (n of them, head h's at scores + h stride) become their
+// softmax weights e^(score - max): soft-capped first when softcap > 0; each head's running max, sum
+// and output acc [head_dim] rescaled to its new max. The heads' arithmetic is interleaved stage by
+// stage (each head's in its own order): done head after head, the reductions' latency chains did not
+// overlap.
+template <size_t kHeads>
+void SoftmaxSteps(float softcap, size_t n, float* HWY_RESTRICT scores, size_t stride, OnlineSoftmax state,
+                  size_t head_dim) {
   const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
-  if (softcap > 0) SoftCap(softcap, n, scores);
-  auto vector_max = hn::Set(d, -INFINITY);
+  if (softcap > 0)
+    for (size_t h = 0; h < kHeads; ++h) SoftCap(softcap, n, scores + h * stride);
+  V vector_max[kHeads];
+  for (size_t h = 0; h < kHeads; ++h) vector_max[h] = hn::Set(d, -INFINITY);
   size_t i = 0;
-  for (; i + N <= n; i += N) vector_max = hn::Max(vector_max, hn::LoadU(d, scores + i));
-  float tile_max = hn::GetLane(hn::MaxOfLanes(d, vector_max));
-  for (; i < n; ++i) tile_max = std::max(tile_max, scores[i]);
-  RescaleTo(tile_max, max, sum, acc, head_dim);
-  const auto top = hn::Set(d, max);
-  auto total = hn::Zero(d);
-  i = 0;
-  for (; i + N <= n; i += N) {
-    const auto p = hn::Exp(d, hn::Sub(hn::LoadU(d, scores + i), top));
-    total = hn::Add(total, p);
-    hn::StoreU(p, d, scores + i);
+  for (; i + N <= n; i += N)
+    for (size_t h = 0; h < kHeads; ++h) vector_max[h] = hn::Max(vector_max[h], hn::LoadU(d, scores + h * stride + i));
+  float tile_max[kHeads];
+  for (size_t h = 0; h < kHeads; ++h) tile_max[h] = hn::GetLane(hn::MaxOfLanes(d, vector_max[h]));
+  for (; i < n; ++i)
+    for (size_t h = 0; h < kHeads; ++h) tile_max[h] = std::max(tile_max[h], scores[h * stride + i]);
+  V top[kHeads], total[kHeads];
+  for (size_t h = 0; h < kHeads; ++h) {
+    RescaleTo(tile_max[h], state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
+    top[h] = hn::Set(d, state.max[h]);
+    total[h] = hn::Zero(d);
   }
-  float tail = 0;
-  for (; i < n; ++i) tail += scores[i] = std::exp(scores[i] - max);
-  sum += hn::GetLane(hn::SumOfLanes(d, total)) + tail;
+  i = 0;
+  for (; i + N <= n; i += N)
+    for (size_t h = 0; h < kHeads; ++h) {
+      const V p = hn::Exp(d, hn::Sub(hn::LoadU(d, scores + h * stride + i), top[h]));
+      total[h] = hn::Add(total[h], p);
+      hn::StoreU(p, d, scores + h * stride + i);
+    }
+  float tail[kHeads] = {};
+  for (; i < n; ++i)
+    for (size_t h = 0; h < kHeads; ++h) tail[h] += scores[h * stride + i] = std::exp(scores[h * stride + i] - state.max[h]);
+  for (size_t h = 0; h < kHeads; ++h) state.sum[h] += hn::GetLane(hn::SumOfLanes(d, total[h])) + tail[h];
 }
 
 // One vector of a K or V row, widened to fp32 in registers.
@@ -248,11 +263,9 @@ void AttendGroup(const float* HWY_RESTRICT q, size_t head_dim, size_t group, siz
     for (size_t h = 0; h < kHeads; ++h)
       scores[h * n + i] = hn::GetLane(hn::SumOfLanes(d, s[h])) * (kScaledRows ? k_factor * t.k_scales[i] : k_factor);
   }
-  for (size_t h = 0; h < kHeads; ++h) {  // scores become the weights of the V rows
-    float* weights = scores + h * n;
-    SoftmaxStep(softcap, n, weights, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
-    for (size_t r = 0; r < n; ++r) weights[r] *= kScaledRows ? v_factor * t.v_scales[r] : v_factor;
-  }
+  SoftmaxSteps<kHeads>(softcap, n, scores, n, state, head_dim);  // scores become the weights of the V rows
+  for (size_t h = 0; h < kHeads; ++h)
+    for (size_t r = 0; r < n; ++r) scores[h * n + r] *= kScaledRows ? v_factor * t.v_scales[r] : v_factor;
 
   constexpr size_t kSets = std::max<size_t>(1, 8 / (kHeads * kChunk));
   for (size_t c = 0; c < vectors; c += kChunk) {
@@ -496,9 +509,9 @@ void PackedHeads(const Dots& dots, D d, const float* HWY_RESTRICT q, size_t head
     qb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
   }
   dots.template Scores<kHeads>(qa, qb, head_dim, scale, t, c0, c1, sc);
+  SoftmaxSteps<kHeads>(softcap, t.n, sc + (t.k_first - c0), c1 - c0, state, head_dim);
   for (size_t h = 0; h < kHeads; ++h) {
     float* weights = sc + h * (c1 - c0) + (t.k_first - c0);
-    SoftmaxStep(softcap, t.n, weights, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
     auto bias_sum = hn::Zero(d);
     size_t i = 0;
     for (; i + L <= t.n; i += L) {
