@@ -375,7 +375,8 @@ def fp8_block_folder(model_dir, out, block=128):
 def check_fp8_method(lowbit, model_dir, tmp, ids, bos, window_text):
     """quant_method fp8 (see fp8_block_folder): transformers loads the folder (FineGrainedFP8, dequantized to
     bf16 on a CPU) to every linear's definition rounded to bf16, within one bf16 step; lowbit reads every
-    linear exactly (its repack to compressed-tensors reports 0 difference against this reading); and lowbit's
+    linear exactly (its `convert --to compressed-tensors` is an exact repack, and compressed-tensors decompresses
+    that to the definition with max |dW| 0); and lowbit's
     logits, which quantize each linear's input to FP8 per group of 128 per call as vLLM's block kernels do,
     agree with torch doing the same on the definition's fp32 weights: KL < 1e-4. Returns a table row."""
     out = os.path.join(tmp, "fp8-method-block128")
