@@ -22,7 +22,7 @@
 namespace lowbit {
 namespace {
 
-using testing_util::KjvCalibration;
+using testing_util::Int8ChannelW8A8Request;
 using testing_util::MeanKl;
 
 const std::string kModelDir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
@@ -81,11 +81,7 @@ TEST(LlmInt8, BundledModelBeatsNaiveW8A8AndSurvivesSaveAndLoad) {
   const Model base = LoadHfModel(kModelDir);
   Model naive = LoadHfModel(kModelDir), mixed = LoadHfModel(kModelDir);
   const auto tok = LoadTokenizer(kModelDir);
-  QuantizeRequest req;
-  req.scheme = ParseScheme("int8:channel");
-  req.act_scheme = ParseScheme("int8:token");
-  req.calibration = KjvCalibration(*tok, 8, 128);
-  req.threads = 2;
+  QuantizeRequest req = Int8ChannelW8A8Request(*tok, "int8:token", 8, 128);
   QuantizeModel(naive, req);
   req.method = "llm_int8";
   req.act_scheme.reset();  // llm_int8 defaults to int8 per-token activations

@@ -9,6 +9,8 @@
 #include "eval/scoring.h"
 #include "model/calibration.h"
 #include "model/forward.h"
+#include "model/ptq.h"
+#include "quant/scheme.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::testing_util {
@@ -34,6 +36,18 @@ inline std::vector<std::vector<int32_t>> KjvCalibration(const Tokenizer& tok, si
   const std::string text = ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt");
   return SampleTextWindows(
       text, [&](std::string_view line) { return tok.Encode(line, false); }, samples, length, 0);
+}
+
+// W8A8 with int8 per-channel weights and `act` inputs, calibrated on `samples` KJV windows of `length`
+// tokens, on 2 threads (RTN unless the caller sets another method).
+inline QuantizeRequest Int8ChannelW8A8Request(const Tokenizer& tok, std::string_view act, size_t samples,
+                                              size_t length) {
+  QuantizeRequest req;
+  req.scheme = ParseScheme("int8:channel");
+  req.act_scheme = ParseScheme(act);
+  req.calibration = KjvCalibration(tok, samples, length);
+  req.threads = 2;
+  return req;
 }
 
 }  // namespace lowbit::testing_util

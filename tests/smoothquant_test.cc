@@ -20,7 +20,7 @@
 namespace lowbit {
 namespace {
 
-using testing_util::KjvCalibration;
+using testing_util::Int8ChannelW8A8Request;
 using testing_util::ExpectError;
 using testing_util::MeanKl;
 
@@ -67,11 +67,7 @@ TEST(InputQuant, AsymmetricPerTokenAndStaticHandComputed) {
 TEST(InputQuant, AsymmetricStaticInputsCalibrateAZeroPoint) {
   Model m = LoadHfModel(kModelDir);
   const auto tok = LoadTokenizer(kModelDir);
-  QuantizeRequest req;
-  req.scheme = ParseScheme("int8:channel");
-  req.act_scheme = ParseScheme("int8:tensor:asym:scale=f32");
-  req.calibration = KjvCalibration(*tok, 4, 64);
-  req.threads = 2;
+  const QuantizeRequest req = Int8ChannelW8A8Request(*tok, "int8:tensor:asym:scale=f32", 4, 64);
   QuantizeModel(m, req);
   for (const LayerWeights& l : m.weights.layers) {
     ASSERT_TRUE(l.w_down.input_quant.has_value());
@@ -125,11 +121,7 @@ TEST(SmoothQuant, W8A8StaticBeatsNaiveAndSurvivesSaveAndLoad) {
   const Model base = LoadHfModel(kModelDir);
   Model naive = LoadHfModel(kModelDir), smooth = LoadHfModel(kModelDir);
   const auto tok = LoadTokenizer(kModelDir);
-  QuantizeRequest req;
-  req.scheme = ParseScheme("int8:channel");
-  req.act_scheme = ParseScheme("int8:tensor:scale=f32");
-  req.calibration = KjvCalibration(*tok, 8, 128);
-  req.threads = 2;
+  QuantizeRequest req = Int8ChannelW8A8Request(*tok, "int8:tensor:scale=f32", 8, 128);
   QuantizeModel(naive, req);
   req.method = "smoothquant";
   const QuantizeReport r = QuantizeModel(smooth, req);
