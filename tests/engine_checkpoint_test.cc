@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -479,9 +480,10 @@ TEST(EngineFormats, BlockFp8WithGroupInputsIsFp8Block) {
 
 // quant_method "fp8" (vLLM's Fp8Config: DeepSeek-V3 / Qwen3-FP8 block checkpoints, older per-tensor
 // ones), written here from a compressed-tensors FP8 folder of the same codes: block scales renamed
-// weight_scale_inv, per-tensor ones stored as scalars. `qc` is the quantization_config.
-void WriteFp8MethodFolder(const fs::path& ct, const fs::path& out, const nlohmann::json& qc,
-                          bool block = true) {
+// weight_scale_inv, per-tensor ones stored as scalars. `qc` is the quantization_config; `scalars` are
+// added as F32 [] tensors (KV-cache scales).
+void WriteFp8MethodFolder(const fs::path& ct, const fs::path& out, const nlohmann::json& qc, bool block = true,
+                          const std::map<std::string, float>& scalars = {}) {
   fs::create_directories(out);
   for (const char* side : {"tokenizer.model", "tokenizer_config.json"})
     if (fs::exists(ct / side)) fs::copy_file(ct / side, out / side);
@@ -498,6 +500,7 @@ void WriteFp8MethodFolder(const fs::path& ct, const fs::path& out, const nlohman
     list.AddOwnedBytes(block && name.ends_with(".weight_scale") ? name + "_inv" : name, t.dtype, shape,
                        {t.data.begin(), t.data.end()});
   }
+  for (const auto& [name, value] : scalars) list.AddOwned(name, DType::kF32, {}, std::vector<float>{value});
   const std::vector<TensorToWrite> tensors = std::move(list).Sorted();
   WriteSafetensors(out / "model.safetensors", tensors);
 }
@@ -551,6 +554,40 @@ TEST(EngineFormats, Fp8MethodCheckpointsRunTheirCodesOnVllmsInputs) {
   ExpectError([&] { (void)LoadHfModel(dir / "no-block"); }, {"model.layers.0.self_attn.q_proj.weight_scale", "missing"});
 }
 
+// quant_method fp8 has no kv_cache_scheme: vLLM's FP8 cache takes whatever scales the layers hold, under
+// every spelling it remaps (a single kv_scale, ModelOpt's k_proj.k_scale, older v_proj.output_scale); a
+// layer holding one of the two uses the larger for both, a layer holding none 1.0.
+TEST(EngineFormats, Fp8MethodKvScalesAreTakenAsVllmTakesThem) {
+  Scratch dir;
+  const QuantScheme token = ParseScheme("fp8_e4m3:token:scale=f32");
+  (void)ExportCompressedTensors(QuantizedWithInputs("fp8_e4m3:tensor:scale=f32", token), dir / "ct");
+  const nlohmann::json qc = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}};
+  WriteFp8MethodFolder(dir / "ct", dir / "fp8", qc, false,
+                       {{"model.layers.0.self_attn.k_scale", 0.5f},
+                        {"model.layers.0.self_attn.v_scale", 0.25f},
+                        {"model.layers.1.self_attn.kv_scale", 0.75f},
+                        {"model.layers.2.self_attn.k_proj.k_scale", 0.0625f},
+                        {"model.layers.2.self_attn.v_proj.v_scale", 0.125f},
+                        {"model.layers.3.self_attn.v_proj.output_scale", 2.0f}});
+  (void)LoadHfModel(dir / "fp8");  // the scale tensors belong to the checkpoint
+  const KvCacheOptions kv = KvCacheOptionsFor("fp8_e4m3", (dir / "fp8").string(), "", 6);
+  EXPECT_EQ(kv.k_scales, (std::vector<float>{0.5f, 0.75f, 0.0625f, 2.0f, 1.0f, 1.0f}));
+  EXPECT_EQ(kv.v_scales, (std::vector<float>{0.25f, 0.75f, 0.125f, 2.0f, 1.0f, 1.0f}));
+  ExpectError([&] { (void)KvCacheOptionsFor("fp8_e5m2", (dir / "fp8").string(), "", 6); },
+              {"config.json", "fp8_e4m3 cache, not fp8_e5m2"});
+  // No scale anywhere: 1.0 with vLLM's warning, as for any checkpoint.
+  WriteFp8MethodFolder(dir / "ct", dir / "none", qc, false);
+  EXPECT_TRUE(KvCacheOptionsFor("fp8_e4m3", (dir / "none").string(), "", 6).k_scales.empty());
+  // Two spellings of one scale, or a scale that is not a positive number: named by tensor.
+  WriteFp8MethodFolder(dir / "ct", dir / "twice", qc, false,
+                       {{"model.layers.4.self_attn.k_scale", 0.5f}, {"model.layers.4.self_attn.kv_scale", 0.5f}});
+  ExpectError([&] { (void)KvCacheOptionsFor("fp8_e4m3", (dir / "twice").string(), "", 6); },
+              {"model.layers.4.self_attn.k_scale", "model.layers.4.self_attn.kv_scale", "layer 4's K"});
+  WriteFp8MethodFolder(dir / "ct", dir / "zero", qc, false, {{"model.layers.5.self_attn.v_scale", 0.0f}});
+  ExpectError([&] { (void)KvCacheOptionsFor("fp8_e4m3", (dir / "zero").string(), "", 6); },
+              {"model.layers.5.self_attn.v_scale", "positive and finite"});
+}
+
 // MXFP4 weights with FP8 inputs, per token or per group of 128 (compressed-tensors' MXFP4xFP8 preset,
 // vLLM's W4A8 MXFP4 scheme): dynamic float8 input_activations, read back as the same schemes.
 TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {
@@ -565,7 +602,9 @@ TEST(EngineFormats, Mxfp4WithFp8InputsExportsDynamicFp8Activations) {
     EXPECT_EQ(a["dynamic"], true);
     const bool group = input.granularity.kind == GranularityKind::kGroup;
     EXPECT_EQ(a["strategy"], group ? "group" : "token") << inputs;
-    if (group) EXPECT_EQ(a["group_size"], 128);
+    if (group) {
+      EXPECT_EQ(a["group_size"], 128);
+    }
     const Model back = LoadHfModel(dir / "ct");
     ASSERT_TRUE(back.weights.layers[1].w_down.input_quant.has_value());
     EXPECT_EQ(back.weights.layers[1].w_down.input_quant->scheme.ToString(), input.ToString());

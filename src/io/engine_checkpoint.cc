@@ -219,6 +219,37 @@ OrderedTensor EngineLinears::Load(const SafetensorsModel& st, const std::string&
   return {ReadUnpackedLinear(st, prefix, rows, cols, UnpackedScheme(weights, scale->dtype)), {}};
 }
 
+std::vector<std::string> KvScaleSuffixes(char which) {
+  return {fmt::format("{}_scale", which), fmt::format("{}_proj.{}_scale", which, which),
+          fmt::format("{}_proj.output_scale", which), "kv_scale"};
+}
+
+namespace {
+
+// One layer's K or V cache scale, nullopt when the checkpoint stores none.
+std::optional<float> LayerKvScale(const SafetensorsModel& st, uint32_t layer, char which) {
+  std::optional<float> found;
+  std::string found_name;
+  for (const std::string& suffix : KvScaleSuffixes(which)) {
+    const std::string name = fmt::format("model.layers.{}.self_attn.{}", layer, suffix);
+    const TensorView* t = st.Find(name);
+    if (!t) continue;
+    if (found)
+      Fail("{}: tensors '{}' and '{}' both give layer {}'s {} cache scale", st.path().string(), found_name, name,
+           layer, which == 'k' ? 'K' : 'V');
+    if (t->numel() != 1)
+      Fail("{}: tensor '{}' has {} values; a KV scale is one number", st.path().string(), name, t->numel());
+    const float value = ToFloat32(*t)[0];
+    if (!(value > 0) || !std::isfinite(value))
+      Fail("{}: tensor '{}' is {}; a KV scale must be positive and finite", st.path().string(), name, value);
+    found = value;
+    found_name = name;
+  }
+  return found;
+}
+
+}  // namespace
+
 std::optional<KvScales> ReadCheckpointKvScales(const fs::path& folder, uint32_t n_layers) {
   const fs::path config = folder / "config.json";
   if (!fs::is_directory(folder) || !fs::exists(config)) return std::nullopt;
@@ -226,7 +257,24 @@ std::optional<KvScales> ReadCheckpointKvScales(const fs::path& folder, uint32_t 
   const JsonView root(doc, config.string());
   if (!doc.is_object() || !root.Has("quantization_config")) return std::nullopt;
   const JsonView qc = root["quantization_config"].ExpectObject();
-  if (!qc.Has("kv_cache_scheme")) return std::nullopt;
+  KvScales s;
+  s.dtype = KvDtype::kFp8E4M3;  // the 8-bit float of both formats
+  if (!qc.Has("kv_cache_scheme")) {
+    // quant_method fp8 (vLLM's Fp8Config) has no scheme: its attention layers take whatever scales the
+    // checkpoint holds; a layer with one of the two uses it for both (the larger), one with none 1.0.
+    if (MethodOf(doc["quantization_config"]) != "fp8") return std::nullopt;
+    const SafetensorsModel st = SafetensorsModel::Open(folder);
+    bool any = false;
+    for (uint32_t i = 0; i < n_layers; ++i) {
+      const std::optional<float> k = LayerKvScale(st, i, 'k'), v = LayerKvScale(st, i, 'v');
+      any = any || k || v;
+      const float both = std::max(k.value_or(0.0f), v.value_or(0.0f));
+      s.k.push_back(k && v ? *k : both > 0 ? both : 1.0f);
+      s.v.push_back(k && v ? *v : both > 0 ? both : 1.0f);
+    }
+    if (!any) return std::nullopt;
+    return s;
+  }
   const JsonView kv = qc["kv_cache_scheme"].ExpectObject();
   if (kv.Get<std::string>("type", "float") != "float" || kv.Get<int>("num_bits", 8) != 8)
     kv.Fail("lowbit reads FP8 KV caches (type float, num_bits 8)");
@@ -235,20 +283,14 @@ std::optional<KvScales> ReadCheckpointKvScales(const fs::path& folder, uint32_t 
   if (!kv.Get<bool>("symmetric", true)) kv["symmetric"].Fail("FP8 KV scales are symmetric");
   if (kv.Get<bool>("dynamic", false)) kv["dynamic"].Fail("dynamic KV scales are not stored; lowbit reads static ones");
   const SafetensorsModel st = SafetensorsModel::Open(folder);
-  KvScales s;
-  s.dtype = KvDtype::kFp8E4M3;  // compressed-tensors' 8-bit float
   for (uint32_t i = 0; i < n_layers; ++i)
-    for (const auto& [which, out] : {std::pair{"k", &s.k}, std::pair{"v", &s.v}}) {
-      const std::string name = fmt::format("model.layers.{}.self_attn.{}_scale", i, which);
-      const TensorView* t = st.Find(name);
-      if (!t)
-        Fail("{}: tensor '{}' is missing, but {} has a quantization_config.kv_cache_scheme", st.path().string(), name,
-             config.string());
-      if (t->numel() != 1) Fail("{}: tensor '{}' has {} values; a KV scale is one number", st.path().string(), name, t->numel());
-      const float value = ToFloat32(*t)[0];
-      if (!(value > 0) || !std::isfinite(value))
-        Fail("{}: tensor '{}' is {}; a KV scale must be positive and finite", st.path().string(), name, value);
-      out->push_back(value);
+    for (const auto& [which, out] : {std::pair{'k', &s.k}, std::pair{'v', &s.v}}) {
+      const std::optional<float> value = LayerKvScale(st, i, which);
+      if (!value)
+        Fail("{}: tensor 'model.layers.{}.self_attn.{}_scale' is missing, but {} has a "
+             "quantization_config.kv_cache_scheme",
+             st.path().string(), i, which, config.string());
+      out->push_back(*value);
     }
   return s;
 }

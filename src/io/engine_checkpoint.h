@@ -66,10 +66,16 @@ class EngineLinears {
   std::vector<std::string> ignore_;
 };
 
-// The FP8 KV-cache scales a compressed-tensors checkpoint carries: with a `kv_cache_scheme` (8-bit float,
-// per tensor), each layer's self_attn.k_scale / v_scale, as llm-compressor writes them and vLLM loads them
-// (x = fp8 value * scale, lowbit's convention too). nullopt when config.json has no kv_cache_scheme.
-// Error naming the key for other schemes, and the file and tensor for a missing or bad scale.
+// The tensor names, after "model.layers.N.self_attn.", of a K ('k') or V ('v') cache scale: every spelling
+// vLLM's maybe_remap_kv_scale_name accepts (formats.md 6.2), the deprecated kv_scale (both K and V) last.
+std::vector<std::string> KvScaleSuffixes(char which);
+
+// The FP8 KV-cache scales an engine checkpoint carries (x = fp8 value * scale, lowbit's convention too):
+// - compressed-tensors with a `kv_cache_scheme` (8-bit float, per tensor): every layer's K and V scale,
+//   as llm-compressor writes them; a missing one is an error naming the file and tensor;
+// - quant_method fp8: whatever the layers hold, as vLLM's Fp8KVCacheMethod takes them (one of the two
+//   serves both, none is 1.0); nullopt when no layer holds one.
+// nullopt for every other checkpoint. Error naming the key for other schemes, the tensor for a bad scale.
 std::optional<KvScales> ReadCheckpointKvScales(const std::filesystem::path& folder, uint32_t n_layers);
 
 }  // namespace lowbit

@@ -115,7 +115,8 @@ class HfTensors {
       const std::string p = names_.layer(i);
       // FP8 KV-cache scales (vLLM's; lowbit reads a compressed-tensors kv_cache_scheme's, or kv_cache_scales.json)
       if (engine_ && (engine_->quant_method() == "compressed-tensors" || engine_->quant_method() == "fp8"))
-        for (const char* s : {"self_attn.k_scale", "self_attn.v_scale"}) optional.insert(p + s);
+        for (char which : {'k', 'v'})
+          for (const std::string& s : KvScaleSuffixes(which)) optional.insert(p + "self_attn." + s);
       for (const HfBlockVector& v : HfBlockVectors(c, i)) dense[p + v.name] = v.shape;
       if (Fused(c, i)) {
         linear(p + "self_attn.qkv_proj", uint64_t{c.q_dim()} + 2 * c.kv_dim(), c.dim, c.qkv_bias);
