@@ -224,6 +224,7 @@ void EngineCheckpoint(FuzzInput data) {
   Scratch().Write("config.json", {reinterpret_cast<const uint8_t*>(packed.config.data()), packed.config.size()});
   Scratch().Add("model.safetensors", packed.safetensors);
   const Model model = LoadHfModel(Scratch().dir());
+  (void)ReadCheckpointKvScales(Scratch().dir(), model.config.n_layers);
   // Bounded by the input's own bytes (the seeds are 2-layer models of width 32).
   if (model.config.dim > 4096 || model.config.vocab_size > 4096) return;
   std::vector<float> row;

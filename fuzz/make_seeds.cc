@@ -279,6 +279,12 @@ void Fp8MethodSeed(const fs::path& ct_seed, const fs::path& out) {
     std::vector<TensorToWrite> tensors;
     for (const TensorView& t : st.tensors())
       tensors.push_back({t.name.ends_with(".weight_scale") ? t.name + "_inv" : t.name, t.dtype, t.shape, t.data});
+    // KV-cache scales in two of the spellings vLLM takes: K and V on layer 0, the single kv_scale on layer 1.
+    static const float kKvScales[] = {0.5f, 0.25f, 0.75f};
+    const char* kv_names[] = {"model.layers.0.self_attn.k_scale", "model.layers.0.self_attn.v_scale",
+                              "model.layers.1.self_attn.kv_scale"};
+    for (int i = 0; i < 3; ++i)
+      tensors.push_back({kv_names[i], DType::kF32, {}, std::as_bytes(std::span(&kKvScales[i], 1))});
     WriteSafetensors(renamed, tensors);
   }
   const std::string text = config.dump(), renamed_weights = ReadTextFile(renamed);
