@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -23,7 +24,9 @@
 #include "io/gguf_writer.h"
 #include "model/config.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/gguf_pre_tokenizers.h"
 #include "tokenizer/gguf_vocab_export.h"
+#include "tokenizer/hf_tokenizer_export.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/vocab.h"
 #include "test_util.h"
@@ -96,11 +99,10 @@ std::unique_ptr<Tokenizer> LoadGguf(const fs::path& path) {
   return MakeGgufTokenizer(ReadGgufVocab(GgufFile::Open(path)));
 }
 
-// Encodes every case without BOS; reports the first mismatch in full and the pass count.
-void RunConformance(const std::string& name) {
+// Encodes every case of llama.cpp's vocabulary `name` without BOS with `tokenizer`; reports the first
+// mismatch in full and the pass count.
+void ExpectLlamaCppIds(const std::string& name, const std::unique_ptr<Tokenizer>& tokenizer) {
   const fs::path path = kVocabDir / name;
-  if (!fs::exists(path)) GTEST_SKIP() << path << " is not available";
-  const auto tokenizer = LoadGguf(path);
   const std::vector<Case> cases = ReadCases(path);
   ASSERT_GT(cases.size(), 40u);
   size_t passed = 0;
@@ -117,6 +119,20 @@ void RunConformance(const std::string& name) {
   }
   std::cout << name << ": " << passed << "/" << cases.size() << " cases match llama.cpp\n";
   EXPECT_EQ(passed, cases.size());
+}
+
+void RunConformance(const std::string& name) {
+  const fs::path path = kVocabDir / name;
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not available";
+  ExpectLlamaCppIds(name, LoadGguf(path));
+}
+
+// The Hugging Face files written for a GGUF vocabulary (hf_tokenizer_export.h), loaded back as a model
+// folder's tokenizer: tokenizer.model through SentencePiece, tokenizer.json through lowbit's reader.
+std::unique_ptr<Tokenizer> HfFilesOf(const VocabData& vocab, const fs::path& dir) {
+  fs::create_directories(dir);
+  WriteHfTokenizerFiles(vocab, "", dir);
+  return LoadTokenizer(dir);
 }
 
 TEST(GgufVocab, LlamaSpmMatchesLlamaCpp) { RunConformance("ggml-vocab-llama-spm.gguf"); }
@@ -222,6 +238,73 @@ TEST(GgufVocab, EveryPreTokenizerNameMatchesLlamaCpp) {
     }
   }
   EXPECT_GE(names, 74u);
+}
+
+// GGUF -> Hugging Face: llama.cpp's own test vectors, tokenized by the files written from its vocabularies
+// (a SentencePiece tokenizer.model from the llama-spm vocabulary, tokenizer.json from the byte-level ones).
+TEST(HfTokenizerExport, FilesWrittenFromLlamaCppVocabulariesTokenizeAsLlamaCpp) {
+  const testing_util::ScratchDir dir("lowbit-hf-export");
+  for (const char* name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf",
+                           "ggml-vocab-falcon.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-refact.gguf",
+                           "ggml-vocab-mpt.gguf"}) {
+    if (!fs::exists(kVocabDir / name)) GTEST_SKIP() << kVocabDir << " is not available";
+    SCOPED_TRACE(name);
+    const VocabData vocab = ReadGgufVocab(GgufFile::Open(kVocabDir / name));
+    const auto tokenizer = HfFilesOf(vocab, dir.path() / name);
+    EXPECT_TRUE(fs::exists(dir.path() / name / (vocab.model == "llama" ? "tokenizer.model" : "tokenizer.json")));
+    ExpectLlamaCppIds(name, tokenizer);
+    EXPECT_EQ(tokenizer->bos_id(), vocab.bos_id);
+    EXPECT_EQ(tokenizer->eos_id(), vocab.eos_id);
+    EXPECT_EQ(tokenizer->Encode("Hello", true).front() == vocab.bos_id, vocab.add_bos);
+    const nlohmann::json config = ReadJson(dir.path() / name / "tokenizer_config.json");
+    EXPECT_EQ(config["add_bos_token"], vocab.add_bos);
+    EXPECT_EQ(ReadJson(dir.path() / name / "generation_config.json")["eos_token_id"], vocab.eos_id);
+  }
+}
+
+// Every tokenizer.ggml.pre name as a tokenizer.json (its regexes as Split steps), on llama.cpp's ids for
+// that name (the fixture of EveryPreTokenizerNameMatchesLlamaCpp), BOS where llama.cpp adds it.
+TEST(HfTokenizerExport, EveryPreTokenizerNameBecomesATokenizerJsonThatSplitsAlike) {
+  const nlohmann::json fixture = ReadJson(LOWBIT_SOURCE_DIR "/tests/data/gguf_pre_tokenizer_cases.json");
+  if (!fs::exists(kVocabDir / fixture["vocab"].get<std::string>())) GTEST_SKIP() << kVocabDir << " is not available";
+  VocabData vocab = ReadGgufVocab(GgufFile::Open(kVocabDir / fixture["vocab"].get<std::string>()));
+  const testing_util::ScratchDir dir("lowbit-hf-export-pre");
+  const auto strings = fixture["strings"].get<std::vector<std::string>>();
+  // Names of one table entry write the same file: the first of each. The strings that hold a control
+  // token's text differ by design: transformers reads it as the token, llama.cpp (parse_special off, as
+  // the fixture was made) as text; there, the files give what llama.cpp gives with parse_special on.
+  std::set<std::pair<const GgufPreTokenizer*, bool>> written;
+  size_t entries = 0, with_specials = 0;
+  for (const nlohmann::json& group : fixture["cases"]) {
+    const auto ids = group["ids"].get<std::vector<std::vector<int32_t>>>();
+    for (const std::string pre : group["names"]) {
+      vocab.pre = pre;
+      const GgufPreTokenizer* entry = FindGgufPreTokenizer(pre);
+      vocab.add_bos = entry != nullptr && entry->add_bos;
+      if (!written.insert({entry, vocab.add_bos}).second) continue;
+      const auto tokenizer = HfFilesOf(vocab, dir.path() / pre);
+      const auto gguf = MakeGgufTokenizer(vocab);
+      for (size_t i = 0; i < strings.size(); ++i) {
+        std::vector<int32_t> expected = ids[i];
+        if (strings[i].find("<|endoftext|>") != std::string::npos) {
+          expected = gguf->EncodeWithSpecialTokens(strings[i]);
+          if (vocab.add_bos) expected.insert(expected.begin(), vocab.bos_id);
+          ++with_specials;
+        }
+        EXPECT_EQ(tokenizer->Encode(strings[i], true), expected) << pre << " string " << i << ": " << Escape(strings[i]);
+      }
+      ++entries;
+    }
+  }
+  EXPECT_GE(entries, 14u);
+  EXPECT_GE(with_specials, 14u);
+  vocab.pre = "no-such-pre";
+  ExpectError([&] { HfFilesOf(vocab, dir.path() / "unknown"); }, {"tokenizer.ggml.pre", "'no-such-pre'"});
+  vocab.pre = "gpt-2";
+  vocab.tokens[7] = vocab.tokens[8];
+  ExpectError([&] { HfFilesOf(vocab, dir.path() / "twice"); }, {"tokenizer.ggml.tokens", "token 8", "listed twice"});
+  vocab.model = "t5";
+  ExpectError([&] { HfFilesOf(vocab, dir.path() / "t5"); }, {"tokenizer.ggml.model", "'t5'"});
 }
 
 // A rendered chat template holds its special tokens as text: with parse_special (llama.cpp's, used

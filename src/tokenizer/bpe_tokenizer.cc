@@ -144,11 +144,6 @@ struct LowerPriority {
   }
 };
 
-// tokenizer.ggml.pre values for which llama.cpp splits with exactly the GPT-2 regex.
-constexpr std::string_view kGpt2Pre[] = {
-    "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "a.x-4.0", "mellum", "jina-v1-en",
-    "roberta-bpe", "exaone4", "mpt", "olmo", "jais", "trillion", "granite-docling"};
-
 }  // namespace
 
 std::vector<std::string> BpeTokenizer::PreTokenize(std::string_view text) {
@@ -219,15 +214,11 @@ BpeTokenizer::BpeTokenizer(const VocabData& vocab)
       eos_id_(vocab.eos_id),
       add_space_prefix_(vocab.add_space_prefix),
       adds_bos_(vocab.add_bos) {
-  if (std::find(std::begin(kGpt2Pre), std::end(kGpt2Pre), vocab.pre) == std::end(kGpt2Pre)) {
+  if (!SplitsLikeGpt2(vocab.pre)) {
     const GgufPreTokenizer* pre = FindGgufPreTokenizer(vocab.pre);
-    if (pre == nullptr) {
-      std::string supported;
-      for (std::string_view name : kGpt2Pre)
-        supported += fmt::format("{}'{}'", supported.empty() ? "" : ", ", name);
-      Fail("{}: tokenizer.ggml.pre '{}' is not supported for the gpt2 tokenizer (supported: {}, {})",
-           source_, vocab.pre, supported, KnownGgufPreTokenizers());
-    }
+    if (pre == nullptr)
+      Fail("{}: tokenizer.ggml.pre '{}' is not supported for the gpt2 tokenizer (supported: {})", source_, vocab.pre,
+           KnownGgufPreTokenizers(/*gpt2_names=*/true));
     for (const std::string_view regex : pre->regexes) regexes_.emplace_back(regex, source_ + ": tokenizer.ggml.pre");
     ignore_merges_ = pre->ignore_merges;
     raw_utf8_ = pre->raw_utf8;

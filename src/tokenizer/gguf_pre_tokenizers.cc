@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 namespace lowbit {
 namespace {
 
@@ -63,6 +66,11 @@ constexpr std::string_view kSpark25Words = LOWBIT_PUNCTUATED_WORDS R"(| ?[\p{P}\
 // with its parentheses and '|' inside the class).
 constexpr std::string_view kBloom = R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{ff0c}\x{3001}\x{964}\x{6d4}\x{60c})]+)";
 
+// tokenizer.ggml.pre values for which llama.cpp splits with exactly the GPT-2 regex.
+constexpr std::string_view kGpt2Names[] = {"gpt-2",  "phi-2", "jina-es", "jina-de",     "gigachat",
+                                           "a.x-4.0", "mellum", "jina-v1-en", "roberta-bpe", "exaone4",
+                                           "mpt",     "olmo",  "jais",    "trillion",    "granite-docling"};
+
 const std::vector<GgufPreTokenizer>& Table() {
   static const std::vector<GgufPreTokenizer> table = {
       // The first name of each entry is what lowbit writes for a tokenizer.json with that regex.
@@ -114,6 +122,10 @@ const std::vector<GgufPreTokenizer>& Table() {
 
 }  // namespace
 
+bool SplitsLikeGpt2(std::string_view pre) {
+  return std::find(std::begin(kGpt2Names), std::end(kGpt2Names), pre) != std::end(kGpt2Names);
+}
+
 const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre) {
   for (const GgufPreTokenizer& entry : Table())
     for (const std::string_view name : entry.names)
@@ -128,8 +140,10 @@ std::string_view GgufPreNameOfRegex(std::string_view regex) {
   return {};
 }
 
-std::string KnownGgufPreTokenizers() {
+std::string KnownGgufPreTokenizers(bool gpt2_names) {
   std::string out;
+  if (gpt2_names)
+    for (const std::string_view name : kGpt2Names) out += fmt::format("{}'{}'", out.empty() ? "" : ", ", name);
   for (const GgufPreTokenizer& entry : Table())
     for (const std::string_view name : entry.names) out += fmt::format("{}'{}'", out.empty() ? "" : ", ", name);
   return out;

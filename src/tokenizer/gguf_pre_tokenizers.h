@@ -22,6 +22,10 @@ struct GgufPreTokenizer {
   bool raw_utf8 = false;
 };
 
+// Whether llama.cpp splits a "gpt2" vocabulary named `pre` with exactly GPT-2's regex (which
+// BpeTokenizer::PreTokenize implements by hand); FindGgufPreTokenizer has the others.
+bool SplitsLikeGpt2(std::string_view pre);
+
 // The pre-tokenizer for `pre`, or nullptr when llama.cpp's name is not one lowbit knows.
 const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre);
 
@@ -29,7 +33,7 @@ const GgufPreTokenizer* FindGgufPreTokenizer(std::string_view pre);
 // (as a tokenizer.json Split holds it, or as llama.cpp rewrote it), or "" when none is.
 std::string_view GgufPreNameOfRegex(std::string_view regex);
 
-// The names FindGgufPreTokenizer knows, for error messages.
-std::string KnownGgufPreTokenizers();
+// The names FindGgufPreTokenizer knows (and SplitsLikeGpt2's first, when asked), for error messages.
+std::string KnownGgufPreTokenizers(bool gpt2_names = false);
 
 }  // namespace lowbit
