@@ -31,6 +31,7 @@
 #include "io/safetensors.h"
 #include "model/quantize_weights.h"
 #include "model/forward.h"
+#include "pipeline/convert_job.h"
 #include "quant/scheme.h"
 #include "test_util.h"
 
@@ -39,6 +40,7 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = LOWBIT_SOURCE_DIR "/tests/data/architectures";
+using testing_util::ExpectError;
 
 // Max |lowbit - reference| over every logit, relative to the largest |reference logit|.
 double RelativeError(const Model& model, const nlohmann::json& reference) {
@@ -87,6 +89,38 @@ TEST_P(ArchitectureFixture, SameLogitsAfterSavingAsLowbitFolderAndGguf) {
   StreamedModel streamed = OpenModel(folder);
   ExportGguf(streamed, dir / "model.gguf", options);
   EXPECT_LT(RelativeError(LoadModel((dir / "model.gguf").string()), reference), 1e-4) << GetParam() << " GGUF";
+}
+
+// Back from GGUF: the file as the Hugging Face folder it came from (config.json, tokenizer, Q/K rows in
+// rotate-half order; pipeline/gguf_source.h), written by `convert --to lowbit`, with transformers' logits
+// and the architecture transformers built it as (these files have no vocabulary: convert_test.cc checks
+// the tokenizer). Gemma and Phi-3 are named errors.
+TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
+  if (!kGgufArchitectures.contains(GetParam())) GTEST_SKIP() << "not exported to GGUF";
+  const fs::path folder = kFixtures / GetParam();
+  const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
+  testing_util::ScratchDir dir("lowbit-arch-fixture-back");
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel streamed = OpenModel(folder);
+  ExportGguf(streamed, dir / "model.gguf", options);
+  ConvertJob job;
+  job.in = (dir / "model.gguf").string();
+  job.out = (dir / "back").string();
+  job.to = "lowbit";
+  if (GetParam().starts_with("gemma") || GetParam() == "phi3") {
+    ExpectError([&] { (void)RunConvertJob(job); }, {"model.gguf", "general.architecture"});
+    EXPECT_EQ(dir.Entries().size(), 1u);  // the GGUF file: no output, no staging folder
+    return;
+  }
+  const nlohmann::json r = RunConvertJob(job);
+  EXPECT_TRUE(r["exact"].get<bool>()) << GetParam();
+  EXPECT_EQ(dir.Entries().size(), 2u);  // the staging folder is gone
+  const Model back = LoadModel((dir / "back").string());
+  const std::string arch = ReadJsonFile(folder / "config.json")["architectures"][0];  // GGUF's llama is Llama's
+  EXPECT_EQ(back.config.architecture, arch == "MistralForCausalLM" ? "LlamaForCausalLM" : arch) << GetParam();
+  EXPECT_EQ(back.config.rope_style, RopeStyle::kHalf);
+  EXPECT_LT(RelativeError(back, reference), 1e-4) << GetParam();
 }
 
 // The last layer runs its MLP only for the rows whose logits are asked for: in a batch of a prompt that

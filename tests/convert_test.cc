@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "eval/weight_diff.h"
 #include "io/hf_model.h"
 #include "io/model_loader.h"
@@ -19,6 +20,7 @@
 #include "pipeline/convert_job.h"
 #include "quant/rtn.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 namespace {
@@ -145,6 +147,42 @@ TEST(Convert, GgufKeepsEveryGridATypeHoldsThroughTheQkPermutation) {
       EXPECT_GT(m["max_abs_diff"].get<double>(), 0) << name;  // fp32 into Q8_0
     }
   }
+}
+
+// A GGUF file (llama.cpp's Q4_0 blocks, Q8_0 tables) goes to the engine formats as the Hugging Face folder it
+// was converted from: its codes as stored (Q/K rows back in rotate-half order), config.json, and the
+// tokenizer of its vocabulary (a SentencePiece tokenizer.model), which tokenizes as the file does.
+TEST(Convert, GgufBecomesTheHuggingFaceFolderItCameFrom) {
+  Scratch dir;
+  ConvertJob j;
+  j.in = QuantizedFolder(dir, "q4_0", "int4:g32:scale=f16").string();
+  j.out = (dir / "m.gguf").string();
+  j.to = "gguf";
+  j.type = "Q8_0";
+  j.threads = 2;
+  (void)RunConvertJob(j);
+  const fs::path text = dir / "kjv.txt";
+  WriteFileAtomic(text, ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-test.txt").substr(0, 8000));
+  for (const char* to : {"compressed-tensors", "lowbit"}) {
+    SCOPED_TRACE(to);
+    const fs::path out = dir / to;
+    const nlohmann::json r = Convert(dir / "m.gguf", out, to, "", text.string());
+    EXPECT_TRUE(r["exact"].get<bool>());
+    EXPECT_EQ(r["compare"]["top1_agreement"].get<double>(), 1.0);
+    EXPECT_LT(r["compare"]["kld_mean"].get<double>(), 1e-9);
+    const nlohmann::json config = ReadJsonFile(out / "config.json");
+    EXPECT_EQ(config["architectures"][0], "LlamaForCausalLM");
+    EXPECT_EQ(config["rms_norm_eps"], 1e-5);  // the float's decimal, as the source config has it
+    const std::string words = "In the beginning God created the heaven and the earth.";
+    EXPECT_TRUE(fs::exists(out / "tokenizer.model"));
+    EXPECT_EQ(LoadTokenizer(out)->Encode(words, true), LoadTokenizer(dir / "m.gguf")->Encode(words, true));
+    EXPECT_EQ(LoadTokenizer(out)->Encode(words, true), LoadTokenizer(kModelDir)->Encode(words, true));
+  }
+  for (const std::string& entry : dir.Entries()) EXPECT_EQ(entry.find("gguf-source"), std::string::npos) << entry;
+  // GPTQ holds one scheme: the Q8_0 lm_head beside Q4_0 blocks cannot go, and nothing is left behind.
+  ExpectError([&] { (void)Convert(dir / "m.gguf", dir / "gptq", "gptq"); }, {"lm_head", "one scheme", "--scheme"});
+  for (const std::string& entry : dir.Entries()) EXPECT_EQ(entry.find("gguf-source"), std::string::npos) << entry;
+  EXPECT_FALSE(fs::exists(dir / "gptq"));
 }
 
 TEST(Convert, BadOptionsFailBeforeAnythingIsWritten) {

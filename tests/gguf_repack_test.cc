@@ -21,6 +21,7 @@
 #include "kernels/qgemm_int8.h"
 #include "kernels/qmatmul_int8.h"
 #include "model/forward.h"
+#include "quant/scheme.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -77,7 +78,23 @@ TEST(GgufRepack, EveryBlockTypeDequantizesToTheReaderValues) {
       if (!q->scheme().asymmetric()) ASSERT_EQ(got[i], want[i]) << i;
       else ASSERT_NEAR(got[i], want[i], 1.2e-7f) << i;
     }
+
+    // Rows reordered (and one repeated) with their codes, sub-scales, super-block scales and mins, as
+    // converting llama.cpp's permuted Q/K rows back does: each row decodes exactly as its source row.
+    const std::vector<uint64_t> from = {3, 0, 4, 1, 2, 3};
+    const QuantizedTensor gathered = GatherRows(*q, from);
+    ASSERT_EQ(gathered.rows(), from.size());
+    std::vector<float> row(kCols), source(kCols);
+    for (size_t r = 0; r < from.size(); ++r) {
+      gathered.DequantizeRow(r, row.data());
+      q->DequantizeRow(from[r], source.data());
+      ASSERT_EQ(row, source) << r;
+    }
   }
+  // A scale cell over several rows cannot follow one row.
+  const QuantizedTensor block(ParseScheme("fp8_e4m3:block128x128:scale=f32"), 256, 128);
+  testing_util::ExpectError([&] { (void)GatherRows(block, std::vector<uint64_t>{1, 0}); },
+                            {"block128x128", "several rows"});
 }
 
 // A zero scale with a non-zero min makes every value of the block the min: kept as a stored bias,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "core/json_util.h"
@@ -12,6 +13,7 @@
 #include "io/quantized_checkpoint.h"
 #include "pipeline/evaluate.h"
 #include "pipeline/export_job.h"
+#include "pipeline/gguf_source.h"
 
 namespace lowbit {
 namespace {
@@ -20,7 +22,11 @@ namespace fs = std::filesystem;
 
 // A lowbit folder holds every scheme lowbit reads, so this target is always a repack.
 nlohmann::json WriteLowbitFolder(const ConvertJob& job) {
-  const Model model = LoadModel(job.in, job.load);
+  // A GGUF file: its codes as stored, in the Hugging Face folder it was converted from (gguf_source.h).
+  std::optional<GgufSourceFolder> gguf;
+  if (fs::path(job.in).extension() == ".gguf" && fs::is_regular_file(job.in)) gguf.emplace(job.in, job.out, job.load);
+  const Model model = gguf ? std::move(gguf->model().model) : LoadModel(job.in, job.load);
+  const fs::path source_dir = gguf ? gguf->dir() : fs::path(job.in);
   nlohmann::json card = fs::exists(fs::path(job.in) / "recipe.json")
                             ? ReadJsonFile(fs::path(job.in) / "recipe.json")
                             : nlohmann::json{{"lowbit_version", LOWBIT_VERSION}, {"source", job.in}};
@@ -30,7 +36,7 @@ nlohmann::json WriteLowbitFolder(const ConvertJob& job) {
   for (const LayerWeights& layer : model.weights.layers)
     for (const ConstBlockLinear& bl : BlockLinears(layer)) count(*bl.linear);
   if (!model.config.tie_embeddings) count(model.weights.lm_head);
-  SaveQuantizedModel(model, job.out, job.in, card);
+  SaveQuantizedModel(model, job.out, source_dir, card);
   return {{"out", job.out}, {"quantized_linears", quantized}, {"dense_linears", dense}};
 }
 
@@ -60,9 +66,9 @@ nlohmann::json RunConvertJob(const ConvertJob& job) {
 
   nlohmann::json r;
   if (to == "lowbit") {
-    if (!fs::is_directory(job.in))
-      Fail("{}: --to lowbit converts a Hugging Face folder (GPTQ, AWQ, compressed-tensors or lowbit), which gives "
-           "config.json and the tokenizer", job.in);
+    if (!fs::is_directory(job.in) && fs::path(job.in).extension() != ".gguf")
+      Fail("{}: --to lowbit converts a Hugging Face folder (GPTQ, AWQ, compressed-tensors or lowbit) or a GGUF file",
+           job.in);
     r = WriteLowbitFolder(job);
   } else {
     ExportJob e;

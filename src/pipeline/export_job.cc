@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -10,6 +11,7 @@
 #include "io/gguf_export.h"
 #include "io/gguf_mix.h"
 #include "io/imatrix.h"
+#include "pipeline/gguf_source.h"
 #include "pipeline/session.h"
 #include "tokenizer/gguf_vocab_export.h"
 
@@ -31,10 +33,19 @@ nlohmann::json ExportEngine(const ExportJob& job) {
       !job.token_embedding_type.empty() || !job.output_tensor_type.empty())
     Fail("--imatrix, --calib, --pure, --type, --token-embedding-type and --output-tensor-type apply to GGUF "
          "exports; for a calibrated {} checkpoint run `lowbit quantize --save-as {}`", job.to, job.to);
-  if (!std::filesystem::is_directory(job.model))
-    Fail("{}: --to {} exports a Hugging Face folder (float or lowbit quantized), which takes config.json and the "
-         "tokenizer from it", job.model, job.to);
-  StreamedModel model = OpenModel(job.model, job.load);
+  // A GGUF file goes out as the Hugging Face folder it was converted from: config.json and the tokenizer
+  // written from its metadata, Q/K rows in Hugging Face's order.
+  std::optional<GgufSourceFolder> gguf;
+  StreamedModel opened;
+  if (std::filesystem::path(job.model).extension() == ".gguf" && std::filesystem::is_regular_file(job.model)) {
+    gguf.emplace(job.model, job.out, job.load);
+  } else if (!std::filesystem::is_directory(job.model)) {
+    Fail("{}: --to {} exports a Hugging Face folder (float or lowbit quantized) or a GGUF file", job.model, job.to);
+  } else {
+    opened = OpenModel(job.model, job.load);
+  }
+  StreamedModel& model = gguf ? gguf->model() : opened;
+  const std::filesystem::path source_dir = gguf ? gguf->dir() : std::filesystem::path(job.model);
   // The recipe card travels with the weights: the source's, or what this export did.
   nlohmann::json card = nullptr;
   const std::filesystem::path source_card = std::filesystem::path(job.model) / "recipe.json";
@@ -48,7 +59,7 @@ nlohmann::json ExportEngine(const ExportJob& job) {
   }
   const size_t layers = model.model.config.n_layers;
   if (job.progress) e.progress = [&](size_t done, size_t) { job.progress(done, layers, ""); };
-  const EngineExportResult r = ExportEngineCheckpoint(model, job.model, job.out, card, e);
+  const EngineExportResult r = ExportEngineCheckpoint(model, source_dir, job.out, card, e);
   if (job.progress) job.progress(layers, layers, "");
   nlohmann::json changed = nlohmann::json::array();
   for (const ChangedLinear& l : r.changed) changed.push_back({{"linear", l.prefix}, {"reason", l.reason}, {"to", l.to}});

@@ -312,6 +312,38 @@ std::vector<float> QuantizedTensor::Dequantize() const {
   return out;
 }
 
+QuantizedTensor GatherRows(const QuantizedTensor& q, std::span<const uint64_t> from) {
+  const uint64_t grid_rows = q.grid().grid_rows;
+  if (grid_rows != q.rows() && grid_rows != 1)
+    Fail("{}: a scale cell spans several rows; its rows cannot be reordered exactly", q.scheme().ToString());
+  QuantizedTensor out(q.scheme(), from.size(), q.cols());
+  LOWBIT_CHECK(grid_rows == 1 || out.grid().grid_rows == from.size());
+  out.set_tensor_scale(q.tensor_scale());
+  // Each buffer is `sections` runs of one equal slice per (grid) row: K-quant super-block mins follow
+  // all their scales.
+  const auto gather = [&](std::span<const uint8_t> src, std::span<uint8_t> dst, uint64_t rows, uint64_t sections) {
+    if (src.empty()) return;
+    const uint64_t slice = src.size() / sections / rows;
+    LOWBIT_CHECK(slice * rows * sections == src.size() && dst.size() == slice * from.size() * sections);
+    for (uint64_t s = 0; s < sections; ++s)
+      for (uint64_t r = 0; r < from.size(); ++r) {
+        LOWBIT_CHECK(from[r] < rows);
+        std::memcpy(&dst[(s * from.size() + r) * slice], &src[(s * rows + from[r]) * slice], slice);
+      }
+  };
+  gather(q.codes(), out.codes(), q.rows(), 1);
+  if (grid_rows == 1) {
+    std::ranges::copy(q.scale_bytes(), out.scale_bytes().begin());
+    std::ranges::copy(q.zero_bytes(), out.zero_bytes().begin());
+    std::ranges::copy(q.super_bytes(), out.super_bytes().begin());
+    return out;
+  }
+  gather(q.scale_bytes(), out.scale_bytes(), grid_rows, 1);
+  gather(q.zero_bytes(), out.zero_bytes(), grid_rows, 1);
+  gather(q.super_bytes(), out.super_bytes(), grid_rows, q.scheme().zero_type == ZeroType::kMin8 ? 2 : 1);
+  return out;
+}
+
 QuantizedTensor WithFloatScales(const QuantizedTensor& q) {
   LOWBIT_CHECK(q.scheme().gguf_storage());
   QuantScheme scheme = q.scheme();

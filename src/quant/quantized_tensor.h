@@ -117,6 +117,11 @@ class QuantizedTensor {
   bool decode_affine_ = false;
 };
 
+// The tensor whose row r is row from[r] of q (from.size() rows), codes, scales and zero-points moved as
+// stored (exact): for grids with one cell row per tensor row, or one for the whole tensor. Error naming
+// the scheme for grids whose cells span several rows.
+QuantizedTensor GatherRows(const QuantizedTensor& q, std::span<const uint64_t> from);
+
 // A tensor with GGUF storage (scheme().gguf_storage()) holding the same values with every group's
 // scale and zero-point in fp32, for writers of plain scales (a lowbit folder). Exact for the scales;
 // a zero-point -bias / scale may differ from the bias in the last bit.

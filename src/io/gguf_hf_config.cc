@@ -1,0 +1,128 @@
+#include "io/gguf_hf_config.h"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace lowbit {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+// A float as its shortest decimal (1e-05, not the double 9.999999747378752e-06 it widens to), as
+// transformers' own configs write it.
+double Decimal(float x) { return std::stod(fmt::format("{}", x)); }
+
+OrderedJson RopeScalingJson(const RopeScaling& s) {
+  switch (s.type) {
+    case RopeScalingType::kNone: return nullptr;
+    case RopeScalingType::kLinear: return {{"rope_type", "linear"}, {"factor", Decimal(s.factor)}};
+    case RopeScalingType::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", Decimal(s.factor)},
+              {"low_freq_factor", Decimal(s.low_freq_factor)},
+              {"high_freq_factor", Decimal(s.high_freq_factor)},
+              {"original_max_position_embeddings", s.original_max_position}};
+    case RopeScalingType::kLongRope: break;
+  }
+  return "longrope";  // refused by the caller
+}
+
+// Row r of the rotate-half layout is row from[r] of the adjacent one (HalfStyleRow's inverse).
+std::vector<uint64_t> HalfFromAdjacent(uint64_t rows, uint32_t head_dim) {
+  std::vector<uint64_t> from(rows);
+  for (uint64_t r = 0; r < rows; ++r) from[HalfStyleRow(r, head_dim)] = r;
+  return from;
+}
+
+void PermuteRows(Linear& l, const std::vector<uint64_t>& from) {
+  if (auto* q = std::get_if<QuantizedTensor>(&l.weight)) {
+    l.weight = GatherRows(*q, from);
+  } else {
+    DenseMatrix& d = std::get<DenseMatrix>(l.weight);
+    std::vector<float> values(d.values.size());
+    for (uint64_t r = 0; r < from.size(); ++r)
+      std::copy_n(d.values.begin() + from[r] * d.cols(), d.cols(), values.begin() + r * d.cols());
+    d.values = std::move(values);
+  }
+  if (!l.bias.empty()) {
+    std::vector<float> bias(l.bias.size());
+    for (uint64_t r = 0; r < from.size(); ++r) bias[r] = l.bias[from[r]];
+    l.bias = std::move(bias);
+  }
+  LOWBIT_CHECK(!l.outliers);  // GGUF files have none
+}
+
+}  // namespace
+
+OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const std::string& torch_dtype,
+                           const std::string& source) {
+  const bool moe = c.n_experts > 0;
+  std::string architecture, model_type;
+  if (arch == "llama") architecture = moe ? "MixtralForCausalLM" : "LlamaForCausalLM", model_type = moe ? "mixtral" : "llama";
+  else if (arch == "qwen2") architecture = "Qwen2ForCausalLM", model_type = "qwen2";
+  else if (arch == "qwen3") architecture = "Qwen3ForCausalLM", model_type = "qwen3";
+  else if (arch == "qwen2moe") architecture = "Qwen2MoeForCausalLM", model_type = "qwen2_moe";
+  else if (arch == "qwen3moe") architecture = "Qwen3MoeForCausalLM", model_type = "qwen3_moe";
+  else
+    Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of llama (and its experts), qwen2, qwen3, "
+         "qwen2moe and qwen3moe GGUF files", source, arch);
+  if (arch == "llama" && c.qkv_bias)
+    Fail("{}: tensor 'blk.0.attn_q.bias': LlamaForCausalLM's attention_bias also adds an o_proj bias, which this file "
+         "lacks", source);
+  if (c.rotary_dim != 0)
+    Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
+         c.rotary_dim, architecture);
+  if (c.rope_scaling.type == RopeScalingType::kLongRope || c.sliding_window != 0)
+    Fail("{}: {} has no field for this file's {}", source, architecture,
+         c.sliding_window ? "sliding window" : "RoPE scaling");
+  OrderedJson j = {{"architectures", {architecture}},
+                   {"model_type", model_type},
+                   {"vocab_size", c.vocab_size},
+                   {"hidden_size", c.dim},
+                   {"intermediate_size", c.ffn_dim},
+                   {"num_hidden_layers", c.n_layers},
+                   {"num_attention_heads", c.n_heads},
+                   {"num_key_value_heads", c.n_kv_heads},
+                   {"head_dim", c.head_dim},
+                   {"max_position_embeddings", c.max_position},
+                   {"rms_norm_eps", Decimal(c.norm_eps)},
+                   {"rope_theta", Decimal(c.rope_theta)},
+                   {"rope_scaling", RopeScalingJson(c.rope_scaling)},
+                   {"tie_word_embeddings", c.tie_embeddings},
+                   {"hidden_act", "silu"},
+                   {"attention_bias", false},
+                   {"bos_token_id", c.bos_id},
+                   {"eos_token_id", c.eos_id},
+                   {"torch_dtype", torch_dtype}};
+  if (arch == "qwen2" || arch == "qwen2moe") j.erase("attention_bias");  // implied by the architecture
+  if (arch.starts_with("qwen")) j["use_sliding_window"] = false;
+  if (moe) {
+    j[arch == "llama" ? "num_local_experts" : "num_experts"] = c.n_experts;
+    j["num_experts_per_tok"] = c.experts_per_token;
+    if (arch != "llama") {
+      j["moe_intermediate_size"] = c.expert_ffn_dim;
+      j["norm_topk_prob"] = c.norm_expert_weights;
+      j["decoder_sparse_step"] = 1;
+      j["mlp_only_layers"] = OrderedJson::array();
+      if (arch == "qwen2moe") j["shared_expert_intermediate_size"] = c.shared_expert_ffn_dim;
+    }
+  }
+  return j;
+}
+
+void ToRotateHalf(Model& m) {
+  ModelConfig& c = m.config;
+  if (c.rope_style == RopeStyle::kHalf) return;
+  const std::vector<uint64_t> q = HalfFromAdjacent(c.q_dim(), c.head_dim), k = HalfFromAdjacent(c.kv_dim(), c.head_dim);
+  for (LayerWeights& layer : m.weights.layers) {
+    PermuteRows(layer.wq, q);
+    PermuteRows(layer.wk, k);
+  }
+  c.rope_style = RopeStyle::kHalf;
+}
+
+}  // namespace lowbit
