@@ -1,6 +1,7 @@
 // `lowbit tokenize`: the ids (and pieces) a model's tokenizer gives for a text.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -8,13 +9,15 @@
 #include "pipeline/session.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "io/gguf.h"
+#include "tokenizer/hf_tokenizer_export.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::cli {
 
 void AddTokenizeCommand(CLI::App& app) {
   struct Options {
-    std::string model, text, file, system;
+    std::string model, text, file, system, save_hf;
     bool json = false, no_bos = false, chat = false;
   };
   auto o = std::make_shared<Options>();
@@ -29,8 +32,20 @@ void AddTokenizeCommand(CLI::App& app) {
                 "Tokenize the text as a user message under the model's chat template, the assistant's turn opened "
                 "(the template's special tokens only; no BOS is added)");
   cmd->add_option("--system", o->system, "With --chat: a system message first");
+  cmd->add_option("--save-hf", o->save_hf,
+                  "GGUF file: write its vocabulary as Hugging Face tokenizer files into this folder (tokenizer.model "
+                  "or tokenizer.json, tokenizer_config.json with its chat template, generation_config.json)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] {
+    if (!o->save_hf.empty()) {
+      if (std::filesystem::path(o->model).extension() != ".gguf")
+        Fail("tokenize: --save-hf writes a GGUF file's vocabulary; {} is not a .gguf file", o->model);
+      std::filesystem::create_directories(o->save_hf);
+      if (!WriteHfTokenizerFiles(GgufFile::Open(o->model), o->save_hf))
+        Fail("{}: no vocabulary (tokenizer.ggml.model) to write", o->model);
+      std::printf("Wrote the tokenizer of %s to %s\n", o->model.c_str(), o->save_hf.c_str());
+      if (o->text.empty() && o->file.empty()) return;
+    }
     if (o->text.empty() && o->file.empty()) Fail("tokenize: give --text or --file");
     if (!o->system.empty() && !o->chat) Fail("tokenize: --system needs --chat");
     const auto tokenizer = LoadTokenizer(o->model);

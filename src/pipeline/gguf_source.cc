@@ -10,7 +10,6 @@
 #include "io/gguf_hf_config.h"
 #include "io/gguf_model.h"
 #include "tokenizer/hf_tokenizer_export.h"
-#include "tokenizer/vocab.h"
 
 namespace lowbit {
 namespace {
@@ -42,13 +41,9 @@ GgufSourceFolder::GgufSourceFolder(const fs::path& gguf, const fs::path& out, co
   fs::create_directories(dir_);
   try {
     WriteFileAtomic(dir_ / "config.json", config.dump(2) + "\n");
-    if (file.Find("tokenizer.ggml.model")) {
-      const GgufValue* chat = file.Find("tokenizer.chat_template");
-      WriteHfTokenizerFiles(ReadGgufVocab(file), chat ? file.GetString("tokenizer.chat_template") : "", dir_);
-    } else {
+    if (!WriteHfTokenizerFiles(file, dir_))
       std::fprintf(stderr, "lowbit: warning: %s has no vocabulary (tokenizer.ggml.*): the folder gets no tokenizer\n",
                    gguf.string().c_str());
-    }
   } catch (...) {
     fs::remove_all(dir_);
     throw;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "io/gguf.h"
 #include "tokenizer/gguf_pre_tokenizers.h"
 
 namespace lowbit {
@@ -226,6 +227,13 @@ void WriteHfTokenizerFiles(const VocabData& vocab, const std::string& chat_templ
   if (vocab.bos_id >= 0) generation["bos_token_id"] = vocab.bos_id;
   if (vocab.eos_id >= 0) generation["eos_token_id"] = vocab.eos_id;
   WriteFileAtomic(dir / "generation_config.json", generation.dump(2) + "\n");
+}
+
+bool WriteHfTokenizerFiles(const GgufFile& file, const fs::path& dir) {
+  if (!file.Find("tokenizer.ggml.model")) return false;
+  const GgufValue* chat = file.Find("tokenizer.chat_template");
+  WriteHfTokenizerFiles(ReadGgufVocab(file), chat ? file.GetString("tokenizer.chat_template") : "", dir);
+  return true;
 }
 
 }  // namespace lowbit

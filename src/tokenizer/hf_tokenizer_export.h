@@ -18,10 +18,16 @@
 
 namespace lowbit {
 
+class GgufFile;
+
 // Writes the files into `dir` (which exists). `chat_template` (tokenizer.chat_template) is left out
 // when empty. Error naming the vocabulary's file and key for what no Hugging Face tokenizer expresses
 // as llama.cpp tokenizes it: another tokenizer.ggml.model, a pre-tokenizer name lowbit does not know or
 // that is not byte-level, duplicate pieces, byte pieces without the whole byte alphabet.
 void WriteHfTokenizerFiles(const VocabData& vocab, const std::string& chat_template, const std::filesystem::path& dir);
+
+// The same for a GGUF file's vocabulary and tokenizer.chat_template. False, writing nothing, when the
+// file has no vocabulary (no tokenizer.ggml.model).
+bool WriteHfTokenizerFiles(const GgufFile& file, const std::filesystem::path& dir);
 
 }  // namespace lowbit

@@ -1,6 +1,9 @@
 """lowbit's tokenizer.json reader against the `tokenizers` library (what transformers' AutoTokenizer
 runs) and llama.cpp's test vectors.
 
+Also the other way: the Hugging Face files lowbit writes from each GGUF vocabulary, read by the
+`tokenizers` library (tokenizer.json) and SentencePiece (tokenizer.model).
+
 Cases: Phi-3.5's real tokenizer.json (SentencePiece-style BPE with byte fallback), the same file
 rewritten the way newer Llama/Mistral files are (Metaspace pre-tokenizer and decoder), and
 tokenizer.json files built from llama.cpp's GGUF vocabularies (byte-level BPE) with the
@@ -244,6 +247,44 @@ def check_converted(lowbit, folder):
     print(f"kjv-llama-7m on kjv-test.txt: PPL {ppl[0]:.4f} with tokenizer.model, {ppl[1]:.4f} with only tokenizer.json")
 
 
+def check_written_from_gguf(lowbit, folder):
+    """The Hugging Face files lowbit writes for each of llama.cpp's GGUF vocabularies (`lowbit tokenize
+    --save-hf`, as `convert` of a GGUF writes them): the `tokenizers` library on each tokenizer.json and
+    SentencePiece on the llama-spm tokenizer.model give llama.cpp's ids for its test strings, and the ids
+    lowbit gives the GGUF file for the KJV and WikiText-2 texts; transformers' AutoTokenizer on the
+    folder is reported beside them."""
+    import sentencepiece
+    from transformers import AutoTokenizer
+    rows = []
+    for name, (inputs, expected) in llama_cpp_strings().items():
+        out = os.path.join(folder, "from-gguf", name)
+        run(lowbit, "tokenize", "--model", os.path.join(VOCABS, name), "--save-hf", out)
+        spm = os.path.exists(os.path.join(out, "tokenizer.model"))
+        if spm:
+            processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(out, "tokenizer.model"))
+            encode = processor.encode  # noqa: E731
+        else:
+            tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+            encode = lambda t: tok.encode(t, add_special_tokens=False).ids  # noqa: E731
+        auto = AutoTokenizer.from_pretrained(out)
+        matched = sum(encode(t) == ids for t, ids in zip(inputs, expected))
+        auto_matched = sum(auto.encode(t, add_special_tokens=False) == ids for t, ids in zip(inputs, expected))
+        check(matched == len(inputs), f"{name}: the written {'tokenizer.model' if spm else 'tokenizer.json'} gives "
+                                      f"llama.cpp's ids for {matched} of {len(inputs)} strings")
+        same_texts = 0
+        for text_name, text_path in texts().items():
+            with open(text_path, encoding="utf-8", newline="") as f:
+                theirs = encode(f.read())
+            ours = json.loads(run(lowbit, "tokenize", "--model", os.path.join(VOCABS, name), "--file", text_path,
+                                  "--no-bos", "--json"))["ids"]
+            check(ours == theirs, f"{name} on {text_name}: the written files and the GGUF file give different ids")
+            same_texts += ours == theirs
+        rows.append([name, "tokenizer.model (sentencepiece)" if spm else "tokenizer.json (tokenizers)",
+                     f"{matched}/{len(inputs)}", f"{same_texts}/{len(texts())}", f"{auto_matched}/{len(inputs)}"])
+    print_table(["GGUF vocabulary", "written as, read by", "llama.cpp's strings", "KJV, WikiText-2 = GGUF",
+                 "AutoTokenizer (not checked)"], rows)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lowbit", default="build/lowbit")
@@ -292,6 +333,7 @@ def main():
     print_table(["tokenizer", "text", "tokens", "identical", "lowbit ktok/s", "tokenizers ktok/s", "ratio"], rows)
     print("(encode only, one thread, best of 3 each: `lowbit bench tokenize` and Tokenizer.encode)")
     check_converted(args.lowbit, folder)
+    check_written_from_gguf(args.lowbit, folder)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
     print("hf_tokenizers: all checks passed")
