@@ -97,6 +97,9 @@ EXPORTS = [
     ("convert-ct-to-awq-int4-asym-g64", ["--format", "int4:g64:asym"], ["--to", "awq"], ["--to", "compressed-tensors"]),
     ("convert-awq-to-gptq-v2-int4-asym-g128", ["--format", "int4:g128:asym"], ["--to", "gptq", "--format", "gptq_v2"],
      ["--to", "awq"]),
+    # from a GGUF file (Q4_0 blocks, F32 tables): the Hugging Face folder it came from (config.json, tokenizer.model)
+    ("convert-gguf-q4_0-to-ct-int4-g32", ["--format", "int4:g32:scale=f16"], ["--to", "compressed-tensors"],
+     ["--type", "Q4_0", "--token-embedding-type", "F32", "--output-tensor-type", "F32"]),
     # Written by compressed-tensors itself (third-party files, as llm-compressor saves them): the quantization
     # arguments of its config group instead of lowbit's. lowbit reads the folder (`convert --to lowbit`, which
     # must be exact) and that reading is the reference transformers' decompression must equal.
@@ -466,7 +469,7 @@ def main():
             exported = {"format": info["format"].split()[-1], "bits_per_weight": info["linear_bits_per_weight"],
                         "file_bytes": info["bytes"]}
         elif via:
-            engine = os.path.join(tmp, f"{name}-via")
+            engine = os.path.join(tmp, f"{name}-via" + (".gguf" if "--type" in via[0] else ""))
             lowbit_json(lowbit, "export", source, "-o", engine, *via[0])
             exported = lowbit_json(lowbit, "convert", engine, "-o", out, *export_args)
             check(exported["exact"] and exported["max_abs_diff"] == 0,
