@@ -291,7 +291,8 @@ TEST(HfTokenizerExport, EveryPreTokenizerNameBecomesATokenizerJsonThatSplitsAlik
           if (vocab.add_bos) expected.insert(expected.begin(), vocab.bos_id);
           ++with_specials;
         }
-        EXPECT_EQ(tokenizer->Encode(strings[i], true), expected) << pre << " string " << i << ": " << Escape(strings[i]);
+        EXPECT_EQ(tokenizer->Encode(strings[i], true), expected)
+            << pre << " string " << i << ": " << Escape(strings[i]);
       }
       ++entries;
     }

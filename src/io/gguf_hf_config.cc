@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -61,13 +62,23 @@ void PermuteRows(Linear& l, const std::vector<uint64_t>& from) {
 OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const std::string& torch_dtype,
                            const std::string& source) {
   const bool moe = c.n_experts > 0;
-  std::string architecture, model_type;
-  if (arch == "llama") architecture = moe ? "MixtralForCausalLM" : "LlamaForCausalLM", model_type = moe ? "mixtral" : "llama";
-  else if (arch == "qwen2") architecture = "Qwen2ForCausalLM", model_type = "qwen2";
-  else if (arch == "qwen3") architecture = "Qwen3ForCausalLM", model_type = "qwen3";
-  else if (arch == "qwen2moe") architecture = "Qwen2MoeForCausalLM", model_type = "qwen2_moe";
-  else if (arch == "qwen3moe") architecture = "Qwen3MoeForCausalLM", model_type = "qwen3_moe";
-  else
+  // general.architecture -> transformers' class and model_type (llama.cpp's converter maps Mistral to llama, and
+  // Mixtral to llama with experts).
+  struct Family {
+    std::string_view gguf, architecture, model_type;
+  };
+  static constexpr Family kFamilies[] = {{"llama", "LlamaForCausalLM", "llama"},
+                                         {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+                                         {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+                                         {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
+                                         {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"}};
+  const Family* family = nullptr;
+  for (const Family& f : kFamilies)
+    if (f.gguf == arch) family = &f;
+  const bool mixtral = arch == "llama" && moe;
+  const std::string architecture(mixtral ? "MixtralForCausalLM" : family ? family->architecture : "");
+  const std::string model_type(mixtral ? "mixtral" : family ? family->model_type : "");
+  if (!family)
     Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of llama (and its experts), qwen2, qwen3, "
          "qwen2moe and qwen3moe GGUF files", source, arch);
   if (arch == "llama" && c.qkv_bias)

@@ -31,9 +31,10 @@ std::string TorchDtypeOf(const GgufFile& f) {
 
 GgufSourceFolder::GgufSourceFolder(const fs::path& gguf, const fs::path& out, const LoadOptions& options) {
   const GgufFile file = GgufFile::Open(gguf);
-  Model m = LoadGgufModel(gguf, options);
+  // What cannot be written fails before the weights are read.
   const nlohmann::ordered_json config =
-      HfConfigOfGguf(m.config, file.GetString("general.architecture"), TorchDtypeOf(file), gguf.string());
+      HfConfigOfGguf(ReadGgufConfig(file), file.GetString("general.architecture"), TorchDtypeOf(file), gguf.string());
+  Model m = LoadGgufModel(gguf, options);
   const fs::path base = fs::absolute(out).lexically_normal().string() + ".gguf-source";
   RemoveStaleTemporaries(base);
   dir_ = base.string() + ".tmp-" + std::to_string(::getpid());

@@ -158,7 +158,9 @@ std::string TokenizerJson(const VocabData& v) {
   if (v.add_bos) {
     const std::string bos = TokenOrNull(v, v.bos_id);
     if (bos.empty()) Fail("{}: key 'tokenizer.ggml.add_bos_token' is true, but there is no BOS token", v.source);
-    const auto special = [&](int type_id) { return OrderedJson{{"SpecialToken", {{"id", bos}, {"type_id", type_id}}}}; };
+    const auto special = [&](int type_id) {
+      return OrderedJson{{"SpecialToken", {{"id", bos}, {"type_id", type_id}}}};
+    };
     const auto sequence = [](const char* id, int type_id) {
       return OrderedJson{{"Sequence", {{"id", id}, {"type_id", type_id}}}};
     };
