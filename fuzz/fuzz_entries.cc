@@ -26,6 +26,7 @@
 #include "model/kv_calibration.h"
 #include "model/recipe.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/hf_tokenizer_export.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::fuzz {
@@ -181,7 +182,15 @@ void KvScales(FuzzInput data) {
 
 void SentencePiece(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("tokenizer.model", data))); }
 
-void GgufVocab(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("vocab.gguf", data))); }
+void GgufVocab(FuzzInput data) {
+  const fs::path path = Scratch().Write("vocab.gguf", data);
+  ExerciseTokenizer(*LoadTokenizer(path));
+  // The vocabulary as Hugging Face files (tokenize --save-hf, convert of a GGUF file), read back.
+  const fs::path hf = Scratch().dir() / "hf";
+  fs::remove_all(hf);
+  fs::create_directories(hf);
+  if (WriteHfTokenizerFiles(GgufFile::Open(path), hf)) ExerciseTokenizer(*LoadTokenizer(hf));
+}
 
 void HfTokenizer(FuzzInput data) { ExerciseTokenizer(*LoadTokenizer(Scratch().Write("tokenizer.json", data))); }
 

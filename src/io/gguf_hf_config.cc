@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,9 +28,14 @@ OrderedJson RopeScalingJson(const RopeScaling& s) {
               {"low_freq_factor", Decimal(s.low_freq_factor)},
               {"high_freq_factor", Decimal(s.high_freq_factor)},
               {"original_max_position_embeddings", s.original_max_position}};
-    case RopeScalingType::kLongRope: break;
+    case RopeScalingType::kLongRope:
+      return {{"type", "longrope"},
+              {"short_factor", s.short_factor},
+              {"long_factor", s.long_factor},
+              {"original_max_position_embeddings", s.original_max_position},
+              {"attention_factor", Decimal(s.attention_factor)}};
   }
-  return "longrope";  // refused by the caller
+  return nullptr;
 }
 
 // Row r of the rotate-half layout is row from[r] of the adjacent one (HalfStyleRow's inverse).
@@ -71,27 +77,32 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"qwen2", "Qwen2ForCausalLM", "qwen2"},
                                          {"qwen3", "Qwen3ForCausalLM", "qwen3"},
                                          {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
-                                         {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"}};
+                                         {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+                                         {"gemma", "GemmaForCausalLM", "gemma"},
+                                         {"gemma2", "Gemma2ForCausalLM", "gemma2"},
+                                         {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
+                                         {"phi3", "Phi3ForCausalLM", "phi3"}};
   const Family* family = nullptr;
   for (const Family& f : kFamilies)
     if (f.gguf == arch) family = &f;
-  const bool mixtral = arch == "llama" && moe;
-  const std::string architecture(mixtral ? "MixtralForCausalLM" : family ? family->architecture : "");
-  const std::string model_type(mixtral ? "mixtral" : family ? family->model_type : "");
-  if (!family)
-    Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of llama (and its experts), qwen2, qwen3, "
-         "qwen2moe and qwen3moe GGUF files", source, arch);
+  if (!family) {
+    std::string names;
+    for (const Family& f : kFamilies) names += fmt::format("{}{}", names.empty() ? "" : ", ", f.gguf);
+    Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of {} GGUF files", source, arch, names);
+  }
+  const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3";
+  const std::string architecture(mixtral ? "MixtralForCausalLM" : family->architecture);
   if (arch == "llama" && c.qkv_bias)
     Fail("{}: tensor 'blk.0.attn_q.bias': LlamaForCausalLM's attention_bias also adds an o_proj bias, which this file "
          "lacks", source);
-  if (c.rotary_dim != 0)
+  if (c.rotary_dim != 0 && !phi3)
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
-  if (c.rope_scaling.type == RopeScalingType::kLongRope || c.sliding_window != 0)
+  if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 || (c.sliding_window != 0 && !gemma && !phi3))
     Fail("{}: {} has no field for this file's {}", source, architecture,
          c.sliding_window ? "sliding window" : "RoPE scaling");
   OrderedJson j = {{"architectures", {architecture}},
-                   {"model_type", model_type},
+                   {"model_type", mixtral ? "mixtral" : std::string(family->model_type)},
                    {"vocab_size", c.vocab_size},
                    {"hidden_size", c.dim},
                    {"intermediate_size", c.ffn_dim},
@@ -121,6 +132,33 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
       j["mlp_only_layers"] = OrderedJson::array();
       if (arch == "qwen2moe") j["shared_expert_intermediate_size"] = c.shared_expert_ffn_dim;
     }
+  }
+  if (c.sliding_window != 0) {  // Gemma 2/3's local layers, Phi-3's window on every layer
+    j["sliding_window"] = c.sliding_window;
+    if (!c.sliding_layers.empty()) {
+      OrderedJson types = OrderedJson::array();
+      for (const uint8_t sliding : c.sliding_layers) types.push_back(sliding ? "sliding_attention" : "full_attention");
+      j["layer_types"] = std::move(types);
+    }
+  }
+  if (gemma) {
+    // GeGLU, (1 + w) norms and scaled embeddings are the architecture's; llama.cpp's attention scale becomes the
+    // query_pre_attn_scalar it implies (Gemma 2 27B: hidden / heads).
+    j.erase("hidden_act");
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    if (arch != "gemma") {
+      const double scalar = 1.0 / (static_cast<double>(c.attention_scale()) * c.attention_scale());
+      j["query_pre_attn_scalar"] = std::abs(scalar - std::round(scalar)) < 1e-3 * scalar ? std::round(scalar) : scalar;
+      j["final_logit_softcapping"] = c.final_softcap > 0 ? OrderedJson(Decimal(c.final_softcap)) : OrderedJson();
+      j["attn_logit_softcapping"] = c.attn_softcap > 0 ? OrderedJson(Decimal(c.attn_softcap)) : OrderedJson();
+    }
+    if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = Decimal(c.local_rope_theta);
+  }
+  if (phi3) {
+    j.erase("head_dim");  // hidden / heads, which Phi3Config derives
+    if (c.rotary_dim != 0) j["partial_rotary_factor"] = Decimal(static_cast<float>(c.rotary_dim) / c.head_dim);
+    if (c.rope_scaling.type == RopeScalingType::kLongRope)
+      j["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
   }
   return j;
 }
