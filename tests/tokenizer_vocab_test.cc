@@ -304,8 +304,14 @@ TEST(HfTokenizerExport, EveryPreTokenizerNameBecomesATokenizerJsonThatSplitsAlik
   vocab.pre = "gpt-2";
   vocab.tokens[7] = vocab.tokens[8];
   ExpectError([&] { HfFilesOf(vocab, dir.path() / "twice"); }, {"tokenizer.ggml.tokens", "token 8", "listed twice"});
+  vocab.tokens[7] = "";
+  ExpectError([&] { HfFilesOf(vocab, dir.path() / "empty"); }, {"tokenizer.ggml.tokens", "token 7 is empty"});
   vocab.model = "t5";
   ExpectError([&] { HfFilesOf(vocab, dir.path() / "t5"); }, {"tokenizer.ggml.model", "'t5'"});
+  // SentencePiece refuses what it cannot load, by token: byte pieces must read <0xHH>.
+  VocabData spm = ReadGgufVocab(GgufFile::Open(kVocabDir / "ggml-vocab-llama-spm.gguf"));
+  spm.tokens[3] = "<0xZZ>";
+  ExpectError([&] { HfFilesOf(spm, dir.path() / "byte"); }, {"tokenizer.ggml.tokens", "byte token 3", "<0xZZ>"});
 }
 
 // A rendered chat template holds its special tokens as text: with parse_special (llama.cpp's, used

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -30,7 +31,10 @@ std::string TokenOrNull(const VocabData& v, int32_t id) {
 void CheckUnique(const VocabData& v) {
   std::unordered_set<std::string_view> seen;
   for (size_t id = 0; id < v.tokens.size(); ++id)
-    if (!seen.insert(v.tokens[id]).second)
+    if (v.tokens[id].empty())
+      Fail("{}: key 'tokenizer.ggml.tokens': token {} is empty; a Hugging Face tokenizer has no empty piece", v.source,
+           id);
+    else if (!seen.insert(v.tokens[id]).second)
       Fail("{}: key 'tokenizer.ggml.tokens': token {} ('{}') is listed twice; a Hugging Face tokenizer maps each piece "
            "to one id", v.source, id, v.tokens[id]);
 }
@@ -74,6 +78,11 @@ std::string SentencePieceModel(const VocabData& v) {
     Fail("{}: key 'tokenizer.ggml.token_type': {} byte tokens; byte fallback needs all 256", v.source, bytes);
   std::string model;
   for (size_t id = 0; id < v.tokens.size(); ++id) {
+    const std::string& token = v.tokens[id];
+    const auto hex = [&](size_t i) { return std::isxdigit(static_cast<unsigned char>(token[i])) != 0; };
+    if (TypeOf(v, id) == kTokenByte && !(token.size() == 6 && token.starts_with("<0x") && hex(3) && hex(4) &&
+                                         token[5] == '>'))
+      Fail("{}: key 'tokenizer.ggml.tokens': byte token {} is '{}', not <0xHH>", v.source, id, token);
     std::string piece;
     BytesField(piece, 1, v.tokens[id]);
     FloatField(piece, 2, v.scores.empty() ? 0.0f : v.scores[id]);
