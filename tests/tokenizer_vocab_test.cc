@@ -306,6 +306,8 @@ TEST(HfTokenizerExport, EveryPreTokenizerNameBecomesATokenizerJsonThatSplitsAlik
   ExpectError([&] { HfFilesOf(vocab, dir.path() / "twice"); }, {"tokenizer.ggml.tokens", "token 8", "listed twice"});
   vocab.tokens[7] = "";
   ExpectError([&] { HfFilesOf(vocab, dir.path() / "empty"); }, {"tokenizer.ggml.tokens", "token 7 is empty"});
+  vocab.tokens[7] = "\xff";
+  ExpectError([&] { HfFilesOf(vocab, dir.path() / "utf8"); }, {"tokenizer.ggml.tokens", "token 7 is not valid UTF-8"});
   vocab.model = "t5";
   ExpectError([&] { HfFilesOf(vocab, dir.path() / "t5"); }, {"tokenizer.ggml.model", "'t5'"});
   // SentencePiece refuses what it cannot load, by token: byte pieces must read <0xHH>.

@@ -15,6 +15,7 @@
 #include "core/file_util.h"
 #include "io/gguf.h"
 #include "tokenizer/gguf_pre_tokenizers.h"
+#include "tokenizer/utf8.h"
 
 namespace lowbit {
 namespace {
@@ -28,12 +29,15 @@ std::string TokenOrNull(const VocabData& v, int32_t id) {
   return id >= 0 && static_cast<size_t>(id) < v.tokens.size() ? v.tokens[id] : std::string();
 }
 
-void CheckUnique(const VocabData& v) {
+bool IsValidUtf8(std::string_view s) { return ToValidUtf8(s) == s; }
+
+// Pieces a Hugging Face tokenizer can hold: non-empty, valid UTF-8 (JSON text), each once.
+void CheckPieces(const VocabData& v) {
   std::unordered_set<std::string_view> seen;
   for (size_t id = 0; id < v.tokens.size(); ++id)
-    if (v.tokens[id].empty())
-      Fail("{}: key 'tokenizer.ggml.tokens': token {} is empty; a Hugging Face tokenizer has no empty piece", v.source,
-           id);
+    if (v.tokens[id].empty() || !IsValidUtf8(v.tokens[id]))
+      Fail("{}: key 'tokenizer.ggml.tokens': token {} is {}; a Hugging Face tokenizer's pieces are non-empty UTF-8 text",
+           v.source, id, v.tokens[id].empty() ? "empty" : "not valid UTF-8");
     else if (!seen.insert(v.tokens[id]).second)
       Fail("{}: key 'tokenizer.ggml.tokens': token {} ('{}') is listed twice; a Hugging Face tokenizer maps each piece "
            "to one id", v.source, id, v.tokens[id]);
@@ -79,14 +83,13 @@ std::string SentencePieceModel(const VocabData& v) {
   std::string model;
   for (size_t id = 0; id < v.tokens.size(); ++id) {
     const std::string& token = v.tokens[id];
+    const int32_t type = TypeOf(v, id);
     const auto hex = [&](size_t i) { return std::isxdigit(static_cast<unsigned char>(token[i])) != 0; };
-    if (TypeOf(v, id) == kTokenByte && !(token.size() == 6 && token.starts_with("<0x") && hex(3) && hex(4) &&
-                                         token[5] == '>'))
+    if (type == kTokenByte && !(token.size() == 6 && token.starts_with("<0x") && hex(3) && hex(4) && token[5] == '>'))
       Fail("{}: key 'tokenizer.ggml.tokens': byte token {} is '{}', not <0xHH>", v.source, id, token);
     std::string piece;
-    BytesField(piece, 1, v.tokens[id]);
+    BytesField(piece, 1, token);
     FloatField(piece, 2, v.scores.empty() ? 0.0f : v.scores[id]);
-    const int32_t type = TypeOf(v, id);
     IntField(piece, 3, type >= kTokenNormal && type <= kTokenByte ? type : kTokenNormal);
     BytesField(model, 1, piece);
   }
@@ -142,11 +145,11 @@ OrderedJson PreTokenizer(const VocabData& v) {
 }
 
 std::string TokenizerJson(const VocabData& v) {
-  CheckUnique(v);
+  CheckPieces(v);
   const GgufPreTokenizer* pre = SplitsLikeGpt2(v.pre) ? nullptr : FindGgufPreTokenizer(v.pre);
   OrderedJson added = OrderedJson::array();
   // In id order, as the families' files list them; appended without ordered_map's linear key search
-  // (CheckUnique did that once for all).
+  // (CheckPieces did that once for all).
   OrderedJson vocab = OrderedJson::object();
   OrderedJson::object_t& pieces = vocab.get_ref<OrderedJson::object_t&>();
   pieces.reserve(v.tokens.size());
@@ -224,8 +227,10 @@ OrderedJson TokenizerConfig(const VocabData& v, const std::string& chat_template
 }  // namespace
 
 void WriteHfTokenizerFiles(const VocabData& vocab, const std::string& chat_template, const fs::path& dir) {
+  if (!IsValidUtf8(chat_template))
+    Fail("{}: key 'tokenizer.chat_template' is not valid UTF-8 text", vocab.source);
   if (vocab.model == "llama") {
-    CheckUnique(vocab);
+    CheckPieces(vocab);
     WriteFileAtomic(dir / "tokenizer.model", SentencePieceModel(vocab));
   } else if (vocab.model == "gpt2") {
     WriteFileAtomic(dir / "tokenizer.json", TokenizerJson(vocab));
