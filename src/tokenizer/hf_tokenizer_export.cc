@@ -182,7 +182,11 @@ std::string TokenizerJson(const VocabData& v) {
             {"special_tokens", {{bos, {{"id", bos}, {"ids", {v.bos_id}}, {"tokens", {bos}}}}}}};
   }
   OrderedJson merges = OrderedJson::array();
-  for (const std::string& merge : v.merges) merges.push_back(merge);
+  for (size_t i = 0; i < v.merges.size(); ++i) {
+    if (!IsValidUtf8(v.merges[i]))
+      Fail("{}: key 'tokenizer.ggml.merges': merge {} is not valid UTF-8 text", v.source, i);
+    merges.push_back(v.merges[i]);
+  }
   const OrderedJson root = {
       {"version", "1.0"},
       {"truncation", nullptr},
