@@ -3,12 +3,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
 
 #include "core/error.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
 #include "io/gguf.h"
+#include "io/gguf_export.h"
+#include "io/model_loader.h"
+#include "tokenizer/gguf_vocab_export.h"
 #include "pipeline/generate.h"
 #include "pipeline/quantize_job.h"
 #include "pipeline/session.h"
@@ -162,6 +168,47 @@ TEST(QuantizeJob, GgufTableTypesOverrideTheMix) {
   job.recipe.format = "int4:g64";
   testing_util::ExpectError([&] { (void)RunQuantizeJob(job); }, {"--save-as gguf:TYPE"});
   EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+// A GGUF file (the bundled model as llama.cpp F32) quantizes into a Hugging Face-family folder as the folder it
+// came from: GPTQ calibrated on the same text (its tokenizer read from the file) gives the same codes, Q/K rows
+// back in Hugging Face's order, and the written folder names the architecture and carries a tokenizer.
+TEST(QuantizeJob, GgufSourcesQuantizeAsTheFolderTheyCameFrom) {
+  const fs::path dir = TempDir("gguf-source");
+  GgufExportOptions e;
+  e.type = "F32";
+  e.metadata = GgufVocabularyFor(kModel, LoadModel(kModel).config);
+  StreamedModel streamed = OpenModel(kModel);
+  ExportGguf(streamed, dir / "m.gguf", e);
+  const fs::path calib = dir / "calib.txt";
+  WriteFileAtomic(calib, ReadTextFile(LOWBIT_SOURCE_DIR "/data/kjv-train.txt").substr(0, 20000));
+  Model quantized[2];
+  for (int from_gguf = 0; from_gguf < 2; ++from_gguf) {
+    QuantizeJob job = RtnJob(dir / (from_gguf ? "from-gguf" : "from-folder"));
+    if (from_gguf) job.model = (dir / "m.gguf").string();
+    job.recipe.method = "gptq";
+    job.recipe.calib_file = calib.string();
+    job.recipe.calib_samples = 4;
+    job.recipe.calib_len = 64;
+    job.save_as = "compressed-tensors";
+    job.recipe.lm_head = "none";
+    (void)RunQuantizeJob(job);
+    quantized[from_gguf] = LoadModel(job.out);
+  }
+  for (size_t i = 0; i < quantized[0].weights.layers.size(); ++i) {
+    const auto a = BlockLinears(quantized[0].weights.layers[i]), b = BlockLinears(quantized[1].weights.layers[i]);
+    for (size_t k = 0; k < a.size(); ++k) {
+      const QuantizedTensor &qa = std::get<QuantizedTensor>(a[k].linear->weight),
+                            &qb = std::get<QuantizedTensor>(b[k].linear->weight);
+      EXPECT_TRUE(std::ranges::equal(qa.codes(), qb.codes()) && std::ranges::equal(qa.scale_bytes(), qb.scale_bytes()))
+          << i << " " << a[k].name;
+    }
+  }
+  EXPECT_EQ(ReadJsonFile(dir / "from-gguf" / "config.json")["architectures"][0], "LlamaForCausalLM");
+  EXPECT_TRUE(fs::exists(dir / "from-gguf" / "tokenizer.model"));
+  for (const auto& entry : fs::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename().string().find("gguf-source"), std::string::npos) << entry.path();
   fs::remove_all(dir);
 }
 

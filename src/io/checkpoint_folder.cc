@@ -176,13 +176,14 @@ void CheckQuantizedModelTarget(const ModelConfig& config, const fs::path& out_di
   // An empty source_dir must not resolve to ./config.json.
   if (source_dir.empty() || !fs::is_regular_file(source_dir / "config.json"))
     Fail("{}: quantized checkpoints are written as Hugging Face folders and take config.json and the tokenizer "
-         "from the source folder, which has none; GGUF / llama2.c sources are not supported yet",
+         "from the source folder, which has none (GGUF sources are written through the folder they came from; "
+         "llama2.c sources are not supported yet)",
          source_dir.empty() ? std::string("model source") : source_dir.string());
   // Adjacent-pair RoPE means Q/K rows in llama.cpp's permuted order; stored under HF names they
-  // would be read as rotate-half and silently give wrong logits.
+  // would be read as rotate-half and silently give wrong logits (GgufSourceFolder puts them back first).
   if (config.rope_style != RopeStyle::kHalf)
     Fail("{}: the model uses adjacent-pair RoPE (GGUF / llama2.c row order); writing it as a Hugging Face "
-         "checkpoint needs the Q/K rows un-permuted, which is not supported yet", out);
+         "checkpoint needs the Q/K rows in rotate-half order", out);
   const fs::path source_config = source_dir / "config.json";
   CheckSameArchitecture(ReadHfConfig(source_config), config, source_config.string());
 }

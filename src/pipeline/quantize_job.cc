@@ -18,6 +18,7 @@
 #include "io/run_checkpoint.h"
 #include "model/calibration.h"
 #include "model/ptq.h"
+#include "pipeline/gguf_source.h"
 #include "pipeline/session.h"
 #include "quant/registry.h"
 #include "tokenizer/gguf_vocab_export.h"
@@ -136,10 +137,20 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
     Fail("{}: an interrupted run left its state here; add --resume to continue it, or delete it", partial.string());
   // A tokenizer is needed only to read calibration or evaluation text (synthetic models have none).
   const bool needs_text = !recipe.calib_file.empty() || !o.eval.empty();
-  // The source is read block by block as the run reaches each block (one block in fp32 at a time).
-  StreamedModel source = OpenModel(o.model, o.load);
+  // The source is read block by block as the run reaches each block (one block in fp32 at a time). A GGUF
+  // file written as a folder is the Hugging Face folder it came from (config.json and tokenizer from its
+  // metadata, Q/K rows in Hugging Face's order).
+  std::optional<GgufSourceFolder> gguf_source;
+  StreamedModel opened;
+  if (!gguf && std::filesystem::path(o.model).extension() == ".gguf" && std::filesystem::is_regular_file(o.model))
+    gguf_source.emplace(o.model, o.out, o.load);
+  else
+    opened = OpenModel(o.model, o.load);
+  StreamedModel& source = gguf_source ? gguf_source->model() : opened;
   Model& model = source.model;
-  const std::filesystem::path source_dir = std::filesystem::is_directory(o.model) ? o.model : "";
+  const std::filesystem::path source_dir = gguf_source                            ? gguf_source->dir()
+                                           : std::filesystem::is_directory(o.model) ? std::filesystem::path(o.model)
+                                                                                    : std::filesystem::path();
   // Before any work, not after it: the output can be written, and (GGUF) the vocabulary exists.
   std::vector<GgufKeyValue> vocabulary;
   if (gguf) vocabulary = GgufVocabularyFor(o.model, model.config);
