@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 nlohmann::json WriteLowbitFolder(const ConvertJob& job) {
   // A GGUF file: its codes as stored, in the Hugging Face folder it was converted from (gguf_source.h).
   std::optional<GgufSourceFolder> gguf;
-  if (fs::path(job.in).extension() == ".gguf" && fs::is_regular_file(job.in)) gguf.emplace(job.in, job.out, job.load);
+  if (IsGgufFile(job.in)) gguf.emplace(job.in, job.out, job.load);
   const Model model = gguf ? std::move(gguf->model().model) : LoadModel(job.in, job.load);
   const fs::path source_dir = gguf ? gguf->dir() : fs::path(job.in);
   nlohmann::json card = fs::exists(fs::path(job.in) / "recipe.json")
@@ -66,7 +66,7 @@ nlohmann::json RunConvertJob(const ConvertJob& job) {
 
   nlohmann::json r;
   if (to == "lowbit") {
-    if (!fs::is_directory(job.in) && fs::path(job.in).extension() != ".gguf")
+    if (!fs::is_directory(job.in) && !IsGgufFile(job.in))
       Fail("{}: --to lowbit converts a Hugging Face folder (GPTQ, AWQ, compressed-tensors or lowbit) or a GGUF file",
            job.in);
     r = WriteLowbitFolder(job);

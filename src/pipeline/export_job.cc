@@ -37,7 +37,7 @@ nlohmann::json ExportEngine(const ExportJob& job) {
   // written from its metadata, Q/K rows in Hugging Face's order.
   std::optional<GgufSourceFolder> gguf;
   StreamedModel opened;
-  if (std::filesystem::path(job.model).extension() == ".gguf" && std::filesystem::is_regular_file(job.model)) {
+  if (IsGgufFile(job.model)) {
     gguf.emplace(job.model, job.out, job.load);
   } else if (!std::filesystem::is_directory(job.model)) {
     Fail("{}: --to {} exports a Hugging Face folder (float or lowbit quantized) or a GGUF file", job.model, job.to);

@@ -29,6 +29,8 @@ std::string TorchDtypeOf(const GgufFile& f) {
 
 }  // namespace
 
+bool IsGgufFile(const fs::path& path) { return path.extension() == ".gguf" && fs::is_regular_file(path); }
+
 GgufSourceFolder::GgufSourceFolder(const fs::path& gguf, const fs::path& out, const LoadOptions& options) {
   const GgufFile file = GgufFile::Open(gguf);
   // What cannot be written fails before the weights are read.

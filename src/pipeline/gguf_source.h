@@ -11,6 +11,9 @@
 
 namespace lowbit {
 
+// Whether `path` is a GGUF file (a .gguf regular file), which the folder writers take through GgufSourceFolder.
+bool IsGgufFile(const std::filesystem::path& path);
+
 class GgufSourceFolder {
  public:
   GgufSourceFolder(const std::filesystem::path& gguf, const std::filesystem::path& out, const LoadOptions& options);

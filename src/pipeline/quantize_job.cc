@@ -142,7 +142,7 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
   // metadata, Q/K rows in Hugging Face's order).
   std::optional<GgufSourceFolder> gguf_source;
   StreamedModel opened;
-  if (!gguf && std::filesystem::path(o.model).extension() == ".gguf" && std::filesystem::is_regular_file(o.model))
+  if (!gguf && IsGgufFile(o.model))
     gguf_source.emplace(o.model, o.out, o.load);
   else
     opened = OpenModel(o.model, o.load);
