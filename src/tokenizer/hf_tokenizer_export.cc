@@ -145,11 +145,10 @@ OrderedJson PreTokenizer(const VocabData& v) {
 }
 
 std::string TokenizerJson(const VocabData& v) {
-  CheckPieces(v);
   const GgufPreTokenizer* pre = SplitsLikeGpt2(v.pre) ? nullptr : FindGgufPreTokenizer(v.pre);
   OrderedJson added = OrderedJson::array();
   // In id order, as the families' files list them; appended without ordered_map's linear key search
-  // (CheckPieces did that once for all).
+  // (the caller's CheckPieces made the pieces unique).
   OrderedJson vocab = OrderedJson::object();
   OrderedJson::object_t& pieces = vocab.get_ref<OrderedJson::object_t&>();
   pieces.reserve(v.tokens.size());
@@ -233,15 +232,13 @@ OrderedJson TokenizerConfig(const VocabData& v, const std::string& chat_template
 void WriteHfTokenizerFiles(const VocabData& vocab, const std::string& chat_template, const fs::path& dir) {
   if (!IsValidUtf8(chat_template))
     Fail("{}: key 'tokenizer.chat_template' is not valid UTF-8 text", vocab.source);
-  if (vocab.model == "llama") {
-    CheckPieces(vocab);
-    WriteFileAtomic(dir / "tokenizer.model", SentencePieceModel(vocab));
-  } else if (vocab.model == "gpt2") {
-    WriteFileAtomic(dir / "tokenizer.json", TokenizerJson(vocab));
-  } else {
+  const bool spm = vocab.model == "llama";
+  if (!spm && vocab.model != "gpt2")
     Fail("{}: key 'tokenizer.ggml.model': '{}' has no Hugging Face tokenizer lowbit writes (llama: tokenizer.model, "
          "gpt2: tokenizer.json)", vocab.source, vocab.model);
-  }
+  CheckPieces(vocab);
+  if (spm) WriteFileAtomic(dir / "tokenizer.model", SentencePieceModel(vocab));
+  else WriteFileAtomic(dir / "tokenizer.json", TokenizerJson(vocab));
   WriteFileAtomic(dir / "tokenizer_config.json", TokenizerConfig(vocab, chat_template).dump(2) + "\n");
   OrderedJson generation = {{"_from_model_config", true}};
   if (vocab.bos_id >= 0) generation["bos_token_id"] = vocab.bos_id;
