@@ -33,20 +33,21 @@ bool IsGgufFile(const fs::path& path) { return path.extension() == ".gguf" && fs
 
 GgufSourceFolder::GgufSourceFolder(const fs::path& gguf, const fs::path& out, const LoadOptions& options) {
   const GgufFile file = GgufFile::Open(gguf);
-  // What cannot be written fails before the weights are read.
+  // What cannot be written (the config, the vocabulary) fails before the weights are read.
   const nlohmann::ordered_json config =
       HfConfigOfGguf(ReadGgufConfig(file), file.GetString("general.architecture"), TorchDtypeOf(file), gguf.string());
-  Model m = LoadGgufModel(gguf, options);
   const fs::path base = fs::absolute(out).lexically_normal().string() + ".gguf-source";
   RemoveStaleTemporaries(base);
   dir_ = base.string() + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(dir_);
   fs::create_directories(dir_);
+  Model m;
   try {
     WriteFileAtomic(dir_ / "config.json", config.dump(2) + "\n");
     if (!WriteHfTokenizerFiles(file, dir_))
       std::fprintf(stderr, "lowbit: warning: %s has no vocabulary (tokenizer.ggml.*): the folder gets no tokenizer\n",
                    gguf.string().c_str());
+    m = LoadGgufModel(gguf, options);
   } catch (...) {
     fs::remove_all(dir_);
     throw;
