@@ -162,6 +162,61 @@ TEST(MatMul, QuantizedAgreesWithReferenceForDecodeAndPrefillBatches) {
   }
 }
 
+TEST(MatMul, SharedInputGivesEachLinearTheProductItsOwnCallGives) {
+  // q / k / v and gate / up in one pass: the same numbers as one MatMul each, for linears of one
+  // scheme (whose int8 activations are shared), of other schemes, dense, with a bias, in every batch.
+  const size_t cols = 256;
+  ThreadPool pool(2);
+  const auto make = [&](const char* spec, size_t rows, uint32_t seed) {
+    Linear l;
+    const std::vector<float> w = Gaussian(rows * cols, seed);
+    if (std::string_view(spec) == "dense") l.weight = DenseMatrix{rows, cols, w};
+    else l.weight = QuantizeRtn(w, rows, cols, ParseScheme(spec), "w");
+    return l;
+  };
+  std::vector<Linear> linears;
+  linears.push_back(make("int8", 67, 11));
+  linears.push_back(make("int8", 29, 12));
+  linears.push_back(make("int4:g32", 40, 13));
+  linears.back().bias = Gaussian(40, 14);
+  linears.push_back(make("int8", 33, 15));  // shares the first's activations past a linear of another layout
+  linears.push_back(make("bf16", 21, 16));
+  linears.push_back(make("dense", 17, 17));
+  linears.push_back(make("fp6_e3m2", 9, 18));
+  for (const size_t n_tokens : {size_t{1}, size_t{5}, size_t{12}})
+    for (const Activations mode : {Activations::kExact, Activations::kFast}) {
+      const std::vector<float> x = Gaussian(n_tokens * cols, 19);
+      std::vector<std::vector<float>> got, want;
+      std::vector<LinearOutput> outputs;
+      for (const Linear& l : linears) {
+        want.emplace_back(n_tokens * l.rows());
+        MatMul(l, x.data(), n_tokens, want.back().data(), pool, mode);
+        got.emplace_back(n_tokens * l.rows(), -1.0f);
+      }
+      for (size_t i = 0; i < linears.size(); ++i) outputs.push_back({linears[i], got[i].data()});
+      MatMulShared(outputs, x.data(), n_tokens, pool, mode);
+      // Integer dots are exact whatever rows a thread takes; fp32 and bf16 dots sum a row in an order
+      // that depends on where the thread's rows start.
+      for (size_t i = 0; i < linears.size(); ++i)
+        ExpectClose(got[i], want[i], 1e-4, fmt::format("linear {}, {} tokens", i, n_tokens));
+      for (const size_t integer : {0, 1, 3}) EXPECT_EQ(got[integer], want[integer]) << n_tokens << " tokens";
+    }
+}
+
+TEST(Int8Activations, SharedOnlyBetweenWeightsOfOneLayout) {
+  const std::vector<float> w = Gaussian(8 * 512, 20);
+  const auto q = [&](const char* spec, size_t cols = 512) {
+    return QuantizeRtn(std::span(w).first(8 * cols), 8, cols, ParseScheme(spec), "w");
+  };
+  EXPECT_TRUE(SameInt8Activations(q("int8"), q("int8")));
+  EXPECT_TRUE(SameInt8Activations(q("int4:g32"), q("int4:g32")));
+  EXPECT_FALSE(SameInt8Activations(q("int8"), q("int8:g128")));  // one scale per row vs per 128
+  EXPECT_FALSE(SameInt8Activations(q("int8"), q("int8", 256)));
+  EXPECT_FALSE(SameInt8Activations(q("int4:g32"), q("int8:g32")));  // bit planes
+  EXPECT_FALSE(SameInt8Activations(q("mxfp4"), q("nvfp4")));         // blocks of 32 vs 16
+  EXPECT_FALSE(SameInt8Activations(q("int4:g32"), q("iq4_nl")));     // the level table
+}
+
 }  // namespace
 }  // namespace lowbit
 

@@ -54,40 +54,41 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t, size_t)>
     fn(0, n);
     return;
   }
-  {
-    std::lock_guard lock(mutex_);
-    job_ = &fn;
-    job_n_ = n;
-    pending_ = workers_.size();
-    ++generation_;
+  job_ = &fn;
+  job_n_ = n;
+  pending_.store(workers_.size(), std::memory_order_relaxed);
+  generation_.fetch_add(1);  // publishes the job
+  if (sleeping_workers_.load() > 0) {
+    { std::lock_guard lock(mutex_); }  // a worker between its check and its wait holds the mutex
+    wake_.notify_all();
   }
-  wake_.notify_all();
   const auto [begin, end] = Chunk(n, size(), 0);
   if (begin < end) fn(begin, end);
-  if (!SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+  const auto finished = [this] { return pending_.load() == 0; };
+  if (!SpinUntil(finished)) {
     std::unique_lock lock(mutex_);
-    done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    caller_sleeping_ = true;
+    done_.wait(lock, finished);
+    caller_sleeping_ = false;
   }
 }
 
 void ThreadPool::WorkerLoop(size_t index) {
   uint64_t seen = 0;
+  const auto woken = [&] { return stop_.load() || generation_.load() != seen; };
   while (true) {
-    const std::function<void(size_t, size_t)>* job;
-    size_t n;
-    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
-    {
+    if (!SpinUntil(woken)) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
-      if (stop_) return;
-      seen = generation_.load();
-      job = job_;
-      n = job_n_;
+      ++sleeping_workers_;
+      wake_.wait(lock, woken);
+      --sleeping_workers_;
     }
-    const auto [begin, end] = Chunk(n, size(), index);
-    if (begin < end) (*job)(begin, end);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lock(mutex_);  // the caller may be asleep on done_
+    if (stop_.load()) return;
+    seen = generation_.load();
+    const auto [begin, end] = Chunk(job_n_, size(), index);
+    if (begin < end) (*job_)(begin, end);
+    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+      { std::lock_guard lock(mutex_); }  // the caller between its check and its wait holds the mutex
       done_.notify_one();
     }
   }

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -30,6 +31,17 @@ enum class Activations : uint8_t { kExact, kFast };
 
 void MatMul(const Linear& w, const float* x, size_t n_tokens, float* y, ThreadPool& pool,
             Activations activations = Activations::kExact);
+
+// One of several linears that read the same input (q / k / v, gate / up): y = x w^T + b.
+struct LinearOutput {
+  const Linear& w;
+  float* y;
+};
+// MatMul of each; at decode (up to 8 tokens) their rows share one parallel pass, and int8 activations
+// quantized for one serve the others of the same layout: on a small model a pool wake-up and an
+// activation pass per linear were a sixth of a token's time.
+void MatMulShared(std::span<const LinearOutput> outputs, const float* x, size_t n_tokens, ThreadPool& pool,
+                  Activations activations = Activations::kExact);
 
 // x [n_tokens x cols] after quantize-dequantize under the layer's input quantization.
 std::vector<float> FakeQuantizeInput(const InputQuant& iq, const float* x, size_t n_tokens, size_t cols);

@@ -52,6 +52,7 @@ struct Int8DotLayout {
   std::array<uint8_t, 64> level = {};  // lookup only (<= 6 bits)
   bool planes() const { return 8 % bits == 0; }
   uint32_t Level(uint32_t code) const { return !lookup ? code : bits == 8 ? code ^ 0x80u : level[code]; }
+  bool operator==(const Int8DotLayout&) const = default;
 };
 
 // Activations quantized for one weight: they are laid out for it, and carry its layout.
@@ -68,6 +69,9 @@ bool HasInt8GemmKernel(const QuantizedTensor& w);  // Int8GemmRows (qgemm_int8.h
 bool Int8DotKernelFits(const QuantizedTensor& w);  // the weight qualifies (whatever the CPU)
 
 Int8Activations QuantizeActivationsInt8(const QuantizedTensor& w, const float* x, size_t n_tokens);
+// Whether activations quantized for `a` serve `b` as they are: the same length and layout (scheme and
+// code values), as for q, k and v of one recipe.
+bool SameInt8Activations(const QuantizedTensor& a, const QuantizedTensor& b);
 // Scalar reference: the same bytes and scales.
 Int8Activations QuantizeActivationsInt8Ref(const QuantizedTensor& w, const float* x, size_t n_tokens);
 

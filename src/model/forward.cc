@@ -171,8 +171,8 @@ void Engine::Experts(size_t l, const float* x, size_t n, float* out) {
     const size_t ffn = gate.rows();
     gate_.resize(count * ffn);
     up_.resize(count * ffn);
-    MatMul(gate, rows, count, gate_.data(), pool_, activations_);
-    MatMul(up, rows, count, up_.data(), pool_, activations_);
+    const LinearOutput gate_up[] = {{gate, gate_.data()}, {up, up_.data()}};
+    MatMulShared(gate_up, rows, count, pool_, activations_);
     SiluMul(gate_.data(), up_.data(), count * ffn, gate_.data());
     y.resize(count * dim);
     MatMul(down, gate_.data(), count, y.data(), pool_, activations_);
@@ -237,9 +237,8 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       q_.resize(total * c.q_dim());
       k_.resize(total * c.kv_dim());
       v_.resize(total * c.kv_dim());
-      MatMul(lw.wq, input.data(), total, q_.data(), pool_, activations_);
-      MatMul(lw.wk, input.data(), total, k_.data(), pool_, activations_);
-      MatMul(lw.wv, input.data(), total, v_.data(), pool_, activations_);
+      const LinearOutput qkv[] = {{lw.wq, q_.data()}, {lw.wk, k_.data()}, {lw.wv, v_.data()}};
+      MatMulShared(qkv, input.data(), total, pool_, activations_);
       if (c.qk_norm) {  // Qwen3, Gemma 3: each head of q and k normalized on its own
         ForTokens(total, [&](size_t begin, size_t end) {
           for (size_t row = begin; row < end; ++row) {
@@ -298,8 +297,8 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       }
       gate_.resize(total * c.ffn_dim);
       up_.resize(total * c.ffn_dim);
-      MatMul(lw.w_gate, input.data(), total, gate_.data(), pool_, activations_);
-      MatMul(lw.w_up, input.data(), total, up_.data(), pool_, activations_);
+      const LinearOutput gate_up[] = {{lw.w_gate, gate_.data()}, {lw.w_up, up_.data()}};
+      MatMulShared(gate_up, input.data(), total, pool_, activations_);
       const size_t ffn = c.ffn_dim;
       input.resize(total * ffn);
       ForTokens(total, [&](size_t begin, size_t end) {
