@@ -213,6 +213,31 @@ TEST_F(ModelConsistencyTest, TiedEmbeddingsBesideADifferentLmHeadAreAnError) {
   EXPECT_EQ(std::get<DenseMatrix>(fallback.weights.lm_head.weight).values, fallback.weights.embed.Widened());
 }
 
+// Tied to a 16-bit table, the runtime's output matrix is that table in 16 bits (keep_16bit), not a
+// widened fp32 copy beside it: the same numbers, half the bytes read per decode step.
+TEST_F(ModelConsistencyTest, ATiedSixteenBitTableIsTheRuntimesOutputMatrixAsStored) {
+  std::vector<float> exact;
+  const fs::path m = Fixture("tied_bf16", [&](Tensors& t) {
+    exact = t.F32("model.embed_tokens.weight");
+    for (float& x : exact) x = std::bit_cast<float>(std::bit_cast<uint32_t>(x) & 0xffff0000u);  // bf16-exact
+    t.ToBf16("model.embed_tokens.weight", exact);
+    t.Remove("lm_head.weight");
+  }, [](json& c) { c["tie_word_embeddings"] = true; });
+  const Model runtime = LoadHfModel(m, LoadOptions{.keep_16bit = true}), widened = LoadHfModel(m);
+  const auto* head = std::get_if<QuantizedTensor>(&runtime.weights.lm_head.weight);
+  ASSERT_NE(head, nullptr);
+  EXPECT_TRUE(IsPlainFloat(*head));
+  EXPECT_EQ(head->storage_bytes(), exact.size() * 2);
+  EXPECT_EQ(head->Dequantize(), exact);
+  EXPECT_EQ(std::get<DenseMatrix>(widened.weights.lm_head.weight).values, exact);  // quantize and export widen
+  const std::vector<int32_t> ids = {1, 4095, 17, 1000};
+  Engine a(runtime, 1), b(widened, 1);
+  KvCache ca = a.NewCache(ids.size()), cb = b.NewCache(ids.size());
+  const std::vector<float> got = a.Forward(ca, ids, true), want = b.Forward(cb, ids, true);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+}
+
 // A 16-bit embedding table stays 16-bit in memory (half the bytes of fp32), and the model computes
 // exactly what the same values stored as F32 compute; a quantized checkpoint keeps it 16-bit on disk.
 TEST_F(ModelConsistencyTest, SixteenBitEmbeddingsStayPackedAndComputeTheSame) {

@@ -88,13 +88,14 @@ void CheckGemmaExportable(const ModelConfig& c, const Architecture& arch, const 
     Fail("{}: a gemma model with Gemma 2 features cannot be exported as gemma", source);
 }
 
-// What a GGUF tensor is made of. Matrices come from a Linear (dense or quantized); vectors and
-// the embedding table from fp32 arrays.
+// What a GGUF tensor is made of. Matrices come from a Linear (dense or quantized), the embedding
+// table from its own storage (fp32, or 16-bit or quantized codes read row by row); vectors from fp32 arrays.
 struct TensorSource {
   // Rows of these linears one after another: one linear, or Phi-3's ffn_up (gate rows, then up rows),
   // or a MoE layer's ffn_*_exps (expert 0's rows, expert 1's, ...: ggml's [cols, rows, experts]).
-  std::vector<const Linear*> linears;
+  std::vector<const Linear*> linears = {};
   const std::vector<float>* values = nullptr;
+  const Embedding* table = nullptr;
   uint32_t permute_heads = 0;  // > 0: rows are head-major HF Q/K rows to permute
 };
 
@@ -138,22 +139,22 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
   auto vector = [&](std::string name, uint64_t n, int layer, std::function<const std::vector<float>*(const LayerWeights*)> get,
                     uint32_t heads = 0) {
     plan.push_back({std::move(name), {n}, layer, {},
-                    [get, heads](const LayerWeights* l) { return TensorSource{{}, get(l), heads}; }});
+                    [get, heads](const LayerWeights* l) { return TensorSource{.values = get(l), .permute_heads = heads}; }});
   };
   auto matrix = [&](std::string name, uint64_t rows, uint64_t cols, int layer,
                     std::function<const Linear*(const LayerWeights*)> get, uint32_t heads = 0) {
     plan.push_back({std::move(name), {cols, rows}, layer, {},
-                    [get, heads](const LayerWeights* l) { return TensorSource{{get(l)}, nullptr, heads}; }});
+                    [get, heads](const LayerWeights* l) { return TensorSource{.linears = {get(l)}, .permute_heads = heads}; }});
   };
   const ModelWeights& w = m.weights;
   auto output = [&] {
     if (!c.tie_embeddings)
       plan.push_back({"output.weight", {c.dim, c.vocab_size}, -1, {},
-                      [&w](const LayerWeights*) { return TensorSource{{&w.lm_head}, nullptr, 0}; }});
+                      [&w](const LayerWeights*) { return TensorSource{.linears = {&w.lm_head}}; }});
   };
   if (!output_last) output();
   plan.push_back({"token_embd.weight", {c.dim, c.vocab_size}, -1, {},
-                  [&w](const LayerWeights*) { return TensorSource{{}, &w.embed.values, 0}; }});
+                  [&w](const LayerWeights*) { return TensorSource{.table = &w.embed}; }});
   if (rope_divisors) vector("rope_freqs.weight", rope_divisors->size(), -1, [rope_divisors](const LayerWeights*) { return rope_divisors; });
   if (c.rope_scaling.type == RopeScalingType::kLongRope) {
     const RopeScaling* rs = &c.rope_scaling;
@@ -193,7 +194,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
     if (c.moe(i)) {
       plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, {},
-                      [](const LayerWeights* l) { return TensorSource{{}, &l->router, 0}; }});
+                      [](const LayerWeights* l) { return TensorSource{.values = &l->router}; }});
       const auto experts = [&](const char* name, uint64_t rows, uint64_t cols, Linear Expert::*member,
                                const char* proj) {
         plan.push_back({p + name, {cols, rows, c.n_experts}, layer, {}, [member](const LayerWeights* l) {
@@ -218,7 +219,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       }
     } else if (arch.name == "phi3") {  // gate and up rows in one ffn_up, split by llama.cpp's swiglu
       plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, {}, [](const LayerWeights* l) {
-                        return TensorSource{{&l->w_gate, &l->w_up}, nullptr, 0};
+                        return TensorSource{.linears = {&l->w_gate, &l->w_up}};
                       }});
       holds({"mlp.gate_proj", "mlp.up_proj"});
     } else {
@@ -235,7 +236,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "post_ffw_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_out_norm; });
   }
   plan.push_back({"output_norm.weight", {c.dim}, -1, {},
-                  [&w](const LayerWeights*) { return TensorSource{{}, &w.final_norm, 0}; }});
+                  [&w](const LayerWeights*) { return TensorSource{.values = &w.final_norm}; }});
   if (output_last) output();
   return plan;
 }
@@ -321,9 +322,12 @@ class TensorEncoder {
         if (const auto* d = std::get_if<DenseMatrix>(&l->weight)) parts.push_back({nullptr, d->values.data(), l->rows(), {}});
         else parts.push_back({&std::get<QuantizedTensor>(l->weight), nullptr, l->rows(), l->input_order});
       }
+    } else if (src.table && src.table->packed) {
+      parts.push_back({&*src.table->packed, nullptr, rows, {}});
     } else {
-      LOWBIT_CHECK(src.values && src.values->size() == rows * cols);
-      parts.push_back({nullptr, src.values->data(), rows, {}});
+      const std::vector<float>* values = src.table ? &src.table->values : src.values;
+      LOWBIT_CHECK(values && values->size() == rows * cols);
+      parts.push_back({nullptr, values->data(), rows, {}});
     }
     LOWBIT_CHECK(std::accumulate(parts.begin(), parts.end(), uint64_t{0},
                                  [](uint64_t n, const Part& p) { return n + p.rows; }) == rows);
@@ -381,7 +385,6 @@ class TensorEncoder {
 }  // namespace
 
 GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_path, const GgufExportOptions& options) {
-  s.model.weights.embed.MakeDense();  // the encoders read fp32 rows
   const Model& m = s.model;
   const ModelConfig& c = m.config;
   const GgufFileType& file_type = FindGgufFileType(options.type);

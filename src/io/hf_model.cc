@@ -300,7 +300,11 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
       std::fprintf(stderr, "lowbit: warning: %s: tie_word_embeddings is false but the checkpoint has no %s.weight; "
                    "using %s as the output matrix, as llama.cpp does\n", config_path.string().c_str(),
                    names.lm_head.c_str(), names.embed().c_str());
-    m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed.Widened()};
+    // The table in 16 bits where the linears stay 16-bit (keep_16bit), as the GGUF loader gives it: a
+    // widened copy was twice the table's bytes beside it, and read at every decode step.
+    const std::optional<QuantizedTensor>& table = m.weights.embed.packed;
+    if (options.keep_16bit && table && IsPlainFloat(*table)) m.weights.lm_head.weight = *table;
+    else m.weights.lm_head.weight = DenseMatrix{c.vocab_size, c.dim, m.weights.embed.Widened()};
   }
   ValidateEnds(m.config, m.weights, m.source);
   s.read_layer = [t = std::shared_ptr<const HfTensors>(t), c, source = m.source, names](size_t i) {

@@ -82,7 +82,11 @@ nlohmann::json ExportGgufFile(const ExportJob& job) {
     e.table_types.token_embedding = ParseGgufTensorType(job.token_embedding_type, "--token-embedding-type");
   if (!job.output_tensor_type.empty())
     e.table_types.output = ParseGgufTensorType(job.output_tensor_type, "--output-tensor-type");
-  StreamedModel model = OpenModel(job.model, job.load);
+  // Read as stored: 16-bit matrices and tables are encoded row by row, never widened whole (the
+  // calibration's GPTQ works on fp32 blocks).
+  LoadOptions load = job.load;
+  load.keep_16bit = job.calib.empty();
+  StreamedModel model = OpenModel(job.model, load);
   e.type = job.type;
   e.pure = job.pure;
   e.keep_source_grids = job.keep_source_grids;
