@@ -231,8 +231,9 @@ TEST(GgufVocab, EveryPreTokenizerNameMatchesLlamaCpp) {
         const std::vector<int32_t> got = tokenizer->Encode(strings[i], true);
         EXPECT_EQ(got, ids[i]) << pre << " string " << i << ": " << Escape(strings[i]);
         // Decoding gives the text back where every byte had a token (llama.cpp drops the others).
-        if (got == ids[i] && strings[i].find('<') == std::string::npos)
+        if (got == ids[i] && strings[i].find('<') == std::string::npos) {
           EXPECT_EQ(tokenizer->Decode(got), strings[i]) << pre << " string " << i;
+        }
       }
       ++names;
     }

@@ -83,6 +83,21 @@ struct Int8Made {
 
 using RowRange = std::function<void(size_t begin, size_t end)>;
 
+// Rows [begin, end) of y = x W^T with W's rows decoded a tile at a time into a small fp32 buffer, each
+// tile reused for every token.
+RowRange DecodedTileRows(const QuantizedTensor& q, const float* x, size_t n_tokens, float* y) {
+  const size_t rows = q.rows(), cols = q.cols();
+  const size_t tile_rows = std::clamp<size_t>(kDecodeTileBytes / (cols * sizeof(float)) / 4 * 4, 4, 64);
+  return [&q, x, n_tokens, y, rows, cols, tile_rows](size_t begin, size_t end) {
+    AlignedVector<float> tile(tile_rows * cols);
+    for (size_t r = begin; r < end; r += tile_rows) {
+      const size_t n = std::min(tile_rows, end - r);
+      for (size_t i = 0; i < n; ++i) q.DequantizeRow(r + i, &tile[i * cols]);
+      DotRows(tile.data(), cols, 0, n, x, n_tokens, y + r, rows);
+    }
+  };
+}
+
 // The kernel of rows [begin, end) of y = x W^T for up to kFusedMaxTokens tokens (one parallel pass,
 // its input prepared here once).
 RowRange DecodeRows(const Linear& w, const float* x, size_t n_tokens, float* y, Activations activations,
@@ -110,16 +125,7 @@ RowRange DecodeRows(const Linear& w, const float* x, size_t n_tokens, float* y, 
     auto in = std::make_shared<const QuantInput>(PrepareQuantInput(q, x, n_tokens));
     return [&q, in, y, rows](size_t begin, size_t end) { QuantDotRows(q, *in, begin, end, y, rows); };
   }
-  // Decode a tile of rows once into a small buffer and reuse it for every token.
-  const size_t tile_rows = std::clamp<size_t>(kDecodeTileBytes / (cols * sizeof(float)) / 4 * 4, 4, 64);
-  return [&q, x, n_tokens, y, rows, cols, tile_rows](size_t begin, size_t end) {
-    AlignedVector<float> tile(tile_rows * cols);
-    for (size_t r = begin; r < end; r += tile_rows) {
-      const size_t n = std::min(tile_rows, end - r);
-      for (size_t i = 0; i < n; ++i) q.DequantizeRow(r + i, &tile[i * cols]);
-      DotRows(tile.data(), cols, 0, n, x, n_tokens, y + r, rows);
-    }
-  };
+  return DecodedTileRows(q, x, n_tokens, y);
 }
 
 // More tokens: GEMMs (tokens in vector lanes) where the CPU has them, else rows decoded in tiles.
@@ -171,8 +177,7 @@ void MatMulMany(const Linear& w, const float* x, size_t n_tokens, float* y, Thre
         }
       });
     } else {
-      std::vector<Int8Made> made;
-      pool.ParallelFor(rows, DecodeRows(w, x, n_tokens, y, activations, made));
+      pool.ParallelFor(rows, DecodedTileRows(q, x, n_tokens, y));
     }
   }
   FinishLinear(w, input, n_tokens, y);

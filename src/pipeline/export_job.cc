@@ -82,6 +82,7 @@ nlohmann::json ExportGgufFile(const ExportJob& job) {
     e.table_types.token_embedding = ParseGgufTensorType(job.token_embedding_type, "--token-embedding-type");
   if (!job.output_tensor_type.empty())
     e.table_types.output = ParseGgufTensorType(job.output_tensor_type, "--output-tensor-type");
+  const std::filesystem::path vocabulary = GgufVocabularyFile(job.tokenizer.empty() ? job.model : job.tokenizer);
   // Read as stored: 16-bit matrices and tables are encoded row by row, never widened whole (the
   // calibration's GPTQ works on fp32 blocks).
   LoadOptions load = job.load;
@@ -92,7 +93,7 @@ nlohmann::json ExportGgufFile(const ExportJob& job) {
   e.keep_source_grids = job.keep_source_grids;
   e.name = job.name;
   e.threads = job.threads;
-  e.metadata = GgufVocabularyFor(job.tokenizer.empty() ? job.model : job.tokenizer, model.model.config);
+  e.metadata = GgufVocabularyFor(vocabulary, model.model.config);
   if (!job.calib.empty()) {
     const std::unique_ptr<Tokenizer> tokenizer = LoadTokenizerFor(model.model.config, job.model, job.tokenizer);
     e.calibration = CalibrationWindows(*tokenizer, ReadTextFile(job.calib), job.calib, job.calib_samples,

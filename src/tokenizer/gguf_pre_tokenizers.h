@@ -15,7 +15,7 @@ struct GgufPreTokenizer {
   std::vector<std::string_view> regexes;  // PCRE2 syntax, applied in order
   bool ignore_merges = false;             // a piece that is a whole token is not merged (Llama-3)
   bool add_bos = false;                   // llama.cpp's default when the file has no add_bos_token
-  std::string_view hf_regex;              // the tokenizer.json regex, where llama.cpp rewrote it
+  std::string_view hf_regex = {};         // the tokenizer.json regex, where llama.cpp rewrote it
   // SentencePiece-style BPE (Gemma 4): spaces become U+2581 and pieces stay raw UTF-8 (no byte-level
   // alphabet); a piece of newlines only is looked up whole; a piece the vocabulary lacks falls back
   // to its <0xAB> byte tokens.

@@ -138,19 +138,24 @@ std::vector<GgufKeyValue> FromGguf(const std::filesystem::path& file, const Mode
 
 }  // namespace
 
-std::vector<GgufKeyValue> GgufVocabularyFor(const std::filesystem::path& tokenizer, const ModelConfig& config) {
+std::filesystem::path GgufVocabularyFile(const std::filesystem::path& tokenizer) {
   namespace fs = std::filesystem;
   if (fs::is_directory(tokenizer)) {
-    if (fs::exists(tokenizer / "tokenizer.model")) return FromSentencePiece(tokenizer / "tokenizer.model", config);
-    if (fs::exists(tokenizer / "tokenizer.json")) return FromTokenizerJson(tokenizer / "tokenizer.json", config);
+    for (const char* name : {"tokenizer.model", "tokenizer.json"})
+      if (fs::exists(tokenizer / name)) return tokenizer / name;
     Fail("{}: no tokenizer.model or tokenizer.json in this folder (pass --tokenizer)", tokenizer.string());
   }
   if (!fs::exists(tokenizer)) Fail("{}: no such file or folder", tokenizer.string());
-  if (tokenizer.extension() == ".gguf") return FromGguf(tokenizer, config);
-  if (tokenizer.extension() == ".json") return FromTokenizerJson(tokenizer, config);
   if (tokenizer.extension() == ".bin")
     Fail("{}: llama2.c checkpoints carry no tokenizer; pass --tokenizer with a tokenizer.model", tokenizer.string());
-  return FromSentencePiece(tokenizer, config);
+  return tokenizer;
+}
+
+std::vector<GgufKeyValue> GgufVocabularyFor(const std::filesystem::path& tokenizer, const ModelConfig& config) {
+  const std::filesystem::path file = GgufVocabularyFile(tokenizer);
+  if (file.extension() == ".gguf") return FromGguf(file, config);
+  if (file.extension() == ".json") return FromTokenizerJson(file, config);
+  return FromSentencePiece(file, config);
 }
 
 }  // namespace lowbit

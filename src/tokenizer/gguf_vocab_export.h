@@ -19,4 +19,8 @@ namespace lowbit {
 // vocabulary than the model's is an Error naming the file.
 std::vector<GgufKeyValue> GgufVocabularyFor(const std::filesystem::path& tokenizer, const ModelConfig& config);
 
+// The file GgufVocabularyFor reads for `tokenizer`; Error when there is none, so that a command can
+// fail before it reads the model.
+std::filesystem::path GgufVocabularyFile(const std::filesystem::path& tokenizer);
+
 }  // namespace lowbit
