@@ -19,6 +19,7 @@
 #include "io/model_loader.h"
 #include "model/config.h"
 #include "model/forward.h"
+#include "pipeline/export_job.h"
 #include "quant/rtn.h"
 #include "tokenizer/gguf_vocab_export.h"
 #include "tokenizer/tokenizer.h"
@@ -443,6 +444,17 @@ TEST(GgufExport, BadInputIsAClearError) {
   }
   EXPECT_TRUE(fs::is_empty(dir.path()));  // never a partial file
   EXPECT_THROW(GgufVocabularyFor(dir.path(), hf.model.config), Error);  // no tokenizer there
+  // A missing tokenizer is found before the model is read: the error names it, not the (missing) model.
+  ExportJob job;
+  job.model = (dir / "no-model").string();
+  job.out = (dir / "m.gguf").string();
+  job.tokenizer = (dir / "no-tokenizer.model").string();
+  try {
+    (void)RunExportJob(job);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), job.tokenizer + ": no such file or folder");
+  }
 }
 
 TEST(Imatrix, RoundTripsAsLlamaCppReadsIt) {
