@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/checkpoint_folder.h"
 
 namespace lowbit {
 namespace {
@@ -380,6 +381,56 @@ TEST_F(ShardedTest, RejectsUnsafeOrMissingShardFiles) {
   ExpectError([&] { SafetensorsModel::Open(dir_ / "other.index.json"); }, {"other.index.json"});
   fs::remove(dir_ / "model.safetensors.index.json");
   ExpectError([&] { SafetensorsModel::Open(dir_); }, {"model.safetensors"});
+}
+
+}  // namespace
+}  // namespace lowbit
+
+namespace lowbit {
+namespace {
+
+// The sharded writer streams each list to disk as it is added; the shards it assembles hold every
+// tensor's bytes, each aligned to its element size, and nothing else is left in the folder.
+TEST_F(SafetensorsTest, ShardedWriterStreamsListsIntoAlignedShards) {
+  const std::vector<double> wide = {1.5, -2.25};
+  const std::vector<float> floats = {1, 2, 3};
+  const std::vector<uint16_t> halves = {0x3f80, 0x4000, 0x4040};
+  const std::vector<uint8_t> bytes = {7, 8, 9, 10, 11};
+  const std::vector<int64_t> longs = {-5, 1ll << 40};
+  ShardedSafetensorsWriter writer(dir_, 40, {{"format", "pt"}});
+  const auto list = [](auto add) {
+    TensorList l;
+    add(l);
+    return l;
+  };
+  writer.Add(list([&](TensorList& l) {  // 5 + 12 + 16 bytes: one shard (33 of 40)
+    l.Add("b.bytes", DType::kU8, {5}, std::span(bytes));
+    l.Add("a.floats", DType::kF32, {3}, std::span(floats));
+    l.Add("c.wide", DType::kF64, {2}, std::span(wide));
+  }));
+  writer.Add(list([&](TensorList& l) {  // 6 + 16 more would pass 40: a second shard
+    l.Add("d.halves", DType::kBF16, {3}, std::span(halves));
+    l.AddOwned("e.longs", DType::kI64, {2}, longs);
+  }));
+  EXPECT_EQ(writer.Finish(), 2u);
+  EXPECT_EQ(writer.bytes(), 55u);
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                                             "model.safetensors.index.json"}));
+  const SafetensorsModel model = SafetensorsModel::Open(dir_);
+  const auto expect = [&](const std::string& name, auto values) {
+    const TensorView& t = model.Get(name);
+    const auto want = std::as_bytes(std::span(values));
+    EXPECT_TRUE(std::ranges::equal(t.data, want)) << name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data.data()) % DTypeSize(t.dtype), 0u) << name;
+  };
+  expect("a.floats", floats);
+  expect("b.bytes", bytes);
+  expect("c.wide", wide);
+  expect("d.halves", halves);
+  expect("e.longs", longs);
 }
 
 }  // namespace

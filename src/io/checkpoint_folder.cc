@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -123,25 +125,65 @@ ShardedSafetensorsWriter::ShardedSafetensorsWriter(fs::path dir, uint64_t max_sh
                                                    std::map<std::string, std::string> metadata)
     : dir_(std::move(dir)), max_shard_bytes_(max_shard_bytes), metadata_(std::move(metadata)) {}
 
+namespace {
+// A dtype's element-size class: 0 for 8-byte elements, 1 for 4, 2 for 2, 3 for 1.
+size_t SizeClass(DType dtype) { return static_cast<size_t>(std::countr_zero(8 / DTypeSize(dtype))); }
+}  // namespace
+
+fs::path ShardedSafetensorsWriter::SpillPath(size_t size_class) const {
+  return dir_ / fmt::format("shard-{}.partial.{}", written_.size(), 8 >> size_class);
+}
+
 void ShardedSafetensorsWriter::Add(TensorList list) {
   const uint64_t size = list.bytes();
-  if (pending_.size() > 0 && pending_.bytes() + size > max_shard_bytes_) Flush();
+  const uint64_t in_shard = spilled_[0] + spilled_[1] + spilled_[2] + spilled_[3];
+  if (!pending_.empty() && in_shard + size > max_shard_bytes_) Flush();
   total_ += size;
-  pending_.Append(std::move(list));
+  std::array<std::ofstream, 4> spills;
+  for (const TensorToWrite& t : std::move(list).Sorted()) {
+    const size_t c = SizeClass(t.dtype);
+    if (!spills[c].is_open()) spills[c].open(SpillPath(c), std::ios::binary | std::ios::app);
+    spills[c].write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+    if (!spills[c]) Fail("{}: cannot write (disk full?)", SpillPath(c).string());
+    pending_.push_back({t.name, t.dtype, t.shape, t.data.size()});
+    spilled_[c] += t.data.size();
+  }
+  for (std::ofstream& f : spills)
+    if (f.is_open() && !f.flush()) Fail("{}: cannot write (disk full?)", dir_.string());
 }
 
 void ShardedSafetensorsWriter::Flush() {
+  std::vector<TensorEntry> entries = std::move(pending_);
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const TensorEntry& a, const TensorEntry& b) { return SizeClass(a.dtype) < SizeClass(b.dtype); });
   std::vector<std::string> names;
-  const std::vector<TensorToWrite> tensors = std::move(pending_).Sorted();
-  for (const TensorToWrite& t : tensors) names.push_back(t.name);
+  for (const TensorEntry& t : entries) names.push_back(t.name);
   const fs::path path = dir_ / fmt::format("shard-{}.partial", written_.size());
-  WriteSafetensors(path, tensors, metadata_);
+  const std::string prefix = SafetensorsPrefix(path.string(), entries, metadata_);
+  AtomicFileWriter out(path);
+  out.Write(std::as_bytes(std::span(prefix)));
+  std::vector<char> buffer(size_t{4} << 20);
+  for (size_t c = 0; c < spilled_.size(); ++c) {
+    if (spilled_[c] == 0) continue;
+    const fs::path spill = SpillPath(c);
+    std::ifstream in(spill, std::ios::binary);
+    uint64_t left = spilled_[c];
+    while (left > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buffer.size()));
+      if (!in.read(buffer.data(), static_cast<std::streamsize>(n))) Fail("{}: cannot read back", spill.string());
+      out.Write(std::as_bytes(std::span(buffer.data(), n)));
+      left -= n;
+    }
+    in.close();
+    fs::remove(spill);
+  }
+  out.Commit();
   written_.emplace_back(path, std::move(names));
-  pending_ = TensorList();
+  spilled_ = {};
 }
 
 size_t ShardedSafetensorsWriter::Finish() {
-  if (pending_.size() > 0 || written_.empty()) Flush();
+  if (!pending_.empty() || written_.empty()) Flush();
   const size_t n = written_.size();
   if (n == 1) {
     fs::rename(written_[0].first, dir_ / "model.safetensors");

@@ -5,6 +5,7 @@
 // and the all-or-nothing folder write.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -77,7 +78,9 @@ inline constexpr uint64_t kDefaultShardBytes = uint64_t{5} << 30;
 // a time: a shard is written as soon as the next list of tensors would take it past
 // `max_shard_bytes` (a list larger than the limit gets a shard of its own). Finish names them
 // model.safetensors, or model-0000i-of-0000n.safetensors with model.safetensors.index.json
-// (metadata.total_size and weight_map), as transformers does.
+// (metadata.total_size and weight_map), as transformers does. Each list's bytes go to disk as it is
+// added (one spill file per element size), never held until its shard is full: the shard is then
+// assembled from them, widest elements first, so every tensor stays aligned to its element size.
 class ShardedSafetensorsWriter {
  public:
   ShardedSafetensorsWriter(std::filesystem::path dir, uint64_t max_shard_bytes, std::map<std::string, std::string> metadata);
@@ -89,11 +92,15 @@ class ShardedSafetensorsWriter {
 
  private:
   void Flush();
+  std::filesystem::path SpillPath(size_t size_class) const;
 
   std::filesystem::path dir_;
   uint64_t max_shard_bytes_;
   std::map<std::string, std::string> metadata_;
-  TensorList pending_;
+  // The current shard's tensors in arrival order, and the byte count of each element-size class
+  // (8, 4, 2, 1 bytes) already in its spill file.
+  std::vector<TensorEntry> pending_;
+  std::array<uint64_t, 4> spilled_ = {};
   uint64_t total_ = 0;
   std::vector<std::pair<std::filesystem::path, std::vector<std::string>>> written_;  // temporary name, tensors
 };

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/thread_pool.h"
 #include "io/gguf_calibrate.h"
 #include "io/gguf_mix.h"
@@ -460,6 +461,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
       if (s.read_layer) {
         if (loaded != t.layer) {
           layer.reset();  // free the previous block first: one block in memory at a time
+          ReleaseFreedMemory();
           layer = s.read_layer(static_cast<size_t>(t.layer));
           loaded = t.layer;
         }

@@ -424,24 +424,23 @@ std::vector<uint32_t> CopyWords(std::span<const std::byte> bytes) {
 
 // ------------------------------------------------------------------------------------- Writer
 
-void WriteSafetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  const std::string file = path.string();
+std::string SafetensorsPrefix(const std::string& file, std::span<const TensorEntry> tensors,
+                              const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps __metadata__ first and tensors in data order, which makes files easy to
   // inspect; readers do not depend on key order.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
   std::unordered_set<std::string_view> seen;
   uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {
+  for (const TensorEntry& t : tensors) {
     if (t.name == kMetadataKey) Fail("{}: '{}' is reserved, not a tensor name", file, t.name);
     if (!seen.insert(t.name).second) Fail("{}: duplicate tensor '{}'", file, t.name);
     uint64_t bytes = DTypeSize(t.dtype);
     for (uint64_t d : t.shape)
       bytes = CheckedMul(bytes, d, fmt::format("{}: tensor '{}': shape", file, t.name));
-    if (t.data.size() != bytes)
-      Fail("{}: tensor '{}': {} bytes of data do not match {} {} ({} bytes)", file, t.name,
-           t.data.size(), ShapeString(t.shape), DTypeName(t.dtype), bytes);
+    if (t.bytes != bytes)
+      Fail("{}: tensor '{}': {} bytes of data do not match {} {} ({} bytes)", file, t.name, t.bytes,
+           ShapeString(t.shape), DTypeName(t.dtype), bytes);
     header[t.name] = {{"dtype", DTypeName(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
@@ -459,12 +458,20 @@ void WriteSafetensors(const std::filesystem::path& path, std::span<const TensorT
   if (text.size() > kMaxSafetensorsHeaderBytes)  // readers, ours included, would reject it
     Fail("{}: header of {} bytes exceeds the {}-byte limit", file, text.size(),
          kMaxSafetensorsHeaderBytes);
+  const uint64_t header_len = text.size();
+  std::string prefix(sizeof header_len, '\0');
+  std::memcpy(prefix.data(), &header_len, sizeof header_len);
+  return prefix + text;
+}
 
+void WriteSafetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorEntry> entries;
+  for (const TensorToWrite& t : tensors) entries.push_back({t.name, t.dtype, t.shape, t.data.size()});
+  const std::string prefix = SafetensorsPrefix(path.string(), entries, metadata);
   // Streamed tensor by tensor: a whole-file buffer would double the peak memory of a save.
   AtomicFileWriter out(path);
-  const uint64_t header_len = text.size();
-  out.Write(std::as_bytes(std::span(&header_len, 1)));
-  out.Write(std::as_bytes(std::span(text)));
+  out.Write(std::as_bytes(std::span(prefix)));
   for (const TensorToWrite& t : tensors) out.Write(t.data);
   out.Commit();
 }

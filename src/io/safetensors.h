@@ -119,4 +119,16 @@ struct TensorToWrite {
 void WriteSafetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// A tensor's entry in a safetensors header: its data is `bytes` long, wherever it is held.
+struct TensorEntry {
+  std::string name;
+  DType dtype;
+  std::vector<uint64_t> shape;
+  uint64_t bytes;
+};
+// The file's first bytes for tensors laid out contiguously in this order: the 8-byte length and
+// the padded header WriteSafetensors writes, after the same checks (`file` names it in errors).
+std::string SafetensorsPrefix(const std::string& file, std::span<const TensorEntry> tensors,
+                              const std::map<std::string, std::string>& metadata);
+
 }  // namespace lowbit
