@@ -65,13 +65,6 @@ std::vector<NamedLinear> ModelLinears(const Model& m, size_t blocks) {
   return out;
 }
 
-void TensorList::Append(TensorList&& other) {
-  for (std::vector<std::byte>& buffer : other.owned_) owned_.push_back(std::move(buffer));  // heap blocks stay put
-  tensors_.insert(tensors_.end(), other.tensors_.begin(), other.tensors_.end());
-  other.tensors_.clear();
-  other.owned_.clear();
-}
-
 void TensorList::AddFloats(std::string name, std::vector<uint64_t> shape, std::span<const float> values) {
   const auto exact = [&](auto narrow, auto widen) {
     return std::all_of(values.begin(), values.end(), [&](float v) { return widen(narrow(v)) == v; });

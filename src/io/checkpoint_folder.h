@@ -55,8 +55,6 @@ class TensorList {
     owned_.push_back(std::move(bytes));
     tensors_.push_back({std::move(name), dtype, std::move(shape), owned_.back()});
   }
-  // Moves the tensors of `other` (and the buffers behind them, which stay where they are) to the end.
-  void Append(TensorList&& other);
   uint64_t bytes() const;
   size_t size() const { return tensors_.size(); }
   // The official writer's order (widest element first, then by name) keeps every tensor aligned

@@ -240,8 +240,7 @@ OrderedJson CompressedTensorsConfig(const std::vector<LinearRecord>& linears, bo
 
 // Dense tensors go out in the source's torch_dtype (bf16 / fp16) when every value survives it exactly,
 // as a 16-bit source read into fp32 does; otherwise in F32. Never lossy, and no larger than the source.
-// A dense tensor of `rows` rows of `cols` values, row r read by read_row(r, out), in `dtype` (BF16 or
-// F16) when every value round-trips through it, else in F32. Row by row: no fp32 copy of a table is made.
+// Read a row at a time (row r by read_row(r, out)): no fp32 copy of a 16-bit table is made.
 void AddDenseRows(TensorList& list, std::string name, std::vector<uint64_t> shape, uint64_t rows, uint64_t cols,
                   const std::function<void(uint64_t, float*)>& read_row, DType dtype) {
   std::vector<float> row(cols), back(cols);
@@ -283,8 +282,8 @@ DType SourceDType(const OrderedJson& config) {
   return DType::kF32;
 }
 
-// Appends linear `nl` in format `o.format` (dense linears as F32 .weight) and its bias, as copies: the
-// block they come from is freed once its tensors are in the shard being assembled.
+// Appends linear `nl` in format `o.format` (dense linears as AddDense writes them) and its bias, as copies: the
+// block they come from is freed once its tensors are on disk.
 LinearRecord AddLinear(TensorList& list, const NamedLinear& nl, const EngineExportOptions& o, DType dense,
                        EngineExportResult& r) {
   const Linear& l = *nl.linear;
@@ -401,8 +400,8 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   const DType dense = SourceDType(source_config);
 
   WriteFolderAtomic(dest, [&](const fs::path& tmp) {
-    // Streaming: each block is read (and RTN-quantized), packed into the shard being assembled and freed;
-    // a shard is written as soon as the next block would overflow it.
+    // Streaming: each block is read (and RTN-quantized), packed, written to the shard's spill files and
+    // freed; a shard is assembled as soon as the next block would overflow it.
     ShardedSafetensorsWriter shards(tmp, o.max_shard_bytes, {{"format", "pt"}});
     // The tables outside the blocks go first, each freed once on disk: held until the end, lm_head in
     // fp32 and the token table sat beside every block (a 7B model: 0.78 GB; a 152k vocabulary: 3.3 GB).

@@ -106,7 +106,7 @@ struct LayerWeights {
 // The token embedding table [vocab x dim], rows looked up by token id: fp32 `values`, or the table
 // kept as the file stores it (`packed`: a 16-bit checkpoint's bf16 / fp16 rows, half the memory, or a
 // GGUF block type; each looked-up row is decoded alone, exactly). Exactly one of the two holds the
-// table. Paths that rewrite it (rotation) or hand it to a writer in fp32 call MakeDense() first.
+// table. Paths that rewrite it (rotation) call MakeDense() first; writers read it row by row.
 struct Embedding {
   std::vector<float> values;
   std::optional<QuantizedTensor> packed;
