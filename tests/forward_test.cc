@@ -8,9 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/cpu.h"
 #include "io/hf_model.h"
 #include "io/llama2c.h"
 #include "model/forward.h"
+#include "model/ptq.h"
+#include "quant/scheme.h"
 
 namespace lowbit {
 namespace {
@@ -49,6 +52,50 @@ TEST(Forward, KjvLlamaMatchesTransformersReference) {
   const Model model = LoadHfModel(dir);
   const auto ref = ReadJson(dir + "/reference.json");
   for (size_t threads : {1, 2}) ExpectMatchesReference(model, ref["ids"].get<std::vector<int32_t>>(), ref["positions"], threads);
+}
+
+// LOWBIT_CPU's lower levels take other kernels (AVX2 integer dots, Highway's AVX2 and SSE4 targets, no
+// AVX-512 fp32 GEMM): the fp32 model still matches transformers at each, and quantized models give
+// the same logits as at the CPU's own level.
+class AtCpuLevel {
+ public:
+  explicit AtCpuLevel(CpuLevel level) : saved_(CpuLevelCap()) { SetCpuLevelCap(level); }
+  ~AtCpuLevel() { SetCpuLevelCap(saved_); }
+
+ private:
+  CpuLevel saved_;
+};
+
+std::vector<float> QuantizedLogits(const std::string& dir, const char* scheme, const std::vector<int32_t>& ids) {
+  Model model = LoadHfModel(dir);
+  QuantizeRequest request;
+  request.scheme = ParseScheme(scheme);
+  request.threads = 2;
+  QuantizeModel(model, request);
+  Engine engine(model, 2);
+  KvCache cache = engine.NewCache(ids.size());
+  return engine.Forward(cache, ids, /*all_logits=*/true);
+}
+
+TEST(Forward, EveryCpuLevelMatchesTheReference) {
+  const std::string dir = LOWBIT_SOURCE_DIR "/models/kjv-llama-7m";
+  const auto ref = ReadJson(dir + "/reference.json");
+  const auto ids = ref["ids"].get<std::vector<int32_t>>();
+  const char* schemes[] = {"int8", "int4:g32", "bf16"};
+  std::vector<std::vector<float>> native;
+  for (const char* scheme : schemes) native.push_back(QuantizedLogits(dir, scheme, ids));
+  for (CpuLevel level : {CpuLevel::kAvx2, CpuLevel::kSse4}) {
+    if (level >= CpuLevelCap()) continue;  // this CPU (or LOWBIT_CPU) is at that level already
+    AtCpuLevel at(level);
+    ExpectMatchesReference(LoadHfModel(dir), ids, ref["positions"], 2);
+    for (size_t k = 0; k < std::size(schemes); ++k) {
+      const std::vector<float> capped = QuantizedLogits(dir, schemes[k], ids);
+      ASSERT_EQ(capped.size(), native[k].size());
+      float largest = 0;
+      for (size_t i = 0; i < capped.size(); ++i) largest = std::max(largest, std::abs(capped[i] - native[k][i]));
+      EXPECT_LT(largest, 2e-3) << schemes[k] << " at " << CpuLevelName(level);
+    }
+  }
 }
 
 TEST(Forward, Stories260KMatchesLlama2cReference) {

@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 
 #include "bindings.h"
+#include "core/cpu.h"
 #include "core/error.h"
 
 namespace lowbit::python {
@@ -52,6 +53,7 @@ NB_MODULE(_lowbit, m) {
       PyErr_SetObject(error_type.ptr(), instance.ptr());
     }
   });
+  lowbit::CpuLevelCap();  // LOWBIT_CPU, before any kernel dispatches (an unknown value fails the import)
   BindTensors(m);
   BindModel(m);
   BindJobs(m);

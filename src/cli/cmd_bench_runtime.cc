@@ -7,12 +7,19 @@
 #include "cli/commands.h"
 #include "cli/front_door.h"
 #include "cli/output.h"
+#include "core/cpu.h"
 #include "pipeline/bench_jobs.h"
 #include "pipeline/session.h"
 #include "pipeline/speed_job.h"
 
 namespace lowbit::cli {
 namespace {
+
+// The footers say when LOWBIT_CPU keeps the kernels below what this CPU has.
+std::string CpuCapNote() {
+  const CpuLevel cap = CpuLevelCap();
+  return cap < CpuLevel::kAvx512 ? fmt::format(", kernels capped at {} (LOWBIT_CPU)", CpuLevelName(cap)) : "";
+}
 
 constexpr uint64_t kMiB = 1 << 20;
 
@@ -61,9 +68,10 @@ void RunGemv(const RuntimeOptions& o) {
                fmt::format("{:.1f}", s["triad_gbps"].get<double>()),
                fmt::format("{:.0f}%", 100 * s["fraction_of_bandwidth"].get<double>())}});
   std::printf("\n%zu token(s), %llu x %llu, %.0f MiB of distinct weights, %zu threads; fastest pass of %zu rounds, "
-              "each after its own triad.\n",
+              "each after its own triad%s.\n",
               o.tokens, static_cast<unsigned long long>(o.rows), static_cast<unsigned long long>(o.cols),
-              s["working_set_bytes"].get<double>() / kMiB, s["threads"].get<size_t>(), o.gemv_rounds);
+              s["working_set_bytes"].get<double>() / kMiB, s["threads"].get<size_t>(), o.gemv_rounds,
+              CpuCapNote().c_str());
 }
 
 // Each format in turn on one loaded model, so the ratios come from one run (pipeline/speed_job.h).
@@ -98,9 +106,9 @@ void RunSpeeds(const RuntimeOptions& o, bool decode) {
         }
       std::printf("\n%s: memory-bound to compute-bound crossover %s.", r.format.c_str(), crossover.c_str());
     }
-  std::printf("\n%s: %s, ctx %zu, KV cache %s, fast kernels (kernels/matmul.h)%s.\n", decode ? "Decode" : "Prefill",
+  std::printf("\n%s: %s, ctx %zu, KV cache %s, fast kernels (kernels/matmul.h)%s%s.\n", decode ? "Decode" : "Prefill",
               o.model.c_str(), o.ctx, o.kv_dtype.c_str(),
-              o.rounds > 1 ? fmt::format(", best of {} rounds", o.rounds).c_str() : "");
+              o.rounds > 1 ? fmt::format(", best of {} rounds", o.rounds).c_str() : "", CpuCapNote().c_str());
 }
 
 // One decode step's attention against the two-pass reference and the bandwidth bound (pipeline/bench_jobs.h).
@@ -124,9 +132,9 @@ void RunAttention(const RuntimeOptions& o) {
   rows.push_back(row("two-pass", r["two_pass_us"].get<double>(), o.ctx));
   PrintTable({"kernel", "us per decode step", "KV GB/s", "x bandwidth bound", "scores held per query head"}, rows);
   std::printf("\nOne layer, 32 query heads over %zu KV heads of 128, ctx %zu, KV cache %s (%.1f MB), %zu threads;\n"
-              "blocked splits each KV head's positions into %zu segment(s). Bound: the KV bytes at the triad's %.1f GB/s.\n",
+              "blocked splits each KV head's positions into %zu segment(s). Bound: the KV bytes at the triad's %.1f GB/s%s.\n",
               o.kv_heads, o.ctx, o.kv_dtype.c_str(), kv_bytes / 1e6, r["threads"].get<size_t>(),
-              r["segments"].get<size_t>(), r["triad_gbps"].get<double>());
+              r["segments"].get<size_t>(), r["triad_gbps"].get<double>(), CpuCapNote().c_str());
 }
 
 }  // namespace

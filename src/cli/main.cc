@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/front_door.h"
+#include "core/cpu.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   try {
+    lowbit::CpuLevelCap();  // LOWBIT_CPU, before any kernel dispatches
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help and --version

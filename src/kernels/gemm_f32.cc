@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "core/cpu.h"
 #include "core/error.h"
 
 namespace lowbit {
@@ -58,7 +59,7 @@ LOWBIT_F32GEMM void Bands(const float* w, size_t cols, size_t rows, const float*
 
 bool CpuHasF32Gemm() {
   static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
+  return has && CpuLevelAllowed(CpuLevel::kAvx512);
 }
 
 size_t F32GemmBlockRows(size_t cols) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "formats/codec.h"
 #include "formats/minifloat.h"
@@ -20,7 +21,7 @@ namespace {
 
 bool CpuHasBf16Flags() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-  return has;
+  return has && CpuLevelAllowed(CpuLevel::kAvx512);
 }
 
 // FP6 codes are spread to 16-bit lanes with a byte permutation (vpermb).

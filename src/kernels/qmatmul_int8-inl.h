@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/qmatmul_int8.h"
 #include "quant/quantized_tensor.h"
@@ -32,7 +33,7 @@ inline bool CpuHasVnni() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
                           __builtin_cpu_supports("avx512vbmi");
-  return has;
+  return has && CpuLevelAllowed(CpuLevel::kAvx512);
 }
 
 // What the kernels share beyond SIMD (qmatmul_int8.cc): the weight's layout, where input i of a

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/qmatmul_int8-inl.h"
 #include "kernels/qmatmul_int8_avx2-inl.h"
@@ -26,7 +27,7 @@ using namespace int8dot;  // NOLINT: the integer-dot kernels' shared pieces
 
 bool CpuHasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
+  return has && CpuLevelAllowed(CpuLevel::kAvx2);
 }
 
 // As in qmatmul_int8.cc: the hardware prefetcher falls behind one stream per thread.
