@@ -219,8 +219,13 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
     std::vector<float> got(kTokens * kRows, NAN);
     Int8DotRows(q, a, 0, kRows, got.data(), kRows);
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], int8_reference[i], 1e-5 * magnitude) << i;
-    if (!HasInt8GemmKernel(q)) continue;
-    // The prefill GEMM on 37 tokens: bands of two 16-token tiles, and a padded third.
+    if (HasInt8DotKernelAvx2(q)) {
+      std::vector<float> avx2(kTokens * kRows, NAN);
+      Int8DotRowsAvx2(q, a, 0, kRows, avx2.data(), kRows);
+      for (size_t i = 0; i < avx2.size(); ++i) ASSERT_NEAR(avx2[i], int8_reference[i], 1e-5 * magnitude) << "AVX2 " << i;
+    }
+    // 37 tokens: the prefill GEMM's bands of two 16-token tiles and a padded third (VNNI), and the
+    // AVX2 kernel's groups of 8, 4 and 1 tokens (also where VNNI would take the call).
     constexpr size_t kMany = 37;
     std::vector<float> xs(kMany * kCols);
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::cos(0.21f * static_cast<float>(i)) * (1 + 3 * (i % 11 == 0));
@@ -229,6 +234,13 @@ TEST(GgufRepack, EveryBlockTypeRunsInTheKernelsAsItsDequantizedValues) {
     Int8DotRowsRef(q, many, 0, kRows, many_reference.data(), kRows);
     double many_magnitude = 0;
     for (float v : many_reference) many_magnitude = std::max(many_magnitude, std::fabs(static_cast<double>(v)));
+    if (HasInt8DotKernelAvx2(q)) {
+      std::vector<float> avx2(kMany * kRows, NAN);
+      Int8DotRowsAvx2(q, many, 0, kRows, avx2.data(), kRows);
+      for (size_t i = 0; i < avx2.size(); ++i)
+        ASSERT_NEAR(avx2[i], many_reference[i], 1e-5 * many_magnitude) << "AVX2 " << i;
+    }
+    if (!HasInt8GemmKernel(q)) continue;
     Int8TokenTiles tiles(many);
     tiles.Fill(many, 0, tiles.tiles());
     Int8GemmRows(q, tiles, 0, kRows, gemm.data(), kRows);

@@ -143,6 +143,19 @@ class RowScalesAvx2 {
   // integer zero-points are read 8 at a time from 2, 4 or 8-bit packing.
   bool Fits() const { return per_super_ % 8 == 0 && (zero_type_ != ZeroType::kInt || 8 % kBits == 0); }
 
+  // The K-quants' sub-scales as integers (RowsAvx2's kIntScales): row r's i8 sub-scales, one per
+  // group, and super-block k's fp16 scale times the tensor scale and step (what ForRow multiplies
+  // the sub-scales by).
+  bool SubScalesFit() const { return whole_supers_; }
+  const int8_t* SubScales(size_t r) const {
+    return reinterpret_cast<const int8_t*>(scales_.data() + r / cell_rows_ * scale_row_bytes_);
+  }
+  LOWBIT_AVX2 float SuperScale(size_t r, size_t k) const {
+    uint16_t half;
+    std::memcpy(&half, supers_.data() + r / cell_rows_ * super_row_bytes_ + 2 * k, 2);
+    return _cvtsh_ss(half) * factor_;
+  }
+
   // use(g, n, scales, biases) for groups g .. g + n - 1 (n <= 8; lanes past n hold nothing of use).
   template <class Use>
   LOWBIT_AVX2 __attribute__((always_inline)) void ForRow(size_t r, Use&& use) const {

@@ -70,6 +70,25 @@ LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 LaneScales(const float*
   }
 }
 
+// The K-quants' i8 sub-scales of one chunk (kSplit groups) as int16 multipliers for half h's pair
+// sums: int16 lanes 2j and 2j + 1 make int32 lane j, of group (8h + j) / (16 / kSplit).
+template <size_t kSplit>
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m128i SubScaleBytes(const int8_t* p) {
+  if constexpr (kSplit == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  else if constexpr (kSplit == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  else {
+    int32_t bytes = 0;
+    std::memcpy(&bytes, p, kSplit);
+    return _mm_cvtsi32_si128(bytes);
+  }
+}
+template <size_t kSplit>
+LOWBIT_AVX2 inline __m128i SubScaleIndex(int h) {
+  alignas(16) int8_t index[16];
+  for (int i = 0; i < 16; ++i) index[i] = static_cast<int8_t>((8 * h + i / 2) * static_cast<int>(kSplit) / 16);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(index));
+}
+
 // n floats from p, and zeros for the rest of 8 (not read).
 LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 LoadFloats(const float* p, size_t n) {
   if (n >= 8) return _mm256_loadu_ps(p);
@@ -116,7 +135,11 @@ LOWBIT_AVX2 void BlockScales(const float* weight_scales, const float* x_scales, 
 template <int kBits>
 constexpr size_t kOverread = 8 % kBits == 0 ? 0 : 16 - kBits;
 
-template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens>
+// kIntScales (the K-quants, whose activations share one scale per super-block): each pair sum is
+// multiplied by its group's i8 sub-scale in the vpmaddwd that widens it, and the int32 sums of a
+// super-block are converted and scaled once, as llama.cpp's AVX2 K-quant dots do; otherwise each
+// chunk's int32 sums are converted and scaled by block.
+template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens, bool kIntScales>
 LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
                           size_t row_begin, size_t row_end, float* y, size_t y_stride) {
   constexpr bool kPlaneLayout = 8 % kBits == 0;
@@ -132,6 +155,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   std::vector<float> block_scales(kTokens * block_stride + 8);
   const PlaneDecoder<kBits, kLookup, kWide> decoder(l);
   const SpreadDecoder<kBits> spread;
+  const size_t super_codes = l.shared_blocks * l.block, chunks_per_super = super_codes / l.chunk;
   // The tensor's last row, copied where the spread's loads may run past it.
   std::vector<uint8_t> last_row;
   if (kOverread<kBits> && row_end == w.rows()) {
@@ -151,13 +175,13 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
       row_scales.ForRow(r, [&](size_t g, size_t n, __m256 s, __m256 bias) LOWBIT_AVX2 __attribute__((always_inline)) {
         for (size_t t = 0; t < kTokens; ++t) {
           bias_acc[t] = _mm256_fmadd_ps(bias, LoadFloats(&a.group_sums[(t0 + t) * l.groups + g], n), bias_acc[t]);
-          if (blocks_per_group == 1)  // a group is a block
+          if (!kIntScales && blocks_per_group == 1)  // a group is a block
             _mm256_storeu_ps(&block_scales[t * block_stride + g], _mm256_mul_ps(s, LoadFloats(&a.scales[(t0 + t) * blocks + g], n)));
         }
-        if (blocks_per_group != 1) _mm256_storeu_ps(&scales[g], s);
+        if (!kIntScales && blocks_per_group != 1) _mm256_storeu_ps(&scales[g], s);
       });
       for (size_t t = 0; t < kTokens; ++t) {
-        if (blocks_per_group != 1) BlockScales(scales.data(), &a.scales[(t0 + t) * blocks], blocks, blocks_per_group, &block_scales[t * block_stride]);
+        if (!kIntScales && blocks_per_group != 1) BlockScales(scales.data(), &a.scales[(t0 + t) * blocks], blocks, blocks_per_group, &block_scales[t * block_stride]);
         bias_sums[t] = Sum(bias_acc[t]);
       }
     } else {
@@ -172,7 +196,42 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
     const uint8_t* row = !last_row.empty() && r + 1 == w.rows() ? last_row.data() : w.codes().data() + r * w.row_bytes();
     __m256 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    for (size_t c = 0; c < chunks; ++c) {
+    if constexpr (kIntScales) {
+      const int8_t* sub = row_scales.SubScales(r);
+      const __m128i index[2] = {SubScaleIndex<kSplit>(0), SubScaleIndex<kSplit>(1)};
+      for (size_t k = 0; k < cols / super_codes; ++k) {
+        __m256i dot[kTokens];
+        for (size_t t = 0; t < kTokens; ++t) dot[t] = _mm256_setzero_si256();
+        for (size_t c = k * chunks_per_super; c < (k + 1) * chunks_per_super; ++c) {
+          const uint8_t* at = row + c * kChunkBytes;
+          _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
+          const __m128i sub_bytes = SubScaleBytes<kSplit>(sub + c * kSplit);
+          auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
+            const __m256i multipliers = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sub_bytes, index[kHalf]));
+            __m256i levels[kPlanes];
+            if constexpr (kPlaneLayout) {
+              const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
+              for (int p = 0; p < kPlanes; ++p) levels[p] = decoder.Plane(codes, p);
+            } else {
+              levels[0] = spread.Codes(at + 4 * kBits * kHalf);
+            }
+            for (size_t t = 0; t < kTokens; ++t) {
+              const int8_t* x = inputs[t] + c * l.chunk + 32 * kHalf;  // plane p's inputs at x + 64 p
+              __m256i pairs = PairSums<false>(levels[0], x);
+              for (int p = 1; p < kPlanes; ++p) pairs = _mm256_add_epi16(pairs, PairSums<false>(levels[p], x + 64 * p));
+              dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(pairs, multipliers));
+            }
+          };
+          half.template operator()<0>();
+          half.template operator()<1>();
+        }
+        const float super_scale = row_scales.SuperScale(r, k);
+        for (size_t t = 0; t < kTokens; ++t)
+          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]),
+                                      _mm256_set1_ps(super_scale * a.scales[(t0 + t) * blocks + k * l.shared_blocks]), acc[t][0]);
+      }
+    }
+    for (size_t c = 0; !kIntScales && c < chunks; ++c) {
       const uint8_t* at = row + c * kChunkBytes;
       _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
       __m256i whole_chunk[kTokens];  // kSplit 1: both halves are one block
@@ -220,13 +279,23 @@ void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activati
   // Many tokens: panels of rows small enough to stay in L2 meet every token in turn, rather than
   // the whole matrix streaming from memory once per 4 tokens.
   const size_t panel = a.n_tokens > 4 ? std::max<size_t>(16, (256 << 10) / w.row_bytes()) : row_end - row_begin;
-  auto run = [&]<size_t kSplit>() {
+  auto panels = [&]<size_t kSplit, bool kIntScales>() {
     for (size_t r0 = row_begin; r0 < row_end; r0 += panel) {
       const size_t r1 = std::min(row_end, r0 + panel);
       size_t t = 0;
-      for (; t + 4 <= a.n_tokens; t += 4) RowsAvx2<kBits, kLookup, kWide, kSplit, 4>(w, l, a, t, r0, r1, y, y_stride);
-      for (; t < a.n_tokens; ++t) RowsAvx2<kBits, kLookup, kWide, kSplit, 1>(w, l, a, t, r0, r1, y, y_stride);
+      if constexpr (kIntScales)
+        for (; t + 8 <= a.n_tokens; t += 8) RowsAvx2<kBits, kLookup, kWide, kSplit, 8, kIntScales>(w, l, a, t, r0, r1, y, y_stride);
+      for (; t + 4 <= a.n_tokens; t += 4) RowsAvx2<kBits, kLookup, kWide, kSplit, 4, kIntScales>(w, l, a, t, r0, r1, y, y_stride);
+      for (; t < a.n_tokens; ++t) RowsAvx2<kBits, kLookup, kWide, kSplit, 1, kIntScales>(w, l, a, t, r0, r1, y, y_stride);
     }
+  };
+  // Sub-scales in integer: i8 sub-scales under super-blocks that share one activation scale (the
+  // K-quants), narrow levels (int16 pair sums).
+  const bool int_scales = !kWide && !kLookup && l.shared_blocks > 1 && RowScalesAvx2<kBits, kWide>(w, l).SubScalesFit();
+  auto run = [&]<size_t kSplit>() {
+    if constexpr (!kWide && !kLookup)
+      if (int_scales) return panels.template operator()<kSplit, true>();
+    panels.template operator()<kSplit, false>();
   };
   switch (l.chunk / l.block) {
     case 1: return run.template operator()<1>();
