@@ -138,13 +138,15 @@ constexpr size_t kOverread = 8 % kBits == 0 ? 0 : 16 - kBits;
 // kIntScales (the K-quants, whose activations share one scale per super-block): each pair sum is
 // multiplied by its group's i8 sub-scale in the vpmaddwd that widens it, and the int32 sums of a
 // super-block are converted and scaled once, as llama.cpp's AVX2 K-quant dots do; otherwise each
-// chunk's int32 sums are converted and scaled by block.
-template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens, bool kIntScales>
+// chunk's int32 sums are converted and scaled by block. kSpreadIn: the rows' 3/5/6/7-bit codes come
+// spread to a byte each (SpreadRows), rows [row_begin, row_end) at `spread_rows`.
+template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens, bool kIntScales, bool kSpreadIn>
 LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
-                          size_t row_begin, size_t row_end, float* y, size_t y_stride) {
+                          size_t row_begin, size_t row_end, const uint8_t* spread_rows, float* y, size_t y_stride) {
   constexpr bool kPlaneLayout = 8 % kBits == 0;
+  static_assert(!(kPlaneLayout && kSpreadIn));
   constexpr int kPlanes = kPlaneLayout ? 8 / kBits : 1;
-  constexpr size_t kChunkBytes = kPlaneLayout ? 64 : 8 * kBits;
+  constexpr size_t kChunkBytes = kPlaneLayout || kSpreadIn ? 64 : 8 * kBits;
   const size_t cols = w.cols(), chunks = cols / l.chunk, blocks = cols / l.block, blocks_per_group = l.group / l.block;
   const size_t padded_groups = (l.groups + 7) / 8 * 8;
   std::vector<float> scales(padded_groups + 8), biases(padded_groups + 8);  // 8 more: BlockScales reads 4 at a time
@@ -158,11 +160,22 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   const size_t super_codes = l.shared_blocks * l.block, chunks_per_super = super_codes / l.chunk;
   // The tensor's last row, copied where the spread's loads may run past it.
   std::vector<uint8_t> last_row;
-  if (kOverread<kBits> && row_end == w.rows()) {
+  if (!kSpreadIn && kOverread<kBits> && row_end == w.rows()) {
     last_row.assign(w.row_bytes() + kOverread<kBits>, 0);
     std::memcpy(last_row.data(), w.codes().data() + (w.rows() - 1) * w.row_bytes(), w.row_bytes());
   }
   const __m256i ones = _mm256_set1_epi16(1);
+  // The levels of half kHalf of the chunk at `at`: planes of 2/4/8-bit codes, or spread codes.
+  auto half_levels = [&]<int kHalf>(const uint8_t* at, __m256i (&levels)[kPlanes]) LOWBIT_AVX2 __attribute__((always_inline)) {
+    if constexpr (kPlaneLayout) {
+      const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
+      for (int p = 0; p < kPlanes; ++p) levels[p] = decoder.Plane(codes, p);
+    } else if constexpr (kSpreadIn) {
+      levels[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
+    } else {
+      levels[0] = spread.Codes(at + 4 * kBits * kHalf);
+    }
+  };
   const int8_t* inputs[kTokens];
   for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
   for (size_t r = row_begin; r < row_end; ++r) {
@@ -193,7 +206,9 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
         bias_sums[t] = DotF32(biases.data(), &a.group_sums[(t0 + t) * l.groups], l.groups);
       }
     }
-    const uint8_t* row = !last_row.empty() && r + 1 == w.rows() ? last_row.data() : w.codes().data() + r * w.row_bytes();
+    const uint8_t* row = kSpreadIn                                   ? spread_rows + (r - row_begin) * cols
+                         : !last_row.empty() && r + 1 == w.rows() ? last_row.data()
+                                                                  : w.codes().data() + r * w.row_bytes();
     __m256 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     if constexpr (kIntScales) {
@@ -209,12 +224,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
           auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
             const __m256i multipliers = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sub_bytes, index[kHalf]));
             __m256i levels[kPlanes];
-            if constexpr (kPlaneLayout) {
-              const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
-              for (int p = 0; p < kPlanes; ++p) levels[p] = decoder.Plane(codes, p);
-            } else {
-              levels[0] = spread.Codes(at + 4 * kBits * kHalf);
-            }
+            half_levels.template operator()<kHalf>(at, levels);
             for (size_t t = 0; t < kTokens; ++t) {
               const int8_t* x = inputs[t] + c * l.chunk + 32 * kHalf;  // plane p's inputs at x + 64 p
               __m256i pairs = PairSums<false>(levels[0], x);
@@ -238,12 +248,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
       // Each half by name, not by a loop index: indexed, the accumulators lived on the stack.
       auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
         __m256i levels[kPlanes];
-        if constexpr (kPlaneLayout) {
-          const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32 * kHalf));
-          for (int p = 0; p < kPlanes; ++p) levels[p] = decoder.Plane(codes, p);
-        } else {
-          levels[0] = spread.Codes(at + 4 * kBits * kHalf);
-        }
+        half_levels.template operator()<kHalf>(at, levels);
         for (size_t t = 0; t < kTokens; ++t) {
           const int8_t* x = inputs[t] + c * l.chunk + 32 * kHalf;  // plane p's inputs at x + 64 p
           __m256i sums;
@@ -273,20 +278,57 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   }
 }
 
+// Rows [r0, r1) of 3/5/6/7-bit codes spread to a byte each, cols apart: done once per panel for every
+// group of tokens that reads it, where each group decoded the packed codes again (the decode took
+// more instructions than the dots of 8 tokens).
+template <int kBits>
+LOWBIT_AVX2 void SpreadRows(const QuantizedTensor& w, size_t r0, size_t r1, uint8_t* out) {
+  const SpreadDecoder<kBits> spread;
+  const size_t cols = w.cols(), row_bytes = w.row_bytes();
+  std::vector<uint8_t> padded;  // the tensor's last row, where the decoder's loads would run past it
+  for (size_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.codes().data() + r * row_bytes;
+    if (r + 1 == w.rows()) {
+      padded.assign(row_bytes + kOverread<kBits>, 0);
+      std::memcpy(padded.data(), row, row_bytes);
+      row = padded.data();
+    }
+    for (size_t i = 0; i < cols; i += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (r - r0) * cols + i), spread.Codes(row + i / 8 * kBits));
+  }
+}
+
 template <int kBits, bool kLookup, bool kWide>
 void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t row_begin,
                    size_t row_end, float* y, size_t y_stride) {
   // Many tokens: panels of rows small enough to stay in L2 meet every token in turn, rather than
   // the whole matrix streaming from memory once per 4 tokens.
   const size_t panel = a.n_tokens > 4 ? std::max<size_t>(16, (256 << 10) / w.row_bytes()) : row_end - row_begin;
+  // More than one group of 8 tokens on codes that straddle bytes: each panel spread to bytes first.
+  const bool spread_first = 8 % kBits != 0 && a.n_tokens > 8;
+  std::vector<uint8_t> spread_rows(spread_first ? std::min(panel, row_end - row_begin) * w.cols() : 0);
   auto panels = [&]<size_t kSplit, bool kIntScales>() {
-    for (size_t r0 = row_begin; r0 < row_end; r0 += panel) {
-      const size_t r1 = std::min(row_end, r0 + panel);
+    auto tokens = [&]<bool kSpreadIn>(size_t r0, size_t r1) {
+      const uint8_t* codes = kSpreadIn ? spread_rows.data() : nullptr;
       size_t t = 0;
       if constexpr (kIntScales)
-        for (; t + 8 <= a.n_tokens; t += 8) RowsAvx2<kBits, kLookup, kWide, kSplit, 8, kIntScales>(w, l, a, t, r0, r1, y, y_stride);
-      for (; t + 4 <= a.n_tokens; t += 4) RowsAvx2<kBits, kLookup, kWide, kSplit, 4, kIntScales>(w, l, a, t, r0, r1, y, y_stride);
-      for (; t < a.n_tokens; ++t) RowsAvx2<kBits, kLookup, kWide, kSplit, 1, kIntScales>(w, l, a, t, r0, r1, y, y_stride);
+        for (; t + 8 <= a.n_tokens; t += 8)
+          RowsAvx2<kBits, kLookup, kWide, kSplit, 8, kIntScales, kSpreadIn>(w, l, a, t, r0, r1, codes, y, y_stride);
+      for (; t + 4 <= a.n_tokens; t += 4)
+        RowsAvx2<kBits, kLookup, kWide, kSplit, 4, kIntScales, kSpreadIn>(w, l, a, t, r0, r1, codes, y, y_stride);
+      for (; t < a.n_tokens; ++t)
+        RowsAvx2<kBits, kLookup, kWide, kSplit, 1, kIntScales, kSpreadIn>(w, l, a, t, r0, r1, codes, y, y_stride);
+    };
+    for (size_t r0 = row_begin; r0 < row_end; r0 += panel) {
+      const size_t r1 = std::min(row_end, r0 + panel);
+      if constexpr (8 % kBits != 0) {
+        if (spread_first) {
+          SpreadRows<kBits>(w, r0, r1, spread_rows.data());
+          tokens.template operator()<true>(r0, r1);
+          continue;
+        }
+      }
+      tokens.template operator()<false>(r0, r1);
     }
   };
   // Sub-scales in integer: i8 sub-scales under super-blocks that share one activation scale (the
