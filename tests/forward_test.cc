@@ -14,6 +14,7 @@
 #include "model/forward.h"
 #include "model/ptq.h"
 #include "quant/scheme.h"
+#include "test_util.h"
 
 namespace lowbit {
 namespace {
@@ -57,15 +58,6 @@ TEST(Forward, KjvLlamaMatchesTransformersReference) {
 // LOWBIT_CPU's lower levels take other kernels (AVX2 integer dots, Highway's AVX2 and SSE4 targets, no
 // AVX-512 fp32 GEMM): the fp32 model still matches transformers at each, and quantized models give
 // the same logits as at the CPU's own level.
-class AtCpuLevel {
- public:
-  explicit AtCpuLevel(CpuLevel level) : saved_(CpuLevelCap()) { SetCpuLevelCap(level); }
-  ~AtCpuLevel() { SetCpuLevelCap(saved_); }
-
- private:
-  CpuLevel saved_;
-};
-
 std::vector<float> QuantizedLogits(const std::string& dir, const char* scheme, const std::vector<int32_t>& ids) {
   Model model = LoadHfModel(dir);
   QuantizeRequest request;
@@ -86,7 +78,7 @@ TEST(Forward, EveryCpuLevelMatchesTheReference) {
   for (const char* scheme : schemes) native.push_back(QuantizedLogits(dir, scheme, ids));
   for (CpuLevel level : {CpuLevel::kAvx2, CpuLevel::kSse4}) {
     if (level >= CpuLevelCap()) continue;  // this CPU (or LOWBIT_CPU) is at that level already
-    AtCpuLevel at(level);
+    testing_util::AtCpuLevel at(level);
     ExpectMatchesReference(LoadHfModel(dir), ids, ref["positions"], 2);
     for (size_t k = 0; k < std::size(schemes); ++k) {
       const std::vector<float> capped = QuantizedLogits(dir, schemes[k], ids);

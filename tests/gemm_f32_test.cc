@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "kernels/dot.h"
+#include "test_util.h"
 
 namespace lowbit {
 namespace {
 
+// At each CPU level that has the GEMM: AVX-512's two-tile bands and AVX2's one-tile bands.
 TEST(F32Gemm, MatchesReferenceOverBlocksBandsAndTokenTiles) {
-  if (!CpuHasF32Gemm()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!CpuHasF32Gemm()) GTEST_SKIP() << "no AVX2 or AVX-512 on this CPU";
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   // 37 tokens: a pair of tiles and a padded single one; 4099 columns (not a multiple of 16); 2 x
@@ -22,22 +24,26 @@ TEST(F32Gemm, MatchesReferenceOverBlocksBandsAndTokenTiles) {
   std::vector<float> w(rows * cols), x(n_tokens * cols);
   for (float& v : w) v = dist(rng);
   for (float& v : x) v = dist(rng);
-  std::vector<float> want(n_tokens * rows), got(n_tokens * rows, NAN);
+  std::vector<float> want(n_tokens * rows);
   DotRowsRef(w.data(), cols, 0, rows, x.data(), n_tokens, want.data(), rows);
   F32TokenTiles tiles(n_tokens, cols);
   tiles.Fill(x.data(), 0, 1);  // in two shares, as a pool's threads fill it
   tiles.Fill(x.data(), 1, tiles.tiles());
-  F32GemmRows(w.data(), cols, tiles, first, rows, got.data(), rows);
-  for (size_t t = 0; t < n_tokens; ++t)
-    for (size_t r = 0; r < rows; ++r) {
-      const size_t i = t * rows + r;
-      if (r < first) {
-        EXPECT_TRUE(std::isnan(got[i])) << "row " << r << " is not the caller's: nothing is written there";
-      } else {
-        // fp32 sums of 4099 products of unit Gaussians: rounding about 1e-6 of sqrt(cols) * |terms|.
-        ASSERT_NEAR(got[i], want[i], 2e-3) << "token " << t << " row " << r;
+  testing_util::ForEachCpuLevel([&](CpuLevel level) {
+    if (!CpuHasF32Gemm()) return;
+    std::vector<float> got(n_tokens * rows, NAN);
+    F32GemmRows(w.data(), cols, tiles, first, rows, got.data(), rows);
+    for (size_t t = 0; t < n_tokens; ++t)
+      for (size_t r = 0; r < rows; ++r) {
+        const size_t i = t * rows + r;
+        if (r < first) {
+          EXPECT_TRUE(std::isnan(got[i])) << "row " << r << " is not the caller's: nothing is written there";
+        } else {
+          // fp32 sums of 4099 products of unit Gaussians: rounding about 1e-6 of sqrt(cols) * |terms|.
+          ASSERT_NEAR(got[i], want[i], 2e-3) << CpuLevelName(level) << " token " << t << " row " << r;
+        }
       }
-    }
+  });
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/error.h"
 
 namespace lowbit::testing_util {
@@ -73,6 +74,31 @@ void ForEachTarget(Fn&& fn) {
     fn(std::string(hwy::TargetName(target)));
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Caps the kernels' instruction sets (LOWBIT_CPU's levels) for a scope; a model loaded inside keeps
+// the layouts of that level.
+class AtCpuLevel {
+ public:
+  explicit AtCpuLevel(CpuLevel level) : saved_(CpuLevelCap()) { SetCpuLevelCap(level); }
+  ~AtCpuLevel() { SetCpuLevelCap(saved_); }
+  AtCpuLevel(const AtCpuLevel&) = delete;
+  AtCpuLevel& operator=(const AtCpuLevel&) = delete;
+
+ private:
+  CpuLevel saved_;
+};
+
+// Runs `fn(level)` at each level from the current cap down (AVX-512, AVX2, SSE4 where the CPU has
+// them), so that the AVX2 paths are tested on AVX-512 machines too.
+template <class Fn>
+void ForEachCpuLevel(Fn&& fn) {
+  const CpuLevel cap = CpuLevelCap();
+  for (CpuLevel level : {CpuLevel::kAvx512, CpuLevel::kAvx2, CpuLevel::kSse4}) {
+    if (level > cap) continue;
+    AtCpuLevel at(level);
+    fn(level);
+  }
 }
 
 #ifdef LOWBIT_BINARY

@@ -46,6 +46,47 @@ LOWBIT_F32GEMM void Band(const float* w, size_t cols, const float* x, size_t til
   }
 }
 
+// The AVX2 form (CPUs without AVX-512): one tile of 16 tokens as two 8-lane halves against 6 rows,
+// 12 accumulators, the rest of the 16 registers for the inputs and the broadcast; no scatter, so
+// the sums go out through a buffer.
+#define LOWBIT_F32GEMM_AVX2 __attribute__((target("avx2,fma")))
+
+template <size_t kRows>
+LOWBIT_F32GEMM_AVX2 void BandAvx2(const float* w, size_t cols, const float* x, size_t t0, size_t n_tokens, float* y,
+                                  size_t y_stride) {
+  __m256 acc[kRows][2];
+  for (size_t r = 0; r < kRows; ++r)
+    for (size_t h = 0; h < 2; ++h) acc[r][h] = _mm256_setzero_ps();
+  for (size_t k = 0; k < cols; ++k) {
+    __m256 xv[2];
+    for (size_t h = 0; h < 2; ++h) xv[h] = _mm256_load_ps(x + k * kTile + 8 * h);
+    for (size_t r = 0; r < kRows; ++r) {
+      // set1 of a loaded float, not _mm256_broadcast_ss(pointer): a builtin that reads through a
+      // pointer may read the accumulators, which were then stored back at every step.
+      const __m256 wv = _mm256_set1_ps(w[r * cols + k]);
+      for (size_t h = 0; h < 2; ++h) acc[r][h] = _mm256_fmadd_ps(wv, xv[h], acc[r][h]);
+    }
+  }
+  alignas(32) float sums[kRows][kTile];
+  for (size_t r = 0; r < kRows; ++r)
+    for (size_t h = 0; h < 2; ++h) _mm256_store_ps(sums[r] + 8 * h, acc[r][h]);
+  const size_t tokens = std::min(kTile, n_tokens - t0);
+  for (size_t t = 0; t < tokens; ++t)
+    for (size_t r = 0; r < kRows; ++r) y[(t0 + t) * y_stride + r] = sums[r][t];
+}
+
+LOWBIT_F32GEMM_AVX2 void BandsAvx2(const float* w, size_t cols, size_t rows, const float* x, size_t t0, size_t n_tokens,
+                                   float* y, size_t y_stride) {
+  size_t r = 0;
+  for (; r + kBandRows <= rows; r += kBandRows) BandAvx2<kBandRows>(w + r * cols, cols, x, t0, n_tokens, y + r, y_stride);
+  for (; r < rows; ++r) BandAvx2<1>(w + r * cols, cols, x, t0, n_tokens, y + r, y_stride);
+}
+
+bool CpuHasAvx512Gemm() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has && CpuLevelAllowed(CpuLevel::kAvx512);
+}
+
 template <size_t kTiles>
 LOWBIT_F32GEMM void Bands(const float* w, size_t cols, size_t rows, const float* x, size_t tile_floats, size_t t0,
                           size_t n_tokens, float* y, size_t y_stride) {
@@ -58,8 +99,8 @@ LOWBIT_F32GEMM void Bands(const float* w, size_t cols, size_t rows, const float*
 }  // namespace
 
 bool CpuHasF32Gemm() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has && CpuLevelAllowed(CpuLevel::kAvx512);
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return CpuHasAvx512Gemm() || (avx2 && CpuLevelAllowed(CpuLevel::kAvx2));
 }
 
 size_t F32GemmBlockRows(size_t cols) {
@@ -82,6 +123,12 @@ void F32GemmRows(const float* w, size_t cols, const F32TokenTiles& x, size_t row
   const size_t block = F32GemmBlockRows(cols), tile_floats = cols * kTile, tiles = x.tiles();
   for (size_t r0 = row_begin; r0 < row_end; r0 += block) {
     const size_t rows = std::min(block, row_end - r0);
+    if (!CpuHasAvx512Gemm()) {
+      for (size_t tile = 0; tile < tiles; ++tile)
+        BandsAvx2(w + r0 * cols, cols, rows, x.values.data() + tile * tile_floats, tile * kTile, x.n_tokens, y + r0,
+                  y_stride);
+      continue;
+    }
     size_t tile = 0;
     for (; tile + kBandTiles <= tiles; tile += kBandTiles)
       Bands<kBandTiles>(w + r0 * cols, cols, rows, x.values.data() + tile * tile_floats, tile_floats, tile * kTile,

@@ -27,7 +27,7 @@ struct F32TokenTiles {
   AlignedVector<float> values;
 };
 
-bool CpuHasF32Gemm();  // AVX-512F
+bool CpuHasF32Gemm();  // AVX-512F, or AVX2 and FMA (one 16-token tile a pass)
 
 // y[t * y_stride + r] = dot(w + r * cols, x_t) for r in [row_begin, row_end) and every token, w
 // row-major fp32. Rows are taken a cache-sized block at a time, each block against every tile.
