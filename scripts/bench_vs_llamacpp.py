@@ -6,10 +6,14 @@ Decode: `llama-bench -p 0 -n N` against `lowbit bench decode --batch 1 --ctx C -
 before the next file, so a machine whose bandwidth drifts moves both alike; the table gives the median of
 the rounds and lowbit / llama.cpp. llama-bench comes from scripts/build-llama-tools.sh.
 
-Usage: scripts/bench_vs_llamacpp.py FILE.gguf... [--rounds 3] [--threads 2] [--json]
+--avx2: both engines held to AVX2 on this CPU (what a laptop without AVX-512 runs): lowbit under LOWBIT_CPU=avx2,
+llama.cpp from `scripts/build-llama-tools.sh --avx2`.
+
+Usage: scripts/bench_vs_llamacpp.py FILE.gguf... [--rounds 3] [--threads 2] [--avx2] [--json]
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -43,12 +47,18 @@ def main():
     ap.add_argument("--gen", type=int, default=64, help="decode steps (llama-bench -n)")
     ap.add_argument("--ctx", type=int, default=64, help="lowbit decode: context before the timed steps")
     ap.add_argument("--lowbit", default=str(ROOT / "build" / "lowbit"))
-    ap.add_argument("--llama-bench", default=str(ROOT / "build" / "llama-tools" / "bin" / "llama-bench"))
+    ap.add_argument("--llama-bench", help="default: build/llama-tools[-avx2]/bin/llama-bench")
+    ap.add_argument("--avx2", action="store_true", help="both engines held to AVX2")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.llama_bench is None:
+        a.llama_bench = str(ROOT / "build" / ("llama-tools-avx2" if a.avx2 else "llama-tools") / "bin" / "llama-bench")
+    if a.avx2:
+        os.environ["LOWBIT_CPU"] = "avx2"  # lowbit's runs inherit it
     for tool in (a.lowbit, a.llama_bench):
         if not Path(tool).is_file():
-            sys.exit(f"bench_vs_llamacpp: {tool} not found (make build; scripts/build-llama-tools.sh)")
+            sys.exit(f"bench_vs_llamacpp: {tool} not found (make build; scripts/build-llama-tools.sh"
+                     f"{' --avx2' if a.avx2 else ''})")
     samples = {f: {k: [] for k in ("llama_tg", "lowbit_tg", "llama_pp", "lowbit_pp")} for f in a.files}
     for r in range(a.rounds):
         for f in a.files:
@@ -72,7 +82,8 @@ def main():
     for r in rows:
         print(f"| {r['file']} | {r['llama_tg']:.1f} | {r['lowbit_tg']:.1f} | {r['decode_ratio']:.2f}x "
               f"| {r['llama_pp']:.1f} | {r['lowbit_pp']:.1f} | {r['prefill_ratio']:.2f}x |")
-    print(f"\ntokens/s, median of {a.rounds} alternated rounds, {a.threads} threads")
+    print(f"\ntokens/s, median of {a.rounds} alternated rounds, {a.threads} threads"
+          f"{', both engines held to AVX2' if a.avx2 else ''}")
 
 
 if __name__ == "__main__":
