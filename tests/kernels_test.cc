@@ -335,9 +335,11 @@ TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
 }
 
 // The int8 dots of KIVI tiles (AVX-512 VNNI) on factors their 8-bit grids hold exactly: each 32
-// channels' q_j a_j a multiple of 2^-7 with the largest at 127 x 2^-7, each head's V weights a
-// multiple of 2^-9 with the largest at 255 x 2^-9. The integer dots then add nothing but fp32
-// rounding: the scores and V sums equal the codes times the factors, summed in double. 4-bit K blocks
+// channels' q_j a_j a multiple of 2^-7 with the largest at 127 x 2^-7 (the query on that grid, K's
+// channel scales 1, or 2 on half the channels with the query halved there), each head's w_i s_i a
+// multiple of 2^-9 with the largest at 255 x 2^-9 (V's row scales 1 or 1/2 likewise). The integer
+// dots then add nothing but fp32 rounding: the scores and V sums, biases included, equal the codes
+// times the factors, summed in double. 4-bit K blocks
 // of 64 (two 32-position slices) read at [3, 58) and [32, 64), 2-bit ones of 32 at [3, 24) and [0, 32);
 // V tiles with tails of 1 to 3 positions; 1 to 4 heads. A negative weight is refused with the output
 // untouched.
@@ -366,19 +368,25 @@ TEST(KiviInt8Dots, ExactOnFactorsTheirGridsHold) {
     const std::vector<Window> windows = bits == 4 ? std::vector<Window>{{3, 55}, {32, 32}} : std::vector<Window>{{3, 21}, {0, 32}};
     for (const size_t heads : {size_t{1}, size_t{3}, size_t{4}}) {
       SCOPED_TRACE(fmt::format("int{} heads {}", bits, heads));
-      const std::vector<float> qa = on_grid(heads * head_dim, 32, -127, 127, 1.0f / 128), qb = Gaussian(heads, 31);
+      const std::vector<float> qa = on_grid(heads * head_dim, 32, -127, 127, 1.0f / 128);
+      std::vector<float> q(qa.size()), k_scales(head_dim), k_biases = Gaussian(head_dim, 31);
+      for (size_t j = 0; j < head_dim; ++j) k_scales[j] = j % 2 ? 2.0f : 1.0f;
+      for (size_t i = 0; i < q.size(); ++i) q[i] = qa[i] / k_scales[i % head_dim];
       const float scale = 0.125f;
       for (const auto& [first, n] : windows) {
         AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, element};
         t.k_block = block;
         t.k_first = first;
+        t.k_scales = k_scales.data();
+        t.k_biases = k_biases.data();
         const size_t c0 = first / 32 * 32, c1 = (first + n + 31) / 32 * 32;
         std::vector<float> sc(heads * (c1 - c0));
-        kivi_int8::Scores(qa.data(), qb.data(), heads, head_dim, scale, t, c0, c1, sc.data());
+        kivi_int8::Scores(q.data(), heads, head_dim, scale, t, c0, c1, sc.data());
         for (size_t h = 0; h < heads; ++h)
           for (size_t i = 0; i < c1 - c0; ++i) {
-            double dot = qb[h];
-            for (size_t j = 0; j < head_dim; ++j) dot += qa[h * head_dim + j] * code(k_codes, k_row, j, c0 + i);
+            double dot = 0;
+            for (size_t j = 0; j < head_dim; ++j)
+              dot += qa[h * head_dim + j] * code(k_codes, k_row, j, c0 + i) + double{q[h * head_dim + j]} * k_biases[j];
             ASSERT_NEAR(sc[h * (c1 - c0) + i], scale * dot, 1e-5 * (1 + std::fabs(scale * dot)))
                 << "first " << first << " head " << h << " position " << c0 + i;
           }
@@ -386,20 +394,26 @@ TEST(KiviInt8Dots, ExactOnFactorsTheirGridsHold) {
       for (const size_t n : {block, block - 1, block - 3, size_t{5}}) {
         AttentionTile t{k_codes.data(), k_row, v_codes.data(), v_row, n, element};
         t.k_block = block;
-        const std::vector<float> pa = on_grid(heads * n, n, 0, 255, 1.0f / 512), pb = Gaussian(heads, 37);
+        const std::vector<float> pa = on_grid(heads * n, n, 0, 255, 1.0f / 512);
+        std::vector<float> weights(pa.size()), v_scales(n), v_biases = Gaussian(n, 37);
+        for (size_t i = 0; i < n; ++i) v_scales[i] = i % 2 ? 0.5f : 1.0f;
+        for (size_t i = 0; i < weights.size(); ++i) weights[i] = pa[i] / v_scales[i % n];
+        t.v_scales = v_scales.data();
+        t.v_biases = v_biases.data();
         std::vector<float> acc = Gaussian(heads * head_dim, 41);
         const std::vector<float> before = acc;
-        ASSERT_TRUE(kivi_int8::Values(pa.data(), pb.data(), heads, head_dim, t, acc.data()));
+        ASSERT_TRUE(kivi_int8::Values(weights.data(), n, heads, head_dim, t, acc.data()));
         for (size_t h = 0; h < heads; ++h)
           for (size_t e = 0; e < head_dim; ++e) {
-            double sum = before[h * head_dim + e] + pb[h];
-            for (size_t i = 0; i < n; ++i) sum += pa[h * n + i] * code(v_codes, v_row, i, e);
+            double sum = before[h * head_dim + e];
+            for (size_t i = 0; i < n; ++i)
+              sum += pa[h * n + i] * code(v_codes, v_row, i, e) + double{weights[h * n + i]} * v_biases[i];
             ASSERT_NEAR(acc[h * head_dim + e], sum, 1e-5 * (1 + std::fabs(sum))) << "n " << n << " head " << h << " element " << e;
           }
-        std::vector<float> negative = pa;
+        std::vector<float> negative = weights;
         negative.back() = -1.0f / 512;
         const std::vector<float> summed = acc;
-        ASSERT_FALSE(kivi_int8::Values(negative.data(), pb.data(), heads, head_dim, t, acc.data()));
+        ASSERT_FALSE(kivi_int8::Values(negative.data(), n, heads, head_dim, t, acc.data()));
         EXPECT_EQ(acc, summed);
       }
     }

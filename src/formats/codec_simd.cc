@@ -242,6 +242,13 @@ void Fp16ToFp32RowImpl(const uint16_t* HWY_RESTRICT x, size_t n, float* HWY_REST
   const hn::Rebind<uint16_t, DF> du16;
   const size_t N = hn::Lanes(df);
   size_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // vcvtph2ps (F16C): the KV cache's fp16 scales pass through here at every attention tile. Not on
+  // other targets: Highway's emulated conversion reads fp16 infinities as finite numbers.
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(x + i))), df, out + i);
+#endif
   for (; i + N <= n; i += N) {
     const auto h = hn::PromoteTo(di, hn::LoadU(du16, x + i));
     const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(di, 0x8000)));

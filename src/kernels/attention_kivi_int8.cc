@@ -12,6 +12,10 @@ namespace lowbit::kivi_int8 {
 namespace {
 
 using int8dot::CpuHasVnni;
+using int8dot::Dpbusd;
+using int8dot::Int32x16;
+
+LOWBIT_VNNI inline __m512 ToFloat(Int32x16 v) { return _mm512_cvtepi32_ps(reinterpret_cast<__m512i>(v)); }
 
 constexpr size_t kMaxHeadDim = 512;
 constexpr size_t kGroup = 32;  // query channels per int8 scale
@@ -92,45 +96,69 @@ LOWBIT_VNNI inline __m512i CodePlane(__m512i bytes, int p) {
   return _mm512_and_si512(p == 0 ? bytes : _mm512_srli_epi16(bytes, p * kBits), mask);
 }
 
-// x[0, n) (n a multiple of 32) to int8, one scale per 32: code = round(x / scale), scale = max |x| /
-// 127 (to fp32 rounding). Sixteen groups at a time (the query heads of a GQA group side by side),
-// their maxima reduced together (ReduceEach16) and inverted by a reciprocal estimate and a Newton
-// step: reduced and divided group by group, the latency of each chain was a tenth of a tile's time.
-LOWBIT_VNNI void QuantizeGroups(const float* x, size_t n, int8_t* codes, float* scales) {
+// The query's side of a tile's scores, for heads [0, kHeads): q_j a_j to int8 with one scale per
+// 32 channels (codes [kHeads x head_dim], group_scales [kHeads x head_dim / 32]), code = round(q_j
+// a_j / scale), scale = max |q_j a_j| / 127 (to fp32 rounding), and qb[h] = sum_j q_j b_j, from the
+// query and K's channel scales a and biases b in one pass (the products were stored and read back
+// before, a tenth of a tile's time). Sixteen groups at a time, their maxima reduced together
+// (ReduceEach16) and inverted by a reciprocal estimate and a Newton step: reduced and divided group
+// by group, the latency of each chain was a tenth of a tile's time too.
+template <size_t kHeads>
+LOWBIT_VNNI void QueryCodes(const float* __restrict q, size_t head_dim, const AttentionTile& t, int8_t* __restrict codes,
+                            float* __restrict group_scales, float* __restrict qb) {
+  const float* __restrict a = t.k_scales;
+  const float* __restrict b = t.k_biases;
+  const size_t groups = kHeads * head_dim / kGroup;
   const __m512 zero = _mm512_setzero_ps();
-  for (size_t g0 = 0; g0 < n / kGroup; g0 += 16) {
-    const size_t count = std::min<size_t>(16, n / kGroup - g0);
-    __m512 top[16];
-    for (size_t k = 0; k < 16; ++k) {
-      const float* at = x + (g0 + k) * kGroup;
-      top[k] =
-          k < count ? _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(at)), _mm512_abs_ps(_mm512_loadu_ps(at + 16))) : zero;
+  for (size_t g0 = 0; g0 < groups; g0 += 16) {
+    const size_t count = std::min<size_t>(16, groups - g0);
+    // Where group g0 + k's channels start in a (a channel) and in q (head and channel); no division
+    // in the loops below (a runtime divisor there cost more than the products).
+    size_t channel[16], at_q[16];
+    for (size_t k = 0, j = g0 * kGroup % head_dim, h = g0 * kGroup / head_dim; k < count; ++k) {
+      channel[k] = j;
+      at_q[k] = h * head_dim + j;
+      if ((j += kGroup) == head_dim) j = 0, ++h;
     }
+    // q_j a_j for channels [16 half, 16 half + 16) of group g0 + k.
+    const auto product = [&](size_t k, size_t half) LOWBIT_VNNI {
+      return _mm512_mul_ps(_mm512_loadu_ps(q + at_q[k] + 16 * half), _mm512_loadu_ps(a + channel[k] + 16 * half));
+    };
+    __m512 top[16];
+    for (size_t k = 0; k < 16; ++k)
+      top[k] = k < count ? _mm512_max_ps(_mm512_abs_ps(product(k, 0)), _mm512_abs_ps(product(k, 1))) : zero;
     const __m512 tops = int8dot::ReduceEach16(top, int8dot::MaxPs{});  // lane k: group g0 + k's
     const __mmask16 positive = _mm512_cmp_ps_mask(tops, zero, _CMP_GT_OQ);
     const __m512 estimate = _mm512_maskz_rcp14_ps(positive, tops);
     const __m512 inverse = _mm512_mul_ps(
         _mm512_set1_ps(127.0f), _mm512_mul_ps(estimate, _mm512_fnmadd_ps(tops, estimate, _mm512_set1_ps(2.0f))));
-    alignas(64) float group_scales[16];
-    _mm512_store_ps(group_scales, _mm512_mul_ps(tops, _mm512_set1_ps(1.0f / 127.0f)));
+    alignas(64) float chunk_scales[16];
+    _mm512_store_ps(chunk_scales, _mm512_mul_ps(tops, _mm512_set1_ps(1.0f / 127.0f)));
     for (size_t k = 0; k < count; ++k) {
       const __m512 by = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(k)), inverse);
-      for (size_t at = (g0 + k) * kGroup; at < (g0 + k + 1) * kGroup; at += 16)  // within +-127: no saturation
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + at),
-                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + at), by))));
+      for (size_t half = 0; half < 2; ++half)  // within +-127: no saturation
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + (g0 + k) * kGroup + 16 * half),
+                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(product(k, half), by))));
+      group_scales[g0 + k] = chunk_scales[k];
     }
-    for (size_t k = 0; k < count; ++k) scales[g0 + k] = group_scales[k];
   }
+  __m512 sum[kHeads];
+  for (size_t h = 0; h < kHeads; ++h) sum[h] = zero;
+  for (size_t j = 0; j < head_dim; j += 16) {
+    const __m512 bj = _mm512_loadu_ps(b + j);
+    for (size_t h = 0; h < kHeads; ++h) sum[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * head_dim + j), bj, sum[h]);
+  }
+  for (size_t h = 0; h < kHeads; ++h) qb[h] = _mm512_reduce_add_ps(sum[h]);
 }
 
 // 4-bit K: four channel rows' 16-byte slices (32 positions) in each register, their two planes
 // against the query's channel quad.
 template <size_t kHeads>
-LOWBIT_VNNI void ScoresInt4(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t,
-                            size_t c0, size_t c1, float* sc) {
+LOWBIT_VNNI void ScoresInt4(const float* q, size_t head_dim, float scale, const AttentionTile& t, size_t c0, size_t c1,
+                            float* sc) {
   alignas(64) int8_t codes[kHeads * kMaxHeadDim];  // head h's at h head_dim
-  float group_scales[kHeads * kMaxHeadDim / kGroup];
-  QuantizeGroups(qa, kHeads * head_dim, codes, group_scales);
+  float group_scales[kHeads * kMaxHeadDim / kGroup], qb[kHeads];
+  QueryCodes<kHeads>(q, head_dim, t, codes, group_scales, qb);
   const __m512i interleave = InterleaveIndex();
   const InOrder order;
   const uint8_t* keys = static_cast<const uint8_t*>(t.k);
@@ -139,8 +167,8 @@ LOWBIT_VNNI void ScoresInt4(const float* qa, const float* qb, size_t head_dim, f
     __m512 lo_sum[kHeads], hi_sum[kHeads];
     for (size_t h = 0; h < kHeads; ++h) lo_sum[h] = hi_sum[h] = _mm512_setzero_ps();
     for (size_t g = 0; g < head_dim / kGroup; ++g) {
-      __m512i lo[kHeads], hi[kHeads];
-      for (size_t h = 0; h < kHeads; ++h) lo[h] = hi[h] = _mm512_setzero_si512();
+      Int32x16 lo[kHeads], hi[kHeads];
+      for (size_t h = 0; h < kHeads; ++h) lo[h] = hi[h] = Int32x16{};
       for (size_t j = g * kGroup; j < (g + 1) * kGroup; j += 4) {  // channels j .. j + 3 in each dword
         next.Step();
         const __m512i codes4 = Quad(keys + j * t.k_stride + 16 * s, t.k_stride, interleave);
@@ -149,14 +177,14 @@ LOWBIT_VNNI void ScoresInt4(const float* qa, const float* qb, size_t head_dim, f
           int32_t query;
           std::memcpy(&query, &codes[h * head_dim + j], 4);
           const __m512i q4 = _mm512_set1_epi32(query);
-          lo[h] = _mm512_dpbusd_epi32(lo[h], even, q4);
-          hi[h] = _mm512_dpbusd_epi32(hi[h], odd, q4);
+          lo[h] = Dpbusd(lo[h], even, q4);
+          hi[h] = Dpbusd(hi[h], odd, q4);
         }
       }
       for (size_t h = 0; h < kHeads; ++h) {
         const __m512 group_scale = _mm512_set1_ps(group_scales[h * head_dim / kGroup + g]);
-        lo_sum[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo[h]), group_scale, lo_sum[h]);
-        hi_sum[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[h]), group_scale, hi_sum[h]);
+        lo_sum[h] = _mm512_fmadd_ps(ToFloat(lo[h]), group_scale, lo_sum[h]);
+        hi_sum[h] = _mm512_fmadd_ps(ToFloat(hi[h]), group_scale, hi_sum[h]);
       }
     }
     const __m512 factor = _mm512_set1_ps(scale);
@@ -193,9 +221,9 @@ LOWBIT_VNNI void ScoresInt2Pass(const int8_t* codes, const float* group_scales, 
   for (size_t h = 0; h < kPass; ++h)
     for (size_t p = 0; p < 4; ++p) sum[h][p] = _mm512_setzero_ps();
   for (size_t g = 0; g < groups; ++g) {
-    __m512i dot[kPass][4];
+    Int32x16 dot[kPass][4];
     for (size_t h = 0; h < kPass; ++h)
-      for (size_t p = 0; p < 4; ++p) dot[h][p] = _mm512_setzero_si512();
+      for (size_t p = 0; p < 4; ++p) dot[h][p] = Int32x16{};
     for (size_t j = g * kGroup; j < (g + 1) * kGroup; j += 8) {
       next.Step();
       const __m512i codes8 = _mm512_permutexvar_epi8(interleave, _mm512_loadu_si512(keys + 8 * j));
@@ -206,12 +234,12 @@ LOWBIT_VNNI void ScoresInt2Pass(const int8_t* codes, const float* group_scales, 
         std::memcpy(&first, codes + (h0 + h) * head_dim + j, 4);
         std::memcpy(&second, codes + (h0 + h) * head_dim + j + 4, 4);
         const __m512i q8 = _mm512_inserti64x4(_mm512_set1_epi32(first), _mm256_set1_epi32(second), 1);
-        for (size_t p = 0; p < 4; ++p) dot[h][p] = _mm512_dpbusd_epi32(dot[h][p], planes[p], q8);
+        for (size_t p = 0; p < 4; ++p) dot[h][p] = Dpbusd(dot[h][p], planes[p], q8);
       }
     }
     for (size_t h = 0; h < kPass; ++h) {
       const __m512 group_scale = _mm512_set1_ps(group_scales[(h0 + h) * groups + g]);
-      for (size_t p = 0; p < 4; ++p) sum[h][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[h][p]), group_scale, sum[h][p]);
+      for (size_t p = 0; p < 4; ++p) sum[h][p] = _mm512_fmadd_ps(ToFloat(dot[h][p]), group_scale, sum[h][p]);
     }
   }
   const __m512 factor = _mm512_set1_ps(scale);
@@ -227,11 +255,10 @@ LOWBIT_VNNI void ScoresInt2Pass(const int8_t* codes, const float* group_scales, 
 }
 
 template <size_t kHeads>
-LOWBIT_VNNI void ScoresInt2(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t,
-                            float* sc) {
+LOWBIT_VNNI void ScoresInt2(const float* q, size_t head_dim, float scale, const AttentionTile& t, float* sc) {
   alignas(64) int8_t codes[kHeads * kMaxHeadDim];  // head h's at h head_dim
-  float group_scales[kHeads * kMaxHeadDim / kGroup];
-  QuantizeGroups(qa, kHeads * head_dim, codes, group_scales);
+  float group_scales[kHeads * kMaxHeadDim / kGroup], qb[kHeads];
+  QueryCodes<kHeads>(q, head_dim, t, codes, group_scales, qb);
   const uint8_t* keys = static_cast<const uint8_t*>(t.k);
   NextTile next(t.next_k, head_dim * t.k_stride, head_dim / 8 * ((kHeads + 1) / 2));
   for (size_t h0 = 0; h0 < kHeads; h0 += 2) {
@@ -241,35 +268,49 @@ LOWBIT_VNNI void ScoresInt2(const float* qa, const float* qb, size_t head_dim, f
 }
 
 template <int kBits, size_t kHeads>
-LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, const AttentionTile& t, float* acc) {
+LOWBIT_VNNI bool ValuesOf(const float* __restrict weights, size_t stride, size_t head_dim, const AttentionTile& t,
+                          float* acc) {
   constexpr size_t P = 8 / kBits;  // codes per byte: planes
   const size_t n = t.n, quads = (n + 3) / 4, whole = n / 4, row_bytes = head_dim * kBits / 8;
-  // The weights to uint8, one scale per head: 4 positions' bytes per dword, zero past n (on the
-  // stack for tiles of up to 64 positions).
+  const float* __restrict s = t.v_scales;
+  const float* __restrict b = t.v_biases;
+  // w_i s_i to uint8, one scale per head: 4 positions' bytes per dword, zero past n (on the stack
+  // for tiles of up to 64 positions); and pb[h] = sum_i w_i b_i. Straight from the weights and V's
+  // row scales, each product computed twice rather than stored and read back.
   uint32_t local[kHeads * 16];
   thread_local std::vector<uint32_t> spill;
   if (kHeads * quads > std::size(local)) spill.resize(kHeads * quads);
   uint32_t* quad_weights = kHeads * quads <= std::size(local) ? local : spill.data();
   std::fill_n(quad_weights, kHeads * quads, 0u);
-  float weight_scales[kHeads];
-  for (size_t h = 0; h < kHeads; ++h) {
-    const float* p = pa + h * n;
-    __m512 top = _mm512_setzero_ps();
-    __mmask16 negative = 0;
-    for (size_t i = 0; i < n; i += 16) {
-      const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << std::min<size_t>(16, n - i)) - 1), p + i);
-      top = _mm512_max_ps(top, x);
+  // The heads side by side in each step, so that their reductions' latency chains overlap.
+  const auto mask = [&](size_t i) { return static_cast<__mmask16>((1u << std::min<size_t>(16, n - i)) - 1); };
+  __m512 top[kHeads], bias_sum[kHeads];
+  for (size_t h = 0; h < kHeads; ++h) top[h] = bias_sum[h] = _mm512_setzero_ps();
+  __mmask16 negative = 0;
+  for (size_t i = 0; i < n; i += 16) {
+    const __m512 si = _mm512_maskz_loadu_ps(mask(i), s + i), bi = _mm512_maskz_loadu_ps(mask(i), b + i);
+    for (size_t h = 0; h < kHeads; ++h) {
+      const __m512 wi = _mm512_maskz_loadu_ps(mask(i), weights + h * stride + i), x = _mm512_mul_ps(wi, si);
+      top[h] = _mm512_max_ps(top[h], x);
       negative |= _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+      bias_sum[h] = _mm512_fmadd_ps(wi, bi, bias_sum[h]);
     }
-    if (negative) return false;
-    const float largest = _mm512_reduce_max_ps(top);
+  }
+  if (negative) return false;
+  float weight_scales[kHeads], pb[kHeads];
+  __m512 inverse[kHeads];
+  for (size_t h = 0; h < kHeads; ++h) {
+    const float largest = _mm512_reduce_max_ps(top[h]);
+    pb[h] = _mm512_reduce_add_ps(bias_sum[h]);
     weight_scales[h] = largest / 255.0f;
-    const __m512 inverse = _mm512_set1_ps(largest > 0 ? 255.0f / largest : 0.0f);
-    uint8_t* bytes = reinterpret_cast<uint8_t*>(quad_weights + h * quads);
-    for (size_t i = 0; i < n; i += 16) {
-      const __mmask16 m = static_cast<__mmask16>((1u << std::min<size_t>(16, n - i)) - 1);
-      const __m512i codes = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + i), inverse));
-      _mm_mask_storeu_epi8(bytes + i, m, _mm512_cvtusepi32_epi8(codes));
+    inverse[h] = _mm512_set1_ps(largest > 0 ? 255.0f / largest : 0.0f);
+  }
+  for (size_t i = 0; i < n; i += 16) {
+    const __m512 si = _mm512_maskz_loadu_ps(mask(i), s + i);
+    for (size_t h = 0; h < kHeads; ++h) {
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask(i), weights + h * stride + i), si);
+      _mm_mask_storeu_epi8(reinterpret_cast<uint8_t*>(quad_weights + h * quads) + i, mask(i),
+                           _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, inverse[h]))));
     }
   }
   // The rows of a last, partial quad, zero-padded (the rows past the tile need not exist).
@@ -285,9 +326,9 @@ LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, con
   const InOrder order;
   NextTile next(t.next_v, n * t.v_stride, row_bytes / 16 * quads);
   for (size_t s = 0; s < row_bytes / 16; ++s) {  // bytes [16 s, 16 s + 16) of each row: 16 P elements
-    __m512i dot[kHeads][P];
+    Int32x16 dot[kHeads][P];
     for (size_t h = 0; h < kHeads; ++h)
-      for (size_t p = 0; p < P; ++p) dot[h][p] = _mm512_setzero_si512();
+      for (size_t p = 0; p < P; ++p) dot[h][p] = Int32x16{};
     for (size_t i = 0; i < quads; ++i) {  // positions 4i .. 4i + 3 in each dword
       next.Step();
       const __m512i codes4 = i < whole ? Quad(rows + 4 * i * t.v_stride + 16 * s, t.v_stride, interleave)
@@ -296,13 +337,13 @@ LOWBIT_VNNI bool ValuesOf(const float* pa, const float* pb, size_t head_dim, con
       for (size_t p = 0; p < P; ++p) planes[p] = CodePlane<kBits>(codes4, static_cast<int>(p));
       for (size_t h = 0; h < kHeads; ++h) {
         const __m512i w4 = _mm512_set1_epi32(static_cast<int32_t>(quad_weights[h * quads + i]));
-        for (size_t p = 0; p < P; ++p) dot[h][p] = _mm512_dpbusd_epi32(dot[h][p], w4, planes[p]);
+        for (size_t p = 0; p < P; ++p) dot[h][p] = Dpbusd(dot[h][p], w4, planes[p]);
       }
     }
     for (size_t h = 0; h < kHeads; ++h) {
       const __m512 weight_scale = _mm512_set1_ps(weight_scales[h]), bias = _mm512_set1_ps(pb[h]);
       __m512 sums[P], ordered[P];
-      for (size_t p = 0; p < P; ++p) sums[p] = _mm512_cvtepi32_ps(dot[h][p]);
+      for (size_t p = 0; p < P; ++p) sums[p] = ToFloat(dot[h][p]);
       order.Apply(sums, ordered);
       float* out = acc + h * head_dim + 16 * P * s;
       for (size_t m = 0; m < P; ++m)
@@ -322,11 +363,11 @@ bool Fits(const AttentionTile& t, size_t head_dim) {
          t.v_stride * 4 >= head_dim;
 }
 
-void Scores(const float* qa, const float* qb, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
-            size_t c0, size_t c1, float* sc) {
+void Scores(const float* q, size_t heads, size_t head_dim, float scale, const AttentionTile& t, size_t c0, size_t c1,
+            float* sc) {
   const auto run = [&]<size_t kHeads>() {
-    if (t.element == TileElement::kU2) return ScoresInt2<kHeads>(qa, qb, head_dim, scale, t, sc);
-    ScoresInt4<kHeads>(qa, qb, head_dim, scale, t, c0, c1, sc);
+    if (t.element == TileElement::kU2) return ScoresInt2<kHeads>(q, head_dim, scale, t, sc);
+    ScoresInt4<kHeads>(q, head_dim, scale, t, c0, c1, sc);
   };
   switch (heads) {
     case 4: return run.template operator()<4>();
@@ -336,10 +377,10 @@ void Scores(const float* qa, const float* qb, size_t heads, size_t head_dim, flo
   }
 }
 
-bool Values(const float* pa, const float* pb, size_t heads, size_t head_dim, const AttentionTile& t, float* acc) {
+bool Values(const float* weights, size_t stride, size_t heads, size_t head_dim, const AttentionTile& t, float* acc) {
   const auto run = [&]<size_t kHeads>() {
-    return t.element == TileElement::kU2 ? ValuesOf<2, kHeads>(pa, pb, head_dim, t, acc)
-                                         : ValuesOf<4, kHeads>(pa, pb, head_dim, t, acc);
+    return t.element == TileElement::kU2 ? ValuesOf<2, kHeads>(weights, stride, head_dim, t, acc)
+                                         : ValuesOf<4, kHeads>(weights, stride, head_dim, t, acc);
   };
   switch (heads) {
     case 4: return run.template operator()<4>();

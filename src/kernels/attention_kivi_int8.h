@@ -22,13 +22,15 @@ namespace lowbit::kivi_int8 {
 bool Fits(const AttentionTile& t, size_t head_dim);
 
 // Positions [c0, c1) of K's channel rows (multiples of 32 that cover the tile's; 2-bit: [0, 32)), for
-// heads [0, heads) (heads <= 4): sc[h (c1 - c0) + i] = scale (sum_j qa[h head_dim + j] code_j(c0 + i) + qb[h]).
-void Scores(const float* qa, const float* qb, size_t heads, size_t head_dim, float scale, const AttentionTile& t,
-            size_t c0, size_t c1, float* sc);
+// query heads [0, heads) (heads <= 4, head h's at q + h head_dim): sc[h (c1 - c0) + i] = scale (q.K_i),
+// with K = code x the tile's k_scales + k_biases per channel.
+void Scores(const float* q, size_t heads, size_t head_dim, float scale, const AttentionTile& t, size_t c0, size_t c1,
+            float* sc);
 
-// acc[h head_dim + e] += sum_i pa[h n + i] code_ie + pb[h] over the tile's V rows, for heads [0, heads)
-// (heads <= 4). False, with acc untouched, when a weight is negative (a V row scale below zero, which
-// the KIVI quantizer never writes): the caller sums that tile in fp32.
-bool Values(const float* pa, const float* pb, size_t heads, size_t head_dim, const AttentionTile& t, float* acc);
+// acc[h head_dim + e] += sum_i w_hi V_ie over the tile's rows (V = code x v_scales + v_biases per row),
+// for heads [0, heads) (heads <= 4), head h's weights w_h at weights + h stride. False, with acc
+// untouched, when some w_i x v_scales[i] is negative (a V row scale below zero, which the KIVI
+// quantizer never writes): the caller sums that tile in fp32.
+bool Values(const float* weights, size_t stride, size_t heads, size_t head_dim, const AttentionTile& t, float* acc);
 
 }  // namespace lowbit::kivi_int8

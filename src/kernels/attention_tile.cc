@@ -448,6 +448,44 @@ void PackedValues(D d, const float* HWY_RESTRICT pa, const float* pb, size_t hea
   }
 }
 
+// The fp32 dots' factors of a KIVI tile, for heads [0, kHeads): with K = code x a_j + b_j per channel,
+// qa [kHeads x head_dim] = q_j a_j and qb[h] = sum_j q_j b_j; with V = code x s_i + b_i per row and
+// head h's softmax weights w at weights + h stride, pa [kHeads x n] = w_i s_i and pb[h] = sum_i w_i b_i.
+template <size_t kHeads, class D>
+void QueryTimesScales(D d, const float* HWY_RESTRICT q, size_t head_dim, const AttentionTile& t,
+                      float* HWY_RESTRICT qa, float* qb) {
+  const size_t L = hn::Lanes(d);
+  for (size_t h = 0; h < kHeads; ++h) {
+    auto bias_sum = hn::Zero(d);
+    for (size_t j = 0; j < head_dim; j += L) {
+      const auto qj = hn::LoadU(d, q + h * head_dim + j);
+      hn::StoreU(hn::Mul(qj, hn::LoadU(d, t.k_scales + j)), d, qa + h * head_dim + j);
+      bias_sum = hn::MulAdd(qj, hn::LoadU(d, t.k_biases + j), bias_sum);
+    }
+    qb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
+  }
+}
+template <size_t kHeads, class D>
+void WeightsTimesScales(D d, const float* HWY_RESTRICT weights, size_t stride, const AttentionTile& t,
+                        float* HWY_RESTRICT pa, float* pb) {
+  const size_t L = hn::Lanes(d);
+  for (size_t h = 0; h < kHeads; ++h) {
+    const float* w = weights + h * stride;
+    auto bias_sum = hn::Zero(d);
+    size_t i = 0;
+    for (; i + L <= t.n; i += L) {
+      const auto wi = hn::LoadU(d, w + i);
+      hn::StoreU(hn::Mul(wi, hn::LoadU(d, t.v_scales + i)), d, pa + h * t.n + i);
+      bias_sum = hn::MulAdd(wi, hn::LoadU(d, t.v_biases + i), bias_sum);
+    }
+    pb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
+    for (; i < t.n; ++i) {
+      pa[h * t.n + i] = w[i] * t.v_scales[i];
+      pb[h] += w[i] * t.v_biases[i];
+    }
+  }
+}
+
 // A KIVI tile's two dot products in fp32 FMAs (PackedScores, PackedValues): K read at DK's width,
 // V at DV's; Chunk() positions of K per slice.
 template <int kBits, class DK, class DV>
@@ -456,13 +494,21 @@ struct FloatDots {
   DV dv;
   size_t Chunk() const { return hn::Lanes(dk) * 8 / kBits; }
   template <size_t kHeads>
-  void Scores(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t, size_t c0,
-              size_t c1, float* sc) const {
-    PackedScores<kBits, kHeads>(dk, qa, qb, head_dim, scale, t, c0, c1, sc);
+  void Scores(const float* q, size_t head_dim, float scale, const AttentionTile& t, size_t c0, size_t c1,
+              float* sc) const {
+    thread_local std::vector<float> qa;
+    qa.resize(kHeads * head_dim);
+    float qb[kHeads];
+    QueryTimesScales<kHeads>(dv, q, head_dim, t, qa.data(), qb);
+    PackedScores<kBits, kHeads>(dk, qa.data(), qb, head_dim, scale, t, c0, c1, sc);
   }
   template <size_t kHeads>
-  void Values(const float* pa, const float* pb, size_t head_dim, const AttentionTile& t, float* acc) const {
-    PackedValues<kBits, kHeads>(dv, pa, pb, head_dim, t, acc);
+  void Values(const float* weights, size_t stride, size_t head_dim, const AttentionTile& t, float* acc) const {
+    thread_local std::vector<float> pa;
+    pa.resize(kHeads * t.n);
+    float pb[kHeads];
+    WeightsTimesScales<kHeads>(dv, weights, stride, t, pa.data(), pb);
+    PackedValues<kBits, kHeads>(dv, pa.data(), pb, head_dim, t, acc);
   }
 };
 
@@ -474,58 +520,30 @@ struct Int8Dots {
   Float fp32;
   size_t Chunk() const { return 32; }
   template <size_t kHeads>
-  void Scores(const float* qa, const float* qb, size_t head_dim, float scale, const AttentionTile& t, size_t c0,
-              size_t c1, float* sc) const {
-    kivi_int8::Scores(qa, qb, kHeads, head_dim, scale, t, c0, c1, sc);
+  void Scores(const float* q, size_t head_dim, float scale, const AttentionTile& t, size_t c0, size_t c1,
+              float* sc) const {
+    kivi_int8::Scores(q, kHeads, head_dim, scale, t, c0, c1, sc);
   }
   template <size_t kHeads>
-  void Values(const float* pa, const float* pb, size_t head_dim, const AttentionTile& t, float* acc) const {
-    if (!kivi_int8::Values(pa, pb, kHeads, head_dim, t, acc)) fp32.template Values<kHeads>(pa, pb, head_dim, t, acc);
+  void Values(const float* weights, size_t stride, size_t head_dim, const AttentionTile& t, float* acc) const {
+    if (!kivi_int8::Values(weights, stride, kHeads, head_dim, t, acc))
+      fp32.template Values<kHeads>(weights, stride, head_dim, t, acc);
   }
 };
 #endif
 
-// Heads [0, kHeads) of q (and of state) against a KIVI tile, with the dot products of `dots`; D's
-// vectors (a width that divides the head size) for the rest.
-template <int kBits, size_t kHeads, class Dots, class D>
-void PackedHeads(const Dots& dots, D d, const float* HWY_RESTRICT q, size_t head_dim, float scale, float softcap,
+// Heads [0, kHeads) of q (and of state) against a KIVI tile, with the dot products of `dots`.
+template <size_t kHeads, class Dots>
+void PackedHeads(const Dots& dots, const float* HWY_RESTRICT q, size_t head_dim, float scale, float softcap,
                  const AttentionTile& t, OnlineSoftmax state) {
   const size_t C = dots.Chunk();
   const size_t c0 = t.k_first / C * C, c1 = (t.k_first + t.n + C - 1) / C * C;
-  thread_local std::vector<float> work;
-  work.resize(kHeads * (head_dim + (c1 - c0) + t.n));
-  float* qa = work.data();                      // [kHeads x head_dim]: q_j a_j
-  float* sc = qa + kHeads * head_dim;           // [kHeads x (c1 - c0)]: scores, then weights
-  float* pa = sc + kHeads * (c1 - c0);          // [kHeads x n]: weight x V row scale
-  float qb[kHeads], pb[kHeads];
-  const size_t L = hn::Lanes(d);
-  for (size_t h = 0; h < kHeads; ++h) {
-    auto bias_sum = hn::Zero(d);
-    for (size_t j = 0; j < head_dim; j += L) {
-      const auto qj = hn::LoadU(d, q + h * head_dim + j);
-      hn::StoreU(hn::Mul(qj, hn::LoadU(d, t.k_scales + j)), d, qa + h * head_dim + j);
-      bias_sum = hn::MulAdd(qj, hn::LoadU(d, t.k_biases + j), bias_sum);
-    }
-    qb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
-  }
-  dots.template Scores<kHeads>(qa, qb, head_dim, scale, t, c0, c1, sc);
-  SoftmaxSteps<kHeads>(softcap, t.n, sc + (t.k_first - c0), c1 - c0, state, head_dim);
-  for (size_t h = 0; h < kHeads; ++h) {
-    float* weights = sc + h * (c1 - c0) + (t.k_first - c0);
-    auto bias_sum = hn::Zero(d);
-    size_t i = 0;
-    for (; i + L <= t.n; i += L) {
-      const auto w = hn::LoadU(d, weights + i);
-      hn::StoreU(hn::Mul(w, hn::LoadU(d, t.v_scales + i)), d, pa + h * t.n + i);
-      bias_sum = hn::MulAdd(w, hn::LoadU(d, t.v_biases + i), bias_sum);
-    }
-    pb[h] = hn::GetLane(hn::SumOfLanes(d, bias_sum));
-    for (; i < t.n; ++i) {
-      pa[h * t.n + i] = weights[i] * t.v_scales[i];
-      pb[h] += weights[i] * t.v_biases[i];
-    }
-  }
-  dots.template Values<kHeads>(pa, pb, head_dim, t, state.acc);
+  thread_local std::vector<float> sc;  // [kHeads x (c1 - c0)]: scores, then weights
+  sc.resize(kHeads * (c1 - c0));
+  dots.template Scores<kHeads>(q, head_dim, scale, t, c0, c1, sc.data());
+  float* weights = sc.data() + (t.k_first - c0);
+  SoftmaxSteps<kHeads>(softcap, t.n, weights, c1 - c0, state, head_dim);
+  dots.template Values<kHeads>(weights, c1 - c0, head_dim, t, state.acc);
 }
 
 // Every head of a KIVI tile, four at a time (a GQA group shares each converted chunk). V is read at
@@ -535,24 +553,24 @@ void PackedHeads(const Dots& dots, D d, const float* HWY_RESTRICT q, size_t head
 template <int kBits>
 bool PackedTile(const float* HWY_RESTRICT q, size_t heads, size_t head_dim, float scale, float softcap,
                 const AttentionTile& t, OnlineSoftmax state) {
-  const auto run = [&](const auto& dots, auto d) {
+  const auto run = [&](const auto& dots) {
     for (size_t h = 0; h < heads;) {
       const OnlineSoftmax at{state.max + h, state.sum + h, state.acc + h * head_dim};
       const float* qh = q + h * head_dim;
       switch (std::min<size_t>(4, heads - h)) {
-        case 4: PackedHeads<kBits, 4>(dots, d, qh, head_dim, scale, softcap, t, at); h += 4; break;
-        case 3: PackedHeads<kBits, 3>(dots, d, qh, head_dim, scale, softcap, t, at); h += 3; break;
-        case 2: PackedHeads<kBits, 2>(dots, d, qh, head_dim, scale, softcap, t, at); h += 2; break;
-        default: PackedHeads<kBits, 1>(dots, d, qh, head_dim, scale, softcap, t, at); h += 1; break;
+        case 4: PackedHeads<4>(dots, qh, head_dim, scale, softcap, t, at); h += 4; break;
+        case 3: PackedHeads<3>(dots, qh, head_dim, scale, softcap, t, at); h += 3; break;
+        case 2: PackedHeads<2>(dots, qh, head_dim, scale, softcap, t, at); h += 2; break;
+        default: PackedHeads<1>(dots, qh, head_dim, scale, softcap, t, at); h += 1; break;
       }
     }
   };
   const auto with_dots = [&](auto dk, auto dv) {
     const FloatDots<kBits, decltype(dk), decltype(dv)> fp32{dk, dv};
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    if (t.int8_dots && kivi_int8::Fits(t, head_dim)) return run(Int8Dots<decltype(fp32)>{fp32}, dv);
+    if (t.int8_dots && kivi_int8::Fits(t, head_dim)) return run(Int8Dots<decltype(fp32)>{fp32});
 #endif
-    run(fp32, dv);
+    run(fp32);
   };
   const auto fits = [&](size_t lanes, size_t n) { return n % (lanes * 8 / kBits) == 0; };
   const auto with_k = [&](auto dv) {  // K at V's width, else half of it

@@ -46,6 +46,15 @@ void AddToGroupSum(Int8Activations& a, const Layout& l, size_t t, size_t b, floa
 
 #define LOWBIT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 
+// int32 dot accumulators in the type vpdpbusd's builtin works in. Held as __m512i (64-bit lanes) in
+// arrays across a loop, GCC 12 copied each one into another register before every vpdpbusd and
+// back after it (two moves per dot: 16 per 8 dots in the attention tiles); typed as the builtin's
+// own lanes, the casts around the intrinsic fold away and no copy is left.
+using Int32x16 = __v16si;
+LOWBIT_VNNI inline Int32x16 Dpbusd(Int32x16 acc, __m512i u8, __m512i s8) {
+  return reinterpret_cast<Int32x16>(_mm512_dpbusd_epi32(reinterpret_cast<__m512i>(acc), u8, s8));
+}
+
 // Lane i: v[i]'s lanes reduced by `op` (AddPs, MaxPs), v overwritten. Four rounds of pairing: each
 // round's even and odd lanes reduced halve the partial results per vector and double the vectors
 // per register (all 16 in about 45 instructions, where 16 separate reductions take 128).
