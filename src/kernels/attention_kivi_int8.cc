@@ -14,8 +14,7 @@ namespace {
 using int8dot::CpuHasVnni;
 using int8dot::Dpbusd;
 using int8dot::Int32x16;
-
-LOWBIT_VNNI inline __m512 ToFloat(Int32x16 v) { return _mm512_cvtepi32_ps(reinterpret_cast<__m512i>(v)); }
+using int8dot::ToFloats;
 
 constexpr size_t kMaxHeadDim = 512;
 constexpr size_t kGroup = 32;  // query channels per int8 scale
@@ -183,8 +182,8 @@ LOWBIT_VNNI void ScoresInt4(const float* q, size_t head_dim, float scale, const 
       }
       for (size_t h = 0; h < kHeads; ++h) {
         const __m512 group_scale = _mm512_set1_ps(group_scales[h * head_dim / kGroup + g]);
-        lo_sum[h] = _mm512_fmadd_ps(ToFloat(lo[h]), group_scale, lo_sum[h]);
-        hi_sum[h] = _mm512_fmadd_ps(ToFloat(hi[h]), group_scale, hi_sum[h]);
+        lo_sum[h] = _mm512_fmadd_ps(ToFloats(lo[h]), group_scale, lo_sum[h]);
+        hi_sum[h] = _mm512_fmadd_ps(ToFloats(hi[h]), group_scale, hi_sum[h]);
       }
     }
     const __m512 factor = _mm512_set1_ps(scale);
@@ -239,7 +238,7 @@ LOWBIT_VNNI void ScoresInt2Pass(const int8_t* codes, const float* group_scales, 
     }
     for (size_t h = 0; h < kPass; ++h) {
       const __m512 group_scale = _mm512_set1_ps(group_scales[(h0 + h) * groups + g]);
-      for (size_t p = 0; p < 4; ++p) sum[h][p] = _mm512_fmadd_ps(ToFloat(dot[h][p]), group_scale, sum[h][p]);
+      for (size_t p = 0; p < 4; ++p) sum[h][p] = _mm512_fmadd_ps(ToFloats(dot[h][p]), group_scale, sum[h][p]);
     }
   }
   const __m512 factor = _mm512_set1_ps(scale);
@@ -343,7 +342,7 @@ LOWBIT_VNNI bool ValuesOf(const float* __restrict weights, size_t stride, size_t
     for (size_t h = 0; h < kHeads; ++h) {
       const __m512 weight_scale = _mm512_set1_ps(weight_scales[h]), bias = _mm512_set1_ps(pb[h]);
       __m512 sums[P], ordered[P];
-      for (size_t p = 0; p < P; ++p) sums[p] = ToFloat(dot[h][p]);
+      for (size_t p = 0; p < P; ++p) sums[p] = ToFloats(dot[h][p]);
       order.Apply(sums, ordered);
       float* out = acc + h * head_dim + 16 * P * s;
       for (size_t m = 0; m < P; ++m)

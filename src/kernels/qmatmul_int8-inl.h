@@ -54,6 +54,7 @@ using Int32x16 = __v16si;
 LOWBIT_VNNI inline Int32x16 Dpbusd(Int32x16 acc, __m512i u8, __m512i s8) {
   return reinterpret_cast<Int32x16>(_mm512_dpbusd_epi32(reinterpret_cast<__m512i>(acc), u8, s8));
 }
+LOWBIT_VNNI inline __m512 ToFloats(Int32x16 sums) { return _mm512_cvtepi32_ps(reinterpret_cast<__m512i>(sums)); }
 
 // Lane i: v[i]'s lanes reduced by `op` (AddPs, MaxPs), v overwritten. Four rounds of pairing: each
 // round's even and odd lanes reduced halve the partial results per vector and double the vectors

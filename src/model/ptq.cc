@@ -300,6 +300,20 @@ RowVisitor StoreRows(ActivationStore& store, size_t cols) {
   };
 }
 
+// lm_head's calibration rows: the final norm of the hidden states after the last block.
+RowVisitor FinalNormRows(ActivationStore& store, const Model& model) {
+  return [&store, &model](const std::function<void(const float*, size_t)>& fn) {
+    const size_t dim = model.config.dim;
+    std::vector<float> normed;
+    store.ForEach(false, [&](size_t, BatchActivations& b) {
+      normed.resize(b.hidden.size());
+      for (size_t r = 0; r < b.hidden.size() / dim; ++r)
+        RmsNorm(&b.hidden[r * dim], model.weights.final_norm.data(), dim, model.config.norm_eps, &normed[r * dim]);
+      fn(normed.data(), normed.size() / dim);
+    });
+  };
+}
+
 // The calibration statistics of one linear input.
 struct InputStats {
   HessianAccumulator hessian;  // empty unless a method needs it
@@ -419,23 +433,6 @@ std::optional<OutlierColumns> SplitOutlierColumns(std::vector<float>& values, si
   return o;
 }
 
-namespace {
-
-void QuantizeLmHead(Model& model, const QuantScheme& scheme, ThreadPool& pool, QuantizeReport& report) {
-  const auto* dense = std::get_if<DenseMatrix>(&model.weights.lm_head.weight);
-  if (!dense) Fail("lm_head: already quantized");
-  const auto t = Clock::now();
-  const auto rtn = BuiltinMethods().Create("rtn", nlohmann::json::object(), scheme);
-  QuantizedTensor q = rtn->Quantize({"lm_head", dense->values, dense->rows(), dense->cols(), nullptr, &pool}, scheme);
-  TensorReport tr{"lm_head", q.scheme().ToString(), Since(t)};
-  tr.weight_mse = MeasureError(*dense, q, {}, std::nullopt, {}, pool).weight_mse;
-  report.tensors.push_back(tr);
-  model.weights.lm_head.weight = std::move(q);
-  model.config.tie_embeddings = false;
-}
-
-}  // namespace
-
 QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   const auto start = Clock::now();
   const auto method = BuiltinMethods().Create(req.method, req.method_config, req.scheme);
@@ -471,6 +468,16 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   const bool static_acts = req.act_scheme && HasStaticScale(*req.act_scheme);
   const bool calibrate = needs_hessian || needs_outliers || method->activation_scale_grid() > 0 ||
                          method->smoothing_alpha() >= 0 || static_acts;
+  // lm_head: calibrated as the blocks' linears where the method only needs its input's Hessian
+  // (GPTQ: the final norm's outputs on the calibration tokens), rounded to nearest otherwise
+  // (scale-folding methods have no norm of their own to fold into here). Created now, so a format
+  // the method cannot take fails before the run.
+  const bool calibrated_lm_head = method->needs_hessian() && method->activation_scale_grid() <= 0 &&
+                                  method->smoothing_alpha() < 0 && method->outlier_threshold() < 0;
+  std::unique_ptr<QuantMethod> lm_head_method;
+  if (req.lm_head)
+    lm_head_method = calibrated_lm_head ? BuiltinMethods().Create(req.method, req.method_config, *req.lm_head)
+                                        : BuiltinMethods().Create("rtn", nlohmann::json::object(), *req.lm_head);
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");
@@ -533,14 +540,11 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     }
     return FusedAbsMax(scaled);
   };
-  // One linear quantized by its plan, on the statistics of its input (null: no calibration).
-  const auto quantize_linear = [&](size_t l, const BlockLinear& slot, const InputStats* stats,
-                                   const std::unordered_map<const Linear*, float>& fused) {
-    const std::string name = fmt::format("model.layers.{}.{}", l, slot.name);
-    Plan plan = plan_of(name);
-    if (!plan.method) return;  // ignored: stays full precision, no activation quantization
-    if (req.progress) req.progress(l, name);
-    const auto* dense = std::get_if<DenseMatrix>(&slot.linear->weight);
+  // One linear quantized by `plan`, on the statistics of its input (null: no calibration); with
+  // `with_inputs`, its inputs quantized as the recipe says.
+  const auto quantize_as = [&](const std::string& name, Plan plan, Linear& linear, const InputStats* stats,
+                               const std::unordered_map<const Linear*, float>& fused, bool with_inputs) {
+    const auto* dense = std::get_if<DenseMatrix>(&linear.weight);
     if (!dense) Fail("{}: already quantized", name);
     const auto t = Clock::now();
     // An expert the calibration never routed to has no Hessian: RTN, as GPTQ would leave it anyway.
@@ -566,7 +570,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     }
     const bool hessian = stats && needs_hessian;
     WeightToQuantize w{name, values, dense->rows(), cols, hessian ? &stats->hessian.sum() : nullptr, &engine.pool()};
-    if (const auto it = fused.find(slot.linear); it != fused.end()) w.tensor_amax = it->second;
+    if (const auto it = fused.find(&linear); it != fused.end()) w.tensor_amax = it->second;
     // Act-order with groups in processing order: the method sees its columns in that order.
     std::vector<uint32_t> order = plan.method->InputOrder(w, plan.scheme);
     std::vector<float> ordered_values;
@@ -588,17 +592,26 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     tr.weight_mse = error.weight_mse;
     tr.output_mse = error.output_mse;
     report.tensors.push_back(tr);
-    slot.linear->weight = std::move(q);
-    slot.linear->outliers = std::move(outliers);
-    slot.linear->input_order = std::move(result.order);
+    linear.weight = std::move(q);
+    linear.outliers = std::move(outliers);
+    linear.input_order = std::move(result.order);
+    if (!with_inputs) return;
     // LLM.int8() is W8A8 by construction: dynamic per-token int8 activations unless told otherwise.
     std::optional<QuantScheme> act = req.act_scheme;
     if (!act && threshold >= 0) act = ParseScheme("int8:token");
     if (act) {
       if (HasStaticScale(*act) && (!stats || stats->amax.empty()))
         Fail("{}: static activation scales need calibration data", name);
-      slot.linear->input_quant = MakeInputQuant(*act, stats ? stats->range : CellStats{});
+      linear.input_quant = MakeInputQuant(*act, stats ? stats->range : CellStats{});
     }
+  };
+  const auto quantize_linear = [&](size_t l, const BlockLinear& slot, const InputStats* stats,
+                                   const std::unordered_map<const Linear*, float>& fused) {
+    const std::string name = fmt::format("model.layers.{}.{}", l, slot.name);
+    const Plan plan = plan_of(name);
+    if (!plan.method) return;  // ignored: stays full precision, no activation quantization
+    if (req.progress) req.progress(l, name);
+    quantize_as(name, plan, *slot.linear, stats, fused, true);
   };
   const auto collect = [&](size_t cols, const RowVisitor& visit) {
     const auto t = Clock::now();
@@ -657,7 +670,11 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   }
   if (req.lm_head) {
     if (req.progress) req.progress(model.config.n_layers, "lm_head");
-    QuantizeLmHead(model, *req.lm_head, engine.pool(), report);
+    std::optional<InputStats> stats;
+    if (calibrate && calibrated_lm_head) stats = collect(model.config.dim, FinalNormRows(store, model));
+    quantize_as("lm_head", {lm_head_method.get(), *req.lm_head}, model.weights.lm_head, stats ? &*stats : nullptr, {},
+                false);
+    model.config.tie_embeddings = false;
   }
   report.activation_peak_bytes = std::max(report.activation_peak_bytes, store.peak_resident_bytes());
   report.activation_spilled_bytes += store.bytes_written();
