@@ -112,19 +112,12 @@ void SoftCap(float softcap, size_t n, float* HWY_RESTRICT scores) {
   for (; i < n; ++i) scores[i] = softcap * std::tanh(scores[i] / softcap);
 }
 
-// The tile's scores of heads [0, kHeads) (n of them, head h's at scores + h stride) become their
-// softmax weights e^(score - max): soft-capped first when softcap > 0; each head's running max, sum
-// and output acc [head_dim] rescaled to its new max. The heads' arithmetic is interleaved stage by
-// stage (each head's in its own order): done head after head, the reductions' latency chains did not
-// overlap.
+// Each head's running max, sum and output acc [head_dim] moved to the tile's max where that is higher.
 template <size_t kHeads>
-void SoftmaxSteps(float softcap, size_t n, float* HWY_RESTRICT scores, size_t stride, OnlineSoftmax state,
-                  size_t head_dim) {
+void MoveMaxToTile(size_t n, const float* HWY_RESTRICT scores, size_t stride, OnlineSoftmax state, size_t head_dim) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
-  if (softcap > 0)
-    for (size_t h = 0; h < kHeads; ++h) SoftCap(softcap, n, scores + h * stride);
   V vector_max[kHeads];
   for (size_t h = 0; h < kHeads; ++h) vector_max[h] = hn::Set(d, -INFINITY);
   size_t i = 0;
@@ -134,13 +127,47 @@ void SoftmaxSteps(float softcap, size_t n, float* HWY_RESTRICT scores, size_t st
   for (size_t h = 0; h < kHeads; ++h) tile_max[h] = hn::GetLane(hn::MaxOfLanes(d, vector_max[h]));
   for (; i < n; ++i)
     for (size_t h = 0; h < kHeads; ++h) tile_max[h] = std::max(tile_max[h], scores[h * stride + i]);
+  for (size_t h = 0; h < kHeads; ++h)
+    RescaleTo(tile_max[h], state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
+}
+
+// The running max moves only when a tile's score passes it by more than this: below, the weights
+// e^(score - max) stay under e^8 (far from overflowing fp32 sums), and a tile costs a compare per
+// vector instead of each head's max across lanes and the rescale.
+constexpr float kMaxSlack = 8.0f;
+
+// The tile's scores of heads [0, kHeads) (n of them, head h's at scores + h stride) become their
+// softmax weights e^(score - max): soft-capped first when softcap > 0; when a score is more than
+// kMaxSlack above its head's running max, each head's max, sum and output acc [head_dim] move to the
+// tile's max. The heads' arithmetic is interleaved stage by stage (each head's in its own order):
+// done head after head, the reductions' latency chains did not overlap.
+template <size_t kHeads>
+void SoftmaxSteps(float softcap, size_t n, float* HWY_RESTRICT scores, size_t stride, OnlineSoftmax state,
+                  size_t head_dim) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const size_t N = hn::Lanes(d);
+  if (softcap > 0)
+    for (size_t h = 0; h < kHeads; ++h) SoftCap(softcap, n, scores + h * stride);
+  bool above = false;
+  {
+    V limit[kHeads];
+    for (size_t h = 0; h < kHeads; ++h) limit[h] = hn::Set(d, state.max[h] + kMaxSlack);
+    size_t i = 0;
+    auto passed = hn::FirstN(d, 0);
+    for (; i + N <= n; i += N)
+      for (size_t h = 0; h < kHeads; ++h) passed = hn::Or(passed, hn::Gt(hn::LoadU(d, scores + h * stride + i), limit[h]));
+    above = !hn::AllFalse(d, passed);
+    for (; i < n; ++i)
+      for (size_t h = 0; h < kHeads; ++h) above |= scores[h * stride + i] > state.max[h] + kMaxSlack;
+  }
+  if (above) MoveMaxToTile<kHeads>(n, scores, stride, state, head_dim);
   V top[kHeads], total[kHeads];
   for (size_t h = 0; h < kHeads; ++h) {
-    RescaleTo(tile_max[h], state.max[h], state.sum[h], state.acc + h * head_dim, head_dim);
     top[h] = hn::Set(d, state.max[h]);
     total[h] = hn::Zero(d);
   }
-  i = 0;
+  size_t i = 0;
   for (; i + N <= n; i += N)
     for (size_t h = 0; h < kHeads; ++h) {
       const V p = hn::Exp(d, hn::Sub(hn::LoadU(d, scores + h * stride + i), top[h]));
