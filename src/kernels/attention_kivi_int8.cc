@@ -97,57 +97,59 @@ LOWBIT_VNNI inline __m512i CodePlane(__m512i bytes, int p) {
 
 // The query's side of a tile's scores, for heads [0, kHeads): q_j a_j to int8 with one scale per
 // 32 channels (codes [kHeads x head_dim], group_scales [kHeads x head_dim / 32]), code = round(q_j
-// a_j / scale), scale = max |q_j a_j| / 127 (to fp32 rounding), and qb[h] = sum_j q_j b_j, from the
-// query and K's channel scales a and biases b in one pass (the products were stored and read back
-// before, a tenth of a tile's time). Sixteen groups at a time, their maxima reduced together
-// (ReduceEach16) and inverted by a reciprocal estimate and a Newton step: reduced and divided group
-// by group, the latency of each chain was a tenth of a tile's time too.
-template <size_t kHeads>
-LOWBIT_VNNI void QueryCodes(const float* __restrict q, size_t head_dim, const AttentionTile& t, int8_t* __restrict codes,
-                            float* __restrict group_scales, float* __restrict qb) {
-  const float* __restrict a = t.k_scales;
-  const float* __restrict b = t.k_biases;
-  const size_t groups = kHeads * head_dim / kGroup;
-  const __m512 zero = _mm512_setzero_ps();
-  for (size_t g0 = 0; g0 < groups; g0 += 16) {
-    const size_t count = std::min<size_t>(16, groups - g0);
-    // Where group g0 + k's channels start in a (a channel) and in q (head and channel); no division
-    // in the loops below (a runtime divisor there cost more than the products).
-    size_t channel[16], at_q[16];
-    for (size_t k = 0, j = g0 * kGroup % head_dim, h = g0 * kGroup / head_dim; k < count; ++k) {
-      channel[k] = j;
-      at_q[k] = h * head_dim + j;
-      if ((j += kGroup) == head_dim) j = 0, ++h;
-    }
-    // q_j a_j for channels [16 half, 16 half + 16) of group g0 + k.
-    const auto product = [&](size_t k, size_t half) LOWBIT_VNNI {
-      return _mm512_mul_ps(_mm512_loadu_ps(q + at_q[k] + 16 * half), _mm512_loadu_ps(a + channel[k] + 16 * half));
-    };
-    __m512 top[16];
-    for (size_t k = 0; k < 16; ++k)
-      top[k] = k < count ? _mm512_max_ps(_mm512_abs_ps(product(k, 0)), _mm512_abs_ps(product(k, 1))) : zero;
-    const __m512 tops = int8dot::ReduceEach16(top, int8dot::MaxPs{});  // lane k: group g0 + k's
-    const __mmask16 positive = _mm512_cmp_ps_mask(tops, zero, _CMP_GT_OQ);
-    const __m512 estimate = _mm512_maskz_rcp14_ps(positive, tops);
-    const __m512 inverse = _mm512_mul_ps(
-        _mm512_set1_ps(127.0f), _mm512_mul_ps(estimate, _mm512_fnmadd_ps(tops, estimate, _mm512_set1_ps(2.0f))));
-    alignas(64) float chunk_scales[16];
-    _mm512_store_ps(chunk_scales, _mm512_mul_ps(tops, _mm512_set1_ps(1.0f / 127.0f)));
-    for (size_t k = 0; k < count; ++k) {
-      const __m512 by = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(k)), inverse);
-      for (size_t half = 0; half < 2; ++half)  // within +-127: no saturation
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + (g0 + k) * kGroup + 16 * half),
-                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(product(k, half), by))));
-      group_scales[g0 + k] = chunk_scales[k];
-    }
-  }
+// a_j / scale), scale = max |q_j a_j| / 127, and qb[h] = sum_j q_j b_j, from the query and K's
+// channel scales a and biases b in one pass: kChunk groups of channels at a time, whose a and b stay
+// in registers for every head and whose products are rounded from registers (stored and read back,
+// with their maxima reduced 16 groups at a time, they took more time than K's dots).
+template <size_t kHeads, size_t kChunk>
+LOWBIT_VNNI void QueryCodesBy(const float* __restrict q, size_t head_dim, const AttentionTile& t,
+                              int8_t* __restrict codes, float* __restrict group_scales, float* __restrict qb) {
+  constexpr size_t kVectors = 2 * kChunk;  // 16 channels each
   __m512 sum[kHeads];
-  for (size_t h = 0; h < kHeads; ++h) sum[h] = zero;
-  for (size_t j = 0; j < head_dim; j += 16) {
-    const __m512 bj = _mm512_loadu_ps(b + j);
-    for (size_t h = 0; h < kHeads; ++h) sum[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * head_dim + j), bj, sum[h]);
+  for (size_t h = 0; h < kHeads; ++h) sum[h] = _mm512_setzero_ps();
+  for (size_t j0 = 0; j0 < head_dim; j0 += kChunk * kGroup) {
+    __m512 a[kVectors], b[kVectors];
+#pragma GCC unroll 8
+    for (size_t v = 0; v < kVectors; ++v) {
+      a[v] = _mm512_loadu_ps(t.k_scales + j0 + 16 * v);
+      b[v] = _mm512_loadu_ps(t.k_biases + j0 + 16 * v);
+    }
+#pragma GCC unroll 4  // every array in registers, not on the stack
+    for (size_t h = 0; h < kHeads; ++h) {
+      const float* qh = q + h * head_dim + j0;
+      __m512 x[kVectors];
+      float top[kChunk];
+#pragma GCC unroll 4
+      for (size_t g = 0; g < kChunk; ++g) {
+        __m512 largest = _mm512_setzero_ps();
+        for (size_t v = 2 * g; v < 2 * g + 2; ++v) {
+          const __m512 qv = _mm512_loadu_ps(qh + 16 * v);
+          x[v] = _mm512_mul_ps(qv, a[v]);
+          sum[h] = _mm512_fmadd_ps(qv, b[v], sum[h]);
+          largest = _mm512_max_ps(largest, _mm512_abs_ps(x[v]));
+        }
+        top[g] = _mm512_reduce_max_ps(largest);
+      }
+      const size_t first_group = (h * head_dim + j0) / kGroup;
+#pragma GCC unroll 4
+      for (size_t g = 0; g < kChunk; ++g) {
+        group_scales[first_group + g] = top[g] * (1.0f / 127.0f);
+        const __m512 by = _mm512_set1_ps(top[g] > 0 ? 127.0f / top[g] : 0.0f);
+        for (size_t v = 2 * g; v < 2 * g + 2; ++v)  // within +-127: no saturation
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + h * head_dim + j0 + 16 * v),
+                           _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x[v], by))));
+      }
+    }
   }
   for (size_t h = 0; h < kHeads; ++h) qb[h] = _mm512_reduce_add_ps(sum[h]);
+}
+
+template <size_t kHeads>
+LOWBIT_VNNI void QueryCodes(const float* q, size_t head_dim, const AttentionTile& t, int8_t* codes,
+                            float* group_scales, float* qb) {
+  if (head_dim % (4 * kGroup) == 0) return QueryCodesBy<kHeads, 4>(q, head_dim, t, codes, group_scales, qb);
+  if (head_dim % (2 * kGroup) == 0) return QueryCodesBy<kHeads, 2>(q, head_dim, t, codes, group_scales, qb);
+  QueryCodesBy<kHeads, 1>(q, head_dim, t, codes, group_scales, qb);
 }
 
 // 4-bit K: four channel rows' 16-byte slices (32 positions) in each register, their two planes
