@@ -95,6 +95,19 @@ LOWBIT_VNNI inline __m512i CodePlane(__m512i bytes, int p) {
   return _mm512_and_si512(p == 0 ? bytes : _mm512_srli_epi16(bytes, p * kBits), mask);
 }
 
+// Lanes [4 g, 4 g + 4) of the result: the largest lane of v[g], for four vectors (13 shuffles and
+// maxima, where four reductions of one vector each took 32).
+LOWBIT_VNNI inline __m512 FourMaxima(const __m512 (&v)[4]) {
+  const auto halves = [](__m512 x, __m512 y) LOWBIT_VNNI {  // x's 256-bit halves, then y's, maxed
+    return _mm512_max_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+  };
+  const __m512 x01 = halves(v[0], v[1]), x23 = halves(v[2], v[3]);
+  // 128-bit block g: v[g]'s four partial maxima.
+  __m512 m = _mm512_max_ps(_mm512_shuffle_f32x4(x01, x23, 0x88), _mm512_shuffle_f32x4(x01, x23, 0xDD));
+  m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));
+  return _mm512_max_ps(m, _mm512_permute_ps(m, 0xB1));
+}
+
 // The query's side of a tile's scores, for heads [0, kHeads): q_j a_j to int8 with one scale per
 // 32 channels (codes [kHeads x head_dim], group_scales [kHeads x head_dim / 32]), code = round(q_j
 // a_j / scale), scale = max |q_j a_j| / 127, and qb[h] = sum_j q_j b_j, from the query and K's
@@ -117,24 +130,26 @@ LOWBIT_VNNI void QueryCodesBy(const float* __restrict q, size_t head_dim, const 
 #pragma GCC unroll 4  // every array in registers, not on the stack
     for (size_t h = 0; h < kHeads; ++h) {
       const float* qh = q + h * head_dim + j0;
-      __m512 x[kVectors];
-      float top[kChunk];
+      __m512 x[kVectors], largest[4] = {};
 #pragma GCC unroll 4
-      for (size_t g = 0; g < kChunk; ++g) {
-        __m512 largest = _mm512_setzero_ps();
+      for (size_t g = 0; g < kChunk; ++g)
         for (size_t v = 2 * g; v < 2 * g + 2; ++v) {
           const __m512 qv = _mm512_loadu_ps(qh + 16 * v);
           x[v] = _mm512_mul_ps(qv, a[v]);
           sum[h] = _mm512_fmadd_ps(qv, b[v], sum[h]);
-          largest = _mm512_max_ps(largest, _mm512_abs_ps(x[v]));
+          largest[g] = _mm512_max_ps(largest[g], _mm512_abs_ps(x[v]));
         }
-        top[g] = _mm512_reduce_max_ps(largest);
-      }
+      const __m512 tops = FourMaxima(largest);  // group g's max in lanes 4 g ..
+      const __mmask16 positive = _mm512_cmp_ps_mask(tops, _mm512_setzero_ps(), _CMP_GT_OQ);
+      const __m512 inverse = _mm512_maskz_div_ps(positive, _mm512_set1_ps(127.0f), tops);
       const size_t first_group = (h * head_dim + j0) / kGroup;
+      // Lanes 0, 4, 8, 12 (kChunk of them): the groups' scales (compressed in a register: Zen 4 runs a
+      // compressing store to memory in microcode).
+      const __m512 scales = _mm512_maskz_compress_ps(0x1111, _mm512_mul_ps(tops, _mm512_set1_ps(1.0f / 127.0f)));
+      _mm512_mask_storeu_ps(group_scales + first_group, static_cast<__mmask16>((1u << kChunk) - 1), scales);
 #pragma GCC unroll 4
       for (size_t g = 0; g < kChunk; ++g) {
-        group_scales[first_group + g] = top[g] * (1.0f / 127.0f);
-        const __m512 by = _mm512_set1_ps(top[g] > 0 ? 127.0f / top[g] : 0.0f);
+        const __m512 by = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(4 * g)), inverse);
         for (size_t v = 2 * g; v < 2 * g + 2; ++v)  // within +-127: no saturation
           _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + h * head_dim + j0 + 16 * v),
                            _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x[v], by))));
