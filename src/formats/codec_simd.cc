@@ -244,7 +244,7 @@ void Fp16ToFp32RowImpl(const uint16_t* HWY_RESTRICT x, size_t n, float* HWY_REST
   size_t i = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // vcvtph2ps (F16C): the KV cache's fp16 scales pass through here at every attention tile. Not on
-  // other targets: Highway's emulated conversion reads fp16 infinities as finite numbers.
+  // other targets: Highway 1.0.3's emulated conversion does not turn fp16 infinities into fp32 ones.
   const hn::Rebind<hwy::float16_t, DF> dh;
   for (; i + N <= n; i += N)
     hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(x + i))), df, out + i);
