@@ -55,6 +55,46 @@ LOWBIT_AVX2 __attribute__((always_inline)) inline __m256i PairSums(__m256i level
   else return _mm256_maddubs_epi16(levels, in);
 }
 
+// The int32 sums (8 lanes, 4 products each) of half a chunk's levels times their inputs: plane p's
+// inputs at x + 64 p.
+template <bool kWide, int kPlanes>
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m256i HalfSums(const __m256i (&levels)[kPlanes], const int8_t* x,
+                                                                  __m256i ones) {
+  if constexpr (kWide) {  // each plane widened alone: its pair sums may be near the int16 limit
+    __m256i sums = _mm256_madd_epi16(PairSums<true>(levels[0], x), ones);
+    for (int p = 1; p < kPlanes; ++p) sums = _mm256_add_epi32(sums, _mm256_madd_epi16(PairSums<true>(levels[p], x + 64 * p), ones));
+    return sums;
+  } else {
+    __m256i pairs = PairSums<false>(levels[0], x);
+    for (int p = 1; p < kPlanes; ++p) pairs = _mm256_add_epi16(pairs, PairSums<false>(levels[p], x + 64 * p));
+    return _mm256_madd_epi16(pairs, ones);
+  }
+}
+
+// The sums of kTokens tokens' int32 vectors side by side: lane j holds (a part of) token j % kTokens's.
+// One vector of sums, scaled by TokenLanes of the tokens' factors, takes one conversion and one FMA for
+// every token, where each token's vector took its own: those ran on the ports the dots need.
+template <size_t kTokens>
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m256i TokenSums(const __m256i (&v)[kTokens]) {
+  if constexpr (kTokens == 1) {
+    return v[0];
+  } else if constexpr (kTokens == 4) {  // (t0, t1, t2, t3 | t0, t1, t2, t3)
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  } else {
+    static_assert(kTokens == 8);
+    const __m256i low = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i high = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(low, high, 0x20), _mm256_permute2x128_si256(low, high, 0x31));
+  }
+}
+// kTokens floats laid out as TokenSums lays out the tokens.
+template <size_t kTokens>
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 TokenLanes(const float* p) {
+  if constexpr (kTokens == 1) return _mm256_broadcast_ss(p);
+  else if constexpr (kTokens == 4) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p));
+  else return _mm256_loadu_ps(p);
+}
+
 // The block scale of each int32 lane of half h of a chunk split into kSplit blocks: lane j of the
 // 16 in a 64-byte plane belongs to block j / (16 / kSplit).
 template <size_t kSplit>
@@ -178,6 +218,10 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   };
   const int8_t* inputs[kTokens];
   for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
+  // kIntScales: each super-block's activation scales, the tokens side by side.
+  std::vector<float> token_scales(kIntScales ? cols / super_codes * kTokens : 0);
+  for (size_t k = 0; k < token_scales.size() / kTokens; ++k)
+    for (size_t t = 0; t < kTokens; ++t) token_scales[k * kTokens + t] = a.scales[(t0 + t) * blocks + k * l.shared_blocks];
   for (size_t r = row_begin; r < row_end; ++r) {
     float bias_sums[kTokens];
     if (vector_scales) {
@@ -209,9 +253,8 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
     const uint8_t* row = kSpreadIn                                   ? spread_rows + (r - row_begin) * cols
                          : !last_row.empty() && r + 1 == w.rows() ? last_row.data()
                                                                   : w.codes().data() + r * w.row_bytes();
-    __m256 acc[kTokens][2];
-    for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     if constexpr (kIntScales) {
+      __m256 token_acc = _mm256_setzero_ps();  // lane j: token j % kTokens
       const int8_t* sub = row_scales.SubScales(r);
       const __m128i index[2] = {SubScaleIndex<kSplit>(0), SubScaleIndex<kSplit>(1)};
       for (size_t k = 0; k < cols / super_codes; ++k) {
@@ -235,13 +278,52 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
           half.template operator()<0>();
           half.template operator()<1>();
         }
-        const float super_scale = row_scales.SuperScale(r, k);
-        for (size_t t = 0; t < kTokens; ++t)
-          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]),
-                                      _mm256_set1_ps(super_scale * a.scales[(t0 + t) * blocks + k * l.shared_blocks]), acc[t][0]);
+        const __m256 factors = _mm256_mul_ps(_mm256_set1_ps(row_scales.SuperScale(r, k)), TokenLanes<kTokens>(&token_scales[k * kTokens]));
+        token_acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(TokenSums<kTokens>(dot)), factors, token_acc);
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, token_acc);
+      for (size_t t = 0; t < kTokens; ++t) {
+        float sum = 0;
+        for (size_t lane = t; lane < 8; lane += kTokens) sum += lanes[lane];
+        y[(t0 + t) * y_stride + r] = sum + bias_sums[t];
+      }
+      continue;
+    }
+    __m256 acc[kTokens][2];
+    for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    size_t c = 0;
+    if constexpr (!kIntScales && kSplit == 2) {
+      // Two chunks (four blocks) at a time: each half's int32 lanes folded by vphaddd, twice, into one
+      // vector whose lanes j and j + 4 hold block j's sums, converted and scaled once per four blocks.
+      // A conversion and an FMA per block and token ran on the same two ports as the dots themselves;
+      // the folds run mostly on the shuffle port.
+      for (; c + 2 <= chunks; c += 2) {
+        __m256i folded[2][kTokens];  // per chunk: hadd(half 0, half 1), lanes (b0, b0, b1, b1 | b0, b0, b1, b1)
+        auto chunk = [&]<int kChunk>() LOWBIT_AVX2 __attribute__((always_inline)) {
+          const uint8_t* at = row + (c + kChunk) * kChunkBytes;
+          _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
+          auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
+            __m256i levels[kPlanes];
+            half_levels.template operator()<kHalf>(at, levels);
+            for (size_t t = 0; t < kTokens; ++t) {
+              const int8_t* x = inputs[t] + (c + kChunk) * l.chunk + 32 * kHalf;
+              const __m256i sums = HalfSums<kWide, kPlanes>(levels, x, ones);
+              folded[kChunk][t] = kHalf == 0 ? sums : _mm256_hadd_epi32(folded[kChunk][t], sums);
+            }
+          };
+          half.template operator()<0>();
+          half.template operator()<1>();
+        };
+        chunk.template operator()<0>();
+        chunk.template operator()<1>();
+        for (size_t t = 0; t < kTokens; ++t) {
+          const __m256 scales4 = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(&block_scales[t * block_stride + 2 * c]));
+          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(folded[0][t], folded[1][t])), scales4, acc[t][0]);
+        }
       }
     }
-    for (size_t c = 0; !kIntScales && c < chunks; ++c) {
+    for (; c < chunks; ++c) {
       const uint8_t* at = row + c * kChunkBytes;
       _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
       __m256i whole_chunk[kTokens];  // kSplit 1: both halves are one block
@@ -251,15 +333,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
         half_levels.template operator()<kHalf>(at, levels);
         for (size_t t = 0; t < kTokens; ++t) {
           const int8_t* x = inputs[t] + c * l.chunk + 32 * kHalf;  // plane p's inputs at x + 64 p
-          __m256i sums;
-          if constexpr (kWide) {
-            sums = _mm256_madd_epi16(PairSums<true>(levels[0], x), ones);
-            for (int p = 1; p < kPlanes; ++p) sums = _mm256_add_epi32(sums, _mm256_madd_epi16(PairSums<true>(levels[p], x + 64 * p), ones));
-          } else {
-            __m256i pairs = PairSums<false>(levels[0], x);
-            for (int p = 1; p < kPlanes; ++p) pairs = _mm256_add_epi16(pairs, PairSums<false>(levels[p], x + 64 * p));
-            sums = _mm256_madd_epi16(pairs, ones);
-          }
+          const __m256i sums = HalfSums<kWide, kPlanes>(levels, x, ones);
           if constexpr (kSplit == 1) {
             whole_chunk[t] = kHalf == 0 ? sums : _mm256_add_epi32(whole_chunk[t], sums);
           } else {
