@@ -291,22 +291,20 @@ TEST(Int8DotRows, VnniAndAvx2MatchIntegerReferenceAndStayCloseToExact) {
       if (i % rows < 3) EXPECT_TRUE(std::isnan(gemm[i])) << spec << " at " << i;
       else ASSERT_NEAR(gemm[i], tokens_ref[i], 1e-5 * tokens_magnitude) << spec << " GEMM vs reference at " << i;
   }
-  // The AVX2 kernel folds two chunks of two blocks each at a time: an odd count of chunks (576 / 64)
-  // leaves the last to the one-chunk loop.
-  {
-    const size_t odd_cols = 576;
+  // The AVX2 kernel folds two chunks of two or four blocks at a time: an odd count of chunks (576 / 64
+  // codes, 384 / 128) leaves the last to the one-chunk loop.
+  for (const auto& [spec, odd_cols] : {std::pair{"int8:g32", 576}, {"int5:g32:asym", 576},
+                                       {"int8:g32:asym:zero=bf16", 576}, {"int4:g32", 384}, {"iq4_nl", 384}}) {
     const std::vector<float> w_odd = Gaussian(rows * odd_cols, 10), x_odd = Gaussian(n_tokens * odd_cols, 11);
-    for (const char* spec : {"int8:g32", "int5:g32:asym", "int8:g32:asym:zero=bf16"}) {
-      const QuantizedTensor q = QuantizeRtn(w_odd, rows, odd_cols, ParseScheme(spec), "w");
-      if (!HasInt8DotKernelAvx2(q)) continue;  // a CPU without AVX2
-      const Int8Activations a = QuantizeActivationsInt8(q, x_odd.data(), n_tokens);
-      std::vector<float> reference(n_tokens * rows), avx2(n_tokens * rows, NAN);
-      Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
-      Int8DotRowsAvx2(q, a, 0, rows, avx2.data(), rows);
-      double magnitude = 0;
-      for (float v : reference) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
-      ExpectClose(avx2, reference, 1e-5 * magnitude, std::string(spec) + " AVX2, 9 chunks");
-    }
+    const QuantizedTensor q = QuantizeRtn(w_odd, rows, odd_cols, ParseScheme(spec), "w");
+    if (!HasInt8DotKernelAvx2(q)) continue;  // a CPU without AVX2
+    const Int8Activations a = QuantizeActivationsInt8(q, x_odd.data(), n_tokens);
+    std::vector<float> reference(n_tokens * rows), avx2(n_tokens * rows, NAN);
+    Int8DotRowsRef(q, a, 0, rows, reference.data(), rows);
+    Int8DotRowsAvx2(q, a, 0, rows, avx2.data(), rows);
+    double magnitude = 0;
+    for (float v : reference) magnitude = std::max(magnitude, std::fabs(static_cast<double>(v)));
+    ExpectClose(avx2, reference, 1e-5 * magnitude, fmt::format("{} AVX2, {} columns", spec, odd_cols));
   }
   // E8M0 scales decoded inside the kernel, 0 (2^-127, a subnormal) included: every group at one
   // exponent, so the outputs are on one scale. Near 2^-127 the products are subnormal in fp32

@@ -110,6 +110,15 @@ LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 LaneScales(const float*
   }
 }
 
+// The scales of two chunks' blocks as RowsAvx2 folds their sums: a half's lanes belong to one block
+// (kSplit 2) or two (kSplit 4: lanes 0-3 and 4-7), and hadd(hadd(c0 h0, c0 h1), hadd(c1 h0, c1 h1))
+// leaves blocks (0, 1, 2, 3 | 0, 1, 2, 3) or (0, 2, 4, 6 | 1, 3, 5, 7) in its lanes.
+template <size_t kSplit>
+LOWBIT_AVX2 __attribute__((always_inline)) inline __m256 FoldedBlockScales(const float* blocks) {
+  if constexpr (kSplit == 2) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(blocks));
+  else return _mm256_permutevar8x32_ps(_mm256_loadu_ps(blocks), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+}
+
 // The K-quants' i8 sub-scales of one chunk (kSplit groups) as int16 multipliers for half h's pair
 // sums: int16 lanes 2j and 2j + 1 make int32 lane j, of group (8h + j) / (16 / kSplit).
 template <size_t kSplit>
@@ -293,13 +302,13 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
     __m256 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     size_t c = 0;
-    if constexpr (!kIntScales && kSplit == 2) {
-      // Two chunks (four blocks) at a time: each half's int32 lanes folded by vphaddd, twice, into one
-      // vector whose lanes j and j + 4 hold block j's sums, converted and scaled once per four blocks.
-      // A conversion and an FMA per block and token ran on the same two ports as the dots themselves;
-      // the folds run mostly on the shuffle port.
+    if constexpr (!kIntScales && (kSplit == 2 || kSplit == 4)) {
+      // Two chunks at a time: each half's int32 lanes folded by vphaddd, twice, into one vector of one
+      // sum per block (FoldedBlockScales gives the order), converted and scaled once per 2 kSplit
+      // blocks. A conversion and an FMA per block and token ran on the same two ports as the dots
+      // themselves; the folds run mostly on the shuffle port.
       for (; c + 2 <= chunks; c += 2) {
-        __m256i folded[2][kTokens];  // per chunk: hadd(half 0, half 1), lanes (b0, b0, b1, b1 | b0, b0, b1, b1)
+        __m256i folded[2][kTokens];  // per chunk: hadd(half 0, half 1)
         auto chunk = [&]<int kChunk>() LOWBIT_AVX2 __attribute__((always_inline)) {
           const uint8_t* at = row + (c + kChunk) * kChunkBytes;
           _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
@@ -318,8 +327,8 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
         chunk.template operator()<0>();
         chunk.template operator()<1>();
         for (size_t t = 0; t < kTokens; ++t) {
-          const __m256 scales4 = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(&block_scales[t * block_stride + 2 * c]));
-          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(folded[0][t], folded[1][t])), scales4, acc[t][0]);
+          const __m256 scales = FoldedBlockScales<kSplit>(&block_scales[t * block_stride + kSplit * c]);
+          acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(folded[0][t], folded[1][t])), scales, acc[t][0]);
         }
       }
     }
