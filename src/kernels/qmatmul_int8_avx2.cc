@@ -131,6 +131,14 @@ LOWBIT_AVX2 __attribute__((always_inline)) inline __m128i SubScaleBytes(const in
     return _mm_cvtsi32_si128(bytes);
   }
 }
+// The same for a chunk spread as its even codes then its odd ones: int16 lane j of either half covers
+// codes 4j .. 4j + 3, of group 4j / (64 / kSplit).
+template <size_t kSplit>
+LOWBIT_AVX2 inline __m128i EvenOddScaleIndex() {
+  alignas(16) int8_t index[16];
+  for (int j = 0; j < 16; ++j) index[j] = static_cast<int8_t>(j * static_cast<int>(kSplit) / 16);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(index));
+}
 template <size_t kSplit>
 LOWBIT_AVX2 inline __m128i SubScaleIndex(int h) {
   alignas(16) int8_t index[16];
@@ -188,10 +196,13 @@ constexpr size_t kOverread = 8 % kBits == 0 ? 0 : 16 - kBits;
 // multiplied by its group's i8 sub-scale in the vpmaddwd that widens it, and the int32 sums of a
 // super-block are converted and scaled once, as llama.cpp's AVX2 K-quant dots do; otherwise each
 // chunk's int32 sums are converted and scaled by block. kSpreadIn: the rows' 3/5/6/7-bit codes come
-// spread to a byte each (SpreadRows), rows [row_begin, row_end) at `spread_rows`.
+// spread to a byte each (SpreadRows), rows [row_begin, row_end) at `spread_rows`; with kIntScales
+// each chunk's even codes then its odd ones, and `values` (the activations the kernel reads, else
+// a.values) in the same order (EvenOdd).
 template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens, bool kIntScales, bool kSpreadIn>
-LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, size_t t0,
-                          size_t row_begin, size_t row_end, const uint8_t* spread_rows, float* y, size_t y_stride) {
+LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, const int8_t* values,
+                          size_t t0, size_t row_begin, size_t row_end, const uint8_t* spread_rows, float* y,
+                          size_t y_stride) {
   constexpr bool kPlaneLayout = 8 % kBits == 0;
   static_assert(!(kPlaneLayout && kSpreadIn));
   constexpr int kPlanes = kPlaneLayout ? 8 / kBits : 1;
@@ -226,7 +237,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
     }
   };
   const int8_t* inputs[kTokens];
-  for (size_t t = 0; t < kTokens; ++t) inputs[t] = a.values.data() + (t0 + t) * cols;
+  for (size_t t = 0; t < kTokens; ++t) inputs[t] = values + (t0 + t) * cols;
   // kIntScales: each super-block's activation scales, the tokens side by side.
   std::vector<float> token_scales(kIntScales ? cols / super_codes * kTokens : 0);
   for (size_t k = 0; k < token_scales.size() / kTokens; ++k)
@@ -273,6 +284,19 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
           const uint8_t* at = row + c * kChunkBytes;
           _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
           const __m128i sub_bytes = SubScaleBytes<kSplit>(sub + c * kSplit);
+          if constexpr (kSpreadIn) {
+            // Even and odd codes: int16 lane j of both halves' pair sums covers codes 4j .. 4j + 3, one
+            // group, so the two add before the one vpmaddwd (each at most 2 * 63 * 127: the sum fits).
+            const __m256i multipliers = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sub_bytes, EvenOddScaleIndex<kSplit>()));
+            const __m256i even = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+            const __m256i odd = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32));
+            for (size_t t = 0; t < kTokens; ++t) {
+              const int8_t* x = inputs[t] + c * l.chunk;
+              const __m256i pairs = _mm256_add_epi16(PairSums<false>(even, x), PairSums<false>(odd, x + 32));
+              dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(pairs, multipliers));
+            }
+            continue;
+          }
           auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
             const __m256i multipliers = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sub_bytes, index[kHalf]));
             __m256i levels[kPlanes];
@@ -361,10 +385,28 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   }
 }
 
+// 64 bytes lo:hi as their 32 even bytes then their 32 odd ones, into out.
+LOWBIT_AVX2 __attribute__((always_inline)) inline void EvenOdd(__m256i lo, __m256i hi, uint8_t* out) {
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i a = _mm256_shuffle_epi8(lo, split), b = _mm256_shuffle_epi8(hi, split);
+  // Each 128-bit lane: 8 even bytes, 8 odd ones; the even qwords of (a, b) in order, then the odd.
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(_mm256_unpacklo_epi64(a, b), 0xD8));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), _mm256_permute4x64_epi64(_mm256_unpackhi_epi64(a, b), 0xD8));
+}
+
+// Every token's int8 inputs with each 64 as EvenOdd orders them, for the spread K-quant rows.
+LOWBIT_AVX2 void EvenOddInputs(const Int8Activations& a, int8_t* out) {
+  const auto* in = reinterpret_cast<const uint8_t*>(a.values.data());
+  for (size_t i = 0; i < a.values.size(); i += 64)
+    EvenOdd(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 32)), reinterpret_cast<uint8_t*>(out) + i);
+}
+
 // Rows [r0, r1) of 3/5/6/7-bit codes spread to a byte each, cols apart: done once per panel for every
 // group of tokens that reads it, where each group decoded the packed codes again (the decode took
-// more instructions than the dots of 8 tokens).
-template <int kBits>
+// more instructions than the dots of 8 tokens). kEvenOdd: each 64 codes in EvenOdd's order.
+template <int kBits, bool kEvenOdd>
 LOWBIT_AVX2 void SpreadRows(const QuantizedTensor& w, size_t r0, size_t r1, uint8_t* out) {
   const SpreadDecoder<kBits> spread;
   const size_t cols = w.cols(), row_bytes = w.row_bytes();
@@ -376,8 +418,11 @@ LOWBIT_AVX2 void SpreadRows(const QuantizedTensor& w, size_t r0, size_t r1, uint
       std::memcpy(padded.data(), row, row_bytes);
       row = padded.data();
     }
-    for (size_t i = 0; i < cols; i += 32)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (r - r0) * cols + i), spread.Codes(row + i / 8 * kBits));
+    uint8_t* to = out + (r - r0) * cols;
+    if constexpr (kEvenOdd)
+      for (size_t i = 0; i < cols; i += 64) EvenOdd(spread.Codes(row + i / 8 * kBits), spread.Codes(row + (i + 32) / 8 * kBits), to + i);
+    else
+      for (size_t i = 0; i < cols; i += 32) _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i), spread.Codes(row + i / 8 * kBits));
   }
 }
 
@@ -390,23 +435,30 @@ void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activati
   // More than one group of 8 tokens on codes that straddle bytes: each panel spread to bytes first.
   const bool spread_first = 8 % kBits != 0 && a.n_tokens > 8;
   std::vector<uint8_t> spread_rows(spread_first ? std::min(panel, row_end - row_begin) * w.cols() : 0);
+  // The spread K-quant rows pair even and odd codes (RowsAvx2), their inputs likewise.
+  AlignedVector<int8_t> even_odd;
   auto panels = [&]<size_t kSplit, bool kIntScales>() {
+    if (kIntScales && spread_first) {
+      even_odd.resize(a.values.size());
+      EvenOddInputs(a, even_odd.data());
+    }
+    const int8_t* values = kIntScales && spread_first ? even_odd.data() : a.values.data();
     auto tokens = [&]<bool kSpreadIn>(size_t r0, size_t r1) {
       const uint8_t* codes = kSpreadIn ? spread_rows.data() : nullptr;
       size_t t = 0;
       if constexpr (kIntScales)
         for (; t + 8 <= a.n_tokens; t += 8)
-          RowsAvx2<kBits, kLookup, kWide, kSplit, 8, kIntScales, kSpreadIn>(w, l, a, t, r0, r1, codes, y, y_stride);
+          RowsAvx2<kBits, kLookup, kWide, kSplit, 8, kIntScales, kSpreadIn>(w, l, a, values, t, r0, r1, codes, y, y_stride);
       for (; t + 4 <= a.n_tokens; t += 4)
-        RowsAvx2<kBits, kLookup, kWide, kSplit, 4, kIntScales, kSpreadIn>(w, l, a, t, r0, r1, codes, y, y_stride);
+        RowsAvx2<kBits, kLookup, kWide, kSplit, 4, kIntScales, kSpreadIn>(w, l, a, values, t, r0, r1, codes, y, y_stride);
       for (; t < a.n_tokens; ++t)
-        RowsAvx2<kBits, kLookup, kWide, kSplit, 1, kIntScales, kSpreadIn>(w, l, a, t, r0, r1, codes, y, y_stride);
+        RowsAvx2<kBits, kLookup, kWide, kSplit, 1, kIntScales, kSpreadIn>(w, l, a, values, t, r0, r1, codes, y, y_stride);
     };
     for (size_t r0 = row_begin; r0 < row_end; r0 += panel) {
       const size_t r1 = std::min(row_end, r0 + panel);
       if constexpr (8 % kBits != 0) {
         if (spread_first) {
-          SpreadRows<kBits>(w, r0, r1, spread_rows.data());
+          SpreadRows<kBits, kIntScales>(w, r0, r1, spread_rows.data());
           tokens.template operator()<true>(r0, r1);
           continue;
         }
