@@ -107,9 +107,7 @@ std::vector<std::byte> GgufLayerCalibrator::QuantizeOutput(uint32_t type) {
   HessianAccumulator h(c.dim);
   std::vector<float> normed;
   for (const std::vector<float>& x : hidden_) {
-    normed.resize(x.size());
-    for (size_t t = 0; t < x.size() / c.dim; ++t)
-      RmsNorm(&x[t * c.dim], model_.weights.final_norm.data(), c.dim, c.norm_eps, &normed[t * c.dim]);
+    ApplyFinalNorm(model_, x, normed);
     h.Add(normed.data(), x.size() / c.dim, engine_.pool());
   }
   GgufGptqResult r = QuantizeGgufGptq(type, dense->values, head.rows(), head.cols(), h.sum(), h.tokens(), options_,

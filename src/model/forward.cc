@@ -20,6 +20,13 @@ void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* ou
   for (size_t i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
+void ApplyFinalNorm(const Model& model, std::span<const float> hidden, std::vector<float>& out) {
+  const size_t dim = model.config.dim;
+  out.resize(hidden.size());
+  for (size_t r = 0; r < hidden.size() / dim; ++r)
+    RmsNorm(&hidden[r * dim], model.weights.final_norm.data(), dim, model.config.norm_eps, &out[r * dim]);
+}
+
 std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant variant) {
   const size_t dims = c.rope_dims(), half = dims / 2;
   const float theta = variant == RopeVariant::kLocal ? c.local_rope_theta : c.rope_theta;
@@ -370,8 +377,8 @@ void Engine::Forward(std::span<BatchItem> batch) {
     AdvanceLayer(last, group, batch, x, input);
 
   // Final norm and logits for those rows, in one matmul for the batch.
-  std::vector<float> normed(x.size());
-  for (size_t r = 0; r < kept.size(); ++r) RmsNorm(&x[r * dim], w.final_norm.data(), dim, c.norm_eps, &normed[r * dim]);
+  std::vector<float> normed;
+  ApplyFinalNorm(model_, x, normed);
   const size_t rows_out = normed.size() / dim;
   std::vector<float> logits(rows_out * vocab);
   MatMul(w.lm_head, normed.data(), rows_out, logits.data(), pool_, activations_);

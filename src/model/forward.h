@@ -98,6 +98,9 @@ class Engine {
 
 // Token-level helpers used by the forward pass (exposed for tests).
 void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* out);
+// Rows of hidden states [rows x dim] through the model's final norm, lm_head's inputs, into `out`
+// (resized to match).
+void ApplyFinalNorm(const Model& model, std::span<const float> hidden, std::vector<float>& out);
 std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant variant = RopeVariant::kDefault);
 
 }  // namespace lowbit

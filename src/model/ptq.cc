@@ -303,13 +303,10 @@ RowVisitor StoreRows(ActivationStore& store, size_t cols) {
 // lm_head's calibration rows: the final norm of the hidden states after the last block.
 RowVisitor FinalNormRows(ActivationStore& store, const Model& model) {
   return [&store, &model](const std::function<void(const float*, size_t)>& fn) {
-    const size_t dim = model.config.dim;
     std::vector<float> normed;
     store.ForEach(false, [&](size_t, BatchActivations& b) {
-      normed.resize(b.hidden.size());
-      for (size_t r = 0; r < b.hidden.size() / dim; ++r)
-        RmsNorm(&b.hidden[r * dim], model.weights.final_norm.data(), dim, model.config.norm_eps, &normed[r * dim]);
-      fn(normed.data(), normed.size() / dim);
+      ApplyFinalNorm(model, b.hidden, normed);
+      fn(normed.data(), normed.size() / model.config.dim);
     });
   };
 }
