@@ -147,6 +147,8 @@ class RowScalesAvx2 {
   // group, and super-block k's fp16 scale times the tensor scale and step (what ForRow multiplies
   // the sub-scales by).
   bool SubScalesFit() const { return whole_supers_; }
+  // Whether any group has a bias (Q8_0's two's complement codes, levels - 128 in the wide form, have none).
+  bool HasBiases() const { return offset_ != 0 || zero_type_ != ZeroType::kNone; }
   const int8_t* SubScales(size_t r) const {
     return reinterpret_cast<const int8_t*>(scales_.data() + r / cell_rows_ * scale_row_bytes_);
   }
@@ -169,6 +171,15 @@ class RowScalesAvx2 {
       return mins ? ForRowOfSupers<8, true>(stored, zeros, supers, use) : ForRowOfSupers<8, false>(stored, zeros, supers, use);
     }
     const __m256 factor = _mm256_set1_ps(factor_), offset = _mm256_set1_ps(offset_);
+    if (type_ == ScaleType::kF16 && zero_type_ == ZeroType::kNone) {
+      // Q8_0, Q4_0, Q5_0, IQ4_NL: the loop below without its two dispatches per 8 groups.
+      for (size_t g = 0; g < groups_; g += 8) {
+        const size_t n = std::min<size_t>(8, groups_ - g);
+        const __m256 s = _mm256_mul_ps(_mm256_cvtph_ps(LoadBytes(stored + 2 * g, 2 * n)), factor);
+        use(g, n, s, _mm256_mul_ps(s, offset));
+      }
+      return;
+    }
     for (size_t g = 0; g < groups_; g += 8) {
       const size_t n = std::min<size_t>(8, groups_ - g);
       __m256 decoded;

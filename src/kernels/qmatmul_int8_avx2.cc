@@ -211,7 +211,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
   const size_t padded_groups = (l.groups + 7) / 8 * 8;
   std::vector<float> scales(padded_groups + 8), biases(padded_groups + 8);  // 8 more: BlockScales reads 4 at a time
   const RowScalesAvx2<kBits, kWide> row_scales(w, l);
-  const bool vector_scales = row_scales.Fits();
+  const bool vector_scales = row_scales.Fits(), has_biases = row_scales.HasBiases();
   // Each token's block scales, whole vectors apart (ForRow's stores), 8 more at the end: LaneScales reads 4.
   const size_t block_stride = (blocks + 7) / 8 * 8;
   std::vector<float> block_scales(kTokens * block_stride + 8);
@@ -251,7 +251,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
       for (size_t t = 0; t < kTokens; ++t) bias_acc[t] = _mm256_setzero_ps();
       row_scales.ForRow(r, [&](size_t g, size_t n, __m256 s, __m256 bias) LOWBIT_AVX2 __attribute__((always_inline)) {
         for (size_t t = 0; t < kTokens; ++t) {
-          bias_acc[t] = _mm256_fmadd_ps(bias, LoadFloats(&a.group_sums[(t0 + t) * l.groups + g], n), bias_acc[t]);
+          if (has_biases) bias_acc[t] = _mm256_fmadd_ps(bias, LoadFloats(&a.group_sums[(t0 + t) * l.groups + g], n), bias_acc[t]);
           if (!kIntScales && blocks_per_group == 1)  // a group is a block
             _mm256_storeu_ps(&block_scales[t * block_stride + g], _mm256_mul_ps(s, LoadFloats(&a.scales[(t0 + t) * blocks + g], n)));
         }
