@@ -188,6 +188,11 @@ LOWBIT_AVX2 void BlockScales(const float* weight_scales, const float* x_scales, 
   for (; b < blocks; ++b) to[b] = weight_scales[b / per_group] * x_scales[b];
 }
 
+// Whether rows spread for integer sub-scales (kIntScales, kSpreadIn) hold each 64 codes as their even
+// codes then their odd ones: where two pair sums of levels times inputs fit int16 (2 * 2 * 63 * 127).
+template <int kBits>
+constexpr bool kEvenOddSpread = kBits <= 6;
+
 // Bytes read past a chunk of 64 codes: SpreadDecoder's last load, else none.
 template <int kBits>
 constexpr size_t kOverread = 8 % kBits == 0 ? 0 : 16 - kBits;
@@ -197,8 +202,8 @@ constexpr size_t kOverread = 8 % kBits == 0 ? 0 : 16 - kBits;
 // super-block are converted and scaled once, as llama.cpp's AVX2 K-quant dots do; otherwise each
 // chunk's int32 sums are converted and scaled by block. kSpreadIn: the rows' 3/5/6/7-bit codes come
 // spread to a byte each (SpreadRows), rows [row_begin, row_end) at `spread_rows`; with kIntScales
-// each chunk's even codes then its odd ones, and `values` (the activations the kernel reads, else
-// a.values) in the same order (EvenOdd).
+// (and kEvenOddSpread) each chunk's even codes then its odd ones, and `values` (the activations the
+// kernel reads, else a.values) in the same order (EvenOdd).
 template <int kBits, bool kLookup, bool kWide, size_t kSplit, size_t kTokens, bool kIntScales, bool kSpreadIn>
 LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8Activations& a, const int8_t* values,
                           size_t t0, size_t row_begin, size_t row_end, const uint8_t* spread_rows, float* y,
@@ -284,7 +289,7 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
           const uint8_t* at = row + c * kChunkBytes;
           _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
           const __m128i sub_bytes = SubScaleBytes<kSplit>(sub + c * kSplit);
-          if constexpr (kSpreadIn) {
+          if constexpr (kSpreadIn && kEvenOddSpread<kBits>) {
             // Even and odd codes: int16 lane j of both halves' pair sums covers codes 4j .. 4j + 3, one
             // group, so the two add before the one vpmaddwd (each at most 2 * 63 * 127: the sum fits).
             const __m256i multipliers = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sub_bytes, EvenOddScaleIndex<kSplit>()));
@@ -438,11 +443,12 @@ void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activati
   // The spread K-quant rows pair even and odd codes (RowsAvx2), their inputs likewise.
   AlignedVector<int8_t> even_odd;
   auto panels = [&]<size_t kSplit, bool kIntScales>() {
-    if (kIntScales && spread_first) {
+    constexpr bool kEvenOddRows = kIntScales && kEvenOddSpread<kBits>;
+    if (kEvenOddRows && spread_first) {
       even_odd.resize(a.values.size());
       EvenOddInputs(a, even_odd.data());
     }
-    const int8_t* values = kIntScales && spread_first ? even_odd.data() : a.values.data();
+    const int8_t* values = kEvenOddRows && spread_first ? even_odd.data() : a.values.data();
     auto tokens = [&]<bool kSpreadIn>(size_t r0, size_t r1) {
       const uint8_t* codes = kSpreadIn ? spread_rows.data() : nullptr;
       size_t t = 0;
@@ -458,7 +464,7 @@ void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activati
       const size_t r1 = std::min(row_end, r0 + panel);
       if constexpr (8 % kBits != 0) {
         if (spread_first) {
-          SpreadRows<kBits, kIntScales>(w, r0, r1, spread_rows.data());
+          SpreadRows<kBits, kEvenOddRows>(w, r0, r1, spread_rows.data());
           tokens.template operator()<true>(r0, r1);
           continue;
         }
