@@ -193,8 +193,9 @@ LOWBIT_AVX2 void BlockScales(const float* weight_scales, const float* x_scales, 
 template <int kBits>
 constexpr bool kEvenOddSpread = kBits <= 6;
 
-// Groups of 4 or 8 tokens on chunks of 2 or 4 blocks with a scale per block: each half's sums summed
-// across lanes 4 tokens at a time (RowsAvx2), where a lone token folds two chunks' blocks.
+// Groups of 4 or 8 tokens on chunks of 2 or 4 blocks, each block under one weight scale (a block is
+// shorter than a chunk only where it is the group): each half's sums summed across lanes 4 tokens at
+// a time (RowsAvx2), where a lone token folds two chunks' blocks.
 template <size_t kSplit, size_t kTokens, bool kIntScales>
 constexpr bool kTokenLanes = !kIntScales && (kSplit == 2 || kSplit == 4) && kTokens % 4 == 0;
 
@@ -262,8 +263,9 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
     for (size_t t = 0; t < kTokens; ++t) token_scales[k * kTokens + t] = a.scales[(t0 + t) * blocks + k * l.shared_blocks];
   // kTokenLanes: the activation scales as the half's blocks and four tokens lie in TokenSums<4>'s lanes
   // (LaneIndex).
-  const bool token_lanes = kTokenLanes<kSplit, kTokens, kIntScales> && blocks_per_group == 1;
-  std::vector<float> lane_scales(token_lanes ? blocks * kTokens : 0);
+  constexpr bool kLanes = kTokenLanes<kSplit, kTokens, kIntScales>;
+  LOWBIT_CHECK(!kLanes || blocks_per_group == 1);
+  std::vector<float> lane_scales(kLanes ? blocks * kTokens : 0);
   for (size_t b = 0; b < lane_scales.size() / kTokens; ++b)
     for (size_t t = 0; t < kTokens; ++t) lane_scales[LaneIndex<kSplit, kTokens>(b, t)] = a.scales[(t0 + t) * blocks + b];
   for (size_t r = row_begin; r < row_end; ++r) {
@@ -276,10 +278,10 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
       row_scales.ForRow(r, [&](size_t g, size_t n, __m256 s, __m256 bias) LOWBIT_AVX2 __attribute__((always_inline)) {
         for (size_t t = 0; t < kTokens; ++t) {
           if (has_biases) bias_acc[t] = _mm256_fmadd_ps(bias, LoadFloats(&a.group_sums[(t0 + t) * l.groups + g], n), bias_acc[t]);
-          if (!kIntScales && blocks_per_group == 1 && !token_lanes)  // a group is a block
+          if (!kIntScales && blocks_per_group == 1 && !kLanes)  // a group is a block
             _mm256_storeu_ps(&block_scales[t * block_stride + g], _mm256_mul_ps(s, LoadFloats(&a.scales[(t0 + t) * blocks + g], n)));
         }
-        if (!kIntScales && (blocks_per_group != 1 || token_lanes)) _mm256_storeu_ps(&scales[g], s);
+        if (!kIntScales && (blocks_per_group != 1 || kLanes)) _mm256_storeu_ps(&scales[g], s);
       });
       for (size_t t = 0; t < kTokens; ++t) {
         if (!kIntScales && blocks_per_group != 1) BlockScales(scales.data(), &a.scales[(t0 + t) * blocks], blocks, blocks_per_group, &block_scales[t * block_stride]);
@@ -347,54 +349,52 @@ LOWBIT_AVX2 void RowsAvx2(const QuantizedTensor& w, const Layout& l, const Int8A
       }
       continue;
     }
-    if constexpr (kTokenLanes<kSplit, kTokens, kIntScales>) {
-      if (token_lanes) {
-        // Four tokens' int32 sums of a half summed across lanes by the hadds of TokenSums<4>, which lay
-        // them side by side: (the half's low block: tokens 0-3 | its high block: tokens 0-3). One
-        // conversion and one FMA per half and 4 tokens, and 1 or 2 accumulators, where the folds of two
-        // chunks held 2 vectors per token and spilled on AVX2's 16 registers.
-        __m256 lane_acc[kTokens / 4];
-        for (auto& v : lane_acc) v = _mm256_setzero_ps();
-        for (size_t c = 0; c < chunks; ++c) {
-          const uint8_t* at = row + c * kChunkBytes;
-          _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
-          auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
-            __m256i levels[kPlanes];
-            half_levels.template operator()<kHalf>(at, levels);
-            const size_t b = c * kSplit + kHalf * kSplit / 2;  // the block of the half's low 128 bits
-            const __m256 weight = kSplit == 4
-                                      ? _mm256_set_m128(_mm_broadcast_ss(&scales[b + 1]), _mm_broadcast_ss(&scales[b]))
-                                      : _mm256_broadcast_ss(&scales[b]);
-            for (size_t q = 0; q < kTokens / 4; ++q) {
-              __m256i sums[4];
-              for (size_t i = 0; i < 4; ++i)
-                sums[i] = HalfSums<kWide, kPlanes>(levels, inputs[4 * q + i] + c * l.chunk + 32 * kHalf, ones);
-              const float* xs = &lane_scales[LaneIndex<kSplit, kTokens>(b, 4 * q)];
-              const __m256 token_scales_of_half =
-                  kSplit == 4 ? _mm256_loadu_ps(xs) : _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xs));
-              const __m256 factors = _mm256_mul_ps(weight, token_scales_of_half);
-              lane_acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(TokenSums<4>(sums)), factors, lane_acc[q]);
-            }
-          };
-          half.template operator()<0>();
-          half.template operator()<1>();
-        }
-        for (size_t q = 0; q < kTokens / 4; ++q) {
-          alignas(32) float lanes[8];
-          _mm256_store_ps(lanes, lane_acc[q]);
-          for (size_t i = 0; i < 4; ++i) y[(t0 + 4 * q + i) * y_stride + r] = lanes[i] + lanes[i + 4] + bias_sums[4 * q + i];
-        }
-        continue;
+    if constexpr (kLanes) {
+      // Four tokens' int32 sums of a half summed across lanes by the hadds of TokenSums<4>, which lay
+      // them side by side: (the half's low block: tokens 0-3 | its high block: tokens 0-3). One
+      // conversion and one FMA per half and 4 tokens, and 1 or 2 accumulators, where the folds of two
+      // chunks held 2 vectors per token and spilled on AVX2's 16 registers.
+      __m256 lane_acc[kTokens / 4];
+      for (auto& v : lane_acc) v = _mm256_setzero_ps();
+      for (size_t c = 0; c < chunks; ++c) {
+        const uint8_t* at = row + c * kChunkBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead), _MM_HINT_T0);
+        auto half = [&]<int kHalf>() LOWBIT_AVX2 __attribute__((always_inline)) {
+          __m256i levels[kPlanes];
+          half_levels.template operator()<kHalf>(at, levels);
+          const size_t b = c * kSplit + kHalf * kSplit / 2;  // the block of the half's low 128 bits
+          const __m256 weight = kSplit == 4
+                                    ? _mm256_set_m128(_mm_broadcast_ss(&scales[b + 1]), _mm_broadcast_ss(&scales[b]))
+                                    : _mm256_broadcast_ss(&scales[b]);
+          for (size_t q = 0; q < kTokens / 4; ++q) {
+            __m256i sums[4];
+            for (size_t i = 0; i < 4; ++i)
+              sums[i] = HalfSums<kWide, kPlanes>(levels, inputs[4 * q + i] + c * l.chunk + 32 * kHalf, ones);
+            const float* xs = &lane_scales[LaneIndex<kSplit, kTokens>(b, 4 * q)];
+            const __m256 token_scales_of_half =
+                kSplit == 4 ? _mm256_loadu_ps(xs) : _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xs));
+            const __m256 factors = _mm256_mul_ps(weight, token_scales_of_half);
+            lane_acc[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(TokenSums<4>(sums)), factors, lane_acc[q]);
+          }
+        };
+        half.template operator()<0>();
+        half.template operator()<1>();
       }
+      for (size_t q = 0; q < kTokens / 4; ++q) {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, lane_acc[q]);
+        for (size_t i = 0; i < 4; ++i) y[(t0 + 4 * q + i) * y_stride + r] = lanes[i] + lanes[i + 4] + bias_sums[4 * q + i];
+      }
+      continue;
     }
     __m256 acc[kTokens][2];
     for (size_t t = 0; t < kTokens; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     size_t c = 0;
-    if constexpr (!kIntScales && (kSplit == 2 || kSplit == 4)) {
-      // A lone token (or tokens under scales that span blocks), two chunks at a time: each half's int32
-      // lanes folded by vphaddd, twice, into one vector of one sum per block (FoldedBlockScales gives
-      // the order), converted and scaled once per 2 kSplit blocks. A conversion and an FMA per block and
-      // token ran on the same two ports as the dots themselves; the folds run mostly on the shuffle port.
+    if constexpr (!kIntScales && (kSplit == 2 || kSplit == 4) && kTokens == 1) {
+      // A lone token, two chunks at a time: each half's int32 lanes folded by vphaddd, twice, into one
+      // vector of one sum per block (FoldedBlockScales gives the order), converted and scaled once per
+      // 2 kSplit blocks. A conversion and an FMA per block ran on the same two ports as the dots
+      // themselves; the folds run mostly on the shuffle port.
       for (; c + 2 <= chunks; c += 2) {
         __m256i folded[2][kTokens];  // per chunk: hadd(half 0, half 1)
         auto chunk = [&]<int kChunk>() LOWBIT_AVX2 __attribute__((always_inline)) {
@@ -512,9 +512,8 @@ void DispatchSplit(const QuantizedTensor& w, const Layout& l, const Int8Activati
       const uint8_t* codes = kSpreadIn ? spread_rows.data() : nullptr;
       size_t t = 0;
       if constexpr (kIntScales || kTokenLanes<kSplit, 8, kIntScales>)
-        if (kIntScales || l.group == l.block)  // token lanes: a scale per block
-          for (; t + 8 <= a.n_tokens; t += 8)
-            RowsAvx2<kBits, kLookup, kWide, kSplit, 8, kIntScales, kSpreadIn>(w, l, a, values, t, r0, r1, codes, y, y_stride);
+        for (; t + 8 <= a.n_tokens; t += 8)
+          RowsAvx2<kBits, kLookup, kWide, kSplit, 8, kIntScales, kSpreadIn>(w, l, a, values, t, r0, r1, codes, y, y_stride);
       for (; t + 4 <= a.n_tokens; t += 4)
         RowsAvx2<kBits, kLookup, kWide, kSplit, 4, kIntScales, kSpreadIn>(w, l, a, values, t, r0, r1, codes, y, y_stride);
       for (; t < a.n_tokens; ++t)
