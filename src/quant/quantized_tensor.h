@@ -107,10 +107,12 @@ class QuantizedTensor {
   uint64_t rows_, cols_;
   ScaleGrid grid_;
   size_t row_bytes_;
-  AlignedVector<uint8_t> codes_;  // rows start on cache lines whenever row_bytes is a multiple of 64
-  std::vector<uint8_t> scales_;
-  std::vector<uint8_t> zeros_;
-  std::vector<uint8_t> super_;
+  // Huge pages for large tensors (core/aligned.h); rows start on cache lines whenever row_bytes is a
+  // multiple of 64.
+  HugePageVector<uint8_t> codes_;
+  HugePageVector<uint8_t> scales_;
+  HugePageVector<uint8_t> zeros_;
+  HugePageVector<uint8_t> super_;
   uint64_t supers_per_row_ = 0;
   float tensor_scale_ = 1.0f;
   std::vector<float> decode_table_;  // 256 entries for <= 8-bit codes
