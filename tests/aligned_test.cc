@@ -71,5 +71,33 @@ TEST(HugePageVector, LargeBuffersStartOnAHugePageAdvisedForTransparentHugePages)
   EXPECT_FALSE(after.found && after.flags.find(" hg") != std::string::npos) << after.flags;
 }
 
+TEST(HugePageArena, BuffersAreAlignedDisjointAndInOrderWithinAChunk) {
+  HugePageArena arena(kHugePageBytes);
+  HugePageVector<uint8_t> first{HugePageAllocator<uint8_t>(&arena)}, second{HugePageAllocator<uint8_t>(&arena)};
+  second.assign(3 * kHugePageBytes, 2);  // larger than a chunk: a chunk of its own, first
+  first.assign(1000, 1);
+  HugePageVector<uint8_t> third(100, 3, HugePageAllocator<uint8_t>(&arena));
+  for (const HugePageVector<uint8_t>* v : {&first, &second, &third})
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v->data()) % kCacheLine, 0u);
+  EXPECT_EQ(first.back(), 1);
+  EXPECT_EQ(second.front(), 2);
+  EXPECT_EQ(second.back(), 2);
+  EXPECT_EQ(third.back(), 3);
+  if (MapsHugePages()) {
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first.data()) % kHugePageBytes, 0u);  // a chunk's start
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(second.data()) % kHugePageBytes, 0u);
+    EXPECT_EQ(third.data(), first.data() + 1024);  // next in the first chunk, on the next cache line
+    EXPECT_NE(MappingOf(first.data()).flags.find(" hg"), std::string::npos);
+  }
+  // A copy owns its buffer (no arena); a move keeps the arena's.
+  const HugePageVector<uint8_t> copy = first;
+  EXPECT_EQ(copy.get_allocator().arena, nullptr);
+  EXPECT_EQ(copy, first);
+  const uint8_t* at = first.data();
+  const HugePageVector<uint8_t> moved = std::move(first);
+  EXPECT_EQ(moved.data(), at);
+  EXPECT_EQ(moved.get_allocator().arena, &arena);
+}
+
 }  // namespace
 }  // namespace lowbit

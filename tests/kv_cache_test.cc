@@ -134,6 +134,52 @@ TEST(KvCache, ClearedCacheReusesItsBlocksAndReadsLikeAFreshOne) {
   }
 }
 
+// Blocks live in the cache's own arena: a copy (batched decode copies a prefilled cache) must read as
+// the original, and positions written to either later must not show in the other.
+TEST(KvCache, ACopyReadsAsTheOriginalAndWritesApartFromIt) {
+  const size_t positions = 70, shared = 40;  // the copy is taken after 40 positions
+  const Filled a = Fill(KvDtype::kInt4, positions, 5), b = Fill(KvDtype::kInt4, positions, 6);
+  const ModelConfig c = SmallConfig();
+  KvCacheOptions o;
+  o.dtype = KvDtype::kInt4;
+  o.block_tokens = 16;
+  o.recent_tokens = 16;
+  KvCache original(c, positions, o);
+  const auto write = [&](KvCache& cache, const Filled& from, size_t begin, size_t end) {
+    for (size_t p = begin; p < end; ++p) {
+      for (size_t l = 0; l < c.n_layers; ++l) {
+        const size_t at = (l * positions + p) * c.kv_dim();
+        cache.Write(l, p, &from.k[at], &from.v[at]);
+      }
+      cache.Advance(1);
+    }
+  };
+  write(original, a, 0, shared);
+  KvCache copy = original;
+  write(original, a, shared, positions);  // the original goes on as a did
+  write(copy, b, shared, positions);      // the copy as b did from there
+  std::vector<float> x(16 * 32), y(16 * 32), z(16 * 32);
+  for (size_t l = 0; l < c.n_layers; ++l)
+    for (size_t h = 0; h < c.n_kv_heads; ++h)
+      for (size_t p = 0; p < positions; ++p)
+        for (const bool key : {true, false}) {
+          const auto read = [&](const KvCache& cache, std::vector<float>& scratch) {
+            return key ? cache.ReadK(l, h, p, p + 1, positions - 1, scratch.data())
+                       : cache.ReadV(l, h, p, p + 1, positions - 1, scratch.data());
+          };
+          const KvCache::Tile mine = read(original, x), theirs = read(copy, y), as_a = read(a.cache, z);
+          for (size_t i = 0; i < c.head_dim; ++i) {
+            ASSERT_EQ(mine.data[i], as_a.data[i]) << "layer " << l << " pos " << p << " key " << key;
+            const float written = (key ? b.k : b.v)[(l * positions + p) * c.kv_dim() + h * c.head_dim + i];
+            if (p >= 48) {  // the copy's own exact window (fp16), b's values
+              ASSERT_NEAR(theirs.data[i], written, 4.5 * 0x1p-11) << "pos " << p;
+            } else if (p < 32) {  // blocks quantized before the copy: a's
+              ASSERT_EQ(theirs.data[i], as_a.data[i]) << "pos " << p;
+            }
+          }
+        }
+}
+
 TEST(KvCache, DtypeNamesRoundTripAndUnknownNamesFail) {
   for (const KvDtype d : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16, KvDtype::kFp8E4M3, KvDtype::kFp8E5M2,
                           KvDtype::kInt8, KvDtype::kInt4, KvDtype::kInt2})

@@ -59,4 +59,30 @@ bool MapsHugePages() { return false; }
 
 #endif
 
+HugePageArena::~HugePageArena() {
+  for (const Chunk& c : chunks_) FreeHugePages(c.base, c.bytes);
+}
+
+void* HugePageArena::Allocate(std::size_t bytes) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (!MapsHugePages()) {  // each buffer alone, where AddressSanitizer sees past its end
+    chunks_.push_back({AllocateHugePages(bytes), bytes});
+    return chunks_.back().base;
+  }
+  bytes = RoundUp(bytes, kCacheLine);
+  if (bytes > chunk_bytes_) {  // a chunk of its own; the one being filled stays so
+    chunks_.push_back({AllocateHugePages(bytes), bytes});
+    return chunks_.back().base;
+  }
+  if (bytes > left_) {
+    chunks_.push_back({AllocateHugePages(chunk_bytes_), chunk_bytes_});
+    next_ = static_cast<char*>(chunks_.back().base);
+    left_ = chunk_bytes_;
+  }
+  void* p = next_;
+  next_ += bytes;
+  left_ -= bytes;
+  return p;
+}
+
 }  // namespace lowbit

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <mutex>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 namespace lowbit {
@@ -43,26 +45,61 @@ void FreeHugePages(void* p, std::size_t bytes);
 // sees overflows past a buffer's end).
 bool MapsHugePages();
 
-// Like CacheAlignedAllocator, but buffers of kHugePageBytes and more come from AllocateHugePages.
-// For long-lived storage only: a mapping is created and zeroed per allocation, which transient
-// buffers (activations, scratch) should not pay at every call.
+// Many small buffers that live as long as their owner (a KV cache's blocks: 16-64 KiB each, which
+// the heap scatters over pages of their own), carved in order from huge-page chunks of
+// AllocateHugePages and given back all together when the arena goes. A reader streaming over all of
+// them then walks few pages: decode attention at ctx 16384 over an int4 cache took 1.13x as long with
+// its blocks on the heap. Chunks are mapped as needed; only the pages written become resident.
+class HugePageArena {
+ public:
+  explicit HugePageArena(std::size_t chunk_bytes = 16 * kHugePageBytes) : chunk_bytes_(chunk_bytes) {}
+  ~HugePageArena();
+  HugePageArena(const HugePageArena&) = delete;
+  HugePageArena& operator=(const HugePageArena&) = delete;
+  void* Allocate(std::size_t bytes);  // cache-aligned; thread-safe
+
+ private:
+  struct Chunk {
+    void* base;
+    std::size_t bytes;
+  };
+  std::size_t chunk_bytes_;
+  std::mutex mutex_;
+  std::vector<Chunk> chunks_;
+  char* next_ = nullptr;  // the chunk being filled: its next free byte, and the bytes left after it
+  std::size_t left_ = 0;
+};
+
+// Like CacheAlignedAllocator, but buffers of kHugePageBytes and more come from AllocateHugePages,
+// and with an arena every buffer comes from it (freed with the arena). For long-lived storage only:
+// a mapping is created and zeroed per large buffer, which transient ones (activations, scratch)
+// should not pay at every call. A copy of a container takes no arena.
 template <class T>
 struct HugePageAllocator {
   using value_type = T;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  using is_always_equal = std::false_type;
+  HugePageArena* arena = nullptr;
+
   HugePageAllocator() = default;
+  explicit HugePageAllocator(HugePageArena* a) : arena(a) {}
   template <class U>
-  HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: rebinding converts implicitly
+  HugePageAllocator(const HugePageAllocator<U>& other) : arena(other.arena) {}  // NOLINT: rebinding converts
+  HugePageAllocator select_on_container_copy_construction() const { return {}; }
   T* allocate(std::size_t n) {
+    if (arena) return static_cast<T*>(arena->Allocate(n * sizeof(T)));
     if (n * sizeof(T) >= kHugePageBytes) return static_cast<T*>(AllocateHugePages(n * sizeof(T)));
     return CacheAlignedAllocator<T>().allocate(n);
   }
   void deallocate(T* p, std::size_t n) {
+    if (arena) return;  // the arena's chunks go with it
     if (n * sizeof(T) >= kHugePageBytes) return FreeHugePages(p, n * sizeof(T));
     CacheAlignedAllocator<T>().deallocate(p, n);
   }
   template <class U>
-  bool operator==(const HugePageAllocator<U>&) const {
-    return true;
+  bool operator==(const HugePageAllocator<U>& other) const {
+    return arena == other.arena;
   }
 };
 

@@ -102,10 +102,11 @@ void KvCache::Clear() {
     for (auto& rows : *recent) rows.clear();
 }
 
-KvCache::Block KvCache::NewBlock(size_t layer) const {
+KvCache::Block KvCache::NewBlock(size_t layer, HugePageArena* arena) const {
   const size_t b = options_.block_tokens, kv = config_.kv_dim(), rows = config_.n_kv_heads * b;
-  Block block{k_transposed_ ? QuantizedTensor(k_scheme_, kv, b) : QuantizedTensor(k_scheme_, rows, config_.head_dim),
-              QuantizedTensor(v_scheme_, rows, config_.head_dim)};
+  Block block{k_transposed_ ? QuantizedTensor(k_scheme_, kv, b, arena)
+                            : QuantizedTensor(k_scheme_, rows, config_.head_dim, arena),
+              QuantizedTensor(v_scheme_, rows, config_.head_dim, arena)};
   SetLayerScales(block, layer);
   return block;
 }
@@ -122,7 +123,7 @@ KvCache::Block& KvCache::BlockAt(size_t layer, size_t pos) {
   while (table.size() <= index) {
     if (free_blocks_.empty()) {
       table.push_back(static_cast<uint32_t>(blocks_.size()));
-      blocks_.push_back(NewBlock(layer));
+      blocks_.push_back(NewBlock(layer, arena_.arena.get()));
     } else {  // every position is written before it is read, so only per-layer state needs resetting
       table.push_back(free_blocks_.back());
       free_blocks_.pop_back();
@@ -319,7 +320,7 @@ size_t KvCache::bytes() const {
 }
 
 double KvCache::BytesPerToken() const {
-  const Block block = NewBlock(0);
+  const Block block = NewBlock(0, nullptr);
   return static_cast<double>(block.k.storage_bytes() + block.v.storage_bytes()) * config_.n_layers /
          static_cast<double>(options_.block_tokens);
 }

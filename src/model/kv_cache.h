@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -80,7 +81,7 @@ class KvCache {
     QuantizedTensor k, v;
   };
   bool kivi() const { return options_.dtype == KvDtype::kInt4 || options_.dtype == KvDtype::kInt2; }
-  Block NewBlock(size_t layer) const;
+  Block NewBlock(size_t layer, HugePageArena* arena) const;
   void SetLayerScales(Block& block, size_t layer) const;  // FP8: the layer's static scales
   Block& BlockAt(size_t layer, size_t pos);
   // int4 / int2: positions before this limit are read quantized by a token at `reader`.
@@ -92,6 +93,17 @@ class KvCache {
   KvCacheOptions options_;
   size_t capacity_, size_ = 0;
   std::vector<std::vector<uint32_t>> block_table_;  // [layer][block] -> index into blocks_
+  // The blocks' storage, on huge pages (a copy of the cache gets an arena of its own; its copied
+  // blocks are on the heap).
+  struct Arena {
+    std::unique_ptr<HugePageArena> arena = std::make_unique<HugePageArena>();
+    Arena() = default;
+    Arena(const Arena&) : Arena() {}
+    Arena& operator=(const Arena&) { return *this; }
+    Arena(Arena&&) = default;
+    Arena& operator=(Arena&&) = default;
+  };
+  Arena arena_;  // before blocks_, which it outlives
   std::vector<Block> blocks_;
   std::vector<uint32_t> free_blocks_;  // indices into blocks_ released by Clear or by sliding windows
   static constexpr uint32_t kReleased = UINT32_MAX;  // a block table entry whose block went back to the pool

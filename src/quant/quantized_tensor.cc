@@ -11,9 +11,11 @@
 
 namespace lowbit {
 
-QuantizedTensor::QuantizedTensor(QuantScheme scheme, uint64_t rows, uint64_t cols)
+QuantizedTensor::QuantizedTensor(QuantScheme scheme, uint64_t rows, uint64_t cols, HugePageArena* arena)
     : scheme_(std::move(scheme)), rows_(rows), cols_(cols), grid_(scheme_.Grid(rows, cols)),
-      row_bytes_(PackedBytes(cols, scheme_.element->bits)) {
+      row_bytes_(PackedBytes(cols, scheme_.element->bits)), codes_(HugePageAllocator<uint8_t>(arena)),
+      scales_(HugePageAllocator<uint8_t>(arena)), zeros_(HugePageAllocator<uint8_t>(arena)),
+      super_(HugePageAllocator<uint8_t>(arena)) {
   scheme_.ValidateShape(rows, cols, "tensor");
   codes_.resize(CheckedMul(rows, row_bytes_, "codes"));
   scales_.resize(grid_.cells() * ScaleBits(scheme_.scale_type) / 8);
