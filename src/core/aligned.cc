@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "core/checked_math.h"
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -25,7 +27,7 @@ namespace {
 
 constexpr std::size_t kSmallPage = 4096;
 
-std::uintptr_t RoundUp(std::uintptr_t n, std::uintptr_t unit) { return (n + unit - 1) / unit * unit; }
+std::uintptr_t RoundUp(std::uintptr_t n, std::uintptr_t unit) { return CeilDiv(n, unit) * unit; }
 
 }  // namespace
 

@@ -30,7 +30,7 @@ const std::array<float, 256>& ScaleTable(ScaleType t);
 
 class QuantizedTensor {
  public:
-  // With an arena, the codes, scales and zeros are carved from it (core/aligned.h): a KV cache's blocks.
+  // With an arena, the codes, scales, zeros and super-scales are carved from it (core/aligned.h): a KV cache's blocks.
   QuantizedTensor(QuantScheme scheme, uint64_t rows, uint64_t cols, HugePageArena* arena = nullptr);
 
   const QuantScheme& scheme() const { return scheme_; }
