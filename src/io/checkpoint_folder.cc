@@ -214,13 +214,15 @@ void CheckQuantizedModelTarget(const ModelConfig& config, const fs::path& out_di
          "from the source folder, which has none (GGUF sources are written through the folder they came from; "
          "llama2.c sources are not supported yet)",
          source_dir.empty() ? std::string("model source") : source_dir.string());
-  // Adjacent-pair RoPE means Q/K rows in llama.cpp's permuted order; stored under HF names they
-  // would be read as rotate-half and silently give wrong logits (GgufSourceFolder puts them back first).
-  if (config.rope_style != RopeStyle::kHalf)
+  // Adjacent-pair RoPE where the architecture rotates halves means Q/K rows in llama.cpp's permuted order;
+  // stored under HF names they would be read as rotate-half and silently give wrong logits
+  // (GgufSourceFolder puts them back first). DeepSeek's checkpoints rotate adjacent pairs themselves.
+  const fs::path source_config = source_dir / "config.json";
+  const ModelConfig source = ReadHfConfig(source_config);
+  if (config.rope_style != source.rope_style)
     Fail("{}: the model uses adjacent-pair RoPE (GGUF / llama2.c row order); writing it as a Hugging Face "
          "checkpoint needs the Q/K rows in rotate-half order", out);
-  const fs::path source_config = source_dir / "config.json";
-  CheckSameArchitecture(ReadHfConfig(source_config), config, source_config.string());
+  CheckSameArchitecture(source, config, source_config.string());
 }
 
 void CopySideFiles(const fs::path& source_dir, const fs::path& dest) {

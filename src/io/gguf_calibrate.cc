@@ -41,7 +41,7 @@ std::vector<std::vector<std::byte>> GgufLayerCalibrator::QuantizeLayer(size_t l,
     hessians.emplace_back(linears[4 + 3 * unit].linear->rows());
     input_of.insert(input_of.end(), {in, in, in + 1});
   }
-  const bool moe = !lw.experts.empty(), shared = !lw.shared_gate.empty();
+  const bool moe = !lw.experts.empty(), shared = lw.shared_expert();
   std::vector<float> input, rows, gate, up;
   const auto add_unit = [&](size_t unit, const float* x, size_t n) {  // unit `unit`'s two Hessians on rows x
     if (n == 0) return;

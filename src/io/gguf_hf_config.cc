@@ -36,6 +36,14 @@ OrderedJson RopeScalingJson(const RopeScaling& s) {
               {"long_factor", s.long_factor},
               {"original_max_position_embeddings", s.original_max_position},
               {"attention_factor", Decimal(s.attention_factor)}};
+    case RopeScalingType::kYarn:
+      return {{"rope_type", "yarn"},
+              {"factor", Decimal(s.factor)},
+              {"original_max_position_embeddings", s.original_max_position},
+              {"beta_fast", Decimal(s.beta_fast)},
+              {"beta_slow", Decimal(s.beta_slow)},
+              {"truncate", s.truncate},
+              {"attention_factor", Decimal(s.attention_factor)}};
   }
   return nullptr;
 }

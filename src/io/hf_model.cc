@@ -146,10 +146,15 @@ class HfTensors {
     std::vector<std::string> unused;
     for (const std::string& name : model_.names()) {
       if (dense.contains(name) || optional.contains(name) || (tied_lm_head_ && name == lm_head + ".weight")) continue;
-      if (const std::optional<uint64_t> block = BlockOf(name, names_.layers()); block && *block >= c.n_layers)
+      const std::optional<uint64_t> block = BlockOf(name, names_.layers());
+      if (block && *block >= c.n_layers && *block < uint64_t{c.n_layers} + c.nextn_layers) {
+        unused.push_back(name);  // multi-token prediction: not run
+        continue;
+      }
+      if (block && *block >= c.n_layers)
         Fail("{}: tensor '{}' belongs to block {}, but {}: num_hidden_layers is {}; the checkpoint and its "
              "config.json disagree on the model's depth", FileOf(name), name, *block, config, c.n_layers);
-      const bool ours = BlockOf(name, names_.layers()).has_value() ||
+      const bool ours = block.has_value() ||
                         std::ranges::any_of(names_.ends(), [&](const std::string& p) { return name.starts_with(p); });
       if (ours && !name.ends_with(".inv_freq"))  // inv_freq: a RoPE buffer, recomputed from rope_theta
         Fail("{}: tensor '{}' is not part of a {} model as {} describes it, and would be ignored", FileOf(name), name,

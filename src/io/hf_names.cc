@@ -27,11 +27,17 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
     v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.head_dim}});
     v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.head_dim}});
   }
+  if (c.mla()) {
+    if (c.q_lora_rank > 0) v.push_back({"self_attn.q_a_layernorm.weight", &LayerWeights::q_a_norm, {c.q_lora_rank}});
+    v.push_back({"self_attn.kv_a_layernorm.weight", &LayerWeights::kv_a_norm, {c.kv_lora_rank}});
+  }
   if (c.moe(layer)) {
     v.push_back({IsMixtral(c) ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", &LayerWeights::router,
                  {c.n_experts, c.dim}, false});
-    if (c.shared_expert_ffn_dim > 0)
+    if (c.shared_expert_ffn_dim > 0 && c.shared_expert_gated)
       v.push_back({"mlp.shared_expert_gate.weight", &LayerWeights::shared_gate, {1, c.dim}, false});
+    if (c.router_bias)
+      v.push_back({"mlp.gate.e_score_correction_bias", &LayerWeights::router_bias, {c.n_experts}, false});
   }
   return v;
 }

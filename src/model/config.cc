@@ -62,6 +62,30 @@ void ModelConfig::Validate(const std::string& source) const {
            experts_per_token, n_experts);
     need(sparse_layers.empty() || sparse_layers.size() == n_layers, "the sparse-layer list needs one entry per layer");
     need(activation == FfnActivation::kSilu, "experts run SwiGLU (hidden_act silu)");
+    if (expert_groups > 0) {
+      if (n_experts % expert_groups != 0)
+        Fail("{}: invalid model config: n_group ({}) must divide the {} experts", source, expert_groups, n_experts);
+      if (expert_groups_used == 0 || expert_groups_used > expert_groups)
+        Fail("{}: invalid model config: topk_group is {}, but it must be between 1 and n_group ({})", source,
+             expert_groups_used, expert_groups);
+      if (uint64_t{expert_groups_used} * (n_experts / expert_groups) < experts_per_token)
+        Fail("{}: invalid model config: topk_group ({}) groups of {} experts hold fewer than num_experts_per_tok ({})",
+             source, expert_groups_used, n_experts / expert_groups, experts_per_token);
+      need(group_score != GroupScore::kBestTwoSum || n_experts / expert_groups >= 2,
+           "groups scored by their best two experts need at least two experts each");
+    }
+    need(routed_scale > 0 && std::isfinite(routed_scale), "routed_scaling_factor must be positive");
+  }
+  if (mla()) {
+    at_most(kv_lora_rank, 1u << 12, "kv_lora_rank");
+    at_most(q_lora_rank, 1u << 14, "q_lora_rank");
+    at_most(qk_nope_dim, 1u << 12, "qk_nope_head_dim");
+    at_most(v_head_dim, 1u << 12, "v_head_dim");
+    need(qk_nope_dim > 0 && v_head_dim > 0, "qk_nope_head_dim and v_head_dim must be positive");
+    need(n_kv_heads == 1 && head_dim == kv_lora_rank + rope_dims(),
+         "latent attention caches one latent of kv_lora_rank + qk_rope_head_dim per token");
+    need(!qk_norm && !qkv_bias && sliding_window == 0 && attn_softcap == 0,
+         "latent attention has no q/k norms, q/k/v biases, sliding windows or soft-capping");
   }
   need(bos_id < static_cast<int32_t>(vocab_size) && eos_id < static_cast<int32_t>(vocab_size),
        "bos/eos token ids must be inside the vocabulary");
@@ -76,12 +100,20 @@ namespace {
 constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
-    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model)";
+    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
+    "DeepseekV3ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
          arch == "Qwen3MoeForCausalLM";
 }
+
+bool IsDeepSeek(const std::string& arch) {
+  return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM";
+}
+
+// YaRN's attention magnitude scale for a context `scale` times the original (transformers' get_mscale).
+double YarnMscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 bool IsGemma(const std::string& arch) {
   return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
@@ -126,8 +158,30 @@ void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScal
       if (!(f > 0)) rs["short_factor"].Fail("every factor must be positive");
     for (const float f : out.long_factor)
       if (!(f > 0)) rs["long_factor"].Fail("every factor must be positive");
+  } else if (type == "yarn") {  // transformers' _compute_yarn_parameters
+    out.type = RopeScalingType::kYarn;
+    const uint32_t max_position = config.Get<uint32_t>("max_position_embeddings", 2048);
+    out.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings",
+                                                  config.Get<uint32_t>("original_max_position_embeddings", max_position));
+    if (out.original_max_position == 0) rs["original_max_position_embeddings"].Fail("must be positive");
+    const double factor = rs.Has("factor") ? rs.Get<double>("factor")
+                                           : static_cast<double>(max_position) / out.original_max_position;
+    if (!(factor > 0)) rs["factor"].Fail("must be positive");
+    out.factor = static_cast<float>(factor);
+    // A zero or null beta takes its default, as transformers' `or` does.
+    out.beta_fast = rs.Get<float>("beta_fast", 0.0f);
+    out.beta_slow = rs.Get<float>("beta_slow", 0.0f);
+    if (out.beta_fast == 0) out.beta_fast = 32;
+    if (out.beta_slow == 0) out.beta_slow = 1;
+    out.truncate = rs.Get<bool>("truncate", true);
+    const double mscale = rs.Get<double>("mscale", 0.0), all_dims = rs.Get<double>("mscale_all_dim", 0.0);
+    out.attention_factor = static_cast<float>(
+        rs.Has("attention_factor") ? rs.Get<double>("attention_factor")
+        : mscale != 0 && all_dims != 0 ? YarnMscale(factor, mscale) / YarnMscale(factor, all_dims)
+                                      : YarnMscale(factor, 1.0));
+    if (!(out.attention_factor > 0)) rs["attention_factor"].Fail("must be positive");
   } else {
-    rs.Fail(fmt::format("rope type '{}' is not supported (supported: default, llama3, linear, longrope)", type));
+    rs.Fail(fmt::format("rope type '{}' is not supported (supported: default, llama3, linear, longrope, yarn)", type));
   }
 }
 
@@ -243,6 +297,65 @@ void ReadExperts(ModelConfig& c, const JsonView& j) {
   if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
 }
 
+// DeepSeek-V2/V3: latent attention (config.h), layers from first_k_dense_replace on sparse, the routing
+// of DeepseekV2TopkRouter / DeepseekV3TopkRouter, n_shared_experts ungated experts of the experts'
+// width, and the softmax scale 1 / sqrt(qk_head_dim) times YaRN's mscale(factor, mscale_all_dim)^2.
+void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
+  const bool v3 = c.architecture == "DeepseekV3ForCausalLM";
+  c.q_lora_rank = j.Get<uint32_t>("q_lora_rank", 0);
+  c.kv_lora_rank = j.Get<uint32_t>("kv_lora_rank");
+  c.qk_nope_dim = j.Get<uint32_t>("qk_nope_head_dim");
+  c.v_head_dim = j.Get<uint32_t>("v_head_dim");
+  const uint32_t rope = j.Get<uint32_t>("qk_rope_head_dim");
+  if (c.kv_lora_rank == 0) j["kv_lora_rank"].Fail("must be positive");
+  if (rope == 0 || rope % 2 != 0) j["qk_rope_head_dim"].Fail("must be positive and even");
+  if (j.Has("num_key_value_heads") && j.Get<uint32_t>("num_key_value_heads") != c.n_heads)
+    j["num_key_value_heads"].Fail("must equal num_attention_heads in latent attention");
+  // Rotate adjacent pairs: V2 views them as complex numbers, V3 as interleaved pairs (rope_interleave);
+  // with rope_interleave false V3 rotates halves.
+  c.rope_style = !v3 || j.Get<bool>("rope_interleave", true) ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+  c.head_dim = c.kv_lora_rank + rope;
+  c.rotary_dim = rope;
+  c.n_kv_heads = 1;
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_dim + rope));
+  const char* rope_key = j.Has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (c.rope_scaling.type != RopeScalingType::kNone && j.Has(rope_key)) {
+    const double all_dims = j[rope_key].Get<double>("mscale_all_dim", 0.0);
+    if (all_dims != 0) scale *= std::pow(YarnMscale(c.rope_scaling.factor, all_dims), 2);
+  }
+  c.query_scale = static_cast<float>(scale);
+  c.nextn_layers = j.Get<uint32_t>("num_nextn_predict_layers", 0);
+
+  c.n_experts = j.Get<uint32_t>("n_routed_experts", 0);
+  if (c.n_experts == 0) return;  // every layer dense
+  c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
+  c.expert_ffn_dim = j.Get<uint32_t>("moe_intermediate_size");
+  c.shared_expert_ffn_dim = j.Get<uint32_t>("n_shared_experts", 0) * c.expert_ffn_dim;
+  c.shared_expert_gated = false;
+  c.routed_scale = j.Get<float>("routed_scaling_factor", 1.0f);
+  const uint32_t dense = j.Get<uint32_t>("first_k_dense_replace", 0);
+  const uint32_t step = j.Get<uint32_t>("moe_layer_freq", 1);
+  if (step == 0) j["moe_layer_freq"].Fail("must be positive");
+  c.sparse_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = i >= dense && i % step == 0;
+  if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
+  const std::string method = j.Get<std::string>("topk_method", v3 ? "noaux_tc" : "greedy");
+  if (v3) {
+    if (method != "noaux_tc") j["topk_method"].Fail(fmt::format("'{}' is not DeepSeek-V3's routing (noaux_tc)", method));
+    c.router_scoring = RouterScoring::kSigmoid;
+    c.router_bias = true;
+    c.group_score = GroupScore::kBestTwoSum;
+    c.norm_expert_weights = j.Get<bool>("norm_topk_prob", true);
+  } else if (method != "greedy" && method != "group_limited_greedy") {
+    j["topk_method"].Fail(fmt::format("'{}' is not supported (greedy, group_limited_greedy)", method));
+  }
+  if (v3 || method == "group_limited_greedy") {
+    c.expert_groups = j.Get<uint32_t>("n_group");
+    c.expert_groups_used = j.Get<uint32_t>("topk_group");
+    if (c.expert_groups == 0) j["n_group"].Fail("must be positive");
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -253,7 +366,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
-      !IsGemma(c.architecture))
+      !IsGemma(c.architecture) && !IsDeepSeek(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -287,6 +400,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "MixtralForCausalLM" || c.architecture == "Qwen2MoeForCausalLM" ||
       c.architecture == "Qwen3MoeForCausalLM")
     ReadExperts(c, j);
+  if (IsDeepSeek(c.architecture)) ReadDeepSeek(c, j);
   if (gemma) {
     c.norm_plus_one = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

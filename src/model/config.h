@@ -1,7 +1,8 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
-// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3), Gemma 1/2/3 and the
-// mixtures of experts Mixtral and Qwen2/3-MoE, whose differences are fields here (activation, norm
-// placement, soft-capping, sliding windows, RoPE variants, experts), not separate model classes.
+// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3), Gemma 1/2/3, the mixtures of
+// experts Mixtral and Qwen2/3-MoE, and DeepSeek-V2/V3 (latent attention), whose differences are
+// fields here (activation, norm placement, soft-capping, sliding windows, RoPE variants, experts,
+// latent attention), not separate model classes.
 // Validate() checks the invariants the forward pass relies on.
 #pragma once
 
@@ -30,6 +31,8 @@ enum class RopeScalingType : uint8_t {
   kLlama3,    // Llama 3.1+: frequency-dependent division by `factor`
   kLinear,    // position interpolation: every frequency divided by `factor` (Gemma 3's global layers)
   kLongRope,  // Phi-3: per-frequency divisors, short or long by context size, and an attention factor
+  kYarn,      // YaRN (DeepSeek-V2/V3, Qwen's long-context configs): low frequencies divided by `factor`, high
+              // ones kept, a linear ramp between, and an attention factor
 };
 
 struct RopeScaling {
@@ -37,12 +40,17 @@ struct RopeScaling {
   float factor = 0;  // llama3, linear
   float low_freq_factor = 1;
   float high_freq_factor = 4;
-  uint32_t original_max_position = 8192;  // llama3, longrope
+  uint32_t original_max_position = 8192;  // llama3, longrope, yarn
+  float beta_fast = 32, beta_slow = 1;    // yarn: the ramp's ends, in rotations over the original context
+  bool truncate = true;                   // yarn: the ramp's ends rounded out to whole dimensions
   // longrope: divisors of each frequency [rotary_dim / 2]; the long ones serve contexts (KV cache
   // capacities) longer than original_max_position, as llama.cpp picks them by n_ctx.
   std::vector<float> short_factor, long_factor;
-  float attention_factor = 1;  // longrope: RoPE's cos and sin are multiplied by it
+  float attention_factor = 1;  // longrope, yarn: RoPE's cos and sin are multiplied by it
 };
+
+enum class RouterScoring : uint8_t { kSoftmax, kSigmoid };
+enum class GroupScore : uint8_t { kBestExpert, kBestTwoSum };
 
 enum class FfnActivation : uint8_t {
   kSilu,      // SwiGLU
@@ -91,10 +99,40 @@ struct ModelConfig {
   bool norm_expert_weights = false;
   uint32_t shared_expert_ffn_dim = 0;  // 0 = no shared expert
   std::vector<uint8_t> sparse_layers;  // which layers are sparse (Qwen's mlp_only_layers); empty = all
+  // DeepSeek-V2/V3 routing: softmax or sigmoid scores; with expert_groups > 0 a token only picks from the
+  // expert_groups_used groups (of n_experts / expert_groups) that score best (V2: a group's best expert;
+  // V3: the sum of its best two); V3 adds a per-expert bias (LayerWeights::router_bias) to the scores
+  // that choose, not to the weights; the chosen weights are multiplied by routed_scale. Their shared
+  // experts (mlp.shared_experts, one MLP of shared_expert_ffn_dim) are not gated.
+  RouterScoring router_scoring = RouterScoring::kSoftmax;
+  uint32_t expert_groups = 0, expert_groups_used = 0;
+  GroupScore group_score = GroupScore::kBestExpert;
+  bool router_bias = false;
+  float routed_scale = 1;
+  bool shared_expert_gated = true;  // Qwen2-MoE: scaled by sigmoid(shared_gate . x)
+  // Multi-head latent attention (DeepSeek-V2/V3, kv_lora_rank > 0). Each token caches one latent: the
+  // kv_lora_rank-wide RMS-normed compression of its hidden state and a qk_rope_dim-wide key shared by
+  // every head, RoPE'd (adjacent pairs). The model runs it as multi-query attention over that latent
+  // ("absorbed": each head's query nope part is taken through its kv_b key rows into latent space, and its
+  // output through its kv_b value rows), so head_dim = kv_lora_rank + qk_rope_dim is the cached width,
+  // n_kv_heads = 1, and rotary_dim = qk_rope_dim (the trailing dimensions). q_lora_rank > 0: q comes
+  // through a rank-q_lora_rank bottleneck with its own norm; 0: one projection.
+  uint32_t q_lora_rank = 0;
+  uint32_t kv_lora_rank = 0;
+  uint32_t qk_nope_dim = 0;
+  uint32_t v_head_dim = 0;
+  // DeepSeek-V3's multi-token-prediction blocks, stored after the last block (num_nextn_predict_layers):
+  // not run, as transformers does not run them.
+  uint32_t nextn_layers = 0;
   int32_t bos_id = 1;
   int32_t eos_id = 2;
 
   uint32_t q_dim() const { return n_heads * head_dim; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // Latent attention: a head's q and k width in the checkpoint (nope + rope), and the attention output's
+  // width (o_proj's input).
+  uint32_t qk_head_dim() const { return qk_nope_dim + rope_dims(); }
+  uint32_t attn_out_dim() const { return mla() ? n_heads * v_head_dim : q_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim; }
   uint32_t rope_dims() const { return rotary_dim ? rotary_dim : head_dim; }
   bool sliding(size_t layer) const {

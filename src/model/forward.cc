@@ -59,6 +59,27 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant vari
       for (size_t i = 0; i < half; ++i) inv[i] /= divisors[i];
       break;
     }
+    case RopeScalingType::kYarn: {  // transformers' _compute_yarn_parameters
+      // The dimension whose frequency turns `rotations` times over the original context.
+      const auto dimension = [&](double rotations) {
+        return dims * std::log(s.original_max_position / (rotations * 2 * std::numbers::pi)) / (2 * std::log(theta));
+      };
+      double low = dimension(s.beta_fast), high = dimension(s.beta_slow);
+      if (s.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, static_cast<double>(dims - 1));
+      if (low == high) high += 0.001;
+      for (size_t i = 0; i < half; ++i) {
+        const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low),
+                                      0.0f, 1.0f);
+        // Below the ramp the frequency is kept (extrapolated), above it divided by the factor (interpolated).
+        inv[i] = inv[i] / s.factor * ramp + inv[i] * (1 - ramp);
+      }
+      break;
+    }
   }
   return inv;
 }
@@ -66,7 +87,8 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant vari
 Engine::Engine(const Model& model, size_t threads, KvCacheOptions kv, Activations activations)
     : model_(model), pool_(threads), kv_options_(std::move(kv)), activations_(activations) {
   const ModelConfig& c = model.config;
-  const float factor = c.rope_scaling.type == RopeScalingType::kLongRope ? c.rope_scaling.attention_factor : 1.0f;
+  const bool scaled_cos = c.rope_scaling.type == RopeScalingType::kLongRope || c.rope_scaling.type == RopeScalingType::kYarn;
+  const float factor = scaled_cos ? c.rope_scaling.attention_factor : 1.0f;
   rope_[static_cast<size_t>(RopeVariant::kDefault)] = {RopeInverseFrequencies(c, RopeVariant::kDefault), factor};
   if (c.rope_scaling.type == RopeScalingType::kLongRope)
     rope_[static_cast<size_t>(RopeVariant::kLong)] = {RopeInverseFrequencies(c, RopeVariant::kLong), factor};
@@ -83,25 +105,119 @@ const Engine::RopeTable& Engine::RopeFor(size_t layer, const KvCache& cache) con
   return rope_[static_cast<size_t>(v)];
 }
 
-// One token's q (n_heads) and k (n_kv_heads) heads at `pos`; each angle's sin/cos serves both.
-// Only the first rope_dims() of each head rotate (partial rotary embeddings).
-void Engine::ApplyRope(float* q, float* k, size_t pos, const RopeTable& rope) const {
+// One token's rotary heads at `pos`: `heads` heads of x, `stride` apart, each rotating the rope_dims()
+// dimensions from `offset` on (the first ones in partial rotary embeddings, the trailing ones in latent
+// attention); each angle's sin/cos serves every head.
+void Engine::ApplyRope(std::initializer_list<RotaryHeads> parts, size_t pos, const RopeTable& rope) const {
   const ModelConfig& c = model_.config;
-  const size_t hd = c.head_dim, half = c.rope_dims() / 2;
+  const size_t half = c.rope_dims() / 2;
   const bool adjacent = c.rope_style == RopeStyle::kAdjacent;
   for (size_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * rope.inv_freq[i];
     const float cs = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.attention_factor;
     const float sn = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.attention_factor;
     const size_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
-    const auto rotate = [&](float* v) {
-      const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * cs - x1 * sn;
-      v[b] = x1 * cs + x0 * sn;
-    };
-    for (size_t h = 0; h < c.n_heads; ++h) rotate(q + h * hd);
-    for (size_t h = 0; h < c.n_kv_heads; ++h) rotate(k + h * hd);
+    for (const RotaryHeads& part : parts)
+      for (size_t h = 0; h < part.heads; ++h) {
+        float* v = part.x + h * part.stride + part.offset;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs - x1 * sn;
+        v[b] = x1 * cs + x0 * sn;
+      }
   }
+}
+
+std::vector<const Engine::RopeTable*> Engine::RowRopes(size_t l, std::span<BatchItem> batch,
+                                                        std::vector<size_t>& position) const {
+  std::vector<const RopeTable*> rope;
+  position.clear();
+  for (const BatchItem& item : batch) {
+    const RopeTable* table = &RopeFor(l, *item.cache);
+    for (size_t t = 0; t < item.tokens.size(); ++t) {
+      position.push_back(item.cache->size() + t);
+      rope.push_back(table);
+    }
+  }
+  return rope;
+}
+
+const float* Engine::LatentKvRows(size_t l) {
+  const Linear& kv_b = model_.weights.layers[l].wkv_b;
+  const auto* q = std::get_if<QuantizedTensor>(&kv_b.weight);
+  if (!q && kv_b.input_order.empty() && !kv_b.outliers) return std::get<DenseMatrix>(kv_b.weight).values.data();
+  if (latent_kv_rows_.size() <= l) latent_kv_rows_.resize(l + 1);
+  LatentRows& cached = latent_kv_rows_[l];
+  const void* source = q ? static_cast<const void*>(q->codes().data()) : &kv_b;
+  if (cached.source != source) {  // widened once per weight (quantization replaces the codes)
+    const uint64_t rows = kv_b.rows(), cols = kv_b.cols();
+    cached.values.resize(rows * cols);
+    std::vector<float> scratch(cols);
+    for (uint64_t r = 0; r < rows; ++r) InputOrderRow(kv_b, r, scratch, std::span(&cached.values[r * cols], cols));
+    cached.source = source;
+  }
+  return cached.values.data();
+}
+
+// Latent attention (DeepSeek-V2/V3), absorbed: the latent [c | k_rope] of each token is its cached K
+// and V row (one KV head of kv_lora_rank + rope); head h's query is [W_kh^T q_nope_h | q_rope_h], W_kh
+// its nope rows of kv_b (so q . [c | k_rope] = q_nope . W_kh c + q_rope . k_rope, transformers' score),
+// and its output o_h [c-weighted sum | ...] becomes W_vh o_h[0..kv_lora_rank), W_vh its value rows.
+// `input` holds the layer's normed hidden states; it becomes o_proj's input [tokens x n_heads v_head_dim].
+void Engine::LatentAttention(size_t l, std::span<BatchItem> batch, std::vector<float>& input) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& lw = model_.weights.layers[l];
+  const size_t total = input.size() / c.dim, heads = c.n_heads, nope = c.qk_nope_dim, qk = c.qk_head_dim();
+  const size_t lora = c.kv_lora_rank, width = c.head_dim, vd = c.v_head_dim, kv_b_rows = nope + vd;
+  q_.resize(total * heads * qk);
+  if (c.q_lora_rank > 0) {
+    proj_.resize(total * c.q_lora_rank);
+    MatMul(lw.wq_a, input.data(), total, proj_.data(), pool_, activations_);
+    ForTokens(total, [&](size_t begin, size_t end) {
+      for (size_t t = begin; t < end; ++t) {
+        float* row = &proj_[t * c.q_lora_rank];
+        RmsNorm(row, lw.q_a_norm.data(), c.q_lora_rank, c.norm_eps, row);
+      }
+    });
+    MatMul(lw.wq, proj_.data(), total, q_.data(), pool_, activations_);
+  } else {
+    MatMul(lw.wq, input.data(), total, q_.data(), pool_, activations_);
+  }
+  k_.resize(total * width);  // each row [latent | rotary key]: what the cache holds
+  MatMul(lw.wkv_a, input.data(), total, k_.data(), pool_, activations_);
+  std::vector<size_t> position;
+  const std::vector<const RopeTable*> rope = RowRopes(l, batch, position);
+  const float* kv_b = LatentKvRows(l);
+  v_.resize(total * heads * width);  // the absorbed queries
+  ForTokens(total, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) {
+      float* latent = &k_[t * width];
+      RmsNorm(latent, lw.kv_a_norm.data(), lora, c.norm_eps, latent);
+      ApplyRope({{&q_[t * heads * qk], heads, qk, nope}, {latent, 1, width, lora}}, position[t], *rope[t]);
+      for (size_t h = 0; h < heads; ++h) {
+        const float* q = &q_[(t * heads + h) * qk];
+        float* absorbed = &v_[(t * heads + h) * width];
+        std::fill_n(absorbed, lora, 0.0f);
+        for (size_t i = 0; i < nope; ++i) {
+          const float* key_row = kv_b + (h * kv_b_rows + i) * lora;
+          for (size_t m = 0; m < lora; ++m) absorbed[m] += q[i] * key_row[m];
+        }
+        std::copy_n(q + nope, qk - nope, absorbed + lora);
+      }
+    }
+  });
+  size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
+  for (BatchItem& item : batch)
+    for (size_t t = 0; t < item.tokens.size(); ++t, ++row)
+      item.cache->Write(l, position[row], &k_[row * width], &k_[row * width]);
+  gate_.resize(total * heads * width);
+  Attention(l, batch, v_.data(), gate_.data());
+  input.resize(total * heads * vd);
+  ForTokens(total, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t)
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t j = 0; j < vd; ++j)
+          input[(t * heads + h) * vd + j] = Dot(kv_b + (h * kv_b_rows + nope + j) * lora, &gate_[(t * heads + h) * width], lora);
+  });
 }
 
 void Engine::ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)>& fn) {
@@ -142,25 +258,54 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
   AttendJobs(jobs, pool_);
 }
 
+namespace {
+
+// The `count` best of `ids` by `score` to the front (ties to the lower index, as torch.topk).
+void BestFirst(std::vector<uint32_t>& ids, size_t count, const std::vector<float>& score) {
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(count), ids.end(),
+                    [&](uint32_t a, uint32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
+}
+
+}  // namespace
+
 ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const float* x, size_t n_tokens) {
-  const size_t experts = c.n_experts, k = c.experts_per_token;
+  const size_t experts = c.n_experts, k = c.experts_per_token, groups = c.expert_groups;
   ExpertRoutes routes{std::vector<std::vector<uint32_t>>(experts), std::vector<std::vector<float>>(experts)};
-  std::vector<float> logits(experts);
-  std::vector<uint32_t> order(experts);
+  std::vector<float> scores(experts), choice(experts), group_score(groups);
+  std::vector<uint32_t> order(experts), group_order(groups);
   for (size_t t = 0; t < n_tokens; ++t) {
-    DotRows(lw.router.data(), c.dim, 0, experts, x + t * c.dim, 1, logits.data(), experts);
-    const float top = *std::max_element(logits.begin(), logits.end());
-    float sum = 0;
-    for (float& v : logits) sum += v = std::exp(v - top);
-    for (float& v : logits) v /= sum;
+    DotRows(lw.router.data(), c.dim, 0, experts, x + t * c.dim, 1, scores.data(), experts);
+    if (c.router_scoring == RouterScoring::kSigmoid) {
+      for (float& v : scores) v = 1.0f / (1.0f + std::exp(-v));
+    } else {
+      const float top = *std::max_element(scores.begin(), scores.end());
+      float sum = 0;
+      for (float& v : scores) sum += v = std::exp(v - top);
+      for (float& v : scores) v /= sum;
+    }
+    // The scores that choose: biased (DeepSeek-V3), and outside the best groups out of reach.
+    for (size_t e = 0; e < experts; ++e) choice[e] = scores[e] + (lw.router_bias.empty() ? 0.0f : lw.router_bias[e]);
+    if (groups > 0) {
+      const size_t per_group = experts / groups;
+      for (size_t g = 0; g < groups; ++g) {
+        std::vector<float> members(choice.begin() + static_cast<ptrdiff_t>(g * per_group),
+                                   choice.begin() + static_cast<ptrdiff_t>((g + 1) * per_group));
+        std::sort(members.begin(), members.end(), std::greater<>());
+        group_score[g] = c.group_score == GroupScore::kBestTwoSum ? members[0] + members[1] : members[0];
+      }
+      std::iota(group_order.begin(), group_order.end(), 0u);
+      BestFirst(group_order, c.expert_groups_used, group_score);
+      for (size_t i = c.expert_groups_used; i < groups; ++i)
+        std::fill_n(choice.begin() + static_cast<ptrdiff_t>(group_order[i] * per_group), per_group, -INFINITY);
+    }
     std::iota(order.begin(), order.end(), 0u);
-    std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(k), order.end(),
-                      [&](uint32_t a, uint32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    BestFirst(order, k, choice);
     float chosen = 0;
-    for (size_t i = 0; i < k; ++i) chosen += logits[order[i]];
+    for (size_t i = 0; i < k; ++i) chosen += scores[order[i]];
     for (size_t i = 0; i < k; ++i) {
       routes.rows[order[i]].push_back(static_cast<uint32_t>(t));
-      routes.weights[order[i]].push_back(c.norm_expert_weights ? logits[order[i]] / chosen : logits[order[i]]);
+      const float w = c.norm_expert_weights ? scores[order[i]] / chosen : scores[order[i]];
+      routes.weights[order[i]].push_back(w * c.routed_scale);
     }
   }
   return routes;
@@ -199,10 +344,10 @@ void Engine::Experts(size_t l, const float* x, size_t n, float* out) {
       for (size_t j = 0; j < dim; ++j) o[j] += w * y[i * dim + j];
     }
   }
-  if (lw.shared_gate.empty()) return;
+  if (!lw.shared_expert()) return;
   run(lw.w_gate, lw.w_up, lw.w_down, x, n, y);
   for (size_t t = 0; t < n; ++t) {
-    const float g = 1.0f / (1.0f + std::exp(-Dot(lw.shared_gate.data(), x + t * dim, dim)));
+    const float g = lw.shared_gate.empty() ? 1.0f : 1.0f / (1.0f + std::exp(-Dot(lw.shared_gate.data(), x + t * dim, dim)));
     for (size_t j = 0; j < dim; ++j) out[t * dim + j] += g * y[t * dim + j];
   }
 }
@@ -241,6 +386,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
   const size_t dim = c.dim, total = x.size() / dim;
   switch (group) {
     case LinearInput::kQkv: {  // q/k/v, RoPE, cache, attention -> the o input
+      if (c.mla()) return LatentAttention(l, batch, input);
       q_.resize(total * c.q_dim());
       k_.resize(total * c.kv_dim());
       v_.resize(total * c.kv_dim());
@@ -261,17 +407,11 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
         });
       }
       std::vector<size_t> position;  // of each stacked row in its sequence
-      std::vector<const RopeTable*> rope;  // and the frequencies its sequence uses
-      for (const BatchItem& item : batch) {
-        const RopeTable* table = &RopeFor(l, *item.cache);
-        for (size_t t = 0; t < item.tokens.size(); ++t) {
-          position.push_back(item.cache->size() + t);
-          rope.push_back(table);
-        }
-      }
+      const std::vector<const RopeTable*> rope = RowRopes(l, batch, position);
       ForTokens(total, [&](size_t begin, size_t end) {
         for (size_t row = begin; row < end; ++row)
-          ApplyRope(&q_[row * c.q_dim()], &k_[row * c.kv_dim()], position[row], *rope[row]);
+          ApplyRope({{&q_[row * c.q_dim()], c.n_heads, c.head_dim, 0}, {&k_[row * c.kv_dim()], c.n_kv_heads, c.head_dim, 0}},
+                    position[row], *rope[row]);
       });
       size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
       for (BatchItem& item : batch)

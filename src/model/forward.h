@@ -1,8 +1,8 @@
 // The fp32 reference forward pass of the Llama family (Llama, Mistral, Qwen2/3, Phi-3, llama2.c,
-// GGUF llama) and Gemma 1/2/3: RMSNorm (and Gemma's output norms), RoPE (rotate-half or adjacent
-// pairs, partial, scaled, per-layer bases), grouped-query attention over a KV cache (sliding
-// windows, soft-capping), SwiGLU / GeGLU MLP or a mixture of SwiGLU experts. Linear layers go
-// through MatMul, so quantized weights need no change here.
+// GGUF llama), Gemma 1/2/3 and DeepSeek-V2/V3: RMSNorm (and Gemma's output norms), RoPE (rotate-half
+// or adjacent pairs, partial, scaled, per-layer bases), grouped-query attention over a KV cache
+// (sliding windows, soft-capping) or latent attention, SwiGLU / GeGLU MLP or a mixture of SwiGLU
+// experts. Linear layers go through MatMul, so quantized weights need no change here.
 //
 // A batch holds several sequences of different lengths; their new tokens are stacked into one
 // activation matrix for the linear layers, and attention runs per sequence over its own cache.
@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -39,9 +40,10 @@ struct ExpertRoutes {
   std::vector<std::vector<uint32_t>> rows;
   std::vector<std::vector<float>> weights;
 };
-// Softmax over the router logits of each of `n_tokens` rows of x [n_tokens x dim], the top
-// experts_per_token experts (ties to the lower index, as torch.topk), their probabilities
-// renormalized to sum 1 when the config says so.
+// The router's scores (softmax, or DeepSeek-V3's sigmoid) for each of `n_tokens` rows of x [n_tokens x
+// dim], the top experts_per_token experts by those scores (plus the router bias, within the best expert
+// groups, when the config has them; ties to the lower index, as torch.topk), their scores renormalized to
+// sum 1 when the config says so, times routed_scale.
 ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& layer, const float* x, size_t n_tokens);
 
 // Which RoPE frequencies a layer uses: the model's (scaled as its config says), longrope's long
@@ -79,10 +81,20 @@ class Engine {
     float attention_factor = 1;   // multiplies cos and sin (longrope)
   };
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);
+  void LatentAttention(size_t layer, std::span<BatchItem> batch, std::vector<float>& input);
+  // Layer l's kv_b rows in fp32 (latent attention reads them per head): the weight itself when dense,
+  // else a copy widened on first use.
+  const float* LatentKvRows(size_t layer);
   // A sparse layer's MLP on x [n x dim] into out [n x dim].
   void Experts(size_t layer, const float* x, size_t n, float* out);
   const RopeTable& RopeFor(size_t layer, const KvCache& cache) const;
-  void ApplyRope(float* q, float* k, size_t pos, const RopeTable& rope) const;
+  struct RotaryHeads {
+    float* x;
+    size_t heads, stride, offset;
+  };
+  void ApplyRope(std::initializer_list<RotaryHeads> parts, size_t pos, const RopeTable& rope) const;
+  // Each stacked row's position in its sequence (into `position`) and the frequencies it uses.
+  std::vector<const RopeTable*> RowRopes(size_t layer, std::span<BatchItem> batch, std::vector<size_t>& position) const;
   // fn(begin, end) over token rows: on the pool for prefill-sized batches, inline for decode.
   void ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)>& fn);
 
@@ -94,6 +106,11 @@ class Engine {
   // Activation buffers of AdvanceLayer, kept across calls: prefill-sized batches would otherwise
   // allocate (and fault in) tens of MB per layer.
   std::vector<float> q_, k_, v_, proj_, gate_, up_;
+  struct LatentRows {
+    const void* source = nullptr;  // the weight the values were widened from
+    std::vector<float> values;
+  };
+  std::vector<LatentRows> latent_kv_rows_;
 };
 
 // Token-level helpers used by the forward pass (exposed for tests).

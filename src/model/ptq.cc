@@ -354,7 +354,7 @@ void QuantizeExperts(const ModelConfig& c, const LayerWeights& lw, const std::ve
   store->ForEach(false, [&](size_t, BatchActivations& b) {
     routes.push_back(RouteTokens(c, lw, b.input.data(), b.input.size() / dim));
   });
-  const bool shared = !lw.shared_gate.empty();
+  const bool shared = lw.shared_expert();
   for (size_t unit = 0; unit < linears.size() / 3; ++unit) {
     const BlockLinear &gate = linears[3 * unit], &up = linears[3 * unit + 1], &down = linears[3 * unit + 2];
     // The unit's rows of batch i's input, gathered (every row for the shared expert).
@@ -475,6 +475,12 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   if (req.lm_head)
     lm_head_method = calibrated_lm_head ? BuiltinMethods().Create(req.method, req.method_config, *req.lm_head)
                                         : BuiltinMethods().Create("rtn", nlohmann::json::object(), *req.lm_head);
+  // Latent attention's linears read three different inputs inside one attention stage (the normed hidden
+  // state, q's and the KV latent's own norms), which the staged calibration does not yet separate.
+  if (model.config.mla() && (calibrate || req.rotate))
+    Fail("{}: {} runs multi-head latent attention ({}), which lowbit quantizes with calibration-free "
+         "methods only (rtn, without --rotate or static activation scales) so far", model.source,
+         model.config.architecture, calibrate ? fmt::format("method '{}' calibrates", req.method) : "--rotate");
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");

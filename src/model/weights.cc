@@ -211,6 +211,9 @@ void CheckWeightsFinite(const ModelWeights& w, const std::string& source) {
     CheckFinite(l.ffn_out_norm, 0, p + "ffn_out_norm", source);
     CheckFinite(l.router, 0, p + "router", source);
     CheckFinite(l.shared_gate, 0, p + "shared expert gate", source);
+    CheckFinite(l.router_bias, 0, p + "router bias", source);
+    CheckFinite(l.q_a_norm, 0, p + "q_a_norm", source);
+    CheckFinite(l.kv_a_norm, 0, p + "kv_a_norm", source);
     for (const ConstBlockLinear& bl : BlockLinears(l)) CheckLinearFinite(*bl.linear, p + bl.name, source);
   }
   CheckFinite(w.final_norm, 0, "final norm", source);
@@ -227,7 +230,14 @@ void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, co
   CheckVector(l.ffn_out_norm, c.sandwich_norms ? c.dim : 0, p + "ffn_out_norm", source);
   const bool moe = c.moe(index);
   CheckVector(l.router, moe ? uint64_t{c.n_experts} * c.dim : 0, p + "router", source);
-  CheckVector(l.shared_gate, moe && c.shared_expert_ffn_dim ? c.dim : 0, p + "shared expert gate", source);
+  CheckVector(l.shared_gate, moe && c.shared_expert_ffn_dim && c.shared_expert_gated ? c.dim : 0,
+              p + "shared expert gate", source);
+  CheckVector(l.router_bias, moe && c.router_bias ? c.n_experts : 0, p + "router bias", source);
+  if (l.ungated_shared_expert != (moe && c.shared_expert_ffn_dim && !c.shared_expert_gated))
+    Fail("{}: {}{} an ungated shared expert, the config says otherwise", source, p,
+         l.ungated_shared_expert ? "has" : "lacks");
+  CheckVector(l.q_a_norm, c.mla() ? c.q_lora_rank : 0, p + "q_a_norm", source);
+  CheckVector(l.kv_a_norm, c.mla() ? c.kv_lora_rank : 0, p + "kv_a_norm", source);
   if (l.experts.size() != (moe ? c.n_experts : 0))
     Fail("{}: {}has {} experts, expected {}", source, p, l.experts.size(), moe ? c.n_experts : 0);
   const std::vector<LinearShape> shapes = BlockLinearShapes(c, index);
@@ -242,10 +252,18 @@ namespace {
 
 template <class Out, class Layer>
 std::vector<Out> LinearsOf(Layer& l) {
-  std::vector<Out> out = {{"self_attn.q_proj", &l.wq}, {"self_attn.k_proj", &l.wk}, {"self_attn.v_proj", &l.wv},
-                          {"self_attn.o_proj", &l.wo}};
-  if (l.experts.empty() || !l.shared_gate.empty()) {
-    const std::string p = l.experts.empty() ? "mlp." : "mlp.shared_expert.";
+  std::vector<Out> out;
+  if (l.kv_a_norm.empty()) {
+    out = {{"self_attn.q_proj", &l.wq}, {"self_attn.k_proj", &l.wk}, {"self_attn.v_proj", &l.wv}};
+  } else if (l.q_a_norm.empty()) {
+    out = {{"self_attn.q_proj", &l.wq}, {"self_attn.kv_a_proj_with_mqa", &l.wkv_a}, {"self_attn.kv_b_proj", &l.wkv_b}};
+  } else {
+    out = {{"self_attn.q_a_proj", &l.wq_a}, {"self_attn.q_b_proj", &l.wq},
+           {"self_attn.kv_a_proj_with_mqa", &l.wkv_a}, {"self_attn.kv_b_proj", &l.wkv_b}};
+  }
+  out.push_back({"self_attn.o_proj", &l.wo});
+  if (l.experts.empty() || l.shared_expert()) {
+    const std::string p = l.experts.empty() ? "mlp." : l.ungated_shared_expert ? "mlp.shared_experts." : "mlp.shared_expert.";
     out.insert(out.end(), {{p + "gate_proj", &l.w_gate}, {p + "up_proj", &l.w_up}, {p + "down_proj", &l.w_down}});
   }
   for (size_t e = 0; e < l.experts.size(); ++e) {
@@ -262,10 +280,22 @@ std::vector<BlockLinear> BlockLinears(LayerWeights& layer) { return LinearsOf<Bl
 std::vector<ConstBlockLinear> BlockLinears(const LayerWeights& layer) { return LinearsOf<ConstBlockLinear>(layer); }
 
 std::vector<LinearShape> BlockLinearShapes(const ModelConfig& c, size_t layer) {
-  std::vector<LinearShape> out = {{"self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias},
-                                  {"self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias},
-                                  {"self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias},
-                                  {"self_attn.o_proj", c.dim, c.q_dim(), false}};
+  std::vector<LinearShape> out;
+  if (!c.mla()) {
+    out = {{"self_attn.q_proj", c.q_dim(), c.dim, c.qkv_bias},
+           {"self_attn.k_proj", c.kv_dim(), c.dim, c.qkv_bias},
+           {"self_attn.v_proj", c.kv_dim(), c.dim, c.qkv_bias}};
+  } else {
+    const uint64_t q_rows = uint64_t{c.n_heads} * c.qk_head_dim();
+    if (c.q_lora_rank == 0) {
+      out = {{"self_attn.q_proj", q_rows, c.dim, false}};
+    } else {
+      out = {{"self_attn.q_a_proj", c.q_lora_rank, c.dim, false}, {"self_attn.q_b_proj", q_rows, c.q_lora_rank, false}};
+    }
+    out.push_back({"self_attn.kv_a_proj_with_mqa", c.head_dim, c.dim, false});  // the latent and the rotary key
+    out.push_back({"self_attn.kv_b_proj", uint64_t{c.n_heads} * (c.qk_nope_dim + c.v_head_dim), c.kv_lora_rank, false});
+  }
+  out.push_back({"self_attn.o_proj", c.dim, c.attn_out_dim(), false});
   const auto mlp = [&](const std::string& p, uint64_t ffn) {
     out.insert(out.end(), {{p + "gate_proj", ffn, c.dim, false}, {p + "up_proj", ffn, c.dim, false},
                            {p + "down_proj", c.dim, ffn, false}});
@@ -274,17 +304,24 @@ std::vector<LinearShape> BlockLinearShapes(const ModelConfig& c, size_t layer) {
     mlp("mlp.", c.ffn_dim);
     return out;
   }
-  if (c.shared_expert_ffn_dim > 0) mlp("mlp.shared_expert.", c.shared_expert_ffn_dim);
+  if (c.shared_expert_ffn_dim > 0)
+    mlp(c.shared_expert_gated ? "mlp.shared_expert." : "mlp.shared_experts.", c.shared_expert_ffn_dim);
   for (uint32_t e = 0; e < c.n_experts; ++e) mlp(fmt::format("mlp.experts.{}.", e), c.expert_ffn_dim);
   return out;
 }
 
 LayerWeights EmptyLayer(const ModelConfig& c, size_t layer) {
   LayerWeights l;
+  if (c.mla()) {
+    l.q_a_norm.resize(c.q_lora_rank);
+    l.kv_a_norm.resize(c.kv_lora_rank);
+  }
   if (c.moe(layer)) {
     l.experts.resize(c.n_experts);
     l.router.resize(uint64_t{c.n_experts} * c.dim);
-    if (c.shared_expert_ffn_dim > 0) l.shared_gate.resize(c.dim);
+    if (c.shared_expert_ffn_dim > 0 && c.shared_expert_gated) l.shared_gate.resize(c.dim);
+    l.ungated_shared_expert = c.shared_expert_ffn_dim > 0 && !c.shared_expert_gated;
+    if (c.router_bias) l.router_bias.resize(c.n_experts);
   }
   return l;
 }

@@ -88,6 +88,14 @@ struct LayerWeights {
   std::vector<float> attn_norm;   // [dim]
   Linear wq, wk, wv, wo;          // [q_dim x dim], [kv_dim x dim] x2, [dim x q_dim]
   std::vector<float> q_norm, k_norm;  // [head_dim] each when config.qk_norm (Qwen3), else empty
+  // Latent attention (config.mla(): DeepSeek-V2/V3), where wk and wv stay empty: wq is q_proj [n_heads
+  // qk_head_dim x dim], or q_b_proj [.. x q_lora_rank] after wq_a (q_a_proj [q_lora_rank x dim]) and
+  // q_a_norm; wkv_a (kv_a_proj_with_mqa) [kv_lora_rank + rope x dim] gives the latent (normed by
+  // kv_a_norm) and the shared rotary key; wkv_b (kv_b_proj) [n_heads (nope + v_head_dim) x kv_lora_rank]
+  // holds each head's key rows then value rows over the latent; wo is [dim x n_heads v_head_dim].
+  // kv_a_norm is non-empty exactly in latent-attention layers (BlockLinears lists their slots by it).
+  Linear wq_a, wkv_a, wkv_b;
+  std::vector<float> q_a_norm, kv_a_norm;
   std::vector<float> ffn_norm;    // [dim]
   // The MLP: [ffn x dim] x2, [dim x ffn]. In a sparse layer (config.moe) these hold the shared expert
   // ([shared_expert_ffn x dim] ...) when there is one, and are empty otherwise.
@@ -98,6 +106,11 @@ struct LayerWeights {
   std::vector<float> router;
   std::vector<Expert> experts;
   std::vector<float> shared_gate;
+  // DeepSeek-V3's per-expert bias on the scores that choose experts [n_experts] (config.router_bias), and
+  // whether this sparse layer has an ungated shared expert (DeepSeek's mlp.shared_experts).
+  std::vector<float> router_bias;
+  bool ungated_shared_expert = false;
+  bool shared_expert() const { return !shared_gate.empty() || ungated_shared_expert; }
   // config.sandwich_norms (Gemma 2/3): RMSNorm weights [dim] applied to the attention output and
   // to the MLP output before each is added to the residual; empty otherwise.
   std::vector<float> attn_out_norm, ffn_out_norm;

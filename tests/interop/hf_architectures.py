@@ -81,6 +81,25 @@ ARCHITECTURES = {
     # Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): q/k norms, 8 experts, top 2, renormalized.
     "qwen3_moe": ("qwen3_moe", dict(rope_theta=1000000.0, tie_word_embeddings=False, head_dim=16, num_experts=8,
                                     num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True)),
+    # DeepSeek-V3 (V3, R1, Kimi K2, Moonlight): multi-head latent attention (q through a rank-16 bottleneck, K/V
+    # from one 16-wide latent plus a shared 8-wide rotary key, interleaved RoPE pairs, V heads of 12 against q/k heads
+    # of 8 + 8), YaRN (attention factor and softmax scale from mscale / mscale_all_dim), layer 0 dense, then sigmoid
+    # routing with a score-correction bias over 2 groups (1 kept), renormalized and scaled, and a shared expert.
+    "deepseek_v3": ("deepseek_v3", dict(rope_theta=10000.0, tie_word_embeddings=False, q_lora_rank=16, kv_lora_rank=16,
+                                        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=4,
+                                        num_experts_per_tok=2, moe_intermediate_size=24, n_shared_experts=1,
+                                        first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5,
+                                        norm_topk_prob=True, num_key_value_heads=HEADS,
+                                        rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                      "original_max_position_embeddings": 64, "beta_fast": 32,
+                                                      "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8})),
+    # DeepSeek-V2 (V2-Lite, V2.5): q through a plain projection, softmax routing limited to the best group (by its
+    # top expert), weights scaled but not renormalized, two shared experts.
+    "deepseek_v2": ("deepseek_v2", dict(rope_theta=10000.0, tie_word_embeddings=False, q_lora_rank=None, kv_lora_rank=16,
+                                        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=4,
+                                        num_experts_per_tok=2, moe_intermediate_size=24, n_shared_experts=2,
+                                        first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=1.5,
+                                        topk_method="group_limited_greedy", num_key_value_heads=HEADS)),
 }
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
@@ -105,7 +124,7 @@ def build(name, folder):
         model = AutoModelForImageTextToText.from_config(config, torch_dtype=torch.float32).eval()
     else:
         model_type, extra = ARCHITECTURES[name]
-        config = AutoConfig.for_model(model_type, **COMMON, **extra)
+        config = AutoConfig.for_model(model_type, **{**COMMON, **extra})
         model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32,
                                                  attn_implementation="eager" if name in EAGER else "sdpa").eval()
     with torch.no_grad():
@@ -113,6 +132,9 @@ def build(name, folder):
             # Norm weights near 1 with some spread, so a wrong norm shows in the logits.
             p.copy_((torch.randn_like(p) * (0.3 if p.dim() == 1 else 0.2) + (1.0 if p.dim() == 1 else 0.0))
                     .to(torch.bfloat16).to(torch.float32))
+        for name_, b in model.named_buffers():  # DeepSeek-V3's routing bias: random, so a router ignoring it shows
+            if name_.endswith("e_score_correction_bias"):
+                b.copy_((torch.randn_like(b) * 0.3).to(torch.bfloat16).to(torch.float32))
         logits = model(torch.tensor([TOKENS])).logits[0].numpy()
     out = os.path.join(folder, name)
     model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
