@@ -76,8 +76,8 @@ TEST(ModelConfig, Phi35LongRope) {
   bad["rope_scaling"]["short_factor"] = std::vector<double>(47, 1.0);
   EXPECT_NE(ErrorOf(bad, dir).find("48 entries"), std::string::npos) << ErrorOf(bad, dir);
   bad = Phi35();
-  bad["rope_scaling"]["type"] = "yarn";
-  EXPECT_NE(ErrorOf(bad, dir).find("rope_scaling: rope type 'yarn' is not supported"), std::string::npos)
+  bad["rope_scaling"]["type"] = "dynamic";
+  EXPECT_NE(ErrorOf(bad, dir).find("rope_scaling: rope type 'dynamic' is not supported"), std::string::npos)
       << ErrorOf(bad, dir);
   // Phi-4-mini: a quarter of each head is not rotated.
   nlohmann::json partial = Phi35();

@@ -340,6 +340,11 @@ void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
   for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = i >= dense && i % step == 0;
   if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
   const std::string method = j.Get<std::string>("topk_method", v3 ? "noaux_tc" : "greedy");
+  // transformers scores V3's routers by sigmoid and V2's by softmax, whatever scoring_func says.
+  if (const std::string scoring = j.Get<std::string>("scoring_func", v3 ? "sigmoid" : "softmax");
+      scoring != (v3 ? "sigmoid" : "softmax"))
+    j["scoring_func"].Fail(fmt::format("'{}' is not {}'s router scoring ({})", scoring, c.architecture,
+                                       v3 ? "sigmoid" : "softmax"));
   if (v3) {
     if (method != "noaux_tc") j["topk_method"].Fail(fmt::format("'{}' is not DeepSeek-V3's routing (noaux_tc)", method));
     c.router_scoring = RouterScoring::kSigmoid;

@@ -40,10 +40,27 @@ std::vector<InputGroup> Groups(LayerWeights& lw) {
   const auto take = [&](size_t begin, size_t end) {
     return std::vector<BlockLinear>(all.begin() + static_cast<ptrdiff_t>(begin), all.begin() + static_cast<ptrdiff_t>(end));
   };
-  if (!lw.experts.empty()) return {{LinearInput::kQkv, take(0, 3)}, {LinearInput::kO, take(3, 4)},
-                                   {LinearInput::kGateUp, take(4, all.size())}, {LinearInput::kDown, {}}};
-  return {{LinearInput::kQkv, take(0, 3)}, {LinearInput::kO, take(3, 4)}, {LinearInput::kGateUp, take(4, 6)},
-          {LinearInput::kDown, take(6, 7)}};
+  // Latent attention (calibration-free only, see QuantizeModel): q_a (or q) and kv_a share the normed
+  // input, as vLLM fuses them; q_b and kv_b each read their own.
+  std::vector<InputGroup> groups;
+  size_t o = 3;  // o_proj's slot
+  if (lw.kv_a_norm.empty()) {
+    groups = {{LinearInput::kQkv, take(0, 3)}};
+  } else if (lw.q_a_norm.empty()) {  // q_proj, kv_a, kv_b
+    groups = {{LinearInput::kQkv, {all[0], all[1]}}, {LinearInput::kQkv, {all[2]}}};
+  } else {  // q_a, q_b, kv_a, kv_b
+    groups = {{LinearInput::kQkv, {all[0], all[2]}}, {LinearInput::kQkv, {all[1]}}, {LinearInput::kQkv, {all[3]}}};
+    o = 4;
+  }
+  groups.push_back({LinearInput::kO, take(o, o + 1)});
+  if (!lw.experts.empty()) {
+    groups.push_back({LinearInput::kGateUp, take(o + 1, all.size())});
+    groups.push_back({LinearInput::kDown, {}});
+  } else {
+    groups.push_back({LinearInput::kGateUp, take(o + 1, o + 3)});
+    groups.push_back({LinearInput::kDown, take(o + 3, o + 4)});
+  }
+  return groups;
 }
 
 struct WeightError {

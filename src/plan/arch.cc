@@ -22,6 +22,15 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
   a.source = config.architecture;
   a.sliding_window = config.sliding_window;
   for (uint32_t i = 0; i < config.n_layers; ++i) a.window_layers += config.sliding(i) ? 1 : 0;
+  if (config.mla()) {  // the preset's convention: a q/k head's width, every head its own
+    a.n_kv_heads = config.n_heads;
+    a.head_dim = config.qk_head_dim();
+    a.q_lora_rank = config.q_lora_rank;
+    a.kv_lora_rank = config.kv_lora_rank;
+    a.nope_head_dim = config.qk_nope_dim;
+    a.rope_head_dim = config.rope_dims();
+    a.v_head_dim = config.v_head_dim;
+  }
   if (config.n_experts > 0) {
     a.n_experts = config.n_experts;
     a.experts_per_token = config.experts_per_token;
@@ -38,16 +47,7 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
 namespace {
 
 ModelArch FromHfConfig(const std::filesystem::path& config_json, std::string name) {
-  try {
-    return ArchFromConfig(ReadHfConfig(config_json), std::move(name));
-  } catch (const Error& e) {
-    // ReadHfConfig only knows the architectures the engine runs; MLA models are still plannable
-    // from their presets, so say so instead of leaving the user stuck.
-    const std::string what = e.what();
-    if (what.find("unsupported architecture") != std::string::npos)
-      Fail("{}; for planning, --preset also covers deepseek-v3", what);
-    throw;
-  }
+  return ArchFromConfig(ReadHfConfig(config_json), std::move(name));
 }
 
 }  // namespace

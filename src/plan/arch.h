@@ -55,7 +55,7 @@ struct ModelArch {
   bool mla() const { return kv_lora_rank > 0; }
 };
 
-// A ModelConfig as an architecture (GQA; dense, or a mixture of experts).
+// A ModelConfig as an architecture (GQA or latent attention; dense, or a mixture of experts).
 ModelArch ArchFromConfig(const ModelConfig& config, std::string name);
 
 // --model: a Hugging Face config.json, a folder holding one, or a .gguf file (metadata only; no

@@ -1,0 +1,292 @@
+// DeepSeek-V2/V3 beyond the logits of their fixtures (architecture_fixture_test): the real configs read
+// to the numbers their papers and code give, YaRN and the group-limited sigmoid router by hand, the
+// latent cache across decode steps, the multi-token-prediction block, and what quantization can do.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/file_util.h"
+#include "io/model_loader.h"
+#include "io/quantized_checkpoint.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "model/ptq.h"
+#include "quant/scheme.h"
+#include "test_util.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::ExpectError;
+const fs::path kFixtures = LOWBIT_SOURCE_DIR "/tests/data/architectures";
+
+// deepseek-ai/DeepSeek-V3's config.json.
+nlohmann::json DeepSeekV3() {
+  return nlohmann::json::parse(R"({"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 129280,
+      "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+      "num_nextn_predict_layers": 1, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
+      "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
+      "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 8,
+      "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1, "first_k_dense_replace": 3,
+      "norm_topk_prob": true, "scoring_func": "sigmoid", "hidden_act": "silu", "max_position_embeddings": 163840,
+      "rms_norm_eps": 1e-06, "rope_theta": 10000, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40,
+      "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
+      "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1})");
+}
+
+// deepseek-ai/DeepSeek-V2-Lite's config.json (its remote-code fields as the Hub has them).
+nlohmann::json DeepSeekV2Lite() {
+  return nlohmann::json::parse(R"({"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 102400,
+      "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+      "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
+      "routed_scaling_factor": 1.0, "kv_lora_rank": 512, "q_lora_rank": null, "qk_rope_head_dim": 64,
+      "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "greedy", "n_group": 1, "topk_group": 1,
+      "num_experts_per_tok": 6, "moe_layer_freq": 1, "first_k_dense_replace": 1, "norm_topk_prob": false,
+      "scoring_func": "softmax", "hidden_act": "silu", "max_position_embeddings": 163840, "rms_norm_eps": 1e-06,
+      "rope_theta": 10000, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+      "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "type": "yarn"},
+      "tie_word_embeddings": false, "bos_token_id": 100000, "eos_token_id": 100001})");
+}
+
+std::string ErrorOf(const nlohmann::json& config) {
+  try {
+    (void)HfConfigFromJson(config, "ds/config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// The cached latent is one head of kv_lora_rank + rope (512 + 64); the softmax scale is 1 / sqrt(128 +
+// 64) times YaRN's mscale(40, mscale_all_dim)^2 = (0.1 ln 40 + 1)^2; mscale / mscale_all_dim = 1 leaves
+// RoPE's cos and sin unscaled. Layers 3.. are sparse; layer 61 is the multi-token-prediction block.
+TEST(DeepSeekConfig, V3ReadsAsItsPaperDescribesIt) {
+  const ModelConfig c = HfConfigFromJson(DeepSeekV3(), "ds/config.json");
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.head_dim, 576u);
+  EXPECT_EQ(c.n_kv_heads, 1u);
+  EXPECT_EQ(c.rope_dims(), 64u);
+  EXPECT_EQ(c.qk_head_dim(), 192u);
+  EXPECT_EQ(c.attn_out_dim(), 128u * 128u);
+  EXPECT_EQ(c.q_lora_rank, 1536u);
+  EXPECT_EQ(c.rope_style, RopeStyle::kAdjacent);
+  const double mscale = 0.1 * std::log(40.0) + 1;
+  EXPECT_NEAR(c.attention_scale(), mscale * mscale / std::sqrt(192.0), 1e-7);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kYarn);
+  EXPECT_FLOAT_EQ(c.rope_scaling.attention_factor, 1.0f);
+  EXPECT_FALSE(c.moe(2));
+  EXPECT_TRUE(c.moe(3) && c.moe(60));
+  EXPECT_EQ(c.router_scoring, RouterScoring::kSigmoid);
+  EXPECT_TRUE(c.router_bias);
+  EXPECT_EQ(c.expert_groups, 8u);
+  EXPECT_EQ(c.expert_groups_used, 4u);
+  EXPECT_EQ(c.group_score, GroupScore::kBestTwoSum);
+  EXPECT_FLOAT_EQ(c.routed_scale, 2.5f);
+  EXPECT_TRUE(c.norm_expert_weights);
+  EXPECT_EQ(c.shared_expert_ffn_dim, 2048u);
+  EXPECT_FALSE(c.shared_expert_gated);
+  EXPECT_EQ(c.nextn_layers, 1u);
+}
+
+// V2-Lite: q through one projection, greedy softmax routing over all 64 experts, weights neither
+// renormalized nor scaled, two shared experts; mscale_all_dim 0.707 in the softmax scale.
+TEST(DeepSeekConfig, V2LiteReadsAsItsCodeRunsIt) {
+  const ModelConfig c = HfConfigFromJson(DeepSeekV2Lite(), "ds/config.json");
+  EXPECT_EQ(c.q_lora_rank, 0u);
+  EXPECT_EQ(c.head_dim, 576u);
+  const double mscale = 0.1 * 0.707 * std::log(40.0) + 1;
+  EXPECT_NEAR(c.attention_scale(), mscale * mscale / std::sqrt(192.0), 1e-7);
+  EXPECT_EQ(c.router_scoring, RouterScoring::kSoftmax);
+  EXPECT_EQ(c.expert_groups, 0u);
+  EXPECT_FALSE(c.router_bias || c.norm_expert_weights);
+  EXPECT_EQ(c.shared_expert_ffn_dim, 2u * 1408u);
+  EXPECT_FALSE(c.moe(0));
+  EXPECT_TRUE(c.moe(1));
+}
+
+TEST(DeepSeekConfig, ErrorsNameTheField) {
+  nlohmann::json bad = DeepSeekV3();
+  bad["n_group"] = 7;
+  EXPECT_NE(ErrorOf(bad).find("n_group (7) must divide the 256 experts"), std::string::npos) << ErrorOf(bad);
+  bad = DeepSeekV3();
+  bad["topk_group"] = 9;
+  EXPECT_NE(ErrorOf(bad).find("topk_group is 9"), std::string::npos) << ErrorOf(bad);
+  bad = DeepSeekV3();
+  bad["topk_method"] = "greedy";
+  EXPECT_NE(ErrorOf(bad).find("ds/config.json: topk_method: 'greedy' is not DeepSeek-V3's routing"), std::string::npos)
+      << ErrorOf(bad);
+  bad = DeepSeekV3();
+  bad["scoring_func"] = "softmax";
+  EXPECT_NE(ErrorOf(bad).find("scoring_func: 'softmax' is not DeepseekV3ForCausalLM's router scoring (sigmoid)"),
+            std::string::npos) << ErrorOf(bad);
+  bad = DeepSeekV2Lite();
+  bad["num_key_value_heads"] = 8;
+  EXPECT_NE(ErrorOf(bad).find("num_key_value_heads: must equal num_attention_heads"), std::string::npos)
+      << ErrorOf(bad);
+  bad = DeepSeekV2Lite();
+  bad["qk_rope_head_dim"] = 63;
+  EXPECT_NE(ErrorOf(bad).find("qk_rope_head_dim: must be positive and even"), std::string::npos) << ErrorOf(bad);
+  bad = DeepSeekV2Lite();
+  bad["topk_method"] = "noaux_tc";
+  EXPECT_NE(ErrorOf(bad).find("'noaux_tc' is not supported (greedy, group_limited_greedy)"), std::string::npos)
+      << ErrorOf(bad);
+}
+
+// YaRN on 64 rotary dimensions, base 10000, factor 40 over an original 4096 positions: the dimension
+// turning beta times over 4096 positions is 64 ln(4096 / (2 pi beta)) / (2 ln 10000): 10.47 for beta_fast
+// 32, floored to 10, and 22.51 for beta_slow 1, ceiled to 23. Frequencies i <= 10 are kept, i >= 23
+// divided by 40, and i between mix them by the ramp (i - 10) / 13.
+TEST(DeepSeekConfig, YarnFrequenciesByHand) {
+  const ModelConfig c = HfConfigFromJson(DeepSeekV3(), "ds/config.json");
+  const std::vector<float> inv = RopeInverseFrequencies(c);
+  ASSERT_EQ(inv.size(), 32u);
+  for (size_t i = 0; i < 32; ++i) {
+    const double base = std::pow(10000.0, -2.0 * static_cast<double>(i) / 64.0);
+    const double ramp = std::clamp((static_cast<double>(i) - 10.0) / 13.0, 0.0, 1.0);
+    EXPECT_NEAR(inv[i], base / 40 * ramp + base * (1 - ramp), 1e-6 * base) << i;
+  }
+  // An attention factor from mscale / mscale_all_dim when they differ, as transformers derives it.
+  nlohmann::json j = DeepSeekV3();
+  j["rope_scaling"]["mscale"] = 0.5;
+  const ModelConfig d = HfConfigFromJson(j, "ds/config.json");
+  EXPECT_NEAR(d.rope_scaling.attention_factor, (0.05 * std::log(40.0) + 1) / (0.1 * std::log(40.0) + 1), 1e-6);
+}
+
+// Four experts in two groups, sigmoid scores s = 1 / (1 + e^-logit) of the logits (2, 1, 0, 3) (router
+// rows scale x = (1)), biases (0, 0, 1, -0.5): the choice scores are (0.881, 0.731, 1.5, 0.453). Groups
+// by their best two: {0, 1} 1.612, {2, 3} 1.953, so only experts 2 and 3 can be chosen, though expert 0
+// scores more than 3: the top two are 2, then 3, weighted by their unbiased scores (0.5, 0.953)
+// renormalized and times 2.5.
+TEST(DeepSeekRouting, SigmoidGroupsAndBiasByHand) {
+  ModelConfig c;
+  c.dim = 1;
+  c.n_experts = 4;
+  c.experts_per_token = 2;
+  c.router_scoring = RouterScoring::kSigmoid;
+  c.expert_groups = 2;
+  c.expert_groups_used = 1;
+  c.group_score = GroupScore::kBestTwoSum;
+  c.norm_expert_weights = true;
+  c.routed_scale = 2.5f;
+  LayerWeights lw;
+  lw.router = {2, 1, 0, 3};
+  lw.router_bias = {0, 0, 1, -0.5f};
+  const float x[] = {1};
+  const auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
+  const ExpertRoutes r = RouteTokens(c, lw, x, 1);
+  EXPECT_TRUE(r.rows[0].empty() && r.rows[1].empty());
+  ASSERT_EQ(r.rows[2].size(), 1u);
+  ASSERT_EQ(r.rows[3].size(), 1u);
+  const double s2 = sigmoid(0), s3 = sigmoid(3);
+  EXPECT_NEAR(r.weights[2][0], 2.5 * s2 / (s2 + s3), 1e-6);
+  EXPECT_NEAR(r.weights[3][0], 2.5 * s3 / (s2 + s3), 1e-6);
+  // V2's group-limited softmax: groups by their best expert, softmax probabilities as the weights.
+  c.router_scoring = RouterScoring::kSoftmax;
+  c.group_score = GroupScore::kBestExpert;
+  c.norm_expert_weights = false;
+  c.routed_scale = 1;
+  lw.router_bias.clear();
+  const ExpertRoutes v2 = RouteTokens(c, lw, x, 1);  // group {2, 3} holds the best (3): experts 3, 2
+  const double z = std::exp(2.0) + std::exp(1.0) + std::exp(0.0) + std::exp(3.0);
+  ASSERT_EQ(v2.rows[3].size(), 1u);
+  ASSERT_EQ(v2.rows[2].size(), 1u);
+  EXPECT_NEAR(v2.weights[3][0], std::exp(3.0) / z, 1e-6);
+  EXPECT_NEAR(v2.weights[2][0], std::exp(0.0) / z, 1e-6);
+}
+
+// Decoding one token at a time over the cached latents gives the logits of one prefill pass; a KV
+// cache of int8 latents stays close, and holds 2 x (16 + 8) codes a token per layer (K and V rows).
+TEST(LatentAttention, DecodeStepsMatchPrefill) {
+  for (const char* name : {"deepseek_v3", "deepseek_v2"}) {
+    const Model model = LoadModel((kFixtures / name).string());
+    const std::vector<int32_t> tokens = {1, 5, 17, 42, 9, 88, 3, 60, 60, 14, 95, 0};
+    const size_t vocab = model.config.vocab_size;
+    for (const char* dtype : {"fp32", "int8"}) {
+      KvCacheOptions kv;
+      kv.dtype = ParseKvDtype(dtype);
+      Engine engine(model, 2, kv);
+      KvCache whole = engine.NewCache(tokens.size()), steps = engine.NewCache(tokens.size());
+      const std::vector<float> all = engine.Forward(whole, tokens, true);
+      double worst = 0, scale = 0;
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        const std::vector<float> one = engine.Forward(steps, std::span(&tokens[t], 1), false);
+        for (size_t v = 0; v < vocab; ++v) {
+          worst = std::max(worst, std::abs(double(one[v]) - all[t * vocab + v]));
+          scale = std::max(scale, std::abs(double(all[t * vocab + v])));
+        }
+      }
+      EXPECT_LT(worst / scale, 1e-5) << name << " " << dtype;
+    }
+    EXPECT_DOUBLE_EQ(Engine(model, 1).NewCache(32).BytesPerToken(), 2.0 * 2 * (16 + 8) * 4) << name;
+  }
+}
+
+// A checkpoint with DeepSeek-V3's multi-token-prediction block (model.layers.N, N = num_hidden_layers)
+// loads without it, as transformers does; a block past it is still the depth mismatch it was.
+TEST(LatentAttention, MultiTokenPredictionBlockIsNotRun) {
+  testing_util::ScratchDir dir("lowbit-mtp");
+  const fs::path source = kFixtures / "deepseek_v3";
+  const auto write = [&](const fs::path& out, int nextn, const std::string& extra) {
+    fs::create_directories(out);
+    nlohmann::json config = ReadJsonFile(source / "config.json");
+    config["num_nextn_predict_layers"] = nextn;
+    WriteFileAtomic(out / "config.json", config.dump(2));
+    const SafetensorsFile st = SafetensorsFile::Open(source / "model.safetensors");
+    std::vector<TensorToWrite> tensors;
+    for (const TensorView& t : st.tensors()) tensors.push_back({t.name, t.dtype, t.shape, t.data});
+    const TensorView& norm = *st.Find("model.layers.0.input_layernorm.weight");
+    tensors.push_back({extra, norm.dtype, norm.shape, norm.data});
+    WriteSafetensors(out / "model.safetensors", tensors);
+  };
+  write(dir / "mtp", 1, "model.layers.2.enorm.weight");
+  const Model with = LoadModel((dir / "mtp").string()), plain = LoadModel(source.string());
+  Engine a(with, 1), b(plain, 1);
+  KvCache ca = a.NewCache(4), cb = b.NewCache(4);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  EXPECT_EQ(a.Forward(ca, tokens, true), b.Forward(cb, tokens, true));
+  write(dir / "deeper", 1, "model.layers.3.enorm.weight");
+  ExpectError([&] { (void)LoadModel((dir / "deeper").string()); },
+              {"model.layers.3.enorm.weight' belongs to block 3", "num_hidden_layers is 2"});
+}
+
+// Calibration-free quantization runs (kv_b quantized too: the absorbed attention widens its rows once)
+// and the saved folder loads back to the same logits; calibrated methods say what they cannot do yet.
+TEST(LatentAttention, RtnQuantizesAndSavesCalibratedMethodsAreRefused) {
+  testing_util::ScratchDir dir("lowbit-mla-quant");
+  const fs::path source = kFixtures / "deepseek_v3";
+  Model m = LoadModel(source.string());
+  QuantizeRequest req;
+  req.scheme = ParseScheme("int8:g8");
+  const QuantizeReport report = QuantizeModel(m, req);
+  EXPECT_EQ(report.tensors.size(), 2u * 5u + 3u + 3u * 5u);  // attention, dense MLP, 4 experts + shared
+  ASSERT_TRUE(m.weights.layers[1].wkv_b.quantized());
+  SaveQuantizedModel(m, dir / "int8", source, nlohmann::json::object());
+  const Model back = LoadModel((dir / "int8").string()), fp = LoadModel(source.string());
+  const std::vector<int32_t> tokens = {1, 5, 17, 42, 9, 88, 3, 60};
+  Engine e(m, 1), f(back, 1), g(fp, 1);
+  KvCache ce = e.NewCache(8), cf = f.NewCache(8), cg = g.NewCache(8);
+  const std::vector<float> quantized = e.Forward(ce, tokens, true);
+  EXPECT_EQ(quantized, f.Forward(cf, tokens, true));
+  const std::vector<float> full = g.Forward(cg, tokens, true);
+  double diff = 0;
+  for (size_t i = 0; i < full.size(); ++i) diff = std::max(diff, std::abs(double(full[i]) - quantized[i]));
+  EXPECT_GT(diff, 0);    // quantized: not the same model
+  EXPECT_LT(diff, 0.2);  // but close to it (logits up to ~4; a flipped route moves a few by ~0.1)
+
+  Model gptq = LoadModel(source.string());
+  req.method = "gptq";
+  req.calibration = {{1, 2, 3, 4, 5, 6, 7, 8}};
+  ExpectError([&] { (void)QuantizeModel(gptq, req); },
+              {"DeepseekV3ForCausalLM runs multi-head latent attention", "method 'gptq' calibrates", "rtn"});
+}
+
+}  // namespace
+}  // namespace lowbit
