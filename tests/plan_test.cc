@@ -279,12 +279,15 @@ TEST(Hardware, UnknownNameListsKnownOnes) {
 }
 
 TEST(Presets, ShapesReproducePublishedParameterCounts) {
-  EXPECT_EQ(ModelPresets().size(), 13u);
+  EXPECT_EQ(ModelPresets().size(), 14u);
   for (const ModelArch& a : ModelPresets()) {
     const ModelSpec s = SpecFromArch(a);
     if (a.name == "deepseek-v3") {  // published as 671B / 37B
       EXPECT_NEAR(s.TotalParams() / 1e9, 671, 0.5);
       EXPECT_NEAR(s.ActiveParams() / 1e9, 37, 0.6);
+    } else if (a.name == "deepseek-v2-lite") {  // published as 15.7B / 2.4B
+      EXPECT_EQ(s.TotalParams(), 15'706'484'224u);  // the shapes' sum, by hand in the preset's terms
+      EXPECT_NEAR((s.ActiveParams() - 102400.0 * 2048) / 1e9, 2.4, 0.06);  // the count leaves out the table
     } else {  // exact counts from the checkpoints' safetensors
       EXPECT_EQ(double(s.TotalParams()), a.published_total) << a.name;
     }

@@ -83,6 +83,22 @@ std::vector<ModelArch> BuildPresets() {
   ds.v_head_dim = 128;
   ds.published_active = 37e9;
   p.push_back(ds);
+  // deepseek-ai/DeepSeek-V2-Lite config.json (arXiv 2405.04434): 27 layers, the first dense (10944), then 64
+  // routed experts of 1408 (top-6) + 2 shared; MLA without the q bottleneck, kv_lora_rank 512, 16 heads of
+  // 128 (nope) + 64 (rope), v_head_dim 128. Published as 15.7B total, 2.4B active.
+  ModelArch lite = Dense("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, 15.7e9, "deepseek-ai/DeepSeek-V2-Lite");
+  lite.head_dim = 192;
+  lite.n_experts = 64;
+  lite.experts_per_token = 6;
+  lite.shared_experts = 2;
+  lite.expert_ffn = 1408;
+  lite.dense_layers = 1;
+  lite.kv_lora_rank = 512;
+  lite.nope_head_dim = 128;
+  lite.rope_head_dim = 64;
+  lite.v_head_dim = 128;
+  lite.published_active = 2.4e9;
+  p.push_back(lite);
   return p;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -49,7 +50,41 @@ std::vector<TensorSpec> TensorsOf(const ModelConfig& c) {
   return t;
 }
 
-// config.json of a preset: a Llama, Qwen2 or Qwen3, or a Mixtral or Qwen3-MoE mixture of experts.
+// DeepSeek's latent-attention fields: V3's routing (sigmoid, 8 groups of which 4 are kept, scaled by 2.5)
+// for deepseek-v3, V2-Lite's (greedy softmax) otherwise; YaRN as both ship it.
+void DeepSeekFields(const ModelArch& a, nlohmann::json& j) {
+  const bool v3 = a.name.starts_with("deepseek-v3");
+  j["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+  j["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  j.erase("head_dim");
+  j.erase("num_local_experts");
+  j["intermediate_size"] = a.ffn;  // the dense layers' MLP
+  j["q_lora_rank"] = a.q_lora_rank > 0 ? nlohmann::json(a.q_lora_rank) : nlohmann::json(nullptr);
+  j["kv_lora_rank"] = a.kv_lora_rank;
+  j["qk_nope_head_dim"] = a.nope_head_dim;
+  j["qk_rope_head_dim"] = a.rope_head_dim;
+  j["v_head_dim"] = a.v_head_dim;
+  j["n_routed_experts"] = a.n_experts;
+  j["num_experts_per_tok"] = a.experts_per_token;
+  j["n_shared_experts"] = a.shared_experts;
+  j["moe_intermediate_size"] = a.expert_ffn;
+  j["first_k_dense_replace"] = std::min(a.dense_layers, a.n_layers);
+  j["topk_method"] = v3 ? "noaux_tc" : "greedy";
+  j["routed_scaling_factor"] = v3 ? 2.5 : 1.0;
+  j["norm_topk_prob"] = v3;
+  if (v3) {
+    j["n_group"] = 8;
+    j["topk_group"] = 4;
+  }
+  j["rope_theta"] = 1e4;
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096},
+                       {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", v3 ? 1.0 : 0.707},
+                       {"mscale_all_dim", v3 ? 1.0 : 0.707}};
+  j["max_position_embeddings"] = 163840;
+}
+
+// config.json of a preset: a Llama, Qwen2 or Qwen3, a Mixtral or Qwen3-MoE mixture of experts, or a
+// DeepSeek-V2/V3.
 nlohmann::json ConfigJson(const ModelArch& a, DType dtype, uint64_t seed) {
   const bool moe = a.moe();
   const std::string family = a.qk_norm ? "qwen3" : a.qkv_bias ? "qwen2" : moe ? "mixtral" : "llama";
@@ -82,6 +117,7 @@ nlohmann::json ConfigJson(const ModelArch& a, DType dtype, uint64_t seed) {
     j["moe_intermediate_size"] = a.expert_ffn;
     j["norm_topk_prob"] = true;
   }
+  if (a.mla()) DeepSeekFields(a, j);
   return j;
 }
 
@@ -114,8 +150,9 @@ SynthResult WriteSynthModel(const SynthOptions& o, const std::filesystem::path& 
   SynthResult result;
   result.arch = FindPreset(o.preset);
   ModelArch& a = result.arch;
-  if (a.mla() || a.shared_experts > 0 || a.dense_layers > 0 || (a.moe() && a.qkv_bias))
-    Fail("synth: preset '{}' is not a Llama-family model or a Mixtral / Qwen3-MoE mixture of experts", a.name);
+  if (!a.mla() && (a.shared_experts > 0 || a.dense_layers > 0 || (a.moe() && a.qkv_bias)))
+    Fail("synth: preset '{}' is not a Llama-family model, a Mixtral / Qwen3-MoE mixture of experts or a DeepSeek",
+         a.name);
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16 && o.dtype != DType::kF16)
     Fail("synth: dtype {} is not one of F32, BF16, F16", DTypeName(o.dtype));
   if (o.layers > 0) a.n_layers = o.layers;
