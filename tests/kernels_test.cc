@@ -263,10 +263,10 @@ TEST(AttendTile, Fp8TilesEqualTheirDecodedValues) {
 // target and in the reference, with fp32 dots and with the integer dots generation allows. Tiles
 // start 3 positions into the block and hold 21 (chunks cut at both ends); 7 heads take a group of 4
 // and one of 3; head_dim 20 fits no chunk (the scalar steps), 96 takes the int8 query 32 channels at
-// a time (64 and 128: 64 and 128 at a time).
+// a time (64 and 128: 64 and 128 at a time), 576 (DeepSeek's cached latent) 64 at a time.
 TEST(AttendTile, KiviTilesEqualTheirDecodedValues) {
   for (const int bits : {4, 2})
-    for (const size_t head_dim : {size_t{20}, size_t{64}, size_t{96}, size_t{128}})
+    for (const size_t head_dim : {size_t{20}, size_t{64}, size_t{96}, size_t{128}, size_t{576}})
       for (const size_t heads : {size_t{1}, size_t{7}}) {
         const size_t block = 32, first = 3, per_tile = 21, tiles = 3, levels = size_t{1} << bits;
         const size_t k_row = block * bits / 8, v_row = head_dim * bits / 8;

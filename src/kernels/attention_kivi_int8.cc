@@ -16,7 +16,7 @@ using int8dot::Dpbusd;
 using int8dot::Int32x16;
 using int8dot::ToFloats;
 
-constexpr size_t kMaxHeadDim = 512;
+constexpr size_t kMaxHeadDim = 1024;  // DeepSeek's latent is 576 wide
 constexpr size_t kGroup = 32;  // query channels per int8 scale
 
 // Byte 4x + r of the result takes byte 16r + x of the input: four rows' 16-byte slices interleaved,
