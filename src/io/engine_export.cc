@@ -180,7 +180,8 @@ std::vector<std::string> RouterModules(const ModelConfig& c) {
   std::vector<std::string> out;
   for (size_t i = 0; i < c.n_layers; ++i)
     for (const HfBlockVector& v : HfBlockVectors(c, i))
-      if (!v.norm) out.push_back(fmt::format("model.layers.{}.{}", i, v.name.substr(0, v.name.size() - 7)));  // - ".weight"
+      if (!v.norm && v.name.ends_with(".weight"))  // a router's weight (DeepSeek-V3's bias belongs to the same module)
+        out.push_back(fmt::format("model.layers.{}.{}", i, v.name.substr(0, v.name.size() - 7)));
   return out;
 }
 

@@ -235,7 +235,7 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # transformers' logits must be lowbit's on the same folder (KL over windows of a text in the fixtures' byte
 # vocabulary).
 ENGINE_CHECKS = [("mixtral", "int4:g8"), ("qwen2_moe", "int4:g8"), ("qwen2_moe_dense", "int4:g8"),
-                 ("qwen3_moe", "int4:g8"), ("phi3", "int4:g8")]
+                 ("qwen3_moe", "int4:g8"), ("phi3", "int4:g8"), ("deepseek_v2", "int4:g8"), ("deepseek_v3", "int4:g8")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
