@@ -285,7 +285,7 @@ TEST(LatentAttention, RtnQuantizesAndSavesCalibratedMethodsAreRefused) {
   req.method = "gptq";
   req.calibration = {{1, 2, 3, 4, 5, 6, 7, 8}};
   ExpectError([&] { (void)QuantizeModel(gptq, req); },
-              {"DeepseekV3ForCausalLM runs multi-head latent attention", "method 'gptq' calibrates", "rtn"});
+              {"method 'gptq' calibrates, but the multi-head latent attention of DeepseekV3ForCausalLM", "rtn"});
 }
 
 }  // namespace

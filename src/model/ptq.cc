@@ -495,9 +495,10 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   // Latent attention's linears read three different inputs inside one attention stage (the normed hidden
   // state, q's and the KV latent's own norms), which the staged calibration does not yet separate.
   if (model.config.mla() && (calibrate || req.rotate))
-    Fail("{}: {} runs multi-head latent attention ({}), which lowbit quantizes with calibration-free "
-         "methods only (rtn, without --rotate or static activation scales) so far", model.source,
-         model.config.architecture, calibrate ? fmt::format("method '{}' calibrates", req.method) : "--rotate");
+    Fail("{}: {}, but the multi-head latent attention of {} is quantized by calibration-free methods only so far "
+         "(rtn, without --rotate or static activation scales)", model.source,
+         calibrate ? fmt::format("method '{}' calibrates", req.method) : std::string("--rotate rotates"),
+         model.config.architecture);
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");

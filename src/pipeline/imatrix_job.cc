@@ -24,6 +24,10 @@ constexpr std::array<std::array<std::string_view, 3>, 4> kGroupTensors = {{
 nlohmann::json RunImatrixJob(const ImatrixJob& job) {
   if (job.ctx < 2) Fail("imatrix: --ctx must be at least 2");
   const LoadedModel m = LoadModelWithTokenizer(job.model, job.tokenizer);
+  // Its entries are named for llama.cpp's q/k/v layout; GGUF deepseek2 (q_a, kv_a, k_b, v_b) is not written yet.
+  if (m.model.config.mla())
+    Fail("{}: imatrix of {} (multi-head latent attention) is not supported yet: lowbit writes no GGUF deepseek2",
+         job.model, m.model.config.architecture);
   // llama-imatrix's protocol: the text (with BOS) cut into consecutive chunks of --ctx tokens,
   // each starting with BOS.
   const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, job.calib);
