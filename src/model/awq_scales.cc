@@ -94,6 +94,18 @@ void FoldInputScales(const ModelConfig& config, LayerWeights& lw, LinearInput gr
     case LinearInput::kDown:
       FoldDownScales(lw.w_up, lw.w_down, s);
       return;
+    case LinearInput::kLatentIn:  // q_a (or q) and kv_a after the input norm
+      for (size_t c = 0; c < s.size(); ++c) lw.attn_norm[c] /= s[c];
+      for (Linear* l : {config.q_lora_rank > 0 ? &lw.wq_a : &lw.wq, &lw.wkv_a}) ScaleColumns(*l, s);
+      return;
+    case LinearInput::kLatentQ:  // q_b after q_a's norm
+      for (size_t c = 0; c < s.size(); ++c) lw.q_a_norm[c] /= s[c];
+      ScaleColumns(lw.wq, s);
+      return;
+    case LinearInput::kLatentKv:  // kv_b after the latent's norm; the cached latent is read only through kv_b
+      for (size_t c = 0; c < s.size(); ++c) lw.kv_a_norm[c] /= s[c];
+      ScaleColumns(lw.wkv_b, s);
+      return;
   }
 }
 

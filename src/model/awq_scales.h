@@ -38,7 +38,8 @@ InputScales SearchInputScales(std::span<const ScaleSearchTerm> terms, std::span<
 // weight for q/k/v and gate/up; up's rows for down; v's rows for o, which needs as many KV heads
 // as query heads). The group's weights must be dense. In a sparse layer gate/up is every expert's
 // and the shared expert's, and the router and the shared expert's gate read the same input, so
-// their columns are multiplied too (routing is unchanged); down is the shared expert's.
+// their columns are multiplied too (routing is unchanged); down is the shared expert's. Latent attention's
+// groups fold into the input norm (q_a or q, kv_a), q_a's norm (q_b) and the KV latent's norm (kv_b).
 void FoldInputScales(const ModelConfig& config, LayerWeights& layer, LinearInput group, std::span<const float> s);
 // down's input scales folded into the up projection that produces it: up's rows / s, down's columns * s.
 void FoldDownScales(Linear& up, Linear& down, std::span<const float> s);

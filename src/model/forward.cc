@@ -158,6 +158,28 @@ const float* Engine::LatentKvRows(size_t l) {
   return cached.values.data();
 }
 
+void Engine::QueryLatent(size_t l, const float* normed, size_t total, std::vector<float>& out) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& lw = model_.weights.layers[l];
+  out.resize(total * c.q_lora_rank);
+  MatMul(lw.wq_a, normed, total, out.data(), pool_, activations_);
+  ForTokens(total, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t)
+      RmsNorm(&out[t * c.q_lora_rank], lw.q_a_norm.data(), c.q_lora_rank, c.norm_eps, &out[t * c.q_lora_rank]);
+  });
+}
+
+void Engine::KvLatent(size_t l, const float* normed, size_t total, std::vector<float>& out) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& lw = model_.weights.layers[l];
+  out.resize(total * c.head_dim);
+  MatMul(lw.wkv_a, normed, total, out.data(), pool_, activations_);
+  ForTokens(total, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t)
+      RmsNorm(&out[t * c.head_dim], lw.kv_a_norm.data(), c.kv_lora_rank, c.norm_eps, &out[t * c.head_dim]);
+  });
+}
+
 // Latent attention (DeepSeek-V2/V3), absorbed: the latent [c | k_rope] of each token is its cached K
 // and V row (one KV head of kv_lora_rank + rope); head h's query is [W_kh^T q_nope_h | q_rope_h], W_kh
 // its nope rows of kv_b (so q . [c | k_rope] = q_nope . W_kh c + q_rope . k_rope, transformers' score),
@@ -170,20 +192,12 @@ void Engine::LatentAttention(size_t l, std::span<BatchItem> batch, std::vector<f
   const size_t lora = c.kv_lora_rank, width = c.head_dim, vd = c.v_head_dim, kv_b_rows = nope + vd;
   q_.resize(total * heads * qk);
   if (c.q_lora_rank > 0) {
-    proj_.resize(total * c.q_lora_rank);
-    MatMul(lw.wq_a, input.data(), total, proj_.data(), pool_, activations_);
-    ForTokens(total, [&](size_t begin, size_t end) {
-      for (size_t t = begin; t < end; ++t) {
-        float* row = &proj_[t * c.q_lora_rank];
-        RmsNorm(row, lw.q_a_norm.data(), c.q_lora_rank, c.norm_eps, row);
-      }
-    });
+    QueryLatent(l, input.data(), total, proj_);
     MatMul(lw.wq, proj_.data(), total, q_.data(), pool_, activations_);
   } else {
     MatMul(lw.wq, input.data(), total, q_.data(), pool_, activations_);
   }
-  k_.resize(total * width);  // each row [latent | rotary key]: what the cache holds
-  MatMul(lw.wkv_a, input.data(), total, k_.data(), pool_, activations_);
+  KvLatent(l, input.data(), total, k_);  // each row [latent | rotary key]: what the cache holds
   std::vector<size_t> position;
   const std::vector<const RopeTable*> rope = RowRopes(l, batch, position);
   const float* kv_b = LatentKvRows(l);
@@ -191,7 +205,6 @@ void Engine::LatentAttention(size_t l, std::span<BatchItem> batch, std::vector<f
   ForTokens(total, [&](size_t begin, size_t end) {
     for (size_t t = begin; t < end; ++t) {
       float* latent = &k_[t * width];
-      RmsNorm(latent, lw.kv_a_norm.data(), lora, c.norm_eps, latent);
       ApplyRope({{&q_[t * heads * qk], heads, qk, nope}, {latent, 1, width, lora}}, position[t], *rope[t]);
       for (size_t h = 0; h < heads; ++h) {
         const float* q = &q_[(t * heads + h) * qk];
@@ -421,6 +434,24 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       Attention(l, batch, q_.data(), input.data());
       return;
     }
+    case LinearInput::kLatentIn:  // q_a or q, kv_a -> q_b's input, or kv_b's without a q bottleneck
+      if (c.q_lora_rank > 0) {
+        QueryLatent(l, input.data(), total, proj_);
+        input.swap(proj_);
+        return;
+      }
+      [[fallthrough]];
+    case LinearInput::kLatentQ: {  // q_b -> kv_b's input: the normed latents, from the hidden state again
+      if (group == LinearInput::kLatentQ) BeginLayer(l, x, input);
+      KvLatent(l, input.data(), total, k_);
+      input.resize(total * c.kv_lora_rank);
+      for (size_t t = 0; t < total; ++t) std::copy_n(&k_[t * c.head_dim], c.kv_lora_rank, &input[t * c.kv_lora_rank]);
+      return;
+    }
+    case LinearInput::kLatentKv:  // kv_b, attention -> the o input
+      BeginLayer(l, x, input);
+      LatentAttention(l, batch, input);
+      return;
     case LinearInput::kO: {  // o, (norm,) residual, norm -> the gate/up input
       proj_.resize(total * dim);
       MatMul(lw.wo, input.data(), total, proj_.data(), pool_, activations_);

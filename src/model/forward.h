@@ -31,8 +31,12 @@ struct BatchItem {
 // The groups of linear layers of a decoder layer, in execution order; each group reads one
 // activation matrix (q/k/v share one input, gate/up another). In a sparse layer the kGateUp stage
 // runs the whole mixture of experts (each expert reads its tokens' rows of the input) and kDown
-// only adds its output to the residual.
-enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown };
+// only adds its output to the residual. Latent attention (DeepSeek) runs whole at kQkv; for layer-by-layer
+// calibration it also runs as three stages, the inputs of its three groups: the normed hidden state (q_a
+// or q, and kv_a: kLatentIn), q_a's normed output (q_b: kLatentQ) and the normed KV latent (kv_b:
+// kLatentKv), each stage recomputing what it needs from the residual, after which kLatentKv's attention
+// gives o's input.
+enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown, kLatentIn, kLatentQ, kLatentKv };
 
 // The experts a router sends each token to: for expert e, the rows (token indices into the input)
 // it receives and their weights, in token order.
@@ -82,6 +86,11 @@ class Engine {
   };
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);
   void LatentAttention(size_t layer, std::span<BatchItem> batch, std::vector<float>& input);
+  // Latent attention's pieces, on rows of the normed hidden state `normed` (`total` tokens): q_a's output,
+  // RMS-normed by q_a_norm, into `out` [total x q_lora_rank]; kv_a's output [total x (kv_lora_rank + rope)]
+  // with its latent part RMS-normed by kv_a_norm.
+  void QueryLatent(size_t layer, const float* normed, size_t total, std::vector<float>& out);
+  void KvLatent(size_t layer, const float* normed, size_t total, std::vector<float>& out);
   // Layer l's kv_b rows in fp32 (latent attention reads them per head): the weight itself when dense,
   // else a copy widened on first use.
   const float* LatentKvRows(size_t layer);

@@ -1,6 +1,7 @@
 #include "model/ptq.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
@@ -40,16 +41,17 @@ std::vector<InputGroup> Groups(LayerWeights& lw) {
   const auto take = [&](size_t begin, size_t end) {
     return std::vector<BlockLinear>(all.begin() + static_cast<ptrdiff_t>(begin), all.begin() + static_cast<ptrdiff_t>(end));
   };
-  // Latent attention (calibration-free only, see QuantizeModel): q_a (or q) and kv_a share the normed
-  // input, as vLLM fuses them; q_b and kv_b each read their own.
+  // Latent attention: q_a (or q) and kv_a share the normed input (and vLLM fuses them); q_b and kv_b
+  // each read their own.
   std::vector<InputGroup> groups;
   size_t o = 3;  // o_proj's slot
   if (lw.kv_a_norm.empty()) {
     groups = {{LinearInput::kQkv, take(0, 3)}};
   } else if (lw.q_a_norm.empty()) {  // q_proj, kv_a, kv_b
-    groups = {{LinearInput::kQkv, {all[0], all[1]}}, {LinearInput::kQkv, {all[2]}}};
+    groups = {{LinearInput::kLatentIn, {all[0], all[1]}}, {LinearInput::kLatentKv, {all[2]}}};
   } else {  // q_a, q_b, kv_a, kv_b
-    groups = {{LinearInput::kQkv, {all[0], all[2]}}, {LinearInput::kQkv, {all[1]}}, {LinearInput::kQkv, {all[3]}}};
+    groups = {{LinearInput::kLatentIn, {all[0], all[2]}}, {LinearInput::kLatentQ, {all[1]}},
+              {LinearInput::kLatentKv, {all[3]}}};
     o = 4;
   }
   groups.push_back({LinearInput::kO, take(o, o + 1)});
@@ -61,6 +63,19 @@ std::vector<InputGroup> Groups(LayerWeights& lw) {
     groups.push_back({LinearInput::kDown, take(o + 3, o + 4)});
   }
   return groups;
+}
+
+// Whether a group's input comes out of an RMSNorm whose weight can take its scales (AWQ, SmoothQuant):
+// the attention's and the MLP's input norms, and latent attention's q_a and KV-latent norms.
+bool FoldsIntoANorm(LinearInput input) { return input != LinearInput::kO && input != LinearInput::kDown; }
+
+// The name of a group's input in the recipe card: qkv, gate_up, or its linears' names.
+std::string GroupLabel(const InputGroup& group) {
+  if (group.input == LinearInput::kQkv) return "qkv";
+  if (group.input == LinearInput::kGateUp) return "gate_up";
+  std::vector<std::string> names;
+  for (const BlockLinear& g : group.linears) names.push_back(g.name);
+  return fmt::format("{}", fmt::join(names, "+"));
 }
 
 struct WeightError {
@@ -184,17 +199,18 @@ std::vector<float> DownInput(const MlpUnit& u, std::span<const float> x, ThreadP
 // several o columns (AutoAWQ skips it for the same reason). In a sparse layer every expert's gate/up
 // shares the norm's scales, each judged on the sample rows the router sends it (the router's columns
 // take the scales too, so routing is unchanged), and each expert's down gets scales of its own.
-void ApplyActivationScales(size_t l, LinearInput input, Model& model, ActivationStore& store,
+void ApplyActivationScales(size_t l, const InputGroup& group, Model& model, ActivationStore& store,
                            const QuantScheme& scheme, size_t grid, ThreadPool& pool, QuantizeReport& report) {
-  if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
+  const LinearInput input = group.input;
+  if (!FoldsIntoANorm(input)) return;
   LayerWeights& lw = model.weights.layers[l];
-  const size_t cols = model.config.dim;
+  const size_t cols = input == LinearInput::kGateUp ? model.config.dim : group.linears[0].linear->cols();
   std::vector<float> mean_abs, sample;
   InputStatistics(store, cols, mean_abs, sample);
   std::vector<MlpUnit> units;
   std::vector<ScaleSearchTerm> terms;
-  if (input == LinearInput::kQkv) {
-    for (Linear* g : {&lw.wq, &lw.wk, &lw.wv}) terms.push_back({&std::get<DenseMatrix>(g->weight), sample});
+  if (input != LinearInput::kGateUp) {
+    for (const BlockLinear& g : group.linears) terms.push_back({&std::get<DenseMatrix>(g.linear->weight), sample});
   } else {
     units = MlpUnits(model.config, l, lw, sample);
     for (const MlpUnit& u : units)
@@ -203,8 +219,7 @@ void ApplyActivationScales(size_t l, LinearInput input, Model& model, Activation
   const InputScales found = SearchInputScales(terms, mean_abs, scheme, grid, pool);
   FoldInputScales(model.config, lw, input, found.scales);
   DivideInputColumns(store, found.scales);
-  report.awq_alphas.push_back({fmt::format("model.layers.{}.{}", l, input == LinearInput::kQkv ? "qkv" : "gate_up"),
-                               found.alpha});
+  report.awq_alphas.push_back({fmt::format("model.layers.{}.{}", l, GroupLabel(group)), found.alpha});
   // Each down projection on its unit's (scaled) sample rows.
   for (MlpUnit& u : units) {
     const size_t n = u.x.size() / cols;
@@ -252,14 +267,15 @@ std::vector<float> SmoothingFactors(const std::vector<float>& x_amax, const std:
 // full-precision input silu(gate x) * up x is computed over every calibration token its unit sees
 // (a sparse layer's experts: the rows the router sends them) and whose factors are folded into
 // up's rows before up is quantized.
-void ApplySmoothing(size_t l, LinearInput input, Model& model, ActivationStore& store, double alpha, ThreadPool& pool,
-                    QuantizeReport& report) {
-  if (input != LinearInput::kQkv && input != LinearInput::kGateUp) return;
+void ApplySmoothing(size_t l, const InputGroup& input_group, Model& model, ActivationStore& store, double alpha,
+                    ThreadPool& pool, QuantizeReport& report) {
+  const LinearInput input = input_group.input;
+  if (!FoldsIntoANorm(input)) return;
   LayerWeights& lw = model.weights.layers[l];
-  const size_t cols = model.config.dim;
+  const size_t cols = input == LinearInput::kGateUp ? model.config.dim : input_group.linears[0].linear->cols();
   std::vector<const Linear*> group;
-  if (input == LinearInput::kQkv) {
-    group = {&lw.wq, &lw.wk, &lw.wv};
+  if (input != LinearInput::kGateUp) {
+    for (const BlockLinear& g : input_group.linears) group.push_back(g.linear);
   } else {
     for (const MlpUnit& u : MlpUnits(model.config, l, lw, {}))
       for (const Linear* g : {u.gate, u.up}) group.push_back(g);
@@ -492,13 +508,10 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   if (req.lm_head)
     lm_head_method = calibrated_lm_head ? BuiltinMethods().Create(req.method, req.method_config, *req.lm_head)
                                         : BuiltinMethods().Create("rtn", nlohmann::json::object(), *req.lm_head);
-  // Latent attention's linears read three different inputs inside one attention stage (the normed hidden
-  // state, q's and the KV latent's own norms), which the staged calibration does not yet separate.
-  if (model.config.mla() && (calibrate || req.rotate))
-    Fail("{}: {}, but the multi-head latent attention of {} is quantized by calibration-free methods only so far "
-         "(rtn, without --rotate or static activation scales)", model.source,
-         calibrate ? fmt::format("method '{}' calibrates", req.method) : std::string("--rotate rotates"),
-         model.config.architecture);
+  // Rotation does not know latent attention's inner norms (q_a's and the KV latent's) yet.
+  if (model.config.mla() && req.rotate)
+    Fail("{}: --rotate rotates the residual stream, which the multi-head latent attention of {} does not take yet",
+         model.source, model.config.architecture);
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");
@@ -651,10 +664,10 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     store.ForEach(true, [&](size_t, BatchActivations& b) { engine.BeginLayer(l, b.hidden, b.input); });
     for (InputGroup& group : Groups(lw)) {
       if (method->activation_scale_grid() > 0)  // (a sparse layer's down group is empty: scaled with gate/up)
-        ApplyActivationScales(l, group.input, model, store, req.scheme, method->activation_scale_grid(),
+        ApplyActivationScales(l, group, model, store, req.scheme, method->activation_scale_grid(),
                               engine.pool(), report);
       if (method->smoothing_alpha() >= 0)
-        ApplySmoothing(l, group.input, model, store, method->smoothing_alpha(), engine.pool(), report);
+        ApplySmoothing(l, group, model, store, method->smoothing_alpha(), engine.pool(), report);
       if (!lw.experts.empty() && group.input == LinearInput::kGateUp) {
         const auto fused = fused_amax(l, group.linears);
         QuantizeExperts(model.config, lw, group.linears, calibrate ? &store : nullptr, collect,
