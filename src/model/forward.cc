@@ -301,10 +301,12 @@ ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const flo
     if (groups > 0) {
       const size_t per_group = experts / groups;
       for (size_t g = 0; g < groups; ++g) {
-        std::vector<float> members(choice.begin() + static_cast<ptrdiff_t>(g * per_group),
-                                   choice.begin() + static_cast<ptrdiff_t>((g + 1) * per_group));
-        std::sort(members.begin(), members.end(), std::greater<>());
-        group_score[g] = c.group_score == GroupScore::kBestTwoSum ? members[0] + members[1] : members[0];
+        float best = -INFINITY, second = -INFINITY;
+        for (size_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+          second = std::max(second, std::min(best, choice[e]));
+          best = std::max(best, choice[e]);
+        }
+        group_score[g] = c.group_score == GroupScore::kBestTwoSum ? best + second : best;
       }
       std::iota(group_order.begin(), group_order.end(), 0u);
       BestFirst(group_order, c.expert_groups_used, group_score);

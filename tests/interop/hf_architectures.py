@@ -12,8 +12,8 @@
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2 and gemma3
                 architectures in llama.cpp, and its llama-with-experts, qwen2moe and qwen3moe); and exports
-                the mixtures of experts and Phi-3 (fused qkv_proj / gate_up_proj) to compressed-tensors and
-                checks transformers' logits on that folder against lowbit's.
+                the mixtures of experts, Phi-3 (fused qkv_proj / gate_up_proj) and DeepSeek-V2/V3 (latent
+                attention) to compressed-tensors and checks transformers' logits on that folder against lowbit's.
 """
 import argparse
 import json
