@@ -153,6 +153,25 @@ TEST(GgufBlocks, Q8_0Vector) {
   }
 }
 
+// A tensor decodes in slices of about 4 MiB of its bytes, whole blocks each, handed in order to the
+// loader's callback (which releases their mapped pages), with the values of one pass.
+std::vector<std::span<const std::byte>> consumed_slices;
+TEST(GgufBlocks, TensorsDecodeSliceBySlice) {
+  const uint64_t n = 2'500'000;  // F32: 1 Mi elements a slice, so three slices
+  std::vector<float> values(n);
+  for (uint64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 977) - 488.0f;
+  GgufTensorInfo t{"big", kGgmlF32, {1000, 2500}, 0, n, std::as_bytes(std::span(values))};
+  consumed_slices.clear();
+  EXPECT_EQ(DequantizeGgufTensor(t, [](std::span<const std::byte> b) { consumed_slices.push_back(b); }), values);
+  ASSERT_EQ(consumed_slices.size(), 3u);
+  const std::byte* at = t.data.data();
+  for (const std::span<const std::byte>& b : consumed_slices) {
+    EXPECT_EQ(b.data(), at);
+    at += b.size();
+  }
+  EXPECT_EQ(at, t.data.data() + t.data.size());
+}
+
 // Q5_0/Q5_1 have no vector in 2.9; these bytes are what the 2.8 reference quantizers give for
 // the same input (d = 0.25 = fp16 0x3400, q5_i = i, so qh has bits 16..31 set and the decode is
 // exact).

@@ -472,7 +472,7 @@ void DequantizeGgufRow(uint32_t ggml_type, const std::byte* src, uint64_t n, flo
   DecodeGgmlBlocks(*blocks, src, n / info->block_elems, dst);
 }
 
-std::vector<float> DequantizeGgufTensor(const GgufTensorInfo& tensor) {
+std::vector<float> DequantizeGgufTensor(const GgufTensorInfo& tensor, ConsumedBytes consumed) {
   const GgmlTypeInfo* info = FindGgmlType(tensor.ggml_type);
   if (!info) Fail("tensor '{}': unknown ggml type id {}", tensor.name, tensor.ggml_type);
   if (!info->dequantize) {
@@ -487,8 +487,16 @@ std::vector<float> DequantizeGgufTensor(const GgufTensorInfo& tensor) {
     Fail("tensor '{}': {} bytes do not hold {} {} elements", tensor.name, tensor.data.size(),
          tensor.n_elements, info->name);
   std::vector<float> out(tensor.n_elements);
+  // Slices of about 4 MiB of input, whole blocks each.
+  const uint64_t blocks = tensor.n_elements / info->block_elems;
+  const uint64_t slice = std::max<uint64_t>(1, (uint64_t{4} << 20) / info->block_bytes);
   try {
-    DequantizeGgufRow(tensor.ggml_type, tensor.data.data(), tensor.n_elements, out.data());
+    for (uint64_t b = 0; b < blocks; b += slice) {
+      const uint64_t count = std::min(slice, blocks - b);
+      const std::span<const std::byte> bytes = tensor.data.subspan(b * info->block_bytes, count * info->block_bytes);
+      DequantizeGgufRow(tensor.ggml_type, bytes.data(), count * info->block_elems, out.data() + b * info->block_elems);
+      if (consumed) consumed(bytes);
+    }
   } catch (const Error& e) {
     Fail("tensor '{}': {}", tensor.name, e.what());
   }

@@ -166,7 +166,8 @@ const std::vector<T>& GgufFile::GetArrayOf(std::string_view key) const {
 // Decodes `n` consecutive elements of a ggml type (n a multiple of its block size) to fp32.
 // `src` may be unaligned. Throws Error for types without a decoder ("not supported yet").
 void DequantizeGgufRow(uint32_t ggml_type, const std::byte* src, uint64_t n, float* dst);
-// The whole tensor in ne order (row after row); errors name the tensor.
-std::vector<float> DequantizeGgufTensor(const GgufTensorInfo& tensor);
+// The whole tensor in ne order (row after row); errors name the tensor. `consumed` gets each slice of
+// the tensor's bytes once decoded (a loader releases their mapped pages).
+std::vector<float> DequantizeGgufTensor(const GgufTensorInfo& tensor, ConsumedBytes consumed = nullptr);
 
 }  // namespace lowbit
