@@ -20,6 +20,7 @@
 #include "model/awq_scales.h"
 #include "model/ptq.h"
 #include "quant/scheme.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -29,19 +30,7 @@ namespace fs = std::filesystem;
 using testing_util::ExpectError;
 const fs::path kFixtures = LOWBIT_SOURCE_DIR "/tests/data/architectures";
 
-// deepseek-ai/DeepSeek-V3's config.json.
-nlohmann::json DeepSeekV3() {
-  return nlohmann::json::parse(R"({"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 129280,
-      "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
-      "num_nextn_predict_layers": 1, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
-      "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
-      "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 8,
-      "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1, "first_k_dense_replace": 3,
-      "norm_topk_prob": true, "scoring_func": "sigmoid", "hidden_act": "silu", "max_position_embeddings": 163840,
-      "rms_norm_eps": 1e-06, "rope_theta": 10000, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40,
-      "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
-      "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1})");
-}
+nlohmann::json DeepSeekV3() { return nlohmann::json::parse(testing_util::kDeepSeekV3Config); }
 
 // deepseek-ai/DeepSeek-V2-Lite's config.json (its remote-code fields as the Hub has them).
 nlohmann::json DeepSeekV2Lite() {
@@ -287,30 +276,11 @@ TEST(LatentAttention, CalibrationStagesEndWhereTheWholeStageDoes) {
   }
 }
 
-// Calibration windows of the 96-token fixture vocabulary.
+// Windows of the 96-token fixture vocabulary.
 std::vector<std::vector<int32_t>> Windows(size_t count, size_t length, uint64_t seed) {
-  std::vector<std::vector<int32_t>> out(count, std::vector<int32_t>(length));
-  uint64_t state = seed;
-  for (auto& w : out)
-    for (int32_t& t : w) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      t = static_cast<int32_t>((state >> 33) % 96);
-    }
-  return out;
+  return testing_util::RandomWindows(count, length, 96, seed);
 }
-
-// Mean squared logit difference to the full-precision model over the windows.
-double LogitError(const Model& reference, const Model& model, const std::vector<std::vector<int32_t>>& windows) {
-  Engine a(reference, 2), b(model, 2);
-  double sum = 0;
-  size_t n = 0;
-  for (const auto& w : windows) {
-    KvCache ca = a.NewCache(w.size()), cb = b.NewCache(w.size());
-    const std::vector<float> x = a.Forward(ca, w, true), y = b.Forward(cb, w, true);
-    for (size_t i = 0; i < x.size(); ++i, ++n) sum += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-  }
-  return sum / static_cast<double>(n);
-}
+using testing_util::LogitError;
 
 // Scales folded into latent attention's three inputs (the input norm into q_a / kv_a, q_a's norm into q_b,
 // the latent's norm into kv_b, which both the scores and the values read through) leave the model's

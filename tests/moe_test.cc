@@ -24,6 +24,7 @@
 #include "model/rotation.h"
 #include "quant/hadamard.h"
 #include "quant/scheme.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -58,31 +59,6 @@ TEST(MoeRouting, TopKOfSoftmaxByHand) {
   EXPECT_NEAR(r.weights[1][1], 1 / (1 + std::exp(-1.0)), 1e-6);
 }
 
-// Calibration windows of the 96-token fixture vocabulary.
-std::vector<std::vector<int32_t>> Windows(size_t count, size_t length, uint32_t vocab) {
-  std::vector<std::vector<int32_t>> out(count, std::vector<int32_t>(length));
-  uint64_t state = 12345;
-  for (auto& w : out)
-    for (int32_t& t : w) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      t = static_cast<int32_t>((state >> 33) % vocab);
-    }
-  return out;
-}
-
-// Mean squared logit difference to the full-precision model over the windows.
-double LogitError(const Model& reference, const Model& model, const std::vector<std::vector<int32_t>>& windows) {
-  Engine a(reference, 2), b(model, 2);
-  double sum = 0;
-  size_t n = 0;
-  for (const auto& w : windows) {
-    KvCache ca = a.NewCache(w.size()), cb = b.NewCache(w.size());
-    const std::vector<float> x = a.Forward(ca, w, true), y = b.Forward(cb, w, true);
-    for (size_t i = 0; i < x.size(); ++i, ++n) sum += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-  }
-  return sum / static_cast<double>(n);
-}
-
 // GPTQ calibrates every expert on its own routed tokens (and the shared expert on all of them): at 3
 // bits its logits are closer to the full-precision model's than RTN's, on held-out windows.
 TEST(MoeQuantize, GptqOnRoutedTokensBeatsRtn) {
@@ -90,7 +66,7 @@ TEST(MoeQuantize, GptqOnRoutedTokensBeatsRtn) {
     const Model fp = LoadModel((kFixtures / name).string());
     QuantizeRequest req;
     req.scheme = ParseScheme("int3:g8");
-    req.calibration = Windows(16, 32, fp.config.vocab_size);
+    req.calibration = testing_util::RandomWindows(16, 32, fp.config.vocab_size);
     req.threads = 2;
     Model rtn = fp, gptq = fp;
     const QuantizeReport rtn_report = QuantizeModel(rtn, req);
@@ -100,13 +76,13 @@ TEST(MoeQuantize, GptqOnRoutedTokensBeatsRtn) {
     EXPECT_EQ(report.tensors.size(), linears) << name;
     EXPECT_EQ(rtn_report.tensors.size(), linears) << name;
     EXPECT_EQ(report.uncalibrated_linears, 0u) << name;  // 512 tokens reach every expert
-    const auto held_out = Windows(4, 32, fp.config.vocab_size + 7);  // another stream (ids wrap below)
+    const auto held_out = testing_util::RandomWindows(4, 32, fp.config.vocab_size + 7);  // another stream (ids wrap below)
     std::vector<std::vector<int32_t>> eval;
     for (auto w : held_out) {
       for (int32_t& t : w) t %= static_cast<int32_t>(fp.config.vocab_size);
       eval.push_back(w);
     }
-    const double e_rtn = LogitError(fp, rtn, eval), e_gptq = LogitError(fp, gptq, eval);
+    const double e_rtn = testing_util::LogitError(fp, rtn, eval), e_gptq = testing_util::LogitError(fp, gptq, eval);
     std::cout << name << ": logit MSE rtn " << e_rtn << ", gptq " << e_gptq << "\n";
     EXPECT_LT(e_gptq, e_rtn) << name;
   }
@@ -135,8 +111,8 @@ TEST(MoeQuantize, FoldedScalesLeaveTheModelUnchanged) {
         FoldDownScales(e.up, e.down, d);
       }
     }
-    const auto windows = Windows(2, 16, fp.config.vocab_size);
-    EXPECT_LT(LogitError(fp, folded, windows), 1e-9) << name;
+    const auto windows = testing_util::RandomWindows(2, 16, fp.config.vocab_size);
+    EXPECT_LT(testing_util::LogitError(fp, folded, windows), 1e-9) << name;
   }
 }
 
@@ -148,7 +124,7 @@ TEST(MoeQuantize, AwqAndSmoothQuantScaleEveryExpert) {
     const Model fp = LoadModel((kFixtures / name).string());
     QuantizeRequest req;
     req.scheme = ParseScheme("int3:g8");
-    req.calibration = Windows(16, 32, fp.config.vocab_size);
+    req.calibration = testing_util::RandomWindows(16, 32, fp.config.vocab_size);
     req.threads = 2;
     Model rtn = fp, awq = fp;
     QuantizeModel(rtn, req);
@@ -157,8 +133,8 @@ TEST(MoeQuantize, AwqAndSmoothQuantScaleEveryExpert) {
     size_t expert_downs = 0;
     for (const auto& [input, alpha] : report.awq_alphas) expert_downs += input.find(".mlp.experts.") != std::string::npos;
     EXPECT_EQ(expert_downs, fp.config.n_layers * fp.config.n_experts) << name;  // 512 tokens reach every expert
-    const auto eval = Windows(4, 32, fp.config.vocab_size / 2);
-    const double e_rtn = LogitError(fp, rtn, eval), e_awq = LogitError(fp, awq, eval);
+    const auto eval = testing_util::RandomWindows(4, 32, fp.config.vocab_size / 2);
+    const double e_rtn = testing_util::LogitError(fp, rtn, eval), e_awq = testing_util::LogitError(fp, awq, eval);
     std::cout << name << ": logit MSE rtn " << e_rtn << ", awq " << e_awq << "\n";
     EXPECT_LT(e_awq, e_rtn) << name;
 
@@ -169,7 +145,7 @@ TEST(MoeQuantize, AwqAndSmoothQuantScaleEveryExpert) {
     const QuantizeReport sq = QuantizeModel(smooth, req);
     const size_t units = fp.config.n_experts + (fp.config.shared_expert_ffn_dim ? 1 : 0);
     EXPECT_EQ(sq.smoothed_inputs, fp.config.n_layers * (2 + units)) << name;
-    const double e_sq = LogitError(fp, smooth, eval);
+    const double e_sq = testing_util::LogitError(fp, smooth, eval);
     std::cout << name << ": logit MSE smoothquant w8a8 " << e_sq << "\n";
     EXPECT_LT(e_sq, 0.1 * e_rtn) << name;
   }
@@ -186,8 +162,8 @@ TEST(MoeQuantize, QuantizedExpertsRoundTrip) {
     QuantizeModel(m, req);
     SaveQuantizedModel(m, dir / name, kFixtures / name, nlohmann::json::object());
     const Model back = LoadModel((dir / name).string());
-    const auto windows = Windows(2, 16, m.config.vocab_size);
-    EXPECT_EQ(LogitError(m, back, windows), 0.0) << name;
+    const auto windows = testing_util::RandomWindows(2, 16, m.config.vocab_size);
+    EXPECT_EQ(testing_util::LogitError(m, back, windows), 0.0) << name;
     ASSERT_TRUE(back.weights.layers[0].experts[3].down.quantized());
   }
   const std::string header = ReadTextFile(dir / "mixtral" / "model.safetensors").substr(0, 1 << 16);
@@ -225,22 +201,22 @@ TEST(MoeQuantize, RotationKeepsEveryRouteAndSurvivesGptqAndSaving) {
     double moved = 0;
     for (size_t i = 0; i < fp.config.dim; ++i) moved += std::fabs(l0.router[i] - fp.weights.layers[0].router[i]);
     EXPECT_GT(moved, 0.1) << name;
-    const auto windows = Windows(2, 16, fp.config.vocab_size);
-    EXPECT_LT(LogitError(fp, rotated, windows), 1e-9) << name;
+    const auto windows = testing_util::RandomWindows(2, 16, fp.config.vocab_size);
+    EXPECT_LT(testing_util::LogitError(fp, rotated, windows), 1e-9) << name;
 
     Model quantized = fp;
     QuantizeRequest req;
     req.scheme = ParseScheme("int4:g8");
     req.method = "gptq";
     req.rotate = true;
-    req.calibration = Windows(8, 32, fp.config.vocab_size);
+    req.calibration = testing_util::RandomWindows(8, 32, fp.config.vocab_size);
     req.threads = 2;
     const QuantizeReport report = QuantizeModel(quantized, req);
     EXPECT_TRUE(report.rotated) << name;
-    EXPECT_LT(LogitError(fp, quantized, windows), 1.0) << name;
+    EXPECT_LT(testing_util::LogitError(fp, quantized, windows), 1.0) << name;
     SaveQuantizedModel(quantized, dir / name, kFixtures / name, nlohmann::json::object());
     const Model back = LoadModel((dir / name).string());
-    EXPECT_EQ(LogitError(quantized, back, windows), 0.0) << name;
+    EXPECT_EQ(testing_util::LogitError(quantized, back, windows), 0.0) << name;
   }
 }
 

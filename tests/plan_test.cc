@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "gguf_writer_for_tests.h"
+#include "model_test_util.h"
 #include "plan/advise.h"
 #include "plan/arch.h"
 #include "plan/hardware.h"
@@ -374,16 +375,7 @@ TEST_F(PlanModelInput, Errors) {
 // deepseek-ai/DeepSeek-V3's config.json (its multi-token-prediction block aside) plans the model of the
 // deepseek-v3 preset, tensor for tensor: latent attention, 3 dense layers, 256 experts + 1 shared.
 TEST_F(PlanModelInput, DeepSeekV3ConfigMatchesItsPreset) {
-  const auto config = Write("config.json", R"({"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 129280,
-      "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
-      "num_nextn_predict_layers": 1, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
-      "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
-      "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 8,
-      "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1, "first_k_dense_replace": 3,
-      "norm_topk_prob": true, "scoring_func": "sigmoid", "hidden_act": "silu", "max_position_embeddings": 163840,
-      "rms_norm_eps": 1e-06, "rope_theta": 10000, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40,
-      "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
-      "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1})");
+  const auto config = Write("config.json", testing_util::kDeepSeekV3Config);
   const ModelSpec s = SpecFromArch(ArchFromPath(config)), preset = Preset("deepseek-v3");
   EXPECT_EQ(s.TotalParams(), preset.TotalParams());
   EXPECT_EQ(s.ActiveParams(), preset.ActiveParams());

@@ -119,6 +119,21 @@ bool IsGemma(const std::string& arch) {
   return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
 }
 
+// longrope's and YaRN's original context (original_max_position_embeddings in the object, else beside
+// max_position_embeddings at the top level, as Phi-3 keeps it) and their factor (the object's, else the
+// ratio of the two contexts, as transformers derives it).
+double ReadContextFactor(const JsonView& rs, const JsonView& config, RopeScaling& out) {
+  const uint32_t max_position = config.Get<uint32_t>("max_position_embeddings", 2048);
+  out.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings",
+                                                config.Get<uint32_t>("original_max_position_embeddings", max_position));
+  if (out.original_max_position == 0) config["original_max_position_embeddings"].Fail("must be positive");
+  const double factor = rs.Has("factor") ? rs.Get<double>("factor")
+                                         : static_cast<double>(max_position) / out.original_max_position;
+  if (!(factor > 0)) rs["factor"].Fail("must be positive");
+  out.factor = static_cast<float>(factor);
+  return factor;
+}
+
 // A RoPE parameter object: rope_scaling (transformers < 5), rope_parameters (>= 5) or one layer
 // type's entry of it. Reads the base when it holds one, and the scaling.
 void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScaling& out) {
@@ -141,14 +156,7 @@ void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScal
     out.type = RopeScalingType::kLongRope;
     out.short_factor = rs.Get<std::vector<float>>("short_factor");
     out.long_factor = rs.Get<std::vector<float>>("long_factor");
-    // Phi-3 keeps original_max_position_embeddings beside max_position_embeddings, at the top level.
-    const uint32_t max_position = config.Get<uint32_t>("max_position_embeddings", 2048);
-    out.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings",
-                                                  config.Get<uint32_t>("original_max_position_embeddings", max_position));
-    if (out.original_max_position == 0) config["original_max_position_embeddings"].Fail("must be positive");
-    const double factor = rs.Has("factor") ? rs.Get<double>("factor")
-                                           : static_cast<double>(max_position) / out.original_max_position;
-    out.factor = static_cast<float>(factor);
+    const double factor = ReadContextFactor(rs, config, out);
     // The paper's attention factor unless the config sets one (transformers' _compute_longrope_parameters).
     out.attention_factor = rs.Has("attention_factor")
         ? rs.Get<float>("attention_factor")
@@ -160,14 +168,7 @@ void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScal
       if (!(f > 0)) rs["long_factor"].Fail("every factor must be positive");
   } else if (type == "yarn") {  // transformers' _compute_yarn_parameters
     out.type = RopeScalingType::kYarn;
-    const uint32_t max_position = config.Get<uint32_t>("max_position_embeddings", 2048);
-    out.original_max_position = rs.Get<uint32_t>("original_max_position_embeddings",
-                                                  config.Get<uint32_t>("original_max_position_embeddings", max_position));
-    if (out.original_max_position == 0) rs["original_max_position_embeddings"].Fail("must be positive");
-    const double factor = rs.Has("factor") ? rs.Get<double>("factor")
-                                           : static_cast<double>(max_position) / out.original_max_position;
-    if (!(factor > 0)) rs["factor"].Fail("must be positive");
-    out.factor = static_cast<float>(factor);
+    const double factor = ReadContextFactor(rs, config, out);
     // A zero or null beta takes its default, as transformers' `or` does.
     out.beta_fast = rs.Get<float>("beta_fast", 0.0f);
     out.beta_slow = rs.Get<float>("beta_slow", 0.0f);

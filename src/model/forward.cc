@@ -158,26 +158,25 @@ const float* Engine::LatentKvRows(size_t l) {
   return cached.values.data();
 }
 
-void Engine::QueryLatent(size_t l, const float* normed, size_t total, std::vector<float>& out) {
-  const ModelConfig& c = model_.config;
-  const LayerWeights& lw = model_.weights.layers[l];
-  out.resize(total * c.q_lora_rank);
-  MatMul(lw.wq_a, normed, total, out.data(), pool_, activations_);
+void Engine::NormedProjection(const Linear& w, const std::vector<float>& norm, const float* x, size_t total,
+                              std::vector<float>& out) {
+  const size_t width = w.rows();
+  out.resize(total * width);
+  MatMul(w, x, total, out.data(), pool_, activations_);
   ForTokens(total, [&](size_t begin, size_t end) {
     for (size_t t = begin; t < end; ++t)
-      RmsNorm(&out[t * c.q_lora_rank], lw.q_a_norm.data(), c.q_lora_rank, c.norm_eps, &out[t * c.q_lora_rank]);
+      RmsNorm(&out[t * width], norm.data(), norm.size(), model_.config.norm_eps, &out[t * width]);
   });
 }
 
-void Engine::KvLatent(size_t l, const float* normed, size_t total, std::vector<float>& out) {
-  const ModelConfig& c = model_.config;
+void Engine::QueryLatent(size_t l, const float* normed, size_t total, std::vector<float>& out) {
   const LayerWeights& lw = model_.weights.layers[l];
-  out.resize(total * c.head_dim);
-  MatMul(lw.wkv_a, normed, total, out.data(), pool_, activations_);
-  ForTokens(total, [&](size_t begin, size_t end) {
-    for (size_t t = begin; t < end; ++t)
-      RmsNorm(&out[t * c.head_dim], lw.kv_a_norm.data(), c.kv_lora_rank, c.norm_eps, &out[t * c.head_dim]);
-  });
+  NormedProjection(lw.wq_a, lw.q_a_norm, normed, total, out);
+}
+
+void Engine::KvLatent(size_t l, const float* normed, size_t total, std::vector<float>& out) {
+  const LayerWeights& lw = model_.weights.layers[l];
+  NormedProjection(lw.wkv_a, lw.kv_a_norm, normed, total, out);
 }
 
 // Latent attention (DeepSeek-V2/V3), absorbed: the latent [c | k_rope] of each token is its cached K

@@ -90,6 +90,9 @@ class Engine {
   // RMS-normed by q_a_norm, into `out` [total x q_lora_rank]; kv_a's output [total x (kv_lora_rank + rope)]
   // with its latent part RMS-normed by kv_a_norm.
   void QueryLatent(size_t layer, const float* normed, size_t total, std::vector<float>& out);
+  // out [total x w.rows()] = w x, the first norm.size() values of each row RMS-normed by `norm`.
+  void NormedProjection(const Linear& w, const std::vector<float>& norm, const float* x, size_t total,
+                        std::vector<float>& out);
   void KvLatent(size_t layer, const float* normed, size_t total, std::vector<float>& out);
   // Layer l's kv_b rows in fp32 (latent attention reads them per head): the weight itself when dense,
   // else a copy widened on first use.
