@@ -112,7 +112,8 @@ struct ModelConfig {
   bool shared_expert_gated = true;  // Qwen2-MoE: scaled by sigmoid(shared_gate . x)
   // Multi-head latent attention (DeepSeek-V2/V3, kv_lora_rank > 0). Each token caches one latent: the
   // kv_lora_rank-wide RMS-normed compression of its hidden state and a qk_rope_dim-wide key shared by
-  // every head, RoPE'd (adjacent pairs). The model runs it as multi-query attention over that latent
+  // every head, RoPE'd (adjacent pairs; halves where V3's rope_interleave is false). The model runs it as
+  // multi-query attention over that latent
   // ("absorbed": each head's query nope part is taken through its kv_b key rows into latent space, and its
   // output through its kv_b value rows), so head_dim = kv_lora_rank + qk_rope_dim is the cached width,
   // n_kv_heads = 1, and rotary_dim = qk_rope_dim (the trailing dimensions). q_lora_rank > 0: q comes
