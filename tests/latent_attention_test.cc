@@ -316,7 +316,9 @@ TEST(LatentAttention, FoldedScalesLeaveTheModelUnchanged) {
     const double e_rtn = LogitError(fp, rtn, Windows(4, 32, 777)), e = LogitError(fp, scaled, Windows(4, 32, 777));
     std::cout << method << ": logit MSE rtn " << e_rtn << ", " << method << " " << e << "\n";
     EXPECT_LT(e, e_rtn) << method;
-    if (awq) EXPECT_EQ(report.awq_alphas[0].first, "model.layers.0.self_attn.q_a_proj+self_attn.kv_a_proj_with_mqa");
+    if (awq) {
+      EXPECT_EQ(report.awq_alphas[0].first, "model.layers.0.self_attn.q_a_proj+self_attn.kv_a_proj_with_mqa");
+    }
   }
 }
 

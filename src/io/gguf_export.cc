@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <numbers>
 #include <numeric>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "core/memory.h"
 #include "core/thread_pool.h"
 #include "io/gguf_calibrate.h"
+#include "io/gguf_deepseek.h"
 #include "io/gguf_mix.h"
 #include "io/gguf_model.h"
 #include "io/gguf_pack.h"
@@ -42,10 +44,11 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Phi3ForCausalLM" || a == "gguf:phi3") return {"phi3", false};
   if (a == "Qwen2MoeForCausalLM" || a == "gguf:qwen2moe") return {"qwen2moe", false};
   if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe") return {"qwen3moe", false};
+  if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -55,7 +58,7 @@ bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma
 // sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
 // expert in qwen2moe only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
-  if (c.n_experts == 0) return;
+  if (c.n_experts == 0 || arch.name == "deepseek2") return;  // CheckDeepSeek2Exportable
   if (!c.sparse_layers.empty())
     Fail("{}: llama.cpp's {} runs experts in every layer; this model has dense layers (mlp_only_layers)", source,
          arch.name);
@@ -96,6 +99,7 @@ struct TensorSource {
   // or a MoE layer's ffn_*_exps (expert 0's rows, expert 1's, ...: ggml's [cols, rows, experts]).
   std::vector<const Linear*> linears = {};
   const std::vector<float>* values = nullptr;
+  std::shared_ptr<const std::vector<float>> computed = nullptr;  // values made for the file (DeepSeek's attn_k_b)
   const Embedding* table = nullptr;
   uint32_t permute_heads = 0;  // > 0: rows are head-major HF Q/K rows to permute
 };
@@ -173,12 +177,40 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
             shapes.begin()));
     };
     vector(p + "attn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_norm; });
-    matrix(p + "attn_q.weight", c.q_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wq; }, q_heads);
-    holds({"self_attn.q_proj"});
-    matrix(p + "attn_k.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wk; }, k_heads);
-    holds({"self_attn.k_proj"});
-    matrix(p + "attn_v.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wv; });
-    holds({"self_attn.v_proj"});
+    if (c.mla()) {  // gguf_deepseek.h
+      const uint64_t q_rows = uint64_t{c.n_heads} * c.qk_head_dim();
+      if (c.q_lora_rank > 0) {
+        matrix(p + "attn_q_a.weight", c.q_lora_rank, c.dim, layer, [](const LayerWeights* l) { return &l->wq_a; });
+        holds({"self_attn.q_a_proj"});
+        vector(p + "attn_q_a_norm.weight", c.q_lora_rank, layer, [](const LayerWeights* l) { return &l->q_a_norm; });
+        matrix(p + "attn_q_b.weight", q_rows, c.q_lora_rank, layer, [](const LayerWeights* l) { return &l->wq; });
+        holds({"self_attn.q_b_proj"});
+      } else {
+        matrix(p + "attn_q.weight", q_rows, c.dim, layer, [](const LayerWeights* l) { return &l->wq; });
+        holds({"self_attn.q_proj"});
+      }
+      matrix(p + "attn_kv_a_mqa.weight", c.head_dim, c.dim, layer, [](const LayerWeights* l) { return &l->wkv_a; });
+      holds({"self_attn.kv_a_proj_with_mqa"});
+      vector(p + "attn_kv_a_norm.weight", c.kv_lora_rank, layer, [](const LayerWeights* l) { return &l->kv_a_norm; });
+      const ModelConfig* config = &c;
+      plan.push_back({p + "attn_k_b.weight", {c.qk_nope_dim, c.kv_lora_rank, c.n_heads}, layer, {},
+                      [config](const LayerWeights* l) {
+                        return TensorSource{.computed = std::make_shared<const std::vector<float>>(
+                                                GgufLatentKeys(*config, l->wkv_b))};
+                      }});
+      plan.push_back({p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head_dim, c.n_heads}, layer, {},
+                      [config](const LayerWeights* l) {
+                        return TensorSource{.computed = std::make_shared<const std::vector<float>>(
+                                                GgufLatentValues(*config, l->wkv_b))};
+                      }});
+    } else {
+      matrix(p + "attn_q.weight", c.q_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wq; }, q_heads);
+      holds({"self_attn.q_proj"});
+      matrix(p + "attn_k.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wk; }, k_heads);
+      holds({"self_attn.k_proj"});
+      matrix(p + "attn_v.weight", c.kv_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wv; });
+      holds({"self_attn.v_proj"});
+    }
     if (c.qkv_bias) {
       vector(p + "attn_q.bias", c.q_dim(), layer, [](const LayerWeights* l) { return &l->wq.bias; }, q_heads);
       vector(p + "attn_k.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wk.bias; }, k_heads);
@@ -188,7 +220,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_q_norm.weight", c.head_dim, layer, [](const LayerWeights* l) { return &l->q_norm; });
       vector(p + "attn_k_norm.weight", c.head_dim, layer, [](const LayerWeights* l) { return &l->k_norm; });
     }
-    matrix(p + "attn_output.weight", c.dim, c.q_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
+    matrix(p + "attn_output.weight", c.dim, c.attn_out_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
     holds({"self_attn.o_proj"});
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
@@ -196,6 +228,8 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     if (c.moe(i)) {
       plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, {},
                       [](const LayerWeights* l) { return TensorSource{.values = &l->router}; }});
+      if (c.router_bias)
+        vector(p + "exp_probs_b.bias", c.n_experts, layer, [](const LayerWeights* l) { return &l->router_bias; });
       const auto experts = [&](const char* name, uint64_t rows, uint64_t cols, Linear Expert::*member,
                                const char* proj) {
         plan.push_back({p + name, {cols, rows, c.n_experts}, layer, {}, [member](const LayerWeights* l) {
@@ -210,13 +244,15 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       experts("ffn_down_exps.weight", c.dim, c.expert_ffn_dim, &Expert::down, "down_proj");
       if (c.shared_expert_ffn_dim > 0) {
         const uint32_t f = c.shared_expert_ffn_dim;
-        vector(p + "ffn_gate_inp_shexp.weight", c.dim, layer, [](const LayerWeights* l) { return &l->shared_gate; });
+        const std::string shared = c.shared_expert_gated ? "mlp.shared_expert." : "mlp.shared_experts.";
+        if (c.shared_expert_gated)
+          vector(p + "ffn_gate_inp_shexp.weight", c.dim, layer, [](const LayerWeights* l) { return &l->shared_gate; });
         matrix(p + "ffn_gate_shexp.weight", f, c.dim, layer, [](const LayerWeights* l) { return &l->w_gate; });
-        holds({"mlp.shared_expert.gate_proj"});
+        holds({shared + "gate_proj"});
         matrix(p + "ffn_up_shexp.weight", f, c.dim, layer, [](const LayerWeights* l) { return &l->w_up; });
-        holds({"mlp.shared_expert.up_proj"});
+        holds({shared + "up_proj"});
         matrix(p + "ffn_down_shexp.weight", c.dim, f, layer, [](const LayerWeights* l) { return &l->w_down; });
-        holds({"mlp.shared_expert.down_proj"});
+        holds({shared + "down_proj"});
       }
     } else if (arch.name == "phi3") {  // gate and up rows in one ffn_up, split by llama.cpp's swiglu
       plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, {}, [](const LayerWeights* l) {
@@ -256,7 +292,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   out.Set(a + ".attention.head_count_kv", c.n_kv_heads);
   out.Set(a + ".rope.freq_base", c.rope_theta);
   out.Set(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
-  if (c.head_dim != c.dim / c.n_heads) {
+  if (c.head_dim != c.dim / c.n_heads && a != "deepseek2") {
     out.Set(a + ".attention.key_length", c.head_dim);
     out.Set(a + ".attention.value_length", c.head_dim);
   }
@@ -277,8 +313,10 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".expert_count", c.n_experts);
     out.Set(a + ".expert_used_count", c.experts_per_token);
     if (a != "llama") out.Set(a + ".expert_feed_forward_length", c.expert_ffn_dim);
-    if (c.shared_expert_ffn_dim > 0) out.Set(a + ".expert_shared_feed_forward_length", c.shared_expert_ffn_dim);
+    if (c.shared_expert_ffn_dim > 0 && a != "deepseek2")
+      out.Set(a + ".expert_shared_feed_forward_length", c.shared_expert_ffn_dim);
   }
+  if (a == "deepseek2") SetDeepSeek2Metadata(out, c);
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
   if (c.sliding_window > 0 && a != "llama" && a != "phi3") {
@@ -326,7 +364,7 @@ class TensorEncoder {
     } else if (src.table && src.table->packed) {
       parts.push_back({&*src.table->packed, nullptr, rows, {}});
     } else {
-      const std::vector<float>* values = src.table ? &src.table->values : src.values;
+      const std::vector<float>* values = src.table ? &src.table->values : src.computed ? src.computed.get() : src.values;
       LOWBIT_CHECK(values && values->size() == rows * cols);
       parts.push_back({nullptr, values->data(), rows, {}});
     }
@@ -395,13 +433,15 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     if (arch.name != "llama") Fail("{}: rope scaling is only exported for the llama architecture", m.source);
     rope_divisors = Llama3RopeDivisors(c);
   }
+  const bool deepseek = arch.name == "deepseek2";
   if (IsGemmaArch(arch)) CheckGemmaExportable(c, arch, m.source);
+  if (deepseek) CheckDeepSeek2Exportable(c, m.source);
   CheckMoeExportable(c, arch, m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
-  if (!IsGemmaArch(arch) && !longrope && c.rope_scaling.type != RopeScalingType::kNone &&
+  if (!IsGemmaArch(arch) && !longrope && !deepseek && c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
-  if (c.rotary_dim != 0 && arch.name != "phi3")
+  if (c.rotary_dim != 0 && arch.name != "phi3" && !deepseek)
     Fail("{}: partial rotary embeddings are exported for phi3 only", m.source);
   if (arch.name == "phi3") {
     if (c.q_dim() != c.dim || c.qkv_bias)
@@ -414,6 +454,9 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     std::fprintf(stderr, "lowbit: warning: %s: llama.cpp's llama architecture has no sliding window; the GGUF file "
                  "attends past the model's window of %u tokens\n", m.source.c_str(), c.sliding_window);
   const bool calibrating = !options.calibration.empty();
+  if (calibrating && c.mla())
+    Fail("{}: calibrated GGUF export of latent attention (DeepSeek) is not supported yet; export without --calib "
+         "(llama-quantize's rounding)", m.source);
   std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr, calibrating);
 
   GgufMixModel mix{c.n_layers, c.n_kv_heads ? c.n_heads / c.n_kv_heads : 1, !c.tie_embeddings, c.n_experts};

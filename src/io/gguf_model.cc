@@ -14,13 +14,14 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "io/gguf_deepseek.h"
 #include "io/gguf_repack.h"
 
 namespace lowbit {
 namespace {
 
 constexpr std::string_view kSupportedArchitectures =
-    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3; llama with or without experts";
+    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2; llama with or without experts";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -321,6 +322,28 @@ void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) 
   if (arch == "qwen2moe") c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
 }
 
+// A deepseek2 block's latent attention (gguf_deepseek.h): kv_b_proj from the split attn_k_b / attn_v_b in fp32
+// (the engine widens it to fp32 anyway), or an older file's unsplit attn_kv_b in its own type.
+void LoadLatentAttention(const GgufFile& f, TensorLoader& t, const ModelConfig& c, const std::string& p,
+                         LayerWeights& l) {
+  const uint64_t heads = c.n_heads, q_rows = heads * c.qk_head_dim();
+  if (c.q_lora_rank > 0) {
+    l.wq_a = t.Weight(p + "attn_q_a.weight", c.q_lora_rank, c.dim);
+    l.q_a_norm = t.Vector(p + "attn_q_a_norm.weight", c.q_lora_rank);
+    l.wq = t.Weight(p + "attn_q_b.weight", q_rows, c.q_lora_rank);
+  } else {
+    l.wq = t.Weight(p + "attn_q.weight", q_rows, c.dim);
+  }
+  l.wkv_a = t.Weight(p + "attn_kv_a_mqa.weight", c.head_dim, c.dim);
+  l.kv_a_norm = t.Vector(p + "attn_kv_a_norm.weight", c.kv_lora_rank);
+  if (f.FindTensor(p + "attn_kv_b.weight")) {
+    l.wkv_b = t.Weight(p + "attn_kv_b.weight", heads * (c.qk_nope_dim + c.v_head_dim), c.kv_lora_rank);
+    return;
+  }
+  l.wkv_b.weight = LatentKvFromGguf(c, t.Values(p + "attn_k_b.weight", {c.qk_nope_dim, c.kv_lora_rank, heads}),
+                                    t.Values(p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head_dim, heads}));
+}
+
 }  // namespace
 
 float LlamaCppGemmaAttentionScale(std::string_view arch, const ModelConfig& c) {
@@ -332,20 +355,21 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe)
+  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2";
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
-  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe)
+  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek)
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
   const float scaling_factor = f.GetF32Or(p + "rope.scaling.factor", 0.0f);
   const bool linear_scaling = (scaling == "linear" || !f.Find(p + "rope.scaling.type")) && scaling_factor != 0 &&
                               scaling_factor != 1;
-  if (scaling != "none" && !(scaling == "linear" && (arch == "gemma3" || !linear_scaling)))
+  const bool yarn = deepseek && scaling == "yarn";
+  if (scaling != "none" && !(scaling == "linear" && (arch == "gemma3" || !linear_scaling)) && !yarn)
     Fail("{}: {}rope.scaling.type '{}' is not supported (only 'none', Llama 3 scaling through rope_freqs.weight, "
-         "and gemma3's linear scaling)",
+         "gemma3's linear scaling and deepseek2's yarn)",
          source, p, scaling);
 
   ModelConfig c;
@@ -353,9 +377,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
   c.rope_style = arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kHalf;  // qwen2moe, qwen3moe: NEOX too
-  if (linear_scaling) {
-    c.rope_scaling.type = RopeScalingType::kLinear;
-    c.rope_scaling.factor = scaling_factor;
+  if (linear_scaling || yarn) {
+    c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
+    c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;
   }
   c.dim = f.GetU32(p + "embedding_length");
   c.n_layers = f.GetU32(p + "block_count");
@@ -366,7 +390,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // llama.cpp: head size = key_length, defaulting to n_embd / n_head; the rotary dimension count
   // (n_rot) defaults to it and may be smaller (partial rotary).
   c.head_dim = f.GetU32Or(p + "attention.key_length", c.dim / c.n_heads);
-  if (f.GetU32Or(p + "attention.value_length", c.head_dim) != c.head_dim)
+  if (!deepseek && f.GetU32Or(p + "attention.value_length", c.head_dim) != c.head_dim)
     Fail("{}: key '{}attention.value_length' ({}) differs from the key head size {}; not supported",
          source, p, f.GetU32(p + "attention.value_length"), c.head_dim);
   if (const uint32_t rot = f.GetU32Or(p + "rope.dimension_count", c.head_dim); rot != c.head_dim) {
@@ -405,6 +429,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (gemma) ReadGemmaKeys(f, arch, c);
   if (arch == "llama" || qwen_moe) ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
+  if (deepseek) ReadDeepSeek2Keys(f, c);
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
@@ -440,7 +465,9 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
     const std::string p = fmt::format("blk.{}.", i);
     LayerWeights l = EmptyLayer(c, i);
     l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
-    if (f.FindTensor(p + "attn_qkv.weight")) {  // Phi-3: q, k and v rows in one matrix
+    if (c.mla()) {
+      LoadLatentAttention(f, t, c, p, l);
+    } else if (f.FindTensor(p + "attn_qkv.weight")) {  // Phi-3: q, k and v rows in one matrix
       std::vector<Linear> qkv = t.Weights(p + "attn_qkv.weight", {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.dim);
       l.wq = std::move(qkv[0]);
       l.wk = std::move(qkv[1]);
@@ -459,7 +486,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.q_norm = t.Vector(p + "attn_q_norm.weight", c.head_dim);
       l.k_norm = t.Vector(p + "attn_k_norm.weight", c.head_dim);
     }
-    l.wo = t.Weight(p + "attn_output.weight", c.dim, c.q_dim());
+    l.wo = t.Weight(p + "attn_output.weight", c.dim, c.attn_out_dim());
     if (c.sandwich_norms) {
       l.attn_out_norm = t.Vector(p + "post_attention_norm.weight", c.dim);
       l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);
@@ -467,6 +494,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
     l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);
     if (c.moe(i)) {
       l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
+      if (c.router_bias) l.router_bias = t.Vector(p + "exp_probs_b.bias", c.n_experts);
       std::vector<Linear> gate = t.Experts(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
       std::vector<Linear> up = t.Experts(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
       std::vector<Linear> down = t.Experts(p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ffn_dim);
@@ -474,7 +502,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
         l.experts[e] = {std::move(gate[e]), std::move(up[e]), std::move(down[e])};
       if (c.shared_expert_ffn_dim > 0) {
         const uint32_t ffn = c.shared_expert_ffn_dim;
-        l.shared_gate = t.Vector(p + "ffn_gate_inp_shexp.weight", c.dim);
+        if (c.shared_expert_gated) l.shared_gate = t.Vector(p + "ffn_gate_inp_shexp.weight", c.dim);
         l.w_gate = t.Weight(p + "ffn_gate_shexp.weight", ffn, c.dim);
         l.w_up = t.Weight(p + "ffn_up_shexp.weight", ffn, c.dim);
         l.w_down = t.Weight(p + "ffn_down_shexp.weight", c.dim, ffn);

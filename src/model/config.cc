@@ -91,6 +91,8 @@ void ModelConfig::Validate(const std::string& source) const {
        "bos/eos token ids must be inside the vocabulary");
 }
 
+double YarnMscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
 float ModelConfig::attention_scale() const {
   return query_scale > 0 ? query_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
@@ -111,9 +113,6 @@ bool IsQwen(const std::string& arch) {
 bool IsDeepSeek(const std::string& arch) {
   return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM";
 }
-
-// YaRN's attention magnitude scale for a context `scale` times the original (transformers' get_mscale).
-double YarnMscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 bool IsGemma(const std::string& arch) {
   return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";

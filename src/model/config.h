@@ -145,6 +145,9 @@ struct ModelConfig {
   void Validate(const std::string& source) const;
 };
 
+// YaRN's attention magnitude scale for a context `scale` times the original (transformers' get_mscale).
+double YarnMscale(double scale, double mscale);
+
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
 // Phi-3 / Gemma 1-3). Unknown
 // architectures are errors that list the supported ones.

@@ -1,0 +1,213 @@
+#include "io/gguf_deepseek.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <span>
+
+#include "core/error.h"
+
+namespace lowbit {
+namespace {
+
+// llama_expert_gating_func_type
+constexpr uint32_t kGatingSoftmax = 1, kGatingSigmoid = 2;
+
+// ggml's YaRN ramp ends (llama.cpp reads no key for them: hparams.yarn_beta_fast / slow).
+constexpr float kLlamaCppBetaFast = 32, kLlamaCppBetaSlow = 1;
+
+// The leading dense layers of a DeepSeek model (first_k_dense_replace), or -1 when the sparse layers are
+// not "all after a dense prefix", the only layout llama.cpp's deepseek2 has.
+int LeadingDenseLayers(const ModelConfig& c) {
+  if (c.n_experts == 0) return static_cast<int>(c.n_layers);
+  uint32_t dense = 0;
+  while (dense < c.n_layers && !c.moe(dense)) ++dense;
+  for (uint32_t i = dense; i < c.n_layers; ++i)
+    if (!c.moe(i)) return -1;
+  return static_cast<int>(dense);
+}
+
+// YaRN's mscale_all_dim as the softmax scale holds it: query_scale = mscale(factor, all_dims)^2 / sqrt(qk_head_dim).
+double MscaleAllDims(const ModelConfig& c) {
+  const double factor = c.rope_scaling.factor;
+  const double m = std::sqrt(static_cast<double>(c.attention_scale()) * std::sqrt(static_cast<double>(c.qk_head_dim())));
+  return factor > 1 ? (m - 1) / (0.1 * std::log(factor)) : 0.0;
+}
+
+}  // namespace
+
+void CheckDeepSeek2Exportable(const ModelConfig& c, const std::string& source) {
+  if (!c.mla()) Fail("{}: llama.cpp's deepseek2 runs latent attention; this model has none", source);
+  if (c.rope_style != RopeStyle::kAdjacent)
+    Fail("{}: llama.cpp's deepseek2 rotates adjacent pairs; this model rotates halves (rope_interleave: false)",
+         source);
+  const RopeScaling& s = c.rope_scaling;
+  const bool yarn = s.type == RopeScalingType::kYarn && s.factor > 1;
+  if (s.type != RopeScalingType::kNone && s.type != RopeScalingType::kYarn)
+    Fail("{}: llama.cpp's deepseek2 takes YaRN RoPE scaling only", source);
+  if (yarn) {
+    if (std::abs(s.attention_factor - 1) > 1e-6f)
+      Fail("{}: rope_scaling: YaRN attention factor {} (mscale differs from mscale_all_dim); llama.cpp's deepseek2 "
+           "takes them equal and would scale attention differently", source, s.attention_factor);
+    if (s.beta_fast != kLlamaCppBetaFast || s.beta_slow != kLlamaCppBetaSlow || !s.truncate)
+      Fail("{}: rope_scaling: llama.cpp's YaRN ramp is beta_fast 32, beta_slow 1, truncated; this model's is {}, {}{}",
+           source, s.beta_fast, s.beta_slow, s.truncate ? "" : ", not truncated");
+    if (std::abs(MscaleAllDims(c)) < 1e-6)
+      Fail("{}: rope_scaling: YaRN without mscale_all_dim is scaled differently by llama.cpp's deepseek2", source);
+  } else if (std::abs(c.attention_scale() * std::sqrt(static_cast<float>(c.qk_head_dim())) - 1) > 1e-5f) {
+    Fail("{}: the attention scale {} is not 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), all llama.cpp's deepseek2 "
+         "applies without YaRN", source, c.attention_scale());
+  }
+  if (LeadingDenseLayers(c) < 0)
+    Fail("{}: llama.cpp's deepseek2 has dense layers only before the first MoE layer (first_k_dense_replace); "
+         "this model interleaves them (moe_layer_freq)", source);
+  if (c.n_experts == 0) return;
+  if (c.shared_expert_ffn_dim == 0 || c.shared_expert_ffn_dim % c.expert_ffn_dim != 0 || c.shared_expert_gated)
+    Fail("{}: llama.cpp's deepseek2 needs n_shared_experts ungated shared experts of moe_intermediate_size", source);
+  if (c.expert_groups > 1 && c.group_score == GroupScore::kBestExpert)
+    std::fprintf(stderr,
+                 "lowbit: warning: %s: llama.cpp scores expert groups by their best two experts (DeepSeek-V3's rule); "
+                 "this model (group_limited_greedy) chose by the best one, so llama.cpp may route some tokens to "
+                 "other groups\n", source.c_str());
+}
+
+void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c) {
+  const std::string a = "deepseek2.";
+  const uint32_t rope = c.rope_dims();
+  out.Set(a + "vocab_size", c.vocab_size);
+  out.Set(a + "leading_dense_block_count", static_cast<uint32_t>(LeadingDenseLayers(c)));
+  // llama.cpp reads q_lora_rank unless the model has V2-Lite's 26 or 27 layers; 0 = a plain q projection.
+  out.Set(a + "attention.q_lora_rank", c.q_lora_rank);
+  out.Set(a + "attention.kv_lora_rank", c.kv_lora_rank);
+  out.Set(a + "attention.key_length", c.kv_lora_rank + rope);  // the cached latent: multi-query attention
+  out.Set(a + "attention.value_length", c.kv_lora_rank);
+  out.Set(a + "attention.key_length_mla", c.qk_head_dim());
+  out.Set(a + "attention.value_length_mla", c.v_head_dim);
+  out.Set(a + "rope.dimension_count", rope);
+  if (c.n_experts == 0) out.Set(a + "expert_feed_forward_length", c.ffn_dim);  // required; the MoE keys have it
+  out.Set(a + "expert_shared_count", c.n_experts ? c.shared_expert_ffn_dim / c.expert_ffn_dim : 0);
+  if (c.n_experts > 0) {
+    out.Set(a + "expert_weights_scale", c.routed_scale);
+    out.Set(a + "expert_weights_norm", c.norm_expert_weights);
+    out.Set(a + "expert_gating_func", c.router_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
+    if (c.expert_groups > 0) {
+      out.Set(a + "expert_group_count", c.expert_groups);
+      out.Set(a + "expert_group_used_count", c.expert_groups_used);
+    }
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::kYarn && s.factor > 1) {
+    out.Set(a + "rope.scaling.type", std::string("yarn"));
+    out.Set(a + "rope.scaling.factor", s.factor);
+    out.Set(a + "rope.scaling.original_context_length", s.original_max_position);
+    out.Set(a + "rope.scaling.yarn_beta_fast", s.beta_fast);
+    out.Set(a + "rope.scaling.yarn_beta_slow", s.beta_slow);
+    // The converter writes 0.1 x mscale_all_dim and llama.cpp divides it back out (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX).
+    out.Set(a + "rope.scaling.yarn_log_multiplier", static_cast<float>(0.1 * MscaleAllDims(c)));
+  }
+}
+
+std::vector<float> GgufLatentKeys(const ModelConfig& c, const Linear& kv_b) {
+  const uint64_t nope = c.qk_nope_dim, lora = c.kv_lora_rank, per_head = nope + c.v_head_dim;
+  std::vector<float> keys(c.n_heads * lora * nope), row(lora), scratch(lora);
+  for (uint64_t h = 0; h < c.n_heads; ++h)
+    for (uint64_t i = 0; i < nope; ++i) {
+      InputOrderRow(kv_b, h * per_head + i, scratch, row);
+      for (uint64_t j = 0; j < lora; ++j) keys[(h * lora + j) * nope + i] = row[j];
+    }
+  return keys;
+}
+
+std::vector<float> GgufLatentValues(const ModelConfig& c, const Linear& kv_b) {
+  const uint64_t nope = c.qk_nope_dim, lora = c.kv_lora_rank, v = c.v_head_dim;
+  std::vector<float> values(c.n_heads * v * lora), scratch(lora);
+  for (uint64_t h = 0; h < c.n_heads; ++h)
+    for (uint64_t r = 0; r < v; ++r)
+      InputOrderRow(kv_b, h * (nope + v) + nope + r, scratch, std::span(&values[(h * v + r) * lora], lora));
+  return values;
+}
+
+DenseMatrix LatentKvFromGguf(const ModelConfig& c, const std::vector<float>& keys, const std::vector<float>& values) {
+  const uint64_t nope = c.qk_nope_dim, lora = c.kv_lora_rank, v = c.v_head_dim;
+  LOWBIT_CHECK(keys.size() == c.n_heads * lora * nope && values.size() == c.n_heads * v * lora);
+  DenseMatrix kv_b{c.n_heads * (nope + v), lora, std::vector<float>(c.n_heads * (nope + v) * lora)};
+  for (uint64_t h = 0; h < c.n_heads; ++h) {
+    float* head = &kv_b.values[h * (nope + v) * lora];
+    for (uint64_t i = 0; i < nope; ++i)
+      for (uint64_t j = 0; j < lora; ++j) head[i * lora + j] = keys[(h * lora + j) * nope + i];
+    std::copy_n(&values[h * v * lora], v * lora, head + nope * lora);
+  }
+  return kv_b;
+}
+
+void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c) {
+  const std::string p = "deepseek2.", source = f.path().string();
+  const uint32_t rope = c.rope_dims();
+  c.rope_style = RopeStyle::kAdjacent;  // llama.cpp runs deepseek2 with LLAMA_ROPE_TYPE_NORM
+  c.q_lora_rank = f.GetU32Or(p + "attention.q_lora_rank", 0);
+  c.kv_lora_rank = f.GetU32(p + "attention.kv_lora_rank");
+  if (c.n_kv_heads != 1) Fail("{}: key '{}attention.head_count_kv' must be 1 in deepseek2 (the latent)", source, p);
+  if (rope >= c.head_dim) Fail("{}: key '{}rope.dimension_count' ({}) leaves no room for a latent", source, p, rope);
+  uint32_t k_mla = c.head_dim, v_mla = f.GetU32Or(p + "attention.value_length", c.head_dim);
+  if (f.Find(p + "attention.key_length_mla")) {  // the split attn_k_b / attn_v_b
+    k_mla = f.GetU32(p + "attention.key_length_mla");
+    v_mla = f.GetU32(p + "attention.value_length_mla");
+    if (c.head_dim != c.kv_lora_rank + rope || f.GetU32Or(p + "attention.value_length", 0) != c.kv_lora_rank)
+      Fail("{}: keys '{}attention.key_length' / 'value_length' ({}, {}) must be kv_lora_rank + rope ({}) and "
+           "kv_lora_rank ({})", source, p, c.head_dim, f.GetU32Or(p + "attention.value_length", 0),
+           c.kv_lora_rank + rope, c.kv_lora_rank);
+  }
+  if (k_mla <= rope) Fail("{}: the query/key head width {} must exceed the rotary dimensions {}", source, k_mla, rope);
+  c.qk_nope_dim = k_mla - rope;
+  c.v_head_dim = v_mla;
+  c.head_dim = c.kv_lora_rank + rope;
+
+  // YaRN as llama.cpp applies it to deepseek2 (llama-context.cpp, models/deepseek2.cpp): with a log multiplier
+  // (0.1 x mscale_all_dim) the RoPE magnitude is 1 and scores are scaled by mscale(factor, mscale_all_dim)^2;
+  // without one, both by mscale(factor, 1).
+  double score_mscale = 1;
+  if (c.rope_scaling.type == RopeScalingType::kYarn) {
+    RopeScaling& s = c.rope_scaling;
+    s.original_max_position = f.GetU32Or(p + "rope.scaling.original_context_length", c.max_position);
+    s.beta_fast = kLlamaCppBetaFast;
+    s.beta_slow = kLlamaCppBetaSlow;
+    s.truncate = true;
+    const double log_mul = f.GetF32Or(p + "rope.scaling.yarn_log_multiplier", 0.0f) / 0.1;
+    const double magnitude = log_mul != 0 ? 1.0 : YarnMscale(s.factor, 1.0);
+    s.attention_factor = static_cast<float>(magnitude * f.GetF32Or(p + "rope.scaling.attn_factor", 1.0f));
+    score_mscale = s.attention_factor * YarnMscale(s.factor, log_mul);
+  }
+  c.query_scale = static_cast<float>(score_mscale * score_mscale / std::sqrt(static_cast<double>(k_mla)));
+
+  c.n_experts = f.GetU32Or(p + "expert_count", 0);
+  const uint32_t dense = f.GetU32Or(p + "leading_dense_block_count", c.n_experts ? 0 : c.n_layers);
+  if (c.n_experts == 0) {
+    if (dense < c.n_layers) Fail("{}: key '{}expert_count' must be positive with MoE layers", source, p);
+    return;
+  }
+  c.experts_per_token = f.GetU32(p + "expert_used_count");
+  c.expert_ffn_dim = f.GetU32(p + "expert_feed_forward_length");
+  c.shared_expert_ffn_dim = f.GetU32(p + "expert_shared_count") * c.expert_ffn_dim;
+  c.shared_expert_gated = false;
+  c.routed_scale = f.GetF32Or(p + "expert_weights_scale", 0.0f);
+  if (c.routed_scale == 0) c.routed_scale = 1;  // llama.cpp: absent or 0 = no scaling
+  c.norm_expert_weights = f.GetBoolOr(p + "expert_weights_norm", false);
+  const uint32_t gating = f.GetU32Or(p + "expert_gating_func", kGatingSoftmax);
+  if (gating != kGatingSoftmax && gating != kGatingSigmoid)
+    Fail("{}: key '{}expert_gating_func' = {} is not supported (1 softmax, 2 sigmoid)", source, p, gating);
+  c.router_scoring = gating == kGatingSigmoid ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
+  if (const uint32_t groups = f.GetU32Or(p + "expert_group_count", 0); groups > 1) {
+    c.expert_groups = groups;
+    c.expert_groups_used = f.GetU32(p + "expert_group_used_count");
+    c.group_score = GroupScore::kBestTwoSum;  // llama.cpp's rule, whatever model the file came from
+  }
+  if (dense > c.n_layers) Fail("{}: key '{}leading_dense_block_count' ({}) exceeds the {} layers", source, p, dense,
+                               c.n_layers);
+  c.sparse_layers.assign(c.n_layers, 1);
+  for (uint32_t i = 0; i < dense; ++i) c.sparse_layers[i] = 0;
+  if (dense == 0) c.sparse_layers.clear();
+  c.router_bias = dense < c.n_layers && f.FindTensor(fmt::format("blk.{}.exp_probs_b.bias", dense)) != nullptr;
+}
+
+}  // namespace lowbit

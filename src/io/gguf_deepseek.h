@@ -1,0 +1,38 @@
+// DeepSeek-V2/V3 (multi-head latent attention, DeepSeek routing) in GGUF: llama.cpp's `deepseek2`
+// architecture, written as its converter writes it (convert_hf_to_gguf's DeepseekV2Model) and read as
+// llama.cpp runs it (models/deepseek2.cpp, llama-graph's build_moe_ffn).
+//
+// kv_b_proj is stored split per head, for the absorbed attention: attn_k_b holds each head's key rows
+// transposed, ne [qk_nope, kv_lora_rank, heads]; attn_v_b its value rows, ne [kv_lora_rank, v_head, heads].
+// Older files hold the unsplit attn_kv_b (no key_length_mla): read too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+// What llama.cpp's deepseek2 cannot express is an error naming `source` and the setting (RoPE on halves,
+// YaRN with mscale != mscale_all_dim, MoE layers other than after a dense prefix, experts without a shared
+// expert); a routing llama.cpp runs differently (DeepSeek-V2's groups chosen by their best expert, which
+// llama.cpp scores by their best two) is a warning on stderr.
+void CheckDeepSeek2Exportable(const ModelConfig& c, const std::string& source);
+
+// The deepseek2.* keys of a latent-attention model (after the generic ones: context, embedding, heads,
+// RoPE base, norm epsilon, expert counts).
+void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c);
+
+// attn_k_b / attn_v_b's values (ggml order) from kv_b_proj, and kv_b_proj's rows back from them.
+std::vector<float> GgufLatentKeys(const ModelConfig& c, const Linear& kv_b);
+std::vector<float> GgufLatentValues(const ModelConfig& c, const Linear& kv_b);
+DenseMatrix LatentKvFromGguf(const ModelConfig& c, const std::vector<float>& keys, const std::vector<float>& values);
+
+// A deepseek2 file's latent attention, YaRN, routing and layer layout into `c` (the generic keys already
+// read: dim, layers, heads, key_length as head_dim, rope.dimension_count as rotary_dim, ffn_dim).
+void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c);
+
+}  // namespace lowbit

@@ -1,0 +1,162 @@
+// DeepSeek-V2/V3 in GGUF (llama.cpp's deepseek2): the keys llama.cpp's converter writes for DeepSeek-V3's real
+// config, worked out by hand from convert_hf_to_gguf's rules; kv_b_proj's split into attn_k_b / attn_v_b by hand;
+// the fixtures exported and read back to the same logits; what llama.cpp cannot run refused. llama.cpp itself runs
+// the exported fixtures in `make test-interop` (tests/interop/hf_architectures.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_deepseek.h"
+#include "io/gguf_export.h"
+#include "io/gguf_writer.h"
+#include "io/model_loader.h"
+#include "model/config.h"
+#include "model_test_util.h"
+#include "test_util.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::ExpectError;
+const fs::path kFixtures = LOWBIT_SOURCE_DIR "/tests/data/architectures";
+
+// The fixtures as llama.cpp can run them: V3's YaRN with mscale = mscale_all_dim (as every released DeepSeek
+// has it; the fixture's 1.0 / 0.8 tests transformers' general formula), V2's groups scored by their best two.
+Model LlamaCppRunnable(const std::string& name) {
+  Model m = LoadModel((kFixtures / name).string());
+  m.config.rope_scaling.attention_factor = 1;
+  m.config.group_score = GroupScore::kBestTwoSum;
+  return m;
+}
+
+TEST(GgufDeepSeek, V3ConfigWritesTheConverterKeys) {
+  const ModelConfig c = HfConfigFromJson(nlohmann::json::parse(testing_util::kDeepSeekV3Config), "v3/config.json");
+  testing_util::ScratchDir dir("ds-keys");
+  GgufWriter out(dir / "keys.gguf");
+  SetDeepSeek2Metadata(out, c);
+  out.Set("deepseek2.expert_count", c.n_experts);  // the MoE keys every architecture's export writes
+  out.Set("deepseek2.expert_used_count", c.experts_per_token);
+  out.Set("deepseek2.expert_feed_forward_length", c.expert_ffn_dim);
+  out.Commit();
+  const GgufFile f = GgufFile::Open(dir / "keys.gguf");
+  const std::string p = "deepseek2.";
+  EXPECT_EQ(f.GetU32(p + "leading_dense_block_count"), 3u);  // first_k_dense_replace
+  EXPECT_EQ(f.GetU32(p + "attention.q_lora_rank"), 1536u);
+  EXPECT_EQ(f.GetU32(p + "attention.kv_lora_rank"), 512u);
+  EXPECT_EQ(f.GetU32(p + "attention.key_length"), 576u);  // kv_lora_rank + qk_rope_head_dim: the cached latent
+  EXPECT_EQ(f.GetU32(p + "attention.value_length"), 512u);
+  EXPECT_EQ(f.GetU32(p + "attention.key_length_mla"), 192u);  // qk_nope_head_dim + qk_rope_head_dim
+  EXPECT_EQ(f.GetU32(p + "attention.value_length_mla"), 128u);
+  EXPECT_EQ(f.GetU32(p + "rope.dimension_count"), 64u);
+  EXPECT_EQ(f.GetU32(p + "expert_shared_count"), 1u);
+  EXPECT_FLOAT_EQ(f.GetF32(p + "expert_weights_scale"), 2.5f);
+  EXPECT_TRUE(f.GetBool(p + "expert_weights_norm"));
+  EXPECT_EQ(f.GetU32(p + "expert_gating_func"), 2u);  // LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+  EXPECT_EQ(f.GetU32(p + "expert_group_count"), 8u);
+  EXPECT_EQ(f.GetU32(p + "expert_group_used_count"), 4u);
+  EXPECT_EQ(f.GetString(p + "rope.scaling.type"), "yarn");
+  EXPECT_FLOAT_EQ(f.GetF32(p + "rope.scaling.factor"), 40.0f);
+  EXPECT_EQ(f.GetU32(p + "rope.scaling.original_context_length"), 4096u);
+  EXPECT_NEAR(f.GetF32(p + "rope.scaling.yarn_log_multiplier"), 0.1f, 1e-6f);  // 0.1 x mscale_all_dim
+
+  // Read back as llama.cpp runs it: the same latent shapes, softmax scale and routing.
+  ModelConfig back = c;
+  back.q_lora_rank = back.kv_lora_rank = back.qk_nope_dim = back.v_head_dim = 0;
+  back.query_scale = 0;
+  back.n_experts = 0;
+  back.rope_scaling.attention_factor = 7;
+  back.rope_scaling.original_max_position = 0;
+  ReadDeepSeek2Keys(f, back);
+  EXPECT_EQ(back.q_lora_rank, 1536u);
+  EXPECT_EQ(back.kv_lora_rank, 512u);
+  EXPECT_EQ(back.qk_nope_dim, 128u);
+  EXPECT_EQ(back.v_head_dim, 128u);
+  EXPECT_EQ(back.head_dim, 576u);
+  EXPECT_NEAR(back.query_scale, c.query_scale, 1e-6f * c.query_scale);
+  EXPECT_EQ(back.rope_scaling.attention_factor, 1.0f);
+  EXPECT_EQ(back.rope_scaling.original_max_position, 4096u);
+  EXPECT_EQ(back.n_experts, 256u);
+  EXPECT_EQ(back.experts_per_token, 8u);
+  EXPECT_EQ(back.shared_expert_ffn_dim, 2048u);
+  EXPECT_FALSE(back.shared_expert_gated);
+  EXPECT_EQ(back.router_scoring, RouterScoring::kSigmoid);
+  EXPECT_EQ(back.group_score, GroupScore::kBestTwoSum);
+  EXPECT_EQ(back.expert_groups_used, 4u);
+  EXPECT_EQ(back.sparse_layers, c.sparse_layers);
+}
+
+// kv_b_proj of 2 heads, qk_nope 2, v_head 1, kv_lora_rank 3: rows per head [k0, k1, v0], value 100 h + 10 r + j.
+TEST(GgufDeepSeek, LatentKeysAndValuesSplitByHand) {
+  ModelConfig c;
+  c.n_heads = 2;
+  c.qk_nope_dim = 2;
+  c.v_head_dim = 1;
+  c.kv_lora_rank = 3;
+  DenseMatrix kv_b{6, 3, std::vector<float>(18)};
+  for (int h = 0; h < 2; ++h)
+    for (int r = 0; r < 3; ++r)
+      for (int j = 0; j < 3; ++j) kv_b.values[(h * 3 + r) * 3 + j] = static_cast<float>(100 * h + 10 * r + j);
+  Linear l;
+  l.weight = kv_b;
+  // attn_k_b ne [nope 2, lora 3, heads 2]: each head's key rows transposed.
+  EXPECT_EQ(GgufLatentKeys(c, l), (std::vector<float>{0, 10, 1, 11, 2, 12, 100, 110, 101, 111, 102, 112}));
+  // attn_v_b ne [lora 3, v 1, heads 2]: each head's value rows as they are.
+  EXPECT_EQ(GgufLatentValues(c, l), (std::vector<float>{20, 21, 22, 120, 121, 122}));
+  EXPECT_EQ(LatentKvFromGguf(c, GgufLatentKeys(c, l), GgufLatentValues(c, l)).values, kv_b.values);
+}
+
+TEST(GgufDeepSeek, FixturesRoundTripToTheSameLogits) {
+  for (const char* name : {"deepseek_v2", "deepseek_v3"}) {
+    testing_util::ScratchDir dir("ds-gguf");
+    StreamedModel s{LlamaCppRunnable(name), nullptr};
+    const Model reference = LlamaCppRunnable(name);
+    GgufExportOptions o;
+    o.type = "F32";
+    EXPECT_EQ(ExportGguf(s, dir / "m.gguf", o).architecture, "deepseek2");
+    const GgufFile f = GgufFile::Open(dir / "m.gguf");
+    const GgufTensorInfo* k_b = f.FindTensor("blk.1.attn_k_b.weight");
+    ASSERT_NE(k_b, nullptr) << name;
+    EXPECT_EQ(k_b->dims, (std::vector<uint64_t>{8, 16, 4})) << name;  // [qk_nope, kv_lora_rank, heads]
+    EXPECT_EQ(f.FindTensor("blk.0.attn_kv_b.weight"), nullptr) << name;
+    EXPECT_EQ(f.FindTensor("blk.1.exp_probs_b.bias") != nullptr, std::string(name) == "deepseek_v3") << name;
+    EXPECT_EQ(f.FindTensor("blk.1.ffn_gate_inp_shexp.weight"), nullptr) << name;  // shared experts are ungated
+    EXPECT_EQ(f.FindTensor("blk.0.ffn_gate_exps.weight"), nullptr) << name;       // layer 0 is dense
+    const Model back = LoadModel(dir / "m.gguf");
+    EXPECT_EQ(back.config.architecture, "gguf:deepseek2");
+    const auto windows = testing_util::RandomWindows(2, 12, reference.config.vocab_size);
+    const double err = testing_util::LogitError(reference, back, windows);
+    EXPECT_LT(err, 1e-10) << name;
+  }
+}
+
+TEST(GgufDeepSeek, WhatLlamaCppCannotRunIsAnError) {
+  testing_util::ScratchDir dir("ds-refused");
+  const auto refuse = [&](Model m, std::initializer_list<std::string_view> needles, bool calibrate = false) {
+    StreamedModel s{std::move(m), nullptr};
+    GgufExportOptions o;
+    o.type = "Q8_0";
+    if (calibrate) o.calibration = testing_util::RandomWindows(1, 8, s.model.config.vocab_size);
+    ExpectError([&] { ExportGguf(s, dir / "m.gguf", o); }, needles);
+    EXPECT_TRUE(fs::is_empty(dir.path()));  // never a partial file
+  };
+  refuse(LoadModel((kFixtures / "deepseek_v3").string()), {"mscale", "mscale_all_dim"});
+  Model halves = LlamaCppRunnable("deepseek_v3");
+  halves.config.rope_style = RopeStyle::kHalf;
+  refuse(std::move(halves), {"rope_interleave"});
+  Model interleaved = LlamaCppRunnable("deepseek_v2");
+  interleaved.config.sparse_layers = {1, 0};
+  interleaved.weights.layers = {LoadModel((kFixtures / "deepseek_v2").string()).weights.layers[1],
+                                LoadModel((kFixtures / "deepseek_v2").string()).weights.layers[0]};
+  refuse(std::move(interleaved), {"first_k_dense_replace"});
+  refuse(LlamaCppRunnable("deepseek_v2"), {"calibrated", "latent attention"}, true);
+}
+
+}  // namespace
+}  // namespace lowbit
