@@ -4,8 +4,6 @@
 
 #include "core/error.h"
 #include "io/gguf_gptq.h"
-#include "kernels/activation.h"
-#include "kernels/matmul.h"
 #include "model/calibration.h"
 
 namespace lowbit {
@@ -28,33 +26,32 @@ std::vector<std::vector<std::byte>> GgufLayerCalibrator::QuantizeLayer(size_t l,
   const std::vector<BlockLinear> linears = BlockLinears(lw);
   LOWBIT_CHECK(types.size() == linears.size());
   // The Hessians of the block's inputs, on a copy of each window's hidden state (the block still has
-  // its full-precision weights here): q/k/v share one, o has one; a dense MLP's gate/up share one and
-  // down has one; in a sparse layer every expert (and the shared expert) has an input and a hidden
-  // Hessian, over the rows routed to it. input_of[i]: the Hessian of linear i.
+  // its full-precision weights here): one per attention input (q/k/v share one; latent attention's q_a or q
+  // and kv_a share one, q_b and kv_b have their own), o's, and for each MLP unit (a dense MLP, or a shared
+  // expert and each routed expert, over the rows routed to it) its input's and its hidden state's.
+  // input_of[i]: the Hessian of linear i.
+  const std::vector<LinearInput> stages = AttentionInputs(c);
+  std::vector<size_t> input_of;
+  if (!c.mla()) {
+    input_of = {0, 0, 0};
+  } else if (c.q_lora_rank == 0) {  // q, kv_a | kv_b
+    input_of = {0, 0, 1};
+  } else {  // q_a, q_b, kv_a, kv_b
+    input_of = {0, 1, 0, 2};
+  }
+  const size_t o = input_of.size();
+  input_of.push_back(stages.size());
   std::vector<HessianAccumulator> hessians;
-  hessians.emplace_back(c.dim);
-  hessians.emplace_back(c.q_dim());
-  std::vector<size_t> input_of = {0, 0, 0, 1};
-  for (size_t unit = 0; 4 + 3 * unit < linears.size(); ++unit) {
+  for (size_t i = 0; i <= o; ++i)
+    if (input_of[i] == hessians.size()) hessians.emplace_back(linears[i].linear->cols());
+  const size_t first_unit = hessians.size();
+  for (size_t unit = 0; o + 1 + 3 * unit < linears.size(); ++unit) {
     const size_t in = hessians.size();
     hessians.emplace_back(c.dim);
-    hessians.emplace_back(linears[4 + 3 * unit].linear->rows());
+    hessians.emplace_back(linears[o + 1 + 3 * unit].linear->rows());
     input_of.insert(input_of.end(), {in, in, in + 1});
   }
-  const bool moe = !lw.experts.empty(), shared = lw.shared_expert();
-  std::vector<float> input, rows, gate, up;
-  const auto add_unit = [&](size_t unit, const float* x, size_t n) {  // unit `unit`'s two Hessians on rows x
-    if (n == 0) return;
-    const Linear &g = *linears[4 + 3 * unit].linear, &u = *linears[5 + 3 * unit].linear;
-    hessians[2 + 2 * unit].Add(x, n, engine_.pool());
-    gate.resize(n * g.rows());
-    up.resize(n * g.rows());
-    MatMul(g, x, n, gate.data(), engine_.pool());
-    MatMul(u, x, n, up.data(), engine_.pool());
-    if (c.activation == FfnActivation::kGeluTanh) GeluTanhMul(gate.data(), up.data(), gate.size(), gate.data());
-    else SiluMul(gate.data(), up.data(), gate.size(), gate.data());
-    hessians[3 + 2 * unit].Add(gate.data(), n, engine_.pool());
-  };
+  std::vector<float> input;
   for (size_t w = 0; w < windows_.size(); ++w) {
     KvCache cache = engine_.NewCache(windows_[w].size());
     BatchItem item{&cache, windows_[w], false, nullptr};
@@ -62,19 +59,17 @@ std::vector<std::vector<std::byte>> GgufLayerCalibrator::QuantizeLayer(size_t l,
     std::vector<float> x = hidden_[w];
     const size_t n = windows_[w].size();
     engine_.BeginLayer(l, x, input);
-    hessians[0].Add(input.data(), n, engine_.pool());
-    engine_.AdvanceLayer(l, LinearInput::kQkv, batch, x, input);
-    hessians[1].Add(input.data(), n, engine_.pool());
-    engine_.AdvanceLayer(l, LinearInput::kO, batch, x, input);  // input: the MLP's
-    if (!moe || shared) add_unit(0, input.data(), n);
-    if (!moe) continue;
-    const ExpertRoutes routes = RouteTokens(c, lw, input.data(), n);
-    for (size_t e = 0; e < lw.experts.size(); ++e) {
-      const std::vector<uint32_t>& routed = routes.rows[e];
-      rows.resize(routed.size() * c.dim);
-      for (size_t r = 0; r < routed.size(); ++r) std::copy_n(&input[routed[r] * c.dim], c.dim, &rows[r * c.dim]);
-      add_unit(e + (shared ? 1 : 0), rows.data(), routed.size());
+    for (size_t s = 0; s < stages.size(); ++s) {
+      hessians[s].Add(input.data(), n, engine_.pool());
+      engine_.AdvanceLayer(l, stages[s], batch, x, input);
     }
+    hessians[stages.size()].Add(input.data(), n, engine_.pool());
+    engine_.AdvanceLayer(l, LinearInput::kO, batch, x, input);  // input: the MLP's
+    VisitMlpInputs(c, lw, l, input.data(), n, engine_.pool(),
+                   [&](size_t unit, const float* in, const float* hidden, size_t rows) {
+                     hessians[first_unit + 2 * unit].Add(in, rows, engine_.pool());
+                     hessians[first_unit + 2 * unit + 1].Add(hidden, rows, engine_.pool());
+                   });
   }
   std::vector<std::vector<std::byte>> bytes(linears.size());
   for (size_t i = 0; i < linears.size(); ++i) {

@@ -3,8 +3,10 @@
 // it (layer by layer: a block's Hessians come from one pass over the calibration windows, then its
 // linears are quantized and the windows' hidden states advance through it), then the output matrix
 // on the quantized model's final hidden states. In a mixture of experts each expert's Hessians come
-// from the tokens the router sends it. The embedding table is a lookup, not a product: it is
-// encoded directly.
+// from the tokens the router sends it. Latent attention (DeepSeek) is calibrated stage by stage (q_a or q
+// with kv_a on the normed hidden state, q_b on q_a's normed output, o on the attention output); kv_b's GGUF
+// tensors attn_k_b / attn_v_b run along other axes than kv_b's input, so the exporter rounds them directly
+// from the full-precision kv_b. The embedding table is a lookup, not a product: it is encoded directly.
 #pragma once
 
 #include <cstdint>

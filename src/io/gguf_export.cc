@@ -454,9 +454,6 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     std::fprintf(stderr, "lowbit: warning: %s: llama.cpp's llama architecture has no sliding window; the GGUF file "
                  "attends past the model's window of %u tokens\n", m.source.c_str(), c.sliding_window);
   const bool calibrating = !options.calibration.empty();
-  if (calibrating && c.mla())
-    Fail("{}: calibrated GGUF export of latent attention (DeepSeek) is not supported yet; export without --calib "
-         "(llama-quantize's rounding)", m.source);
   std::vector<PlannedTensor> plan = Plan(m, arch, rope_divisors ? &*rope_divisors : nullptr, calibrating);
 
   GgufMixModel mix{c.n_layers, c.n_kv_heads ? c.n_heads / c.n_kv_heads : 1, !c.tie_embeddings, c.n_experts};

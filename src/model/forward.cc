@@ -325,6 +325,38 @@ ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const flo
   return routes;
 }
 
+std::vector<LinearInput> AttentionInputs(const ModelConfig& c) {
+  if (!c.mla()) return {LinearInput::kQkv};
+  if (c.q_lora_rank == 0) return {LinearInput::kLatentIn, LinearInput::kLatentKv};
+  return {LinearInput::kLatentIn, LinearInput::kLatentQ, LinearInput::kLatentKv};
+}
+
+void VisitMlpInputs(const ModelConfig& c, const LayerWeights& lw, size_t layer, const float* x, size_t n,
+                    ThreadPool& pool,
+                    const std::function<void(size_t unit, const float* input, const float* hidden, size_t rows)>& visit) {
+  std::vector<float> gate, up, rows;
+  const auto unit = [&](size_t u, const Linear& g, const Linear& v, const float* input, size_t m) {
+    if (m == 0) return;
+    gate.resize(m * g.rows());
+    up.resize(m * g.rows());
+    MatMul(g, input, m, gate.data(), pool);
+    MatMul(v, input, m, up.data(), pool);
+    if (c.activation == FfnActivation::kGeluTanh) GeluTanhMul(gate.data(), up.data(), gate.size(), gate.data());
+    else SiluMul(gate.data(), up.data(), gate.size(), gate.data());
+    visit(u, input, gate.data(), m);
+  };
+  if (!c.moe(layer)) return unit(0, lw.w_gate, lw.w_up, x, n);
+  const size_t shared = lw.shared_expert() ? 1 : 0;
+  if (shared) unit(0, lw.w_gate, lw.w_up, x, n);
+  const ExpertRoutes routes = RouteTokens(c, lw, x, n);
+  for (size_t e = 0; e < lw.experts.size(); ++e) {
+    const std::vector<uint32_t>& routed = routes.rows[e];
+    rows.resize(routed.size() * c.dim);
+    for (size_t r = 0; r < routed.size(); ++r) std::copy_n(&x[routed[r] * c.dim], c.dim, &rows[r * c.dim]);
+    unit(e + shared, lw.experts[e].gate, lw.experts[e].up, rows.data(), routed.size());
+  }
+}
+
 void Engine::Experts(size_t l, const float* x, size_t n, float* out) {
   const ModelConfig& c = model_.config;
   const LayerWeights& lw = model_.weights.layers[l];

@@ -50,6 +50,19 @@ struct ExpertRoutes {
 // sum 1 when the config says so, times routed_scale.
 ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& layer, const float* x, size_t n_tokens);
 
+// The inputs of a layer's attention linears in forward order, each stage's AdvanceLayer giving the next one's
+// input, the last one giving o's: kQkv, or latent attention's kLatentIn, kLatentQ (with a q bottleneck) and
+// kLatentKv.
+std::vector<LinearInput> AttentionInputs(const ModelConfig& c);
+
+// The MLP units of layer `layer` on its MLP input x [n x dim], as BlockLinears lists them: a dense MLP (unit 0,
+// every row), or in a sparse layer the shared expert (unit 0, every row, when there is one) and each routed
+// expert on the rows the router sends it. `visit(unit, input, hidden, rows)` gets the unit's gate/up input
+// rows and its down input (act(gate) * up, [rows x its width]); units with no rows are not visited.
+void VisitMlpInputs(const ModelConfig& c, const LayerWeights& lw, size_t layer, const float* x, size_t n,
+                    ThreadPool& pool,
+                    const std::function<void(size_t unit, const float* input, const float* hidden, size_t rows)>& visit);
+
 // Which RoPE frequencies a layer uses: the model's (scaled as its config says), longrope's long
 // factors (contexts past the original one), or Gemma 3's unscaled local base (sliding layers).
 enum class RopeVariant : uint8_t { kDefault, kLong, kLocal };
