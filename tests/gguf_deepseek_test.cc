@@ -6,17 +6,21 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "io/gguf.h"
 #include "io/gguf_deepseek.h"
 #include "io/gguf_export.h"
 #include "io/gguf_writer.h"
+#include "io/imatrix.h"
 #include "io/model_loader.h"
+#include "pipeline/imatrix_job.h"
 #include "model/config.h"
 #include "model_test_util.h"
 #include "test_util.h"
@@ -181,6 +185,82 @@ TEST(GgufDeepSeek, CalibratedFileBeatsDirectEncoding) {
     const double e_calibrated = testing_util::LogitError(reference, LoadModel(dir / "calibrated.gguf"), held_out);
     std::cout << name << " Q4_0 logit MSE: calibrated " << e_calibrated << ", direct " << e_direct << "\n";
     EXPECT_LT(e_calibrated, e_direct) << name << ": calibrated " << e_calibrated << ", direct " << e_direct;
+  }
+}
+
+// The fixtures' vocabulary as a byte-level tokenizer.json (96 single-character tokens from '!', as
+// tests/interop/hf_architectures.py writes it), and a text of it without BOS, EOS or pad ids.
+void WriteByteTokenizer(const fs::path& folder) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int i = 0; i < 96; ++i) {  // code points U+0021..U+0080, in UTF-8
+    const int cp = 0x21 + i;
+    vocab[cp < 0x80 ? std::string(1, static_cast<char>(cp))
+                    : std::string{static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))}] = i;
+  }
+  const nlohmann::json tokenizer = {
+      {"version", "1.0"}, {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr}, {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  WriteFileAtomic(folder / "tokenizer.json", tokenizer.dump());
+  std::string text;
+  for (const auto& window : testing_util::RandomWindows(8, 32, 91))  // '$'..'~': ids 3..93
+    for (const int32_t t : window) text += static_cast<char>(0x21 + 3 + t);
+  WriteFileAtomic(folder / "calib.txt", text);
+}
+
+// llama-imatrix's entries for mixtures of experts and latent attention: ffn_*_exps one matrix per expert with its
+// own row count (the counts sum to tokens x experts per token, and the experts' sums to top-k times the shared
+// expert's, which sees every row once), the shared expert's and latent attention's under llama.cpp's names; every
+// entry names a matrix of the model's GGUF export.
+TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
+  for (const char* name : {"qwen2_moe", "deepseek_v2", "deepseek_v3"}) {
+    testing_util::ScratchDir dir("imatrix-moe");
+    WriteByteTokenizer(dir.path());
+    ImatrixJob job;
+    job.model = (kFixtures / name).string();
+    job.tokenizer = (dir / "tokenizer.json").string();
+    job.calib = (dir / "calib.txt").string();
+    job.out = (dir / "im.gguf").string();
+    job.ctx = 32;
+    const nlohmann::json r = RunImatrixJob(job);
+    const size_t tokens = r.at("tokens").get<size_t>();
+    const Model m = LoadModel(kFixtures / name);
+    const ModelConfig& c = m.config;
+    const GgufFile f = GgufFile::Open(job.out);
+    const auto values = [&](const std::string& tensor) {
+      const GgufTensorInfo* t = f.FindTensor("blk.1." + tensor);
+      if (!t) ADD_FAILURE() << name << ": no " << tensor;
+      return t ? DequantizeGgufTensor(*t) : std::vector<float>{};
+    };
+    const std::vector<float> counts = values("ffn_gate_exps.weight.counts");
+    ASSERT_EQ(counts.size(), c.n_experts) << name;
+    EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0.0), double(tokens) * c.experts_per_token) << name;
+    const std::vector<float> experts = values("ffn_up_exps.weight.in_sum2"), shared = values("ffn_up_shexp.weight.in_sum2");
+    ASSERT_EQ(experts.size(), c.n_experts * c.dim) << name;
+    ASSERT_EQ(shared.size(), c.dim) << name;
+    for (size_t i = 0; i < c.dim; ++i) {
+      double sum = 0;
+      for (size_t e = 0; e < c.n_experts; ++e) sum += experts[e * c.dim + i];
+      EXPECT_NEAR(sum, c.experts_per_token * shared[i], 1e-4 * sum) << name << " column " << i;
+    }
+    if (c.mla()) {
+      EXPECT_EQ(values("attn_kv_a_mqa.weight.in_sum2"), values(c.q_lora_rank ? "attn_q_a.weight.in_sum2" : "attn_q.weight.in_sum2"));
+      EXPECT_EQ(values(c.q_lora_rank ? "attn_q_b.weight.in_sum2" : "attn_kv_a_mqa.weight.in_sum2").size(),
+                c.q_lora_rank ? c.q_lora_rank : c.dim);
+    }
+    // Every entry is a matrix of the model's GGUF file (llama.cpp runs V2's groups by its own rule: as exported).
+    StreamedModel s{std::string(name).starts_with("deepseek") ? LlamaCppRunnable(name) : LoadModel(kFixtures / name),
+                    nullptr};
+    GgufExportOptions o;
+    o.type = "F32";
+    ExportGguf(s, dir / "m.gguf", o);
+    const GgufFile exported = GgufFile::Open(dir / "m.gguf");
+    for (const auto& [entry, importance] : ReadImatrix(job.out).columns) {
+      const GgufTensorInfo* t = exported.FindTensor(entry);
+      ASSERT_NE(t, nullptr) << name << ": " << entry;
+      EXPECT_EQ(importance.size() % t->dims[0], 0u) << entry;
+    }
   }
 }
 

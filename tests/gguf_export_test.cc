@@ -460,8 +460,8 @@ TEST(GgufExport, BadInputIsAClearError) {
 TEST(Imatrix, RoundTripsAsLlamaCppReadsIt) {
   TempDir dir("imatrix");
   std::map<std::string, ImatrixEntry, std::less<>> entries;
-  entries["blk.0.ffn_down.weight"] = {{2, 4, 6, 8}, 2};
-  entries["blk.0.attn_q.weight"] = {{1, 0}, 0};  // no tokens: llama.cpp reads ones
+  entries["blk.0.ffn_down.weight"] = {{2, 4, 6, 8}, {2}};
+  entries["blk.0.attn_q.weight"] = {{1, 0}, {0}};  // no tokens: llama.cpp reads ones
   WriteImatrix(dir / "im.gguf", entries, {"kjv-train.txt"}, 3, 256);
   const GgufFile f = GgufFile::Open(dir / "im.gguf");
   EXPECT_EQ(f.GetString("general.type"), "imatrix");

@@ -57,12 +57,14 @@ void WriteImatrix(const std::filesystem::path& path, const std::map<std::string,
   out.Set("imatrix.chunk_count", chunk_count);
   out.Set("imatrix.chunk_size", chunk_size);
   for (const auto& [name, e] : entries) {
-    out.DeclareTensor(name + std::string(kSums), {e.sum_squares.size(), 1});
-    out.DeclareTensor(name + std::string(kCounts), {1, 1});
+    const uint64_t n_mat = e.counts.size();
+    LOWBIT_CHECK(n_mat > 0 && e.sum_squares.size() % n_mat == 0);
+    out.DeclareTensor(name + std::string(kSums), {e.sum_squares.size() / n_mat, n_mat});
+    out.DeclareTensor(name + std::string(kCounts), {1, n_mat});
   }
   for (const auto& [name, e] : entries) {
     out.WriteTensor(name + std::string(kSums), kGgmlF32, AsBytes(e.sum_squares));
-    out.WriteTensor(name + std::string(kCounts), kGgmlF32, AsBytes(std::vector<float>{e.count}));
+    out.WriteTensor(name + std::string(kCounts), kGgmlF32, AsBytes(e.counts));
   }
   out.Commit();
 }

@@ -23,10 +23,11 @@ struct ImportanceMatrix {
 // Errors name the file and the tensor or key. The legacy .dat format is refused with a hint.
 ImportanceMatrix ReadImatrix(const std::filesystem::path& path);
 
-// Sums and counts for one weight, as accumulated over calibration tokens.
+// Sums and counts for one weight, as accumulated over calibration tokens: one matrix, or (a MoE layer's
+// ffn_*_exps) one per expert, each with its own row count.
 struct ImatrixEntry {
-  std::vector<float> sum_squares;  // per input column
-  float count = 0;                 // tokens summed
+  std::vector<float> sum_squares;  // per input column, matrix after matrix
+  std::vector<float> counts;       // tokens summed, per matrix
 };
 void WriteImatrix(const std::filesystem::path& path, const std::map<std::string, ImatrixEntry, std::less<>>& entries,
                   const std::vector<std::string>& datasets, uint32_t chunk_count, uint32_t chunk_size);

@@ -37,6 +37,7 @@ struct BatchItem {
 // kLatentKv), each stage recomputing what it needs from the residual, after which kLatentKv's attention
 // gives o's input.
 enum class LinearInput : uint8_t { kQkv, kO, kGateUp, kDown, kLatentIn, kLatentQ, kLatentKv };
+inline constexpr size_t kLinearInputCount = 7;
 
 // The experts a router sends each token to: for expert e, the rows (token indices into the input)
 // it receives and their weights, in token order.

@@ -1,7 +1,7 @@
 // Importance statistics of the linear layers' inputs (what llama.cpp calls an importance
-// matrix): per decoder layer and input group, the sum over calibration tokens of each input
-// column's squared activation. Quantizers weight each column's error by its mean (importance =
-// how much that column's weights matter to the output).
+// matrix): per decoder layer and input, the sum over calibration tokens of each input column's
+// squared activation. Quantizers weight each column's error by its mean (importance = how much
+// that column's weights matter to the output).
 #pragma once
 
 #include <array>
@@ -18,8 +18,17 @@ struct ColumnSquares {
   uint64_t tokens = 0;
 };
 
-// [layer][LinearInput] over the windows, each run as one sequence of the fp32 forward pass.
-using LayerImportance = std::array<ColumnSquares, 4>;
+struct LayerImportance {
+  // By LinearInput: the attention linears' inputs (kQkv, or latent attention's kLatentIn, kLatentQ and
+  // kLatentKv) and o's (kO); the other entries stay empty.
+  std::array<ColumnSquares, kLinearInputCount> attention;
+  // Per MLP unit, numbered as BlockLinears lists them (a dense MLP; or the shared expert, then each routed
+  // expert over the rows the router sends it, as llama-imatrix counts an expert's rows): its gate/up input
+  // and its down input. An expert no token reached has no sums (tokens 0).
+  std::vector<ColumnSquares> unit_inputs, unit_hidden;
+};
+
+// Over the windows, each run as one sequence of the fp32 forward pass.
 std::vector<LayerImportance> CollectInputSquares(Engine& engine, const std::vector<std::vector<int32_t>>& windows,
                                                  const std::function<void(size_t done)>& progress = {});
 

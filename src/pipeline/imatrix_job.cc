@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <filesystem>
 #include <map>
 #include <string_view>
@@ -15,19 +14,72 @@
 namespace lowbit {
 namespace {
 
-// The GGUF tensors that read each input group.
-constexpr std::array<std::array<std::string_view, 3>, 4> kGroupTensors = {{
-    {"attn_q", "attn_k", "attn_v"}, {"attn_output", "", ""}, {"ffn_gate", "ffn_up", ""}, {"ffn_down", "", ""}}};
+using Entries = std::map<std::string, ImatrixEntry, std::less<>>;
+
+ImatrixEntry EntryOf(const ColumnSquares& s) {
+  return {std::vector<float>(s.sum.begin(), s.sum.end()), {static_cast<float>(s.tokens)}};
+}
+
+void Add(Entries& entries, size_t layer, std::initializer_list<std::string_view> tensors, const ImatrixEntry& e) {
+  for (std::string_view tensor : tensors) entries[fmt::format("blk.{}.{}.weight", layer, tensor)] = e;
+}
+
+// A MoE layer's routed experts as llama-imatrix writes ffn_*_exps: each expert's sums, one matrix per expert,
+// with its own row count (an expert no token reached: zeros, count 0, which readers take as ones).
+ImatrixEntry ExpertsEntry(const std::vector<ColumnSquares>& units, size_t first, size_t cols) {
+  ImatrixEntry e;
+  for (size_t u = first; u < units.size(); ++u) {
+    const ColumnSquares& s = units[u];
+    if (s.sum.empty()) e.sum_squares.insert(e.sum_squares.end(), cols, 0.0f);
+    else e.sum_squares.insert(e.sum_squares.end(), s.sum.begin(), s.sum.end());
+    e.counts.push_back(static_cast<float>(s.tokens));
+  }
+  return e;
+}
+
+// The GGUF tensors each input feeds, named as llama.cpp's converter names them for this model (gguf_export.cc):
+// attn_q/k/v (Phi-3: attn_qkv) or latent attention's attn_q_a (attn_q) with attn_kv_a_mqa and attn_q_b;
+// attn_output; ffn_gate/up/down (Phi-3: ffn_up holds gate and up), or ffn_*_shexp and ffn_*_exps. kv_b's
+// inputs have no entry: in GGUF it is attn_k_b / attn_v_b, which read per-head products of the absorbed
+// attention, not kv_b's input.
+Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& squares) {
+  const bool phi3 = c.architecture == "Phi3ForCausalLM" || c.architecture == "gguf:phi3";
+  Entries entries;
+  for (size_t l = 0; l < squares.size(); ++l) {
+    const LayerImportance& li = squares[l];
+    const auto attention = [&](LinearInput input) { return EntryOf(li.attention[static_cast<size_t>(input)]); };
+    if (!c.mla()) {
+      if (phi3) Add(entries, l, {"attn_qkv"}, attention(LinearInput::kQkv));
+      else Add(entries, l, {"attn_q", "attn_k", "attn_v"}, attention(LinearInput::kQkv));
+    } else if (c.q_lora_rank == 0) {
+      Add(entries, l, {"attn_q", "attn_kv_a_mqa"}, attention(LinearInput::kLatentIn));
+    } else {
+      Add(entries, l, {"attn_q_a", "attn_kv_a_mqa"}, attention(LinearInput::kLatentIn));
+      Add(entries, l, {"attn_q_b"}, attention(LinearInput::kLatentQ));
+    }
+    Add(entries, l, {"attn_output"}, attention(LinearInput::kO));
+    if (!c.moe(l)) {
+      if (phi3) Add(entries, l, {"ffn_up"}, EntryOf(li.unit_inputs[0]));
+      else Add(entries, l, {"ffn_gate", "ffn_up"}, EntryOf(li.unit_inputs[0]));
+      Add(entries, l, {"ffn_down"}, EntryOf(li.unit_hidden[0]));
+      continue;
+    }
+    const size_t shared = c.shared_expert_ffn_dim > 0 ? 1 : 0;
+    if (shared) {
+      Add(entries, l, {"ffn_gate_shexp", "ffn_up_shexp"}, EntryOf(li.unit_inputs[0]));
+      Add(entries, l, {"ffn_down_shexp"}, EntryOf(li.unit_hidden[0]));
+    }
+    Add(entries, l, {"ffn_gate_exps", "ffn_up_exps"}, ExpertsEntry(li.unit_inputs, shared, c.dim));
+    Add(entries, l, {"ffn_down_exps"}, ExpertsEntry(li.unit_hidden, shared, c.expert_ffn_dim));
+  }
+  return entries;
+}
 
 }  // namespace
 
 nlohmann::json RunImatrixJob(const ImatrixJob& job) {
   if (job.ctx < 2) Fail("imatrix: --ctx must be at least 2");
   const LoadedModel m = LoadModelWithTokenizer(job.model, job.tokenizer);
-  // Its entries are named for llama.cpp's q/k/v layout; GGUF deepseek2 (q_a, kv_a, k_b, v_b) is not written yet.
-  if (m.model.config.mla())
-    Fail("{}: imatrix of {} (multi-head latent attention) is not supported yet: lowbit writes no GGUF deepseek2",
-         job.model, m.model.config.architecture);
   // llama-imatrix's protocol: the text (with BOS) cut into consecutive chunks of --ctx tokens,
   // each starting with BOS.
   const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, job.calib);
@@ -44,14 +96,7 @@ nlohmann::json RunImatrixJob(const ImatrixJob& job) {
   const std::vector<LayerImportance> squares = CollectInputSquares(engine, windows, [&](size_t done) {
     if (job.progress) job.progress(done, n_chunks);
   });
-  std::map<std::string, ImatrixEntry, std::less<>> entries;
-  for (size_t l = 0; l < squares.size(); ++l)
-    for (size_t g = 0; g < 4; ++g) {
-      const ColumnSquares& s = squares[l][g];
-      ImatrixEntry e{std::vector<float>(s.sum.begin(), s.sum.end()), static_cast<float>(s.tokens)};
-      for (std::string_view tensor : kGroupTensors[g])
-        if (!tensor.empty()) entries[fmt::format("blk.{}.{}.weight", l, tensor)] = e;
-    }
+  const Entries entries = NameEntries(m.model.config, squares);
   WriteImatrix(job.out, entries, {std::filesystem::path(job.calib).filename().string()},
                static_cast<uint32_t>(n_chunks), static_cast<uint32_t>(job.ctx));
   return {{"out", job.out}, {"entries", entries.size()}, {"chunks", n_chunks}, {"ctx", job.ctx},

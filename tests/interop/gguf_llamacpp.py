@@ -77,15 +77,16 @@ def quantize_llamacpp(src, dst, ftype, pure, imatrix=None, tables=None):
 
 
 def read_imatrix_means(path):
-    """llama-quantize's reading of an imatrix GGUF: in_sum2 / counts per column."""
+    """llama-quantize's reading of an imatrix GGUF: in_sum2 / counts per column, each matrix by its own count."""
     r = gguf.GGUFReader(path)
     t = {x.name: np.array(x.data, dtype=np.float32).reshape(-1) for x in r.tensors}
     out = {}
     for name, sums in t.items():
         if name.endswith(".in_sum2"):
             base = name[: -len(".in_sum2")]
-            count = t[base + ".counts"][0]
-            out[base] = sums / count if count > 0 else np.ones_like(sums)
+            counts = t[base + ".counts"]  # one per matrix (a MoE layer's ffn_*_exps: per expert)
+            per = sums.reshape(len(counts), -1)
+            out[base] = np.concatenate([row / c if c > 0 else np.ones_like(row) for row, c in zip(per, counts)])
     return out
 
 

@@ -179,6 +179,7 @@ def byte_level_tokenizer(folder):
 # also exercise llama-quantize's fallbacks.
 MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", *GGUF_VARIANTS}
 MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "MXFP4_MOE": 38}
+MOE_IMATRIX_TYPES = {"Q4_0", "Q4_K_M"}  # also with lowbit's imatrix, in both tools
 
 
 def byte_text(folder):
@@ -206,18 +207,26 @@ def kl_against_lowbit(lowbit, model_path, text, logits, label):
 def check_moe_mixes(lowbit, folder, name, src, f32):
     import gguf
     from gguf_llamacpp import compare_tensors, quantize_llamacpp
+    from gguf_llamacpp import read_imatrix_means
     rows = []
+    text = byte_text(folder)
+    # lowbit's importance matrix (the experts one matrix each, on their routed rows) used by both quantizers.
+    imatrix = os.path.join(folder, f"{name}-imatrix.gguf")
+    run(lowbit, "imatrix", src, "--calib", text, "-o", imatrix, "--ctx", str(KL_CTX))
+    means = read_imatrix_means(imatrix)
     for t, ftype in MOE_MIX_TYPES.items():
-        ours, theirs = os.path.join(folder, f"{name}-{t}.gguf"), os.path.join(folder, f"{name}-{t}-llamacpp.gguf")
-        run(lowbit, "export", src, "-o", ours, "--type", t, "--name", f"fixture-{len(name)}")
-        quantize_llamacpp(f32, theirs, ftype, False)
-        same, total = compare_tensors(ours, theirs, f"{name} {t}")
-        rows.append([name, t, f"{same}/{total}"])
+        for with_imatrix in (False, True) if t in MOE_IMATRIX_TYPES else (False,):
+            label = f"{t} + imatrix" if with_imatrix else t
+            ours, theirs = os.path.join(folder, f"{name}-{t}.gguf"), os.path.join(folder, f"{name}-{t}-llamacpp.gguf")
+            run(lowbit, "export", src, "-o", ours, "--type", t, "--name", f"fixture-{len(name)}",
+                *(["--imatrix", imatrix] if with_imatrix else []))
+            quantize_llamacpp(f32, theirs, ftype, False, means if with_imatrix else None)
+            same, total = compare_tensors(ours, theirs, f"{name} {label}")
+            rows.append([name, label, f"{same}/{total}"])
     # A calibrated file (GPTQ per expert onto the ggml grids): gguf-py (llama.cpp's reader) decodes each
     # ffn_*_exps tensor, and expert e's slice must be the source's expert e within quantization error. (Its
     # logits are not compared with llama.cpp's: on these tiny random routers llama.cpp's 8-bit activations
     # flip routes, so even the llama-quantize-identical Q8_0 files disagree by KL ~1e-3 there.)
-    text = byte_text(folder)
     calibrated = os.path.join(folder, f"{name}-Q4_0-calibrated.gguf")
     run(lowbit, "export", src, "-o", calibrated, "--type", "Q4_0", "--calib", text, "--calib-samples", "8",
         "--calib-len", str(KL_CTX), "--name", f"fixture-{len(name)}")
