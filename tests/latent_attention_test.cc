@@ -199,7 +199,7 @@ TEST(LatentAttention, DecodeStepsMatchPrefill) {
     const Model model = LoadModel((kFixtures / name).string());
     const std::vector<int32_t> tokens = {1, 5, 17, 42, 9, 88, 3, 60, 60, 14, 95, 0};
     const size_t vocab = model.config.vocab_size;
-    for (const char* dtype : {"fp32", "int8"}) {
+    for (const char* dtype : {"fp32", "int8", "bf16", "fp8_e4m3", "int4"}) {
       KvCacheOptions kv;
       kv.dtype = ParseKvDtype(dtype);
       Engine engine(model, 2, kv);
@@ -215,7 +215,16 @@ TEST(LatentAttention, DecodeStepsMatchPrefill) {
       }
       EXPECT_LT(worst / scale, 1e-5) << name << " " << dtype;
     }
-    EXPECT_DOUBLE_EQ(Engine(model, 1).NewCache(32).BytesPerToken(), 2.0 * 2 * (16 + 8) * 4) << name;
+    // The latent (16 + 8 wide) is cached once per layer as K, which V reads: 2 layers x 24 fp32 values. KIVI
+    // quantizes K per channel and V per token, so it keeps both.
+    EXPECT_DOUBLE_EQ(Engine(model, 1).NewCache(32).BytesPerToken(), 2.0 * (16 + 8) * 4) << name;
+    KvCacheOptions kivi;
+    kivi.dtype = KvDtype::kInt4;
+    const KvCache int4 = Engine(model, 1, kivi).NewCache(32);
+    KvCacheOptions eight;
+    eight.dtype = KvDtype::kInt8;
+    EXPECT_DOUBLE_EQ(Engine(model, 1, eight).NewCache(32).BytesPerToken(), 2.0 * (24 + 4)) << name;  // codes, scale
+    EXPECT_GE(int4.BytesPerToken(), 2.0 * (12 + 12)) << name;  // K and V codes, 4 bits each
   }
 }
 

@@ -87,6 +87,7 @@ KvCache::KvCache(const ModelConfig& config, size_t capacity, KvCacheOptions opti
   k_scheme_ = ParseScheme(specs.k);
   v_scheme_ = ParseScheme(specs.v);
   k_transposed_ = specs.k_transposed;
+  shared_kv_ = config.mla() && !kivi();
 }
 
 void KvCache::Clear() {
@@ -106,7 +107,8 @@ KvCache::Block KvCache::NewBlock(size_t layer, HugePageArena* arena) const {
   const size_t b = options_.block_tokens, kv = config_.kv_dim(), rows = config_.n_kv_heads * b;
   Block block{k_transposed_ ? QuantizedTensor(k_scheme_, kv, b, arena)
                             : QuantizedTensor(k_scheme_, rows, config_.head_dim, arena),
-              QuantizedTensor(v_scheme_, rows, config_.head_dim, arena)};
+              std::nullopt};
+  if (!shared_kv_) block.v.emplace(v_scheme_, rows, config_.head_dim, arena);
   SetLayerScales(block, layer);
   return block;
 }
@@ -114,7 +116,7 @@ KvCache::Block KvCache::NewBlock(size_t layer, HugePageArena* arena) const {
 void KvCache::SetLayerScales(Block& block, size_t layer) const {
   if (options_.dtype != KvDtype::kFp8E4M3 && options_.dtype != KvDtype::kFp8E5M2) return;
   block.k.SetScale(0, options_.k_scales.empty() ? 1.0f : options_.k_scales[layer]);
-  block.v.SetScale(0, options_.v_scales.empty() ? 1.0f : options_.v_scales[layer]);
+  if (block.v) block.v->SetScale(0, options_.v_scales.empty() ? 1.0f : options_.v_scales[layer]);
 }
 
 KvCache::Block& KvCache::BlockAt(size_t layer, size_t pos) {
@@ -150,7 +152,12 @@ void KvCache::Write(size_t layer, size_t pos, const float* k, const float* v) {
       EncodeRow(q, h * b + row, head);
     }
   };
-  encode_row(block.v, v);
+  if (shared_kv_) {
+    LOWBIT_CHECK(k == v);
+    encode_row(block.k, k);
+    return;
+  }
+  encode_row(*block.v, v);
   if (!kivi()) {
     encode_row(block.k, k);
     return;
@@ -212,7 +219,7 @@ KvCache::Tile KvCache::Read(bool key, size_t layer, size_t head, size_t begin, s
     return {scratch, hd};
   }
   const Block& block = blocks_[block_table_[layer][begin / b]];
-  const QuantizedTensor& q = key ? block.k : block.v;
+  const QuantizedTensor& q = key ? block.k : V(block);
   const size_t first = begin % b, n = end - begin;
   if (kivi() && key) {  // [kv_dim x block]: one channel per row, the head's rows decoded at once
     thread_local std::vector<float> channels;
@@ -239,12 +246,13 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
     return {recent_k_[layer].data() + at, kv, recent_v_[layer].data() + at, kv, n, TileElement::kF16};
   }
   const Block& block = blocks_[block_table_[layer][begin / b]];
+  const QuantizedTensor& v = V(block);
   const size_t row = head * b + begin % b;  // of V, and of K but for KIVI's [kv_dim x block]
   switch (options_.dtype) {
     case KvDtype::kF16:
     case KvDtype::kBF16: {
       const size_t at = row * block.k.row_bytes();
-      return {block.k.codes().data() + at, hd, block.v.codes().data() + at, hd, n,
+      return {block.k.codes().data() + at, hd, v.codes().data() + at, hd, n,
               options_.dtype == KvDtype::kF16 ? TileElement::kF16 : TileElement::kBF16};
     }
     case KvDtype::kFp8E4M3:
@@ -253,10 +261,10 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
         LOWBIT_CHECK(q.grid().grid_rows == 1 && q.grid().grid_cols == 1);
         return q.Scale(0) * q.tensor_scale();
       };
-      AttentionTile tile{block.k.codes().data() + row * hd, hd, block.v.codes().data() + row * hd, hd, n,
+      AttentionTile tile{block.k.codes().data() + row * hd, hd, v.codes().data() + row * hd, hd, n,
                          options_.dtype == KvDtype::kFp8E4M3 ? TileElement::kE4M3 : TileElement::kE5M2};
       tile.k_tensor_scale = scale(block.k);
-      tile.v_tensor_scale = scale(block.v);
+      tile.v_tensor_scale = scale(v);
       return tile;
     }
     case KvDtype::kInt8: {  // codes offset by 128, one fp32 scale per row (token and head)
@@ -264,17 +272,17 @@ AttentionTile KvCache::ReadTile(size_t layer, size_t head, size_t begin, size_t 
         LOWBIT_CHECK(q.grid().grid_cols == 1 && q.tensor_scale() == 1.0f && q.decode_table()[0] == -128.0f);
         return reinterpret_cast<const float*>(q.scale_bytes().data()) + row;
       };
-      AttentionTile tile{block.k.codes().data() + row * hd, hd, block.v.codes().data() + row * hd, hd, n,
+      AttentionTile tile{block.k.codes().data() + row * hd, hd, v.codes().data() + row * hd, hd, n,
                          TileElement::kI8};
       tile.k_scales = scales(block.k);
-      tile.v_scales = scales(block.v);
+      tile.v_scales = scales(v);
       return tile;
     }
     case KvDtype::kInt4:
     case KvDtype::kInt2: {
       // Codes in place: K's channel rows of the head (each the block's positions), V's rows of the
       // tile; the scratch tiles hold their affine maps (scale and bias per K channel, per V row).
-      const QuantizedTensor &k = block.k, &v = block.v;
+      const QuantizedTensor& k = block.k;
       AttentionTile tile{k.codes().data() + head * hd * k.row_bytes(), k.row_bytes(),
                          v.codes().data() + row * v.row_bytes(), v.row_bytes(), n,
                          options_.dtype == KvDtype::kInt4 ? TileElement::kU4 : TileElement::kU2};
@@ -313,7 +321,7 @@ KvCache::Tile KvCache::ReadV(size_t layer, size_t head, size_t begin, size_t end
 
 size_t KvCache::bytes() const {
   size_t total = 0;
-  for (const Block& block : blocks_) total += block.k.storage_bytes() + block.v.storage_bytes();
+  for (const Block& block : blocks_) total += block.k.storage_bytes() + (block.v ? block.v->storage_bytes() : 0);
   for (const auto* recent : {&recent_k_, &recent_v_})
     for (const auto& rows : *recent) total += rows.size() * sizeof(uint16_t);
   return total;
@@ -321,7 +329,7 @@ size_t KvCache::bytes() const {
 
 double KvCache::BytesPerToken() const {
   const Block block = NewBlock(0, nullptr);
-  return static_cast<double>(block.k.storage_bytes() + block.v.storage_bytes()) * config_.n_layers /
+  return static_cast<double>(block.k.storage_bytes() + (block.v ? block.v->storage_bytes() : 0)) * config_.n_layers /
          static_cast<double>(options_.block_tokens);
 }
 

@@ -9,13 +9,16 @@
 //                        whole block of older tokens is ready, so recent tokens are exact and
 //                        history is compact.
 // Within a block, each KV head's positions are consecutive rows ([kv_heads x block] rows of
-// head_dim), so a reader's tile is one contiguous run of memory. Readers decode one KV head over a
+// head_dim), so a reader's tile is one contiguous run of memory. Latent attention (DeepSeek) caches one
+// latent row as both K and V: stored once, as K, in every dtype but KIVI's (whose K and V are quantized
+// along different axes), and its FP8 V scale is K's. Readers decode one KV head over a
 // range of positions into a small tile (attention never needs more than one block at a time).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -54,7 +57,8 @@ class KvCache {
   // the sequence grows (Gemma 2/3: most layers); readers of those layers start inside the window.
   void Advance(size_t n);
 
-  // Stores K and V ([kv_dim] each) of `layer` at `pos`; positions are written in order.
+  // Stores K and V ([kv_dim] each) of `layer` at `pos`; positions are written in order. Latent attention
+  // passes its latent as both.
   void Write(size_t layer, size_t pos, const float* k, const float* v);
 
   // Positions [begin, end) of one KV head as fp32 rows of head_dim, as the token at position
@@ -74,12 +78,14 @@ class KvCache {
                          float* v_scratch) const;
 
   size_t bytes() const;          // held now (reusable blocks too), metadata and the fp16 window included
-  double BytesPerToken() const;  // one more cached position in a full block, all layers, K + V
+  double BytesPerToken() const;  // one more cached position in a full block, all layers, K + V (V once shared)
 
  private:
   struct Block {
-    QuantizedTensor k, v;
+    QuantizedTensor k;
+    std::optional<QuantizedTensor> v;  // none where V is K (shared_kv_)
   };
+  static const QuantizedTensor& V(const Block& block) { return block.v ? *block.v : block.k; }
   bool kivi() const { return options_.dtype == KvDtype::kInt4 || options_.dtype == KvDtype::kInt2; }
   Block NewBlock(size_t layer, HugePageArena* arena) const;
   void SetLayerScales(Block& block, size_t layer) const;  // FP8: the layer's static scales
@@ -111,6 +117,7 @@ class KvCache {
   // Block schemes, parsed once (K is [kv_dim x block] for KIVI, else [block x kv_dim] like V).
   QuantScheme k_scheme_, v_scheme_;
   bool k_transposed_ = false;
+  bool shared_kv_ = false;  // latent attention outside KIVI: V rows are the K rows
   // int4 / int2: fp16 K and V rows of positions [recent_begin_, written) per layer.
   size_t recent_begin_ = 0;
   std::vector<std::vector<uint16_t>> recent_k_, recent_v_;
