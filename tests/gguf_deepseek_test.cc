@@ -4,6 +4,7 @@
 // the exported fixtures in `make test-interop` (tests/interop/hf_architectures.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -248,6 +249,13 @@ TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
       EXPECT_EQ(values("attn_kv_a_mqa.weight.in_sum2"), values(c.q_lora_rank ? "attn_q_a.weight.in_sum2" : "attn_q.weight.in_sum2"));
       EXPECT_EQ(values(c.q_lora_rank ? "attn_q_b.weight.in_sum2" : "attn_kv_a_mqa.weight.in_sum2").size(),
                 c.q_lora_rank ? c.q_lora_rank : c.dim);
+      // attn_k_b / attn_v_b: one vector per head, one count (llama-imatrix's 3-d mul_mat), positive everywhere.
+      for (const auto& [tensor, width] : {std::pair{"attn_k_b", c.qk_nope_dim}, {"attn_v_b", c.kv_lora_rank}}) {
+        const std::vector<float> sums = values(std::string(tensor) + ".weight.in_sum2");
+        EXPECT_EQ(sums.size(), c.n_heads * width) << name << " " << tensor;
+        EXPECT_GT(*std::min_element(sums.begin(), sums.end()), 0.0f) << name << " " << tensor;
+        EXPECT_EQ(values(std::string(tensor) + ".weight.counts"), std::vector<float>{float(tokens)}) << name;
+      }
     }
     // Every entry is a matrix of the model's GGUF file (llama.cpp runs V2's groups by its own rule: as exported).
     StreamedModel s{std::string(name).starts_with("deepseek") ? LlamaCppRunnable(name) : LoadModel(kFixtures / name),
@@ -259,7 +267,7 @@ TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
     for (const auto& [entry, importance] : ReadImatrix(job.out).columns) {
       const GgufTensorInfo* t = exported.FindTensor(entry);
       ASSERT_NE(t, nullptr) << name << ": " << entry;
-      EXPECT_EQ(importance.size() % t->dims[0], 0u) << entry;
+      EXPECT_EQ(importance.size(), t->dims[0] * (t->dims.size() > 2 ? t->dims[2] : 1)) << entry;
     }
   }
 }

@@ -3,6 +3,7 @@
 // latent cache across decode steps, the multi-token-prediction block, and what quantization can do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,8 @@
 #include "model/forward.h"
 #include "model/awq_scales.h"
 #include "model/ptq.h"
+#include "model/rotation.h"
+#include "quant/hadamard.h"
 #include "quant/scheme.h"
 #include "model_test_util.h"
 #include "test_util.h"
@@ -285,6 +288,60 @@ TEST(LatentAttention, CalibrationStagesEndWhereTheWholeStageDoes) {
   }
 }
 
+// What the latent observer hands out (imatrix's attn_k_b / attn_v_b inputs) is what GGUF's split kv_b reads:
+// each head's nope query is q_b's (V2: q's) output rows for that head, and its latent output taken through
+// the head's value rows of kv_b is o_proj's input.
+TEST(LatentAttention, ObserverSeesWhatTheSplitKvBReads) {
+  for (const char* name : {"deepseek_v3", "deepseek_v2"}) {
+    const Model model = LoadModel((kFixtures / name).string());
+    const ModelConfig& c = model.config;
+    const LayerWeights& lw = model.weights.layers[0];
+    Engine engine(model, 2);
+    std::vector<float> nope, latent;
+    size_t calls = 0;
+    engine.ObserveLatentAttention([&](size_t layer, const float* q, const float* out, size_t n) {
+      EXPECT_EQ(layer, 0u);
+      ++calls;
+      nope.assign(q, q + n * c.n_heads * c.qk_nope_dim);
+      latent.assign(out, out + n * c.n_heads * c.kv_lora_rank);
+    });
+    const std::vector<int32_t> tokens = {1, 5, 17, 42, 9, 88, 3, 60};
+    const size_t n = tokens.size(), qk = c.qk_head_dim(), kv_rows = c.qk_nope_dim + c.v_head_dim;
+    KvCache cache = engine.NewCache(n);
+    BatchItem item{&cache, tokens, false, nullptr};
+    std::span<BatchItem> batch(&item, 1);
+    std::vector<float> x = engine.Embed(batch), input, query_input;
+    engine.BeginLayer(0, x, input);
+    if (c.q_lora_rank > 0) engine.AdvanceLayer(0, LinearInput::kLatentIn, batch, x, input);
+    query_input = input;  // q_b's input (V3), or the normed hidden state q reads (V2)
+    if (c.q_lora_rank == 0) engine.AdvanceLayer(0, LinearInput::kLatentIn, batch, x, input);
+    else engine.AdvanceLayer(0, LinearInput::kLatentQ, batch, x, input);
+    engine.AdvanceLayer(0, LinearInput::kLatentKv, batch, x, input);  // o's input
+    ASSERT_EQ(calls, 1u) << name;
+    const DenseMatrix& wq = std::get<DenseMatrix>(lw.wq.weight);
+    const DenseMatrix& kv_b = std::get<DenseMatrix>(lw.wkv_b.weight);
+    double worst_q = 0, worst_o = 0;
+    for (size_t t = 0; t < n; ++t)
+      for (size_t h = 0; h < c.n_heads; ++h) {
+        for (size_t i = 0; i < c.qk_nope_dim; ++i) {
+          double q = 0;
+          for (size_t j = 0; j < wq.cols(); ++j)
+            q += double(wq.values[(h * qk + i) * wq.cols() + j]) * query_input[t * wq.cols() + j];
+          worst_q = std::max(worst_q, std::fabs(q - nope[(t * c.n_heads + h) * c.qk_nope_dim + i]));
+        }
+        for (size_t j = 0; j < c.v_head_dim; ++j) {
+          double o = 0;
+          for (size_t m = 0; m < c.kv_lora_rank; ++m)
+            o += double(kv_b.values[(h * kv_rows + c.qk_nope_dim + j) * c.kv_lora_rank + m]) *
+                 latent[(t * c.n_heads + h) * c.kv_lora_rank + m];
+          worst_o = std::max(worst_o, std::fabs(o - input[(t * c.n_heads + h) * c.v_head_dim + j]));
+        }
+      }
+    EXPECT_LT(worst_q, 1e-4) << name;
+    EXPECT_LT(worst_o, 1e-4) << name;
+  }
+}
+
 // Windows of the 96-token fixture vocabulary.
 std::vector<std::vector<int32_t>> Windows(size_t count, size_t length, uint64_t seed) {
   return testing_util::RandomWindows(count, length, 96, seed);
@@ -361,12 +418,42 @@ TEST(LatentAttention, QuantizesSavesAndCalibratesWithGptq) {
     std::cout << name << ": logit MSE rtn " << e_rtn << ", gptq " << e_gptq << "\n";
     EXPECT_LT(e_gptq, e_rtn) << name;
   }
-  Model rotated = LoadModel((kFixtures / "deepseek_v3").string());
-  QuantizeRequest req;
-  req.scheme = ParseScheme("int4:g8");
-  req.rotate = true;
-  ExpectError([&] { (void)QuantizeModel(rotated, req); },
-              {"--rotate rotates the residual stream, which the multi-head latent attention of DeepseekV3ForCausalLM"});
+}
+
+// --rotate on latent attention: q_a (V3) or q (V2) and kv_a read the rotated residual, o_proj and every
+// down_proj write it; the rotated fixtures give the same logits, and GPTQ on them saves and reloads.
+TEST(LatentAttention, RotationIsExactAndSurvivesGptqAndSaving) {
+  testing_util::ScratchDir dir("lowbit-mla-rotate");
+  for (const char* name : {"deepseek_v3", "deepseek_v2"}) {
+    const fs::path source = kFixtures / name;
+    const Model fp = LoadModel(source.string());
+    Model rotated = fp;
+    const RotationInfo info = RotateModel(rotated, 4);
+    EXPECT_EQ(info.down_block, 8u) << name;  // experts 24 wide
+    const LayerWeights &before = fp.weights.layers[1], &after = rotated.weights.layers[1];
+    const Linear& query = fp.config.q_lora_rank > 0 ? after.wq_a : after.wq;
+    EXPECT_NE(std::get<DenseMatrix>(query.weight).values,
+              std::get<DenseMatrix>((fp.config.q_lora_rank > 0 ? before.wq_a : before.wq).weight).values) << name;
+    EXPECT_EQ(std::get<DenseMatrix>(after.wkv_b.weight).values, std::get<DenseMatrix>(before.wkv_b.weight).values)
+        << name;  // inside the attention: untouched
+    EXPECT_EQ(after.kv_a_norm, before.kv_a_norm) << name;
+    EXPECT_EQ(after.w_down.input_hadamard, LargestPowerOfTwoDivisor(fp.config.shared_expert_ffn_dim))
+        << name;  // the shared experts' down_proj (V2: two of 24)
+    const auto held_out = Windows(4, 32, 777);
+    EXPECT_LT(LogitError(fp, rotated, held_out), 1e-9) << name;
+
+    Model quantized = fp;
+    QuantizeRequest req;
+    req.scheme = ParseScheme("int4:g8");
+    req.method = "gptq";
+    req.rotate = true;
+    req.calibration = Windows(8, 32, 12345);
+    req.threads = 2;
+    EXPECT_TRUE(QuantizeModel(quantized, req).rotated) << name;
+    EXPECT_LT(LogitError(fp, quantized, held_out), 1.0) << name;
+    SaveQuantizedModel(quantized, dir / name, source, nlohmann::json::object());
+    EXPECT_EQ(LogitError(quantized, LoadModel((dir / name).string()), held_out), 0.0) << name;
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "io/hf_model.h"
+#include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 #include "kernels/matmul.h"
 #include "model/calibration.h"
@@ -18,6 +19,7 @@
 #include "model/ptq.h"
 #include "model/rotation.h"
 #include "model_test_util.h"
+#include "test_util.h"
 #include "quant/hadamard.h"
 #include "tokenizer/tokenizer.h"
 
@@ -66,7 +68,52 @@ TEST(Hadamard, MatchesSylvesterConstructionAndIsItsOwnInverse) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
   EXPECT_EQ(LargestPowerOfTwoDivisor(768), 256u);
   EXPECT_EQ(LargestPowerOfTwoDivisor(11008), 256u);
-  EXPECT_THROW(RandomHadamard::Make(96, 0), Error);
+}
+
+// Paley's matrices are Hadamard (H H^T = order I, entries +-1); orders no construction reaches are refused.
+TEST(Hadamard, PaleyConstructionsAreHadamard) {
+  for (const size_t order : {4u, 8u, 12u, 20u, 24u, 28u, 36u, 44u, 60u, 76u, 84u, 200u}) {
+    const std::vector<float> h = PaleyHadamard(order);
+    ASSERT_EQ(h.size(), order * order) << order;
+    for (const float v : h) ASSERT_EQ(std::fabs(v), 1.0f) << order;
+    for (size_t i = 0; i < order; ++i)
+      for (size_t j = 0; j < order; ++j) {
+        float dot = 0;
+        for (size_t k = 0; k < order; ++k) dot += h[i * order + k] * h[j * order + k];
+        ASSERT_EQ(dot, i == j ? static_cast<float>(order) : 0.0f) << order << " rows " << i << ", " << j;
+      }
+  }
+  for (const size_t order : {3u, 6u, 16u, 52u, 92u}) EXPECT_TRUE(PaleyHadamard(order).empty()) << order;
+}
+
+// Q for widths that are not powers of two (QuaRot's 12 / 20 / 28 x 2^j) is orthogonal with every entry
+// +-1/sqrt(n): a Hadamard rotation, which spreads any one channel evenly over all of them.
+TEST(Hadamard, RandomRotationOfEveryKnownWidthIsAHadamardRotation) {
+  for (const size_t n : {12u, 40u, 56u, 96u, 144u, 896u}) {
+    const RandomHadamard q = RandomHadamard::Make(n, 3);
+    std::vector<float> rows(n * n, 0.0f);  // row i = e_i Q
+    for (size_t i = 0; i < n; ++i) {
+      rows[i * n + i] = 1;
+      q.ApplyRow(std::span(rows).subspan(i * n, n));
+    }
+    const float entry = 1.0f / std::sqrt(static_cast<float>(n));
+    for (const float v : rows) ASSERT_NEAR(std::fabs(v), entry, 1e-5f) << n;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (size_t k = 0; k < n; ++k) dot += static_cast<double>(rows[i * n + k]) * rows[j * n + k];
+        ASSERT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-5) << n << " rows " << i << ", " << j;
+      }
+  }
+  EXPECT_EQ(RandomHadamard::Make(96, 0).small_order(), 12u);   // 12 x 8
+  EXPECT_EQ(RandomHadamard::Make(896, 0).small_order(), 28u);  // Qwen2.5-0.5B: 28 x 32
+  EXPECT_EQ(RandomHadamard::Make(5120, 0).small_order(), 20u);
+  EXPECT_EQ(RandomHadamard::Make(7168, 0).small_order(), 28u);  // DeepSeek-V3
+  EXPECT_EQ(RandomHadamard::Make(4096, 0).small_order(), 1u);
+  testing_util::ExpectError([] { (void)RandomHadamard::Make(14, 0); },
+                            {"Hadamard rotation of size 14: 14 is not k x 2^j for k 1 or a Paley order"});
+  EXPECT_EQ(RandomHadamard::Make(52 * 64, 0).small_order(), 104u);  // no Paley matrix of order 52: 104 x 32
+  EXPECT_THROW(RandomHadamard::Make(22, 0), Error);                  // neither 11, 22 nor 44 x 2^j
 }
 
 TEST(Rotation, RotatedModelGivesTheSameLogits) {
@@ -95,6 +142,59 @@ TEST(Rotation, RotatedModelGivesTheSameLogits) {
   Model twice = LoadHfModel(kModelDir);
   RotateModel(twice, 0);
   EXPECT_THROW(RotateModel(twice, 0), Error);  // down_proj already carries its online Hadamard
+}
+
+// The Llama fixture with its residual widened to `dim` (the new rows and columns random): a model whose
+// hidden size is not a power of two.
+Model WidenResidual(Model m, size_t dim) {
+  std::mt19937 rng(static_cast<uint32_t>(dim));
+  std::normal_distribution<float> noise(0.0f, 0.2f);
+  const size_t old = m.config.dim;
+  const auto columns = [&](std::vector<float>& v, size_t rows) {  // [rows x old] -> [rows x dim]
+    std::vector<float> out(rows * dim);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < dim; ++c) out[r * dim + c] = c < old ? v[r * old + c] : noise(rng);
+    v = std::move(out);
+  };
+  const auto norm = [&](std::vector<float>& w) {
+    while (w.size() < dim) w.push_back(1.0f + noise(rng));
+  };
+  const auto reader = [&](Linear& l) {
+    DenseMatrix& d = std::get<DenseMatrix>(l.weight);
+    columns(d.values, d.rows());
+    d.col_count = dim;
+  };
+  const auto writer = [&](Linear& l) {
+    DenseMatrix& d = std::get<DenseMatrix>(l.weight);
+    while (d.values.size() < dim * d.cols()) d.values.push_back(noise(rng));
+    d.row_count = dim;
+  };
+  columns(m.weights.embed.MakeDense(), m.config.vocab_size);
+  reader(m.weights.lm_head);
+  norm(m.weights.final_norm);
+  for (LayerWeights& l : m.weights.layers) {
+    norm(l.attn_norm);
+    norm(l.ffn_norm);
+    for (Linear* r : {&l.wq, &l.wk, &l.wv, &l.w_gate, &l.w_up}) reader(*r);
+    for (Linear* w : {&l.wo, &l.w_down}) writer(*w);
+  }
+  m.config.dim = static_cast<uint32_t>(dim);
+  m.config.tie_embeddings = false;
+  return m;
+}
+
+TEST(Rotation, HiddenSizesThatAreNotPowersOfTwoRotateExactly) {
+  const Model fixture = LoadModel(LOWBIT_SOURCE_DIR "/tests/data/architectures/llama");
+  for (const size_t dim : {40u, 48u, 56u}) {  // 20 x 2, 12 x 4, 28 x 2
+    const Model base = WidenResidual(fixture, dim);
+    Model rotated = base;
+    EXPECT_EQ(RotateModel(rotated, 9).residual_size, dim);
+    double moved = 0;
+    for (size_t i = 0; i < dim; ++i) moved += std::fabs(rotated.weights.embed.values[i] - base.weights.embed.values[i]);
+    EXPECT_GT(moved, 0.1) << dim;
+    const auto windows = testing_util::RandomWindows(2, 16, base.config.vocab_size);
+    EXPECT_LT(testing_util::LogitError(base, rotated, windows), 1e-9) << dim;
+  }
 }
 
 // W4A8 (int4 g128 weights, int8 per-token activations): GPTQ on the rotated model beats GPTQ

@@ -223,6 +223,7 @@ void Engine::LatentAttention(size_t l, std::span<BatchItem> batch, std::vector<f
       item.cache->Write(l, position[row], &k_[row * width], &k_[row * width]);
   gate_.resize(total * heads * width);
   Attention(l, batch, v_.data(), gate_.data());
+  if (latent_observer_) ObserveLatent(l, total);
   input.resize(total * heads * vd);
   ForTokens(total, [&](size_t begin, size_t end) {
     for (size_t t = begin; t < end; ++t)
@@ -230,6 +231,17 @@ void Engine::LatentAttention(size_t l, std::span<BatchItem> batch, std::vector<f
         for (size_t j = 0; j < vd; ++j)
           input[(t * heads + h) * vd + j] = Dot(kv_b + (h * kv_b_rows + nope + j) * lora, &gate_[(t * heads + h) * width], lora);
   });
+}
+
+void Engine::ObserveLatent(size_t l, size_t total) {
+  const ModelConfig& c = model_.config;
+  const size_t heads = c.n_heads, qk = c.qk_head_dim(), width = c.head_dim;
+  std::vector<float> nope(total * heads * c.qk_nope_dim), latent(total * heads * c.kv_lora_rank);
+  for (size_t row = 0; row < total * heads; ++row) {  // q_ keeps each head's nope part unrotated
+    std::copy_n(&q_[row * qk], c.qk_nope_dim, &nope[row * c.qk_nope_dim]);
+    std::copy_n(&gate_[row * width], c.kv_lora_rank, &latent[row * c.kv_lora_rank]);
+  }
+  latent_observer_(l, nope.data(), latent.data(), total);
 }
 
 void Engine::ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)>& fn) {

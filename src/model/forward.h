@@ -93,6 +93,14 @@ class Engine {
                     std::vector<float>& input);
   void ForwardLayer(size_t layer, std::span<BatchItem> batch, std::vector<float>& x);
 
+  // Latent attention's per-head vectors that GGUF's split kv_b reads (attn_k_b: each head's nope query,
+  // attn_v_b: each head's attention output in latent space), for importance statistics: `observe(layer,
+  // query_nope, latent_out, tokens)` gets them after each latent attention, [tokens x n_heads x qk_nope] and
+  // [tokens x n_heads x kv_lora_rank]. An empty function stops it.
+  using LatentObserver =
+      std::function<void(size_t layer, const float* query_nope, const float* latent_out, size_t tokens)>;
+  void ObserveLatentAttention(LatentObserver observe) { latent_observer_ = std::move(observe); }
+
  private:
   struct RopeTable {
     std::vector<float> inv_freq;  // [rope_dims / 2]
@@ -100,6 +108,8 @@ class Engine {
   };
   void Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out);
   void LatentAttention(size_t layer, std::span<BatchItem> batch, std::vector<float>& input);
+  // Hands q_'s nope parts and gate_'s latent outputs of `total` tokens to latent_observer_.
+  void ObserveLatent(size_t layer, size_t total);
   // Latent attention's pieces, on rows of the normed hidden state `normed` (`total` tokens): q_a's output,
   // RMS-normed by q_a_norm, into `out` [total x q_lora_rank]; kv_a's output [total x (kv_lora_rank + rope)]
   // with its latent part RMS-normed by kv_a_norm.
@@ -137,6 +147,7 @@ class Engine {
     std::vector<float> values;
   };
   std::vector<LatentRows> latent_kv_rows_;
+  LatentObserver latent_observer_;
 };
 
 // Token-level helpers used by the forward pass (exposed for tests).

@@ -27,6 +27,11 @@ std::vector<LayerImportance> CollectInputSquares(Engine& engine, const std::vect
   std::vector<LayerImportance> out(c.n_layers);
   const std::vector<LinearInput> stages = AttentionInputs(c);
   std::vector<float> input;
+  if (c.mla())
+    engine.ObserveLatentAttention([&](size_t l, const float* query_nope, const float* latent_out, size_t tokens) {
+      Accumulate(query_nope, tokens, c.n_heads * c.qk_nope_dim, out[l].latent_query, engine.pool());
+      Accumulate(latent_out, tokens, c.n_heads * c.kv_lora_rank, out[l].latent_output, engine.pool());
+    });
   for (size_t w = 0; w < windows.size(); ++w) {
     KvCache cache = engine.NewCache(windows[w].size());
     BatchItem item{&cache, windows[w], false, nullptr};
@@ -63,6 +68,7 @@ std::vector<LayerImportance> CollectInputSquares(Engine& engine, const std::vect
     }
     if (progress) progress(w + 1);
   }
+  engine.ObserveLatentAttention({});
   return out;
 }
 

@@ -26,6 +26,10 @@ struct LayerImportance {
   // expert over the rows the router sends it, as llama-imatrix counts an expert's rows): its gate/up input
   // and its down input. An expert no token reached has no sums (tokens 0).
   std::vector<ColumnSquares> unit_inputs, unit_hidden;
+  // Latent attention: each head's nope query and its attention output in latent space, head after head
+  // ([n_heads x qk_nope] and [n_heads x kv_lora_rank] columns, one count): the inputs of GGUF's attn_k_b
+  // and attn_v_b, as llama-imatrix collects them. Empty otherwise.
+  ColumnSquares latent_query, latent_output;
 };
 
 // Over the windows, each run as one sequence of the fp32 forward pass.

@@ -508,10 +508,6 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   if (req.lm_head)
     lm_head_method = calibrated_lm_head ? BuiltinMethods().Create(req.method, req.method_config, *req.lm_head)
                                         : BuiltinMethods().Create("rtn", nlohmann::json::object(), *req.lm_head);
-  // Rotation does not know latent attention's inner norms (q_a's and the KV latent's) yet.
-  if (model.config.mla() && req.rotate)
-    Fail("{}: --rotate rotates the residual stream, which the multi-head latent attention of {} does not take yet",
-         model.source, model.config.architecture);
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");

@@ -112,7 +112,12 @@ void RotateBlock(const ModelConfig& c, LayerWeights& lw, size_t index, uint64_t 
   CheckRotatable(c);
   const RandomHadamard q = RandomHadamard::Make(c.dim, seed);
   const std::string p = fmt::format("model.layers.{}.", index);
-  for (Linear* l : {&lw.wq, &lw.wk, &lw.wv}) RotateInput(*l, lw.attn_norm, q, (p + "self_attn q/k/v").c_str());
+  if (!c.mla()) {
+    for (Linear* l : {&lw.wq, &lw.wk, &lw.wv}) RotateInput(*l, lw.attn_norm, q, (p + "self_attn q/k/v").c_str());
+  } else {  // latent attention reads the residual through q_a (or q) and kv_a; its own norms act on their outputs
+    Linear& query = c.q_lora_rank > 0 ? lw.wq_a : lw.wq;
+    for (Linear* l : {&query, &lw.wkv_a}) RotateInput(*l, lw.attn_norm, q, (p + "self_attn q_a/q, kv_a").c_str());
+  }
   RotateOutput(lw.wo, q, (p + "self_attn.o_proj").c_str());
   if (!c.moe(index)) {
     RotateMlp(lw.w_gate, lw.w_up, lw.w_down, lw.ffn_norm, q, p + "mlp");
@@ -122,7 +127,9 @@ void RotateBlock(const ModelConfig& c, LayerWeights& lw, size_t index, uint64_t 
     for (size_t e = 0; e < lw.experts.size(); ++e)
       RotateMlp(lw.experts[e].gate, lw.experts[e].up, lw.experts[e].down, lw.ffn_norm, q,
                 fmt::format("{}mlp.experts.{}", p, e));
-    if (c.shared_expert_ffn_dim > 0) RotateMlp(lw.w_gate, lw.w_up, lw.w_down, lw.ffn_norm, q, p + "mlp.shared_expert");
+    if (c.shared_expert_ffn_dim > 0)
+      RotateMlp(lw.w_gate, lw.w_up, lw.w_down, lw.ffn_norm, q,
+                p + (lw.ungated_shared_expert ? "mlp.shared_experts" : "mlp.shared_expert"));
   }
   std::fill(lw.attn_norm.begin(), lw.attn_norm.end(), 1.0f);
   std::fill(lw.ffn_norm.begin(), lw.ffn_norm.end(), 1.0f);

@@ -15,7 +15,7 @@
 namespace lowbit {
 
 struct SynthOptions {
-  std::string preset;       // a Llama-family or Mixtral / Qwen3-MoE preset (plan/presets.h)
+  std::string preset;       // a Llama-family, Mixtral / Qwen3-MoE or DeepSeek preset (plan/presets.h)
   uint32_t layers = 0;      // 0 = the preset's
   DType dtype = DType::kBF16;
   uint64_t seed = 0;
@@ -27,8 +27,8 @@ struct SynthResult {
   uint64_t parameters = 0, bytes = 0;
 };
 
-// Writes OUT/config.json and OUT/model.safetensors (atomically each). Throws Error for an MLA preset
-// (DeepSeek-V3: the engine does not run multi-head latent attention).
+// Writes OUT/config.json and OUT/model.safetensors (atomically each). Throws Error for a preset whose
+// shared experts, leading dense layers or MoE biases no architecture the engine runs expresses.
 SynthResult WriteSynthModel(const SynthOptions& options, const std::filesystem::path& out);
 
 // What `lowbit synth --json` prints for a model written to `out`.
