@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# llama.cpp's own benchmark tools (llama-bench, llama-batched-bench), built from the llama.cpp tree inside
+# llama.cpp's own tools (llama-bench, llama-batched-bench, llama-imatrix), built from the llama.cpp tree inside
 # the llama-cpp-python source distribution that scripts/setup-interop.sh pins, with the same flags, so that
-# scripts/bench-vs-llamacpp.sh can run llama.cpp beside lowbit on the same file. Built once into
+# scripts/bench_vs_llamacpp.py can run llama.cpp beside lowbit on the same file and llama-imatrix's statistics
+# can be set beside `lowbit imatrix`'s. Built once into
 # build/llama-tools (never committed); several minutes on two cores.
 # --avx2: built for CPUs without AVX-512 instead (into build/llama-tools-avx2), the peer of lowbit under
 # LOWBIT_CPU=avx2 on the same machine (scripts/bench_vs_llamacpp.py --avx2).
@@ -19,8 +20,10 @@ elif [ -n "${1:-}" ]; then
   echo "usage: scripts/build-llama-tools.sh [--avx2]" >&2
   exit 2
 fi
-tools=(llama-bench llama-batched-bench)
-if [ -x "$out/bin/llama-bench" ] && [ -x "$out/bin/llama-batched-bench" ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
+tools=(llama-bench llama-batched-bench llama-imatrix)
+built=1
+for t in "${tools[@]}"; do [ -x "$out/bin/$t" ] || built=0; done
+if [ "$built" = 1 ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
   exit 0
 fi
 rm -rf "$out"

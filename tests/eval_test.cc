@@ -48,7 +48,18 @@ TEST(Scoring, ChunkPlanFollowsLlamaPerplexity) {
   EXPECT_EQ(chunk.front(), 1);  // BOS replaces token 256
   EXPECT_EQ(chunk[1], 257);
   EXPECT_EQ(chunk.back(), 511);
+  EXPECT_EQ(ChunkTokens(tokens, plan, 1, -1).front(), 256);  // a tokenizer without BOS: the text's token stays
   EXPECT_THROW(PlanChunks(100, 256), Error);
+}
+
+// The chunk-start BOS follows llama.cpp's add_bos: SentencePiece vocabularies and GGUF files that set
+// tokenizer.ggml.add_bos_token put theirs; a BPE vocabulary without the key (GPT-2) puts none.
+TEST(Scoring, ChunksStartWithBosOnlyWhereTheTokenizerAddsOne) {
+  const std::string vocab = LOWBIT_SOURCE_DIR "/../shared/tokenizers/ggml-vocab/ggml-vocab-";
+  EXPECT_EQ(AddedBos(*LoadTokenizer(kModelDir)), 1);
+  EXPECT_EQ(AddedBos(*LoadTokenizer(vocab + "llama-spm.gguf")), 1);
+  EXPECT_EQ(AddedBos(*LoadTokenizer(vocab + "deepseek-llm.gguf")), 100000);
+  EXPECT_EQ(AddedBos(*LoadTokenizer(vocab + "gpt-2.gguf")), -1);
 }
 
 TEST(Scoring, NllStatsHandComputed) {

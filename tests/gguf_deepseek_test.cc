@@ -240,6 +240,8 @@ TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
     const std::vector<float> experts = values("ffn_up_exps.weight.in_sum2"), shared = values("ffn_up_shexp.weight.in_sum2");
     ASSERT_EQ(experts.size(), c.n_experts * c.dim) << name;
     ASSERT_EQ(shared.size(), c.dim) << name;
+    EXPECT_EQ(values("ffn_gate_inp.weight.in_sum2"), shared) << name;  // the router reads every row, as the shared expert
+    EXPECT_EQ(f.FindTensor("blk.1.ffn_gate_inp_shexp.weight.in_sum2") != nullptr, c.shared_expert_gated) << name;
     for (size_t i = 0; i < c.dim; ++i) {
       double sum = 0;
       for (size_t e = 0; e < c.n_experts; ++e) sum += experts[e * c.dim + i];

@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "quant/error_report.h"
 #include "quant/rtn.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit::cli {
 namespace {
@@ -69,7 +70,7 @@ void Run(const std::string& model_path) {
   Engine engine(m.model, 0);
   ProgressBar bar("ppl", plan.chunks);
   const auto start = std::chrono::steady_clock::now();
-  const NllStats nll = Perplexity(engine, tokens, plan, m.model.config.bos_id,
+  const NllStats nll = Perplexity(engine, tokens, plan, AddedBos(*m.tokenizer),
                                   [&](size_t done, size_t) { bar.Update(done); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\nfp32 perplexity on %s (ctx %zu, %zu tokens scored): %.4f +/- %.4f  [%.0f tokens/s]\n", kTestText,

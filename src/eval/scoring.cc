@@ -17,7 +17,7 @@ std::vector<int32_t> ChunkTokens(const std::vector<int32_t>& tokens, const Chunk
                                  int32_t bos) {
   std::vector<int32_t> out(tokens.begin() + static_cast<ptrdiff_t>(chunk * plan.ctx),
                            tokens.begin() + static_cast<ptrdiff_t>((chunk + 1) * plan.ctx));
-  out[0] = bos;
+  if (bos >= 0) out[0] = bos;
   return out;
 }
 

@@ -29,7 +29,8 @@ struct ChunkPlan {
 // Throws Error when the text is shorter than one chunk.
 ChunkPlan PlanChunks(size_t n_tokens, size_t ctx);
 
-// The chunk's tokens with the first set to BOS.
+// The chunk's tokens with the first set to `bos`, or as they are where bos is -1 (a tokenizer that adds no
+// BOS: llama-perplexity's add_bos rule; AddedBos in tokenizer/tokenizer.h).
 std::vector<int32_t> ChunkTokens(const std::vector<int32_t>& tokens, const ChunkPlan& plan, size_t chunk, int32_t bos);
 
 // Runs every chunk through `engines` (several models over the same chunks, e.g. base and

@@ -52,6 +52,7 @@ std::vector<LayerImportance> CollectInputSquares(Engine& engine, const std::vect
       li.unit_inputs.resize(units);
       li.unit_hidden.resize(units);
       if (c.moe(l)) {
+        Accumulate(input, tokens, li.router_input, engine.pool());
         VisitMlpInputs(c, lw, l, input.data(), tokens, engine.pool(),
                        [&](size_t unit, const float* in, const float* hidden, size_t rows) {
                          Accumulate(in, rows, c.dim, li.unit_inputs[unit], engine.pool());

@@ -30,6 +30,8 @@ struct LayerImportance {
   // ([n_heads x qk_nope] and [n_heads x kv_lora_rank] columns, one count): the inputs of GGUF's attn_k_b
   // and attn_v_b, as llama-imatrix collects them. Empty otherwise.
   ColumnSquares latent_query, latent_output;
+  // A sparse layer's MLP input over every row: what its router (and a gated shared expert's gate) reads.
+  ColumnSquares router_input;
 };
 
 // Over the windows, each run as one sequence of the fp32 forward pass.

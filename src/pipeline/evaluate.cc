@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "pipeline/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 
@@ -26,7 +27,7 @@ PplResult RunPpl(const PplOptions& o, const ChunkProgress& progress) {
   size_t index = 0;
   const auto start = std::chrono::steady_clock::now();
   ScoreChunks(
-      engines, tokens, r.plan, m.model.config.bos_id,
+      engines, tokens, r.plan, AddedBos(*m.tokenizer),
       [&](size_t, const ScoredPosition& p) {
         LogSoftmax(p.logits, logprobs);
         r.nll.Add(-logprobs[p.target]);
@@ -66,7 +67,7 @@ CompareRun RunCompare(const CompareOptions& o, const ChunkProgress& progress) {
   Engine base_engine(base.model, o.threads),
       model_engine(model.model, o.threads,
                    KvCacheOptionsFor(o.kv_dtype, o.model, o.kv_scales, model.model.config.n_layers));
-  run.result = CompareModels(base_engine, model_engine, tokens, run.plan, base.model.config.bos_id, progress);
+  run.result = CompareModels(base_engine, model_engine, tokens, run.plan, AddedBos(*base.tokenizer), progress);
   return run;
 }
 

@@ -10,6 +10,7 @@
 #include "io/imatrix.h"
 #include "model/importance.h"
 #include "pipeline/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 namespace {
@@ -39,7 +40,8 @@ ImatrixEntry ExpertsEntry(const std::vector<ColumnSquares>& units, size_t first,
 
 // The GGUF tensors each input feeds, named as llama.cpp's converter names them for this model (gguf_export.cc):
 // attn_q/k/v (Phi-3: attn_qkv) or latent attention's attn_q_a (attn_q) with attn_kv_a_mqa and attn_q_b;
-// attn_output; ffn_gate/up/down (Phi-3: ffn_up holds gate and up), or ffn_*_shexp and ffn_*_exps. kv_b's
+// attn_output; ffn_gate/up/down (Phi-3: ffn_up holds gate and up), or the router ffn_gate_inp (and
+// ffn_gate_inp_shexp), ffn_*_shexp and ffn_*_exps. kv_b's
 // input has no entry: in GGUF kv_b is split into attn_k_b and attn_v_b, which read each head's nope query
 // and its latent attention output (one matrix per head, one count, as llama-imatrix's 3-d mul_mat).
 Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& squares) {
@@ -68,6 +70,10 @@ Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& sq
       Add(entries, l, {"ffn_down"}, EntryOf(li.unit_hidden[0]));
       continue;
     }
+    // The router and Qwen2-MoE's shared-expert gate are matrix products in llama.cpp too, so llama-imatrix
+    // collects them (llama-quantize keeps them F32).
+    Add(entries, l, {"ffn_gate_inp"}, EntryOf(li.router_input));
+    if (c.shared_expert_gated) Add(entries, l, {"ffn_gate_inp_shexp"}, EntryOf(li.router_input));
     const size_t shared = c.shared_expert_ffn_dim > 0 ? 1 : 0;
     if (shared) {
       Add(entries, l, {"ffn_gate_shexp", "ffn_up_shexp"}, EntryOf(li.unit_inputs[0]));
@@ -84,8 +90,9 @@ Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& sq
 nlohmann::json RunImatrixJob(const ImatrixJob& job) {
   if (job.ctx < 2) Fail("imatrix: --ctx must be at least 2");
   const LoadedModel m = LoadModelWithTokenizer(job.model, job.tokenizer);
-  // llama-imatrix's protocol: the text (with BOS) cut into consecutive chunks of --ctx tokens,
-  // each starting with BOS.
+  // llama-imatrix's protocol: the text (with BOS) cut into consecutive chunks of --ctx tokens, each starting
+  // with BOS where the tokenizer adds one.
+  const int32_t bos = AddedBos(*m.tokenizer);
   const std::vector<int32_t> tokens = TokenizeFile(*m.tokenizer, job.calib);
   size_t n_chunks = tokens.size() / job.ctx;
   if (job.chunks > 0) n_chunks = std::min(n_chunks, job.chunks);
@@ -94,7 +101,7 @@ nlohmann::json RunImatrixJob(const ImatrixJob& job) {
   for (size_t i = 0; i < n_chunks; ++i) {
     windows.emplace_back(tokens.begin() + static_cast<ptrdiff_t>(i * job.ctx),
                          tokens.begin() + static_cast<ptrdiff_t>((i + 1) * job.ctx));
-    windows.back()[0] = m.model.config.bos_id;
+    if (bos >= 0) windows.back()[0] = bos;
   }
   Engine engine(m.model, job.threads);
   const std::vector<LayerImportance> squares = CollectInputSquares(engine, windows, [&](size_t done) {

@@ -22,6 +22,7 @@
 #include "pipeline/session.h"
 #include "quant/registry.h"
 #include "tokenizer/gguf_vocab_export.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 namespace {
@@ -246,7 +247,7 @@ QuantizeOutcome RunQuantizeJob(const QuantizeJob& o) {
     const std::vector<int32_t> tokens = TokenizeFile(*tokenizer, o.eval);
     const ChunkPlan plan = PlanChunks(tokens.size(), o.eval_ctx);
     Engine eb(base, o.threads), eq(model, o.threads);
-    const CompareResult r = CompareModels(eb, eq, tokens, plan, model.config.bos_id);
+    const CompareResult r = CompareModels(eb, eq, tokens, plan, AddedBos(*tokenizer));
     card["eval"] = {{"file", o.eval}, {"ctx", o.eval_ctx}, {"ppl_base", r.ppl_base}, {"ppl", r.ppl},
                     {"kld_mean", r.kld_mean}, {"kld_median", r.kld_median}, {"kld_p99", r.kld_p99},
                     {"top1_agreement", r.top1_agreement}, {"tokens", r.tokens}};

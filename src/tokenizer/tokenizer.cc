@@ -18,6 +18,11 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
+int32_t AddedBos(const Tokenizer& tokenizer) {
+  const std::vector<int32_t> ids = tokenizer.Encode("", /*add_bos=*/true);
+  return ids.empty() ? -1 : ids.front();
+}
+
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   if (fs::is_directory(path)) {

@@ -36,6 +36,10 @@ class Tokenizer {
   virtual std::string Decode(const std::vector<int32_t>& ids) const;  // concatenated DecodeToken
 };
 
+// The BOS id this tokenizer puts first when asked to (add_bos), or -1 where it puts none (Qwen2.5, Qwen3):
+// what llama-perplexity and llama-imatrix write over each chunk's first token (their add_bos rule).
+int32_t AddedBos(const Tokenizer& tokenizer);
+
 // PATH may be a model folder (its tokenizer.json, else its tokenizer.model), a Hugging Face
 // tokenizer.json, a tokenizer.model file, or a GGUF file (its embedded vocabulary, including
 // vocabulary-only GGUF files). Throws Error naming the path.

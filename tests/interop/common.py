@@ -76,8 +76,8 @@ def fnv1a(data, h=1469598103934665603):
 
 
 def write_kl_base(out_path, tokens, bos, ctx, top_k, vocab, logits_of):
-    """llama-perplexity's protocol on lowbit's token ids: chunks of `ctx` tokens starting with `bos`,
-    scored on their second half. `logits_of(chunk)` returns the engine's [ctx, vocab] logits.
+    """llama-perplexity's protocol on lowbit's token ids: chunks of `ctx` tokens starting with `bos` (None: as
+    they are, for a tokenizer that adds no BOS), scored on their second half. `logits_of(chunk)` returns the engine's [ctx, vocab] logits.
     Writes a version 2 base file (header, checksum of header and records, records) and returns the
     engine's perplexity over the scored positions."""
     chunks = len(tokens) // ctx
@@ -87,7 +87,8 @@ def write_kl_base(out_path, tokens, bos, ctx, top_k, vocab, logits_of):
     record = np.dtype([("top", [("id", "<i4"), ("lp", "<f4")], top_k), ("tail", "<f4"), ("target", "<f4")])
     for c in range(chunks):
         chunk = list(tokens[c * ctx:(c + 1) * ctx])
-        chunk[0] = bos
+        if bos is not None:
+            chunk[0] = bos
         logits = np.asarray(logits_of(chunk), dtype=np.float64)[first:ctx - 1]  # predicting chunk[first + 1:]
         lp = logits - logits.max(axis=1, keepdims=True)
         lp -= np.log(np.exp(lp).sum(axis=1, keepdims=True))

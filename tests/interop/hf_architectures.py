@@ -198,7 +198,7 @@ def kl_against_lowbit(lowbit, model_path, text, logits, label):
     from common import lowbit_json, write_kl_base
     ids = lowbit_json(lowbit, "tokenize", "--model", model_path, "--file", text)["ids"]
     base = model_path + ".klbase"
-    write_kl_base(base, ids, 1, KL_CTX, KL_TOP_K, VOCAB, logits)
+    write_kl_base(base, ids, None, KL_CTX, KL_TOP_K, VOCAB, logits)  # the byte tokenizer adds no BOS
     agree = lowbit_json(lowbit, "ppl", "--model", model_path, "--text", text, "--ctx", str(KL_CTX), "--kl-base", base)["kl"]
     check(agree["top1_agreement"] >= 0.99, f"{label}: top-1 agreement {agree['top1_agreement']:.4f} < 0.99")
     return agree
