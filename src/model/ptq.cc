@@ -513,15 +513,16 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
          static_acts ? " with static activation scales" : "");
   QuantizeReport report = req.resume ? req.resume->report : QuantizeReport{};
   const double prior_seconds = report.total_seconds;
+  Engine engine(model, req.threads);  // reads the weights only when run: rotating them first is safe
   if (req.rotate && !req.resume) {  // a resumed model was saved already rotated
     if (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0)
       Fail("rotate: method '{}' rescales input channels in the unrotated basis; combine rotation with rtn or gptq",
            req.method);
-    const RotationInfo info = RotateModelEnds(model, req.rotate_seed);  // the blocks as they are reached
+    // The blocks are rotated as they are reached.
+    const RotationInfo info = RotateModelEnds(model, req.rotate_seed, &engine.pool());
     report.rotated = true;
     report.rotation_down_block = info.down_block;
   }
-  Engine engine(model, req.threads);
 
   // Calibration windows in batches. The batches share one set of KV caches: a layer's K/V are
   // written and read within one AdvanceLayer call, so the caches are cleared after it and hold
@@ -655,7 +656,7 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   for (size_t l = first_layer; l < model.config.n_layers; ++l) {
     const auto layer_start = Clock::now();
     if (req.read_layer) model.weights.layers[l] = req.read_layer(l);
-    if (report.rotated) RotateBlock(model.config, model.weights.layers[l], l, req.rotate_seed);
+    if (report.rotated) RotateBlock(model.config, model.weights.layers[l], l, req.rotate_seed, &engine.pool());
     LayerWeights& lw = model.weights.layers[l];
     store.ForEach(true, [&](size_t, BatchActivations& b) { engine.BeginLayer(l, b.hidden, b.input); });
     for (InputGroup& group : Groups(lw)) {

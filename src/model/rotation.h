@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "core/thread_pool.h"
 #include "model/weights.h"
 
 namespace lowbit {
@@ -30,11 +31,12 @@ struct RotationInfo {
 
 // Rotates a full-precision model in place. Fails if any linear is quantized or already carries
 // an input transform, or if no Hadamard of the hidden size is known (RandomHadamard::Make).
-RotationInfo RotateModel(Model& model, uint64_t seed);
+// Rows are rotated on `pool` when one is given.
+RotationInfo RotateModel(Model& model, uint64_t seed, ThreadPool* pool = nullptr);
 
 // The two halves of RotateModel, for models read block by block: everything outside the decoder
 // blocks (embeddings, final norm, lm_head), and one block. The same seed gives the same Q.
-RotationInfo RotateModelEnds(Model& model, uint64_t seed);
-void RotateBlock(const ModelConfig& config, LayerWeights& layer, size_t index, uint64_t seed);
+RotationInfo RotateModelEnds(Model& model, uint64_t seed, ThreadPool* pool = nullptr);
+void RotateBlock(const ModelConfig& config, LayerWeights& layer, size_t index, uint64_t seed, ThreadPool* pool = nullptr);
 
 }  // namespace lowbit
