@@ -197,7 +197,11 @@ TEST(CliEngine, QuantizeSavesCalibratedCodesAsGguf) {
   const Result grid = RunLowbit("quantize models/kjv-llama-7m -o " + dir + "/g.gguf --format int4:g128 --save-as gguf:Q4_0");
   EXPECT_EQ(grid.status, 1);
   EXPECT_NE(grid.out.find("no exact home"), std::string::npos) << grid.out;
-  EXPECT_FALSE(std::filesystem::exists(dir + "/k.gguf") || std::filesystem::exists(dir + "/g.gguf"));
+  const Result rotated = RunLowbit("quantize models/kjv-llama-7m -o " + dir + "/r.gguf --rotate --save-as gguf:Q8_0");
+  EXPECT_EQ(rotated.status, 1);
+  EXPECT_NE(rotated.out.find("rotate: llama.cpp has no online Hadamard"), std::string::npos) << rotated.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/k.gguf") || std::filesystem::exists(dir + "/g.gguf") ||
+               std::filesystem::exists(dir + "/r.gguf"));
   std::filesystem::remove_all(dir);
 }
 

@@ -358,6 +358,14 @@ class TensorEncoder {
     if (!src.linears.empty()) {
       for (const Linear* l : src.linears) {
         LOWBIT_CHECK(l->cols() == cols);
+        // llama.cpp multiplies the stored weight by the input as it is: a folder whose linears expect their input
+        // transformed first would load and run as a different model.
+        if (l->input_hadamard != 0)
+          Fail("{}: the source's linear expects an online Hadamard rotation of its input (quantize --rotate), which "
+               "llama.cpp does not run; export the unrotated model", t.name);
+        if (l->outliers)
+          Fail("{}: the source's linear keeps LLM.int8() outlier columns beside its codes, which GGUF cannot hold",
+               t.name);
         if (const auto* d = std::get_if<DenseMatrix>(&l->weight)) parts.push_back({nullptr, d->values.data(), l->rows(), {}});
         else parts.push_back({&std::get<QuantizedTensor>(l->weight), nullptr, l->rows(), l->input_order});
       }

@@ -65,6 +65,7 @@ void CheckGgufRecipe(const Recipe& r, const GgufFileType& t) {
   check(r.format, "format");
   for (const RecipeOverride& ov : r.overrides) check(ov.format, "override '" + ov.match + "' format");
   if (!r.act_format.empty()) Fail("--save-as gguf:{}: GGUF has no activation quantization (act_format)", t.name);
+  if (r.rotate) Fail("--save-as gguf:{}: rotate: llama.cpp has no online Hadamard rotation of down_proj's input", t.name);
   if (r.lm_head != "none" && !r.lm_head.empty())
     Fail("--save-as gguf:{}: lm_head '{}': the file type's mix chooses output.weight's type", t.name, r.lm_head);
 }
