@@ -192,17 +192,15 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       matrix(p + "attn_kv_a_mqa.weight", c.head_dim, c.dim, layer, [](const LayerWeights* l) { return &l->wkv_a; });
       holds({"self_attn.kv_a_proj_with_mqa"});
       vector(p + "attn_kv_a_norm.weight", c.kv_lora_rank, layer, [](const LayerWeights* l) { return &l->kv_a_norm; });
-      const ModelConfig* config = &c;
-      plan.push_back({p + "attn_k_b.weight", {c.qk_nope_dim, c.kv_lora_rank, c.n_heads}, layer, {},
-                      [config](const LayerWeights* l) {
-                        return TensorSource{.computed = std::make_shared<const std::vector<float>>(
-                                                GgufLatentKeys(*config, l->wkv_b))};
-                      }});
-      plan.push_back({p + "attn_v_b.weight", {c.kv_lora_rank, c.v_head_dim, c.n_heads}, layer, {},
-                      [config](const LayerWeights* l) {
-                        return TensorSource{.computed = std::make_shared<const std::vector<float>>(
-                                                GgufLatentValues(*config, l->wkv_b))};
-                      }});
+      // kv_b_proj split per head, computed from it when the tensor is written.
+      const auto split = [&](const char* name, std::vector<uint64_t> ne, auto values_of) {
+        plan.push_back({p + name, std::move(ne), layer, {}, [config = &c, values_of](const LayerWeights* l) {
+                          return TensorSource{
+                              .computed = std::make_shared<const std::vector<float>>(values_of(*config, l->wkv_b))};
+                        }});
+      };
+      split("attn_k_b.weight", {c.qk_nope_dim, c.kv_lora_rank, c.n_heads}, GgufLatentKeys);
+      split("attn_v_b.weight", {c.kv_lora_rank, c.v_head_dim, c.n_heads}, GgufLatentValues);
     } else {
       matrix(p + "attn_q.weight", c.q_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wq; }, q_heads);
       holds({"self_attn.q_proj"});

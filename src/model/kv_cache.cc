@@ -321,7 +321,7 @@ KvCache::Tile KvCache::ReadV(size_t layer, size_t head, size_t begin, size_t end
 
 size_t KvCache::bytes() const {
   size_t total = 0;
-  for (const Block& block : blocks_) total += block.k.storage_bytes() + (block.v ? block.v->storage_bytes() : 0);
+  for (const Block& block : blocks_) total += block.storage_bytes();
   for (const auto* recent : {&recent_k_, &recent_v_})
     for (const auto& rows : *recent) total += rows.size() * sizeof(uint16_t);
   return total;
@@ -329,7 +329,7 @@ size_t KvCache::bytes() const {
 
 double KvCache::BytesPerToken() const {
   const Block block = NewBlock(0, nullptr);
-  return static_cast<double>(block.k.storage_bytes() + (block.v ? block.v->storage_bytes() : 0)) * config_.n_layers /
+  return static_cast<double>(block.storage_bytes()) * config_.n_layers /
          static_cast<double>(options_.block_tokens);
 }
 

@@ -84,6 +84,7 @@ class KvCache {
   struct Block {
     QuantizedTensor k;
     std::optional<QuantizedTensor> v;  // none where V is K (shared_kv_)
+    size_t storage_bytes() const { return k.storage_bytes() + (v ? v->storage_bytes() : 0); }
   };
   static const QuantizedTensor& V(const Block& block) { return block.v ? *block.v : block.k; }
   bool kivi() const { return options_.dtype == KvDtype::kInt4 || options_.dtype == KvDtype::kInt2; }
