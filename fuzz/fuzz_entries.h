@@ -52,7 +52,9 @@ PackedCheckpoint SplitCheckpoint(FuzzInput data);
 std::span<const FuzzEntry> AllFuzzEntries();
 const FuzzEntry* FindFuzzEntry(std::string_view name);  // nullptr if unknown
 
-// Runs `entry` on `data`: returns normally on success or lowbit::Error, lets anything else out.
+// Runs `entry` on `data`: returns normally on success or on a lowbit::Error whose message names the
+// input (the scratch file or folder; for chat_template the template's name); lets anything else out,
+// an Error that names no file as std::logic_error (the promise is a message naming file and field).
 void RunFuzzEntry(const FuzzEntry& entry, FuzzInput data);
 // LLVMFuzzerTestOneInput's body: RunFuzzEntry, and abort() with the exception's type and message
 // when something other than lowbit::Error escapes (so the fuzzer records the input).

@@ -156,6 +156,39 @@ TEST_F(HostileInputTest, FlagsRefuseNegativeAndZeroCounts) {
   EXPECT_FALSE(fs::exists(Out()));
 }
 
+// Values a flag cannot mean are refused at the door, naming the flag: counts and times that must be positive,
+// sampling settings outside their range, sentinel-looking values (--threshold -1 used to mean "the default"),
+// and names the library does not know (formats, methods, KV dtypes, GGUF types, presets).
+TEST_F(HostileInputTest, FlagsRefuseValuesTheyCannotMean) {
+  const std::string model = " --model models/kjv-llama-7m", quantize = "quantize models/kjv-llama-7m -o " + Out();
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"bench decode" + model + " --batch 1,0", "bench decode: --batch: must be a positive number, not '0'"},
+      {"bench prefill" + model + " --ctx 0", "bench prefill: --ctx: must be a positive number, not '0'"},
+      {"bench gemv --seconds -1", "bench gemv: --seconds: must be a positive number, not '-1'"},
+      {"bench gemv --tokens 0", "bench gemv: --tokens: must be a positive number, not '0'"},
+      {"generate" + model + " --prompt x --temp -1", "generate: --temp: must be 0 or more, not '-1'"},
+      {"generate" + model + " --prompt x --top-p 1.5", "generate: --top-p: must be in [0, 1], not '1.5'"},
+      {"generate" + model + " --prompt x --top-k -3", "generate: --top-k: must be 0 or more, not '-3'"},
+      {quantize + " --method llm_int8 --format int8 --threshold -1", "quantize: --threshold: must be 0 or more, not '-1'"},
+      {quantize + " --method smoothquant --format int8 --alpha -1", "quantize: --alpha: must be in [0, 1], not '-1'"},
+      {quantize + " --format int9", "quantize: --format: unknown format 'int9' (known: "},
+      {quantize + " --method gptqq --format int4", "quantize: --method: unknown quantization method 'gptqq'"},
+      {"ppl" + model + " --text /dev/null --kv-cache-dtype int9", "ppl: --kv-cache-dtype: unknown KV cache dtype 'int9'"},
+      {"export models/kjv-llama-7m -o " + Out() + ".gguf --type Q9_K", "export: --type: unknown GGUF type 'Q9_K'"},
+      {"synth --preset llama9 -o " + Out(), "synth: --preset: unknown model preset 'llama9'"},
+  };
+  for (const auto& c : cases) {
+    const auto r = RunLowbit(c.args);
+    EXPECT_EQ(r.status, 1) << c.args;
+    EXPECT_NE(r.out.find("lowbit: error: " + c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+  EXPECT_FALSE(fs::exists(Out()));
+  EXPECT_FALSE(fs::exists(Out() + ".gguf"));
+  EXPECT_EQ(nlohmann::json::parse(RunLowbit("synth --json --preset llama9 -o " + Out()).out)["field"], "--preset");
+}
+
 TEST_F(HostileInputTest, MistypedCommandsAreNamed) {
   auto r = RunLowbit("quantiz models/kjv-llama-7m");
   EXPECT_EQ(r.status, 1);

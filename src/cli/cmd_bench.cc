@@ -9,6 +9,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include <fmt/format.h>
 
 #include "cli/output.h"
@@ -117,7 +118,7 @@ void AddBenchCommand(CLI::App& app) {
   auto seconds = std::make_shared<double>(0.3);
   auto json = std::make_shared<bool>(false);
   codecs->add_option("--format", *formats, "Formats to measure (default: all)")->delimiter(',');
-  codecs->add_option("--seconds", *seconds, "Minimum time per measurement")->default_val(0.3);
+  codecs->add_option("--seconds", *seconds, "Minimum time per measurement")->default_val(0.3)->check(Positive());
   codecs->add_flag("--json", *json, "Print JSON");
   codecs->callback([formats, seconds, json] { RunCodecs(*formats, *seconds, *json); });
   auto* tokenize = bench->add_subcommand("tokenize", "A tokenizer's load time and encode speed on a text file");

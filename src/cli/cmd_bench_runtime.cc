@@ -156,8 +156,8 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
   gemv->add_option("--rows", o->rows, "Rows (outputs)")->default_val(4096)->check(Positive());
   gemv->add_option("--cols", o->cols, "Columns (inputs)")->default_val(4096)->check(Positive());
   gemv->add_option("--working-set-mib", o->working_set_mib, "Distinct weight bytes cycled through")->default_val(512)->check(Positive());
-  gemv->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
-  gemv->add_option("--tokens", o->tokens, "Activation rows (1 = matrix-vector)")->default_val(1);
+  gemv->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0)->check(Positive());
+  gemv->add_option("--tokens", o->tokens, "Activation rows (1 = matrix-vector)")->default_val(1)->check(Positive());
   gemv->add_option("--size-mib", o->memory_mib, "Bandwidth test size")->default_val(1536)->check(Positive());
   gemv->add_option("--rounds", o->gemv_rounds, "Rounds of (triad, GEMV), best of each")->default_val(3)->check(Positive());
   common(gemv);
@@ -171,11 +171,14 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
                     "Formats to run, e.g. fp32,bf16,int8,int4:g128 (RTN of every linear, lm_head too, in memory; "
                     "'loaded' = as loaded)")
         ->delimiter(',');
-    cmd->add_option("--batch", o->batches, "Batch sizes, e.g. 1,4,16,64")->delimiter(',');
+    cmd->add_option("--batch", o->batches, "Batch sizes, e.g. 1,4,16,64")->delimiter(',')->check(Positive());
     cmd->add_option("--ctx", o->ctx, decode ? "Cached positions before the timed steps" : "Prompt length")
-        ->default_val(decode ? 512 : 256);
+        ->default_val(decode ? 512 : 256)
+        ->check(decode ? NonNegative() : Positive());
     if (decode) cmd->add_option("--steps", o->steps, "Timed decode steps")->default_val(8)->check(Positive());
-    cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
+    cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())
+        ->default_val("fp32")
+        ->check(KvDtypeName());
     cmd->add_option("--rounds", o->rounds,
                     "Measure the formats round-robin this many times, best of each (holds every format's model)")
         ->default_val(1)
@@ -186,9 +189,11 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
 
   auto* attention = bench.add_subcommand("attention", "Blocked online-softmax attention vs the two-pass version");
   attention->add_option("--ctx", o->ctx, "Cached positions")->default_val(4096)->check(Positive());
-  attention->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())->default_val("fp32");
+  attention->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache dtype: " + KnownKvDtypes())
+      ->default_val("fp32")
+      ->check(KvDtypeName());
   attention->add_option("--kv-heads", o->kv_heads, "KV heads (of 32 query heads)")->default_val(8)->check(Positive());
-  attention->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0);
+  attention->add_option("--seconds", o->seconds, "Minimum measuring time")->default_val(1.0)->check(Positive());
   attention->add_option("--size-mib", o->memory_mib, "Bandwidth test size")->default_val(1536)->check(Positive());
   common(attention);
   attention->callback([o] { RunAttention(*o); });

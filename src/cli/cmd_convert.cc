@@ -90,9 +90,11 @@ void AddConvertCommand(CLI::App& app) {
   cmd->add_option("--format", j.format, "--to gptq: gptq (v1 zero points, default) or gptq_v2");
   cmd->add_option("--scheme", j.scheme,
                   "Engine formats: quantize again (RTN) the linears the format cannot hold as stored, with this scheme "
-                  "(lossy: listed and measured)");
+                  "(lossy: listed and measured)")
+      ->check(SchemeName());
   cmd->add_option("--type", j.type, "--to gguf: type or mix for the tensors no ggml type holds as stored")
-      ->default_val("Q8_0");
+      ->default_val("Q8_0")
+      ->check(GgufTypeName());
   cmd->add_option("--text", j.text, "Measure KL(in || out), top-1 agreement and both perplexities on this text");
   cmd->add_option("--tokenizer", j.tokenizer, "Tokenizer for --text (default: the input model's)");
   cmd->add_option("--ctx", j.ctx, "Context length for --text")->default_val(256)->check(Positive());

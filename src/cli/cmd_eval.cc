@@ -54,8 +54,11 @@ void AddCommon(CLI::App* cmd, EvalOptions& o, bool& json) {
   cmd->add_option("--ctx", o.ctx, "Chunk length in tokens")->default_val(256)->check(Positive());
   cmd->add_option("--threads", o.threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_option("--tokenizer", o.tokenizer, "Tokenizer (default: the model's own)");
-  cmd->add_option("--quantize", o.quantize, "RTN-quantize --model's decoder linears in memory first, e.g. int4:g128");
-  cmd->add_option("--kv-cache-dtype", o.kv_dtype, "KV cache of --model: " + KnownKvDtypes())->default_val("fp32");
+  cmd->add_option("--quantize", o.quantize, "RTN-quantize --model's decoder linears in memory first, e.g. int4:g128")
+      ->check(SchemeName());
+  cmd->add_option("--kv-cache-dtype", o.kv_dtype, "KV cache of --model: " + KnownKvDtypes())
+      ->default_val("fp32")
+      ->check(KvDtypeName());
   cmd->add_option("--kv-scales", o.kv_scales, "FP8 KV scales (default: MODEL/kv_cache_scales.json if present)");
   cmd->add_flag("--json", json, "Print JSON");
   AddAllowNonfiniteFlag(cmd, o.load);

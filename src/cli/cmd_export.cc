@@ -72,11 +72,13 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("-o,--out", j.out, "Output file (.gguf) or folder (--to)")->required();
   cmd->add_option("--to", j.to, "gguf (default), gptq, awq or compressed-tensors (a folder vLLM and transformers load)");
   cmd->add_option("--format", j.format, "--to gptq: gptq (v1 zero points, default) or gptq_v2 (true zero points)");
-  cmd->add_option("--scheme", j.scheme, "--to ...: quantize a float model's block linears with RTN first (e.g. int4:g128)");
+  cmd->add_option("--scheme", j.scheme, "--to ...: quantize a float model's block linears with RTN first (e.g. int4:g128)")
+      ->check(SchemeName());
   cmd->add_option("--max-shard-size", j.max_shard, "--to ...: largest safetensors shard")->default_val("5G");
   cmd->add_option("--type", j.type,
                   fmt::format("GGUF file type, case-insensitive: {}", fmt::join(GgufFileTypeNames(), ", ")))
-      ->default_val("Q8_0");
+      ->default_val("Q8_0")
+      ->check(GgufTypeName());
   cmd->add_flag("--pure", j.pure, "Every matrix in the type's base type (llama-quantize --pure)");
   cmd->add_option("--token-embedding-type", j.token_embedding_type,
                   "ggml type of token_embd, past the mix (llama-quantize's option; e.g. Q6_K)");
@@ -88,7 +90,9 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("--calib-samples", j.calib_samples, "Calibration windows")->default_val(128)->check(Positive());
   cmd->add_option("--calib-len", j.calib_len, "Tokens per calibration window")->default_val(256)->check(Positive());
   cmd->add_option("--seed", j.seed, "Calibration sampling seed")->default_val(0);
-  cmd->add_option("--damp", j.damp, "GPTQ damping (fraction of the mean Hessian diagonal)")->default_val(0.01);
+  cmd->add_option("--damp", j.damp, "GPTQ damping (fraction of the mean Hessian diagonal)")
+      ->default_val(0.01)
+      ->check(NonNegative());
   cmd->add_option("--tokenizer", j.tokenizer, "tokenizer.model or .gguf vocabulary (default: the model's own)");
   cmd->add_option("--name", j.name, "general.name (default: the model's folder or file name)");
   cmd->add_option("--threads", j.threads, "Threads (default: all cores)");

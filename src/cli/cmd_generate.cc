@@ -34,9 +34,9 @@ void AddGenerateCommand(CLI::App& app) {
                 "chat_template.jinja or the GGUF's tokenizer.chat_template), with the assistant's turn opened");
   cmd->add_option("--system", o->system, "With --chat: a system message first");
   cmd->add_option("-n,--tokens", o->n, "Tokens to generate")->default_val(64);
-  cmd->add_option("--temp", o->sampler.temperature, "Temperature (0 = greedy)")->default_val(0.0f);
-  cmd->add_option("--top-k", o->sampler.top_k, "Top-k filter (0 = off)")->default_val(40);
-  cmd->add_option("--top-p", o->sampler.top_p, "Top-p (nucleus) filter (1 = off)")->default_val(0.95f);
+  cmd->add_option("--temp", o->sampler.temperature, "Temperature (0 = greedy)")->default_val(0.0f)->check(NonNegative());
+  cmd->add_option("--top-k", o->sampler.top_k, "Top-k filter (0 = off)")->default_val(40)->check(NonNegative());
+  cmd->add_option("--top-p", o->sampler.top_p, "Top-p (nucleus) filter (1 = off)")->default_val(0.95f)->check(Between(0, 1));
   cmd->add_option("--seed", o->sampler.seed, "Random seed")->default_val(0);
   cmd->add_option("--threads", o->threads, "Threads (0 = all cores)")->default_val(0);
   cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer (default: the model's own)");

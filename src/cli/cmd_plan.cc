@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "cli/output.h"
 #include "core/error.h"
 #include "plan/advise.h"
@@ -220,7 +221,7 @@ void AddModelFlags(CLI::App* cmd, PlanFlags& f) {
   cmd->add_option("--params", f.params, "Bare parameter count, e.g. 70B (weights only)");
   cmd->add_option("--active-params", f.active_params, "Active parameters per token for a bare MoE count");
   cmd->add_option("--model", f.model, "config.json, a Hugging Face folder, or a .gguf file");
-  cmd->add_option("--preset", f.preset, "Model preset: " + KnownPresetNames());
+  cmd->add_option("--preset", f.preset, "Model preset: " + KnownPresetNames())->check(PresetName());
   cmd->add_option("--hw", f.hw, "Hardware: " + KnownHardwareNames())->capture_default_str();
   cmd->add_option("--ctx", f.ctx, "Context length (tokens cached per sequence)")->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));

@@ -129,8 +129,10 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("model", o->model, "Model folder or file")->required();
   cmd->add_option("-o,--out", o->out, "Output folder (must not exist)")->required();
   cmd->add_option("--recipe", o->recipe, "Recipe JSON (method, format, config, calibration)");
-  cmd->add_option("--method", o->method, "Method: rtn, gptq, awq, smoothquant, llm_int8")->default_val("rtn");
-  cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)");
+  cmd->add_option("--method", o->method, "Method: rtn, gptq, awq, smoothquant, llm_int8")
+      ->default_val("rtn")
+      ->check(MethodName());
+  cmd->add_option("--format", o->format, "Format, e.g. int4:g128 (see `lowbit formats`)")->check(SchemeName());
   cmd->add_option("--group", o->group, "Group size (-1 = per channel)")->check(GroupSize());
   cmd->add_flag("--asym", o->asym, "Asymmetric integers (zero-points)");
   cmd->add_flag("--act-order{static}", o->act_order,
@@ -143,8 +145,9 @@ void AddQuantizeCommand(CLI::App& app) {
                   "on compressed-tensors' scale rule");
   cmd->add_flag("--rotate", o->rotate, "Rotate the model first (QuaRot Hadamard; with rtn or gptq)");
   cmd->add_option("--rotate-seed", o->rotate_seed, "Seed of the rotation's random signs")->default_val(0);
-  cmd->add_option("--threshold", o->threshold, "llm_int8: calibration max |x| above which a column stays fp (default 6)");
-  cmd->add_option("--alpha", o->alpha, "SmoothQuant migration strength (default 0.5)");
+  cmd->add_option("--threshold", o->threshold, "llm_int8: calibration max |x| above which a column stays fp (default 6)")
+      ->check(NonNegative());
+  cmd->add_option("--alpha", o->alpha, "SmoothQuant migration strength (default 0.5)")->check(Between(0, 1));
   cmd->add_option("--lm-head", o->lm_head,
                   fmt::format("lm_head's format (RTN after the blocks), or none (default for a lowbit folder: {} "
                               "when the body is 8 bits or fewer and lm_head is untied; otherwise none)",

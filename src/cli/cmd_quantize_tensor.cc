@@ -81,7 +81,8 @@ void AddQuantizeTensorCommand(CLI::App& app) {
   cmd->add_option("--model", o->model, "Model folder or .safetensors file")->required();
   cmd->add_option("--tensor", o->tensor, "Tensor name")->required();
   cmd->add_option("--format", o->format, "Format, e.g. int4, int4:g32, fp8_e4m3, mxfp4, nvfp4 (see `lowbit formats`)")
-      ->required();
+      ->required()
+      ->check(SchemeName());
   cmd->add_option("--granularity", o->granularity, "tensor | channel | group | block<R>x<C> | token");
   cmd->add_option("--group", o->group, "Group size along the input dimension (-1 = whole row)")->check(GroupSize());
   cmd->add_flag("--asym", o->asym, "Asymmetric (zero-point) integers");

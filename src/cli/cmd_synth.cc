@@ -19,7 +19,8 @@ void AddSynthCommand(CLI::App& app) {
   auto dtype = std::make_shared<std::string>("BF16");
   auto json = std::make_shared<bool>(false);
   cmd->add_option("--preset", o->preset, "llama2-7b, llama3-8b, qwen2.5-7b, ... (see `lowbit plan --help`)")
-      ->required();
+      ->required()
+      ->check(PresetName());
   cmd->add_option("--layers", o->layers, "Decoder layers (default: the preset's)")->check(Positive());
   cmd->add_option("--dtype", *dtype, "F32, BF16 or F16")->default_val("BF16");
   cmd->add_option("--seed", o->seed, "Random seed")->default_val(0);

@@ -15,6 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/error.h"
+#include "io/gguf_mix.h"
+#include "model/kv_cache.h"
+#include "plan/presets.h"
+#include "quant/registry.h"
+#include "quant/scheme.h"
+
 namespace lowbit::cli {
 
 namespace {
@@ -64,6 +71,46 @@ void GuardUnsignedOptions(CLI::App& app) { Guard(app); }
 
 CLI::Validator Positive() { return NumberValidator(false); }
 CLI::Validator NonNegative() { return NumberValidator(true); }
+
+CLI::Validator ParsedBy(std::function<void(const std::string&)> parse) {
+  return CLI::Validator(
+      [parse = std::move(parse)](std::string& text) -> std::string {
+        try {
+          parse(text);
+        } catch (const Error& e) {
+          return e.what();
+        }
+        return {};
+      },
+      "");
+}
+
+CLI::Validator SchemeName() {
+  return ParsedBy([](const std::string& text) { (void)ParseScheme(text); });
+}
+CLI::Validator MethodName() {
+  return ParsedBy([](const std::string& text) { (void)BuiltinMethods().Info(text); });
+}
+CLI::Validator KvDtypeName() {
+  return ParsedBy([](const std::string& text) { (void)ParseKvDtype(text); });
+}
+CLI::Validator GgufTypeName() {
+  return ParsedBy([](const std::string& text) { (void)FindGgufFileType(text); });
+}
+CLI::Validator PresetName() {
+  return ParsedBy([](const std::string& text) { (void)FindPreset(text); });
+}
+
+CLI::Validator Between(double lo, double hi) {
+  const std::string range = fmt::format("[{}, {}]", lo, hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const std::optional<double> v = Number(text);
+        if (v && *v >= lo && *v <= hi) return {};
+        return "must be in " + range + ", not '" + text + "'";
+      },
+      range);
+}
 
 std::string UnknownCommandMessage(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return {};
@@ -165,6 +212,14 @@ std::string ParseErrorMessage(const CLI::ParseError& e, const CLI::App& app, int
     message = fmt::format("a command is required: {}", fmt::join(names, ", "));
   }
   return fmt::format("{}{} ({} --help lists the options)", Prefix(path), message, path);
+}
+
+std::string ParseErrorField(const CLI::ParseError& e) {
+  const std::string_view message = e.what();
+  const size_t colon = message.find(": ");
+  if (!message.starts_with("-") || colon == std::string_view::npos) return {};
+  const std::string_view option = message.substr(0, colon);
+  return option.find(' ') == std::string_view::npos ? std::string(option) : std::string();
 }
 
 CLI::Validator GroupSize() {

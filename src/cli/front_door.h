@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <string>
 
 #include "io/model_loader.h"
@@ -23,10 +24,25 @@ std::string UnknownOptionMessage(const CLI::App& app, int argc, char** argv);
 // A CLI11 parse error as one line naming the command, in lowbit's words where CLI11's say less
 // ("--model needs a value", "--batch: must be in [1, 16777216], not '-3'").
 std::string ParseErrorMessage(const CLI::ParseError& e, const CLI::App& app, int argc, char** argv);
+// The option a parse error is about ("--batch"), for --json errors' "field"; empty when it names none.
+std::string ParseErrorField(const CLI::ParseError& e);
 
 // Validators with messages that say what is wanted ("--ctx: must be a positive number, not '-5'").
 CLI::Validator Positive();
 CLI::Validator NonNegative();
+// A number in [lo, hi] ("--top-p: must be in [0, 1], not '1.5'").
+CLI::Validator Between(double lo, double hi);
+
+// A validator that runs `parse` on the option's text, so a name the library refuses is refused at the door
+// with the option named ("quantize: --format: unknown format 'int9' (known: ...)").
+CLI::Validator ParsedBy(std::function<void(const std::string&)> parse);
+// ParsedBy the library's own readers of a format ("int4:g128"), a quantization method, a KV cache dtype, a
+// GGUF type or mix, a model preset.
+CLI::Validator SchemeName();
+CLI::Validator MethodName();
+CLI::Validator KvDtypeName();
+CLI::Validator GgufTypeName();
+CLI::Validator PresetName();
 
 // A validator for --group: a positive group size, or -1 for one group per row.
 CLI::Validator GroupSize();

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help and --version
-    lowbit::cli::PrintError(lowbit::cli::ParseErrorMessage(e, app, argc, argv), "", "", json);
+    lowbit::cli::PrintError(lowbit::cli::ParseErrorMessage(e, app, argc, argv), "", lowbit::cli::ParseErrorField(e),
+                            json);
     return 1;
   } catch (const lowbit::Error& e) {
     lowbit::cli::PrintError(e.what(), e.file(), e.field(), json);
