@@ -15,12 +15,14 @@
 
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "io/gguf.h"
 #include "io/gguf_deepseek.h"
 #include "io/gguf_export.h"
 #include "io/gguf_writer.h"
 #include "io/imatrix.h"
 #include "io/model_loader.h"
+#include "pipeline/convert_job.h"
 #include "pipeline/imatrix_job.h"
 #include "model/config.h"
 #include "model_test_util.h"
@@ -140,6 +142,63 @@ TEST(GgufDeepSeek, FixturesRoundTripToTheSameLogits) {
     const double err = testing_util::LogitError(reference, back, windows);
     EXPECT_LT(err, 1e-10) << name;
   }
+}
+
+// Back from deepseek2 to a Hugging Face folder: V3 (sigmoid gating) as DeepseekV3ForCausalLM with mscale =
+// mscale_all_dim, V2 as DeepseekV2ForCausalLM; kv_b_proj joined from attn_k_b / attn_v_b, the rotary rows in
+// their adjacent order. The folder runs as the model the file came from, but for V2's groups, which
+// transformers' V2 scores by their best expert again (llama.cpp by the best two).
+TEST(GgufDeepSeek, FixturesConvertBackToTheHuggingFaceFolder) {
+  for (const char* name : {"deepseek_v2", "deepseek_v3"}) {
+    testing_util::ScratchDir dir("ds-gguf-back");
+    const bool v3 = std::string(name) == "deepseek_v3";
+    StreamedModel s{LlamaCppRunnable(name), nullptr};
+    GgufExportOptions o;
+    o.type = "F32";
+    ExportGguf(s, dir / "m.gguf", o);
+    ConvertJob job;
+    job.in = (dir / "m.gguf").string();
+    job.out = (dir / "back").string();
+    job.to = "lowbit";
+    EXPECT_TRUE(RunConvertJob(job)["exact"].get<bool>()) << name;
+    const nlohmann::json config = ReadJsonFile(dir / "back" / "config.json");
+    EXPECT_EQ(config["architectures"][0], v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM");
+    EXPECT_EQ(config["first_k_dense_replace"], 1) << name;
+    EXPECT_EQ(config["topk_method"], v3 ? "noaux_tc" : "group_limited_greedy") << name;
+    EXPECT_EQ(config["q_lora_rank"], v3 ? nlohmann::json(16) : nlohmann::json()) << name;
+    if (v3) {
+      EXPECT_EQ(config["rope_scaling"]["mscale"], 0.8);  // the fixture's mscale_all_dim
+    }
+    const Model back = LoadModel((dir / "back").string());
+    const Model reference = v3 ? LlamaCppRunnable(name) : LoadModel((kFixtures / name).string());
+    EXPECT_EQ(back.config.group_score, reference.config.group_score) << name;
+    const auto windows = testing_util::RandomWindows(2, 12, reference.config.vocab_size);
+    EXPECT_LT(testing_util::LogitError(reference, back, windows), 1e-10) << name;
+  }
+}
+
+// What transformers' DeepSeek classes cannot express refuses the folder, naming the key, and leaves nothing.
+TEST(GgufDeepSeek, FilesTransformersCannotRunStayGguf) {
+  testing_util::ScratchDir dir("ds-gguf-refused");
+  const auto refuse = [&](Model m, std::initializer_list<std::string_view> needles) {
+    StreamedModel s{std::move(m), nullptr};
+    GgufExportOptions o;
+    o.type = "F32";
+    ExportGguf(s, dir / "m.gguf", o);
+    ConvertJob job;
+    job.in = (dir / "m.gguf").string();
+    job.out = (dir / "back").string();
+    job.to = "lowbit";
+    ExpectError([&] { RunConvertJob(job); }, needles);
+    EXPECT_EQ(dir.Entries(), std::vector<std::string>{"m.gguf"});  // no folder, no staging folder
+  };
+  Model normed = LlamaCppRunnable("deepseek_v2");
+  normed.config.norm_expert_weights = true;
+  refuse(std::move(normed), {"m.gguf", "deepseek2.expert_weights_norm", "DeepseekV2ForCausalLM"});
+  Model unbiased = LlamaCppRunnable("deepseek_v3");
+  unbiased.config.router_bias = false;
+  for (LayerWeights& layer : unbiased.weights.layers) layer.router_bias.clear();
+  refuse(std::move(unbiased), {"m.gguf", "blk.1.exp_probs_b.bias", "DeepseekV3ForCausalLM"});
 }
 
 TEST(GgufDeepSeek, WhatLlamaCppCannotRunIsAnError) {

@@ -87,6 +87,8 @@ json ParseJson(std::string_view text, const std::string& source, const JsonLimit
   }
 }
 
+double ShortestDecimal(float x) { return std::stod(fmt::format("{}", x)); }
+
 json ReadJsonFile(const std::filesystem::path& path, const JsonLimits& limits) {
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path, ec);

@@ -27,6 +27,10 @@ struct JsonLimits {
 nlohmann::json ParseJson(std::string_view text, const std::string& source, const JsonLimits& limits = {});
 nlohmann::json ReadJsonFile(const std::filesystem::path& path, const JsonLimits& limits = {});
 
+// A float as the shortest decimal that reads back to it (1e-05, not the double 9.999999747378752e-06
+// it widens to), the number written for it into configs that transformers reads.
+double ShortestDecimal(float x);
+
 // A JSON value together with where it is: the file and the key path ("rope_scaling.factor",
 // "overrides[2].format"). Reads are typed and exact.
 class JsonView {

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <span>
 
 #include "core/error.h"
+#include "core/json_util.h"
 
 namespace lowbit {
 namespace {
@@ -139,6 +141,79 @@ DenseMatrix LatentKvFromGguf(const ModelConfig& c, const std::vector<float>& key
     std::copy_n(&values[h * v * lora], v * lora, head + nope * lora);
   }
   return kv_b;
+}
+
+void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source) {
+  using Json = nlohmann::ordered_json;
+  const std::string p = "deepseek2.";
+  const bool v3 = c.router_scoring == RouterScoring::kSigmoid;
+  if (v3) {
+    j["architectures"] = {"DeepseekV3ForCausalLM"};
+    j["model_type"] = "deepseek_v3";
+  }
+  j["num_key_value_heads"] = c.n_heads;
+  j["head_dim"] = c.rope_dims();  // transformers' DeepSeek configs: the rotary width
+  j["q_lora_rank"] = c.q_lora_rank ? Json(c.q_lora_rank) : Json();
+  j["kv_lora_rank"] = c.kv_lora_rank;
+  j["qk_nope_head_dim"] = c.qk_nope_dim;
+  j["qk_rope_head_dim"] = c.rope_dims();
+  j["v_head_dim"] = c.v_head_dim;
+  if (v3) j["rope_interleave"] = true;  // llama.cpp's deepseek2 rotates adjacent pairs, as V2 always does
+
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::kYarn && s.factor > 1) {
+    const double mscale = MscaleAllDims(c);
+    if (std::abs(s.attention_factor - 1) > 1e-6f || std::abs(mscale) < 1e-6)
+      Fail("{}: key '{}rope.scaling.yarn_log_multiplier' is absent (or '{}rope.scaling.attn_factor' is not 1): "
+           "transformers' DeepSeek takes YaRN's magnitude from mscale and mscale_all_dim, which such a file does "
+           "not give", source, p, p);
+    // The file holds 0.1 x mscale_all_dim as a float; six digits give back the config's value (0.707, 1.0).
+    const double decimal = std::stod(fmt::format("{:.6g}", mscale));
+    j["rope_scaling"] = {{"rope_type", "yarn"},
+                         {"factor", ShortestDecimal(s.factor)},
+                         {"original_max_position_embeddings", s.original_max_position},
+                         {"beta_fast", s.beta_fast},
+                         {"beta_slow", s.beta_slow},
+                         {"mscale", decimal},
+                         {"mscale_all_dim", decimal}};
+  } else if (s.type != RopeScalingType::kNone) {
+    Fail("{}: key '{}rope.scaling.type': transformers' DeepSeek takes YaRN scaling only", source, p);
+  }
+
+  if (c.n_experts == 0) {
+    j["n_routed_experts"] = nullptr;  // every layer dense (the config's default would be 64 experts)
+    return;
+  }
+  const int dense = LeadingDenseLayers(c);
+  LOWBIT_CHECK(dense >= 0);  // a deepseek2 file's layout
+  j["n_routed_experts"] = c.n_experts;
+  j["num_experts_per_tok"] = c.experts_per_token;
+  j["n_shared_experts"] = c.shared_expert_ffn_dim / c.expert_ffn_dim;
+  j["moe_intermediate_size"] = c.expert_ffn_dim;
+  j["first_k_dense_replace"] = dense;
+  j["moe_layer_freq"] = 1;
+  j["routed_scaling_factor"] = ShortestDecimal(c.routed_scale);
+  j["n_group"] = std::max(c.expert_groups, 1u);
+  j["topk_group"] = std::max(c.expert_groups_used, 1u);
+  j["scoring_func"] = v3 ? "sigmoid" : "softmax";
+  if (v3) {
+    if (!c.router_bias)
+      Fail("{}: tensor 'blk.{}.exp_probs_b.bias' is missing: DeepseekV3ForCausalLM (sigmoid gating, key "
+           "'{}expert_gating_func' = 2) chooses experts by scores corrected by it", source, dense, p);
+    j["topk_method"] = "noaux_tc";
+    j["norm_topk_prob"] = c.norm_expert_weights;
+    j["num_nextn_predict_layers"] = 0;
+  } else {
+    if (c.norm_expert_weights)
+      Fail("{}: key '{}expert_weights_norm' is true: DeepseekV2ForCausalLM (softmax gating) never renormalises "
+           "the chosen experts' weights", source, p);
+    j["topk_method"] = c.expert_groups > 1 ? "group_limited_greedy" : "greedy";
+    if (c.expert_groups > 1)
+      std::fprintf(stderr,
+                   "lowbit: warning: %s: llama.cpp scores expert groups by their best two experts; "
+                   "DeepseekV2ForCausalLM (group_limited_greedy) by the best one, so it may route some tokens to "
+                   "other groups than llama.cpp did\n", source.c_str());
+  }
 }
 
 void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c) {

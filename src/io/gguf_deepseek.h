@@ -7,6 +7,7 @@
 // Older files hold the unsplit attn_kv_b (no key_length_mla): read too.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,14 @@ void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c);
 std::vector<float> GgufLatentKeys(const ModelConfig& c, const Linear& kv_b);
 std::vector<float> GgufLatentValues(const ModelConfig& c, const Linear& kv_b);
 DenseMatrix LatentKvFromGguf(const ModelConfig& c, const std::vector<float>& keys, const std::vector<float>& values);
+
+// The DeepseekV2ForCausalLM (softmax gating) or DeepseekV3ForCausalLM (sigmoid gating, exp_probs_b) fields of
+// the config.json of a model read from a deepseek2 file, over `j`'s generic ones: latent attention, YaRN's
+// mscale = mscale_all_dim, experts and routing. What transformers' classes cannot express is an error naming
+// `source` and the key (V2 renormalising the chosen weights, V3 without its score bias, YaRN without a log
+// multiplier); V2's groups, which llama.cpp scores by their best two experts and transformers by the best one,
+// are a warning.
+void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source);
 
 // A deepseek2 file's latent attention, YaRN, routing and layer layout into `c` (the generic keys already
 // read: dim, layers, heads, key_length as head_dim, rope.dimension_count as rotary_dim, ffn_dim).

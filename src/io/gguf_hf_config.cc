@@ -10,40 +10,38 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_util.h"
+#include "io/gguf_deepseek.h"
 
 namespace lowbit {
 namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
-// A float as its shortest decimal (1e-05, not the double 9.999999747378752e-06 it widens to), as
-// transformers' own configs write it.
-double Decimal(float x) { return std::stod(fmt::format("{}", x)); }
-
 OrderedJson RopeScalingJson(const RopeScaling& s) {
   switch (s.type) {
     case RopeScalingType::kNone: return nullptr;
-    case RopeScalingType::kLinear: return {{"rope_type", "linear"}, {"factor", Decimal(s.factor)}};
+    case RopeScalingType::kLinear: return {{"rope_type", "linear"}, {"factor", ShortestDecimal(s.factor)}};
     case RopeScalingType::kLlama3:
       return {{"rope_type", "llama3"},
-              {"factor", Decimal(s.factor)},
-              {"low_freq_factor", Decimal(s.low_freq_factor)},
-              {"high_freq_factor", Decimal(s.high_freq_factor)},
+              {"factor", ShortestDecimal(s.factor)},
+              {"low_freq_factor", ShortestDecimal(s.low_freq_factor)},
+              {"high_freq_factor", ShortestDecimal(s.high_freq_factor)},
               {"original_max_position_embeddings", s.original_max_position}};
     case RopeScalingType::kLongRope:
       return {{"type", "longrope"},
               {"short_factor", s.short_factor},
               {"long_factor", s.long_factor},
               {"original_max_position_embeddings", s.original_max_position},
-              {"attention_factor", Decimal(s.attention_factor)}};
+              {"attention_factor", ShortestDecimal(s.attention_factor)}};
     case RopeScalingType::kYarn:
       return {{"rope_type", "yarn"},
-              {"factor", Decimal(s.factor)},
+              {"factor", ShortestDecimal(s.factor)},
               {"original_max_position_embeddings", s.original_max_position},
-              {"beta_fast", Decimal(s.beta_fast)},
-              {"beta_slow", Decimal(s.beta_slow)},
+              {"beta_fast", ShortestDecimal(s.beta_fast)},
+              {"beta_slow", ShortestDecimal(s.beta_slow)},
               {"truncate", s.truncate},
-              {"attention_factor", Decimal(s.attention_factor)}};
+              {"attention_factor", ShortestDecimal(s.attention_factor)}};
   }
   return nullptr;
 }
@@ -91,7 +89,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"gemma", "GemmaForCausalLM", "gemma"},
                                          {"gemma2", "Gemma2ForCausalLM", "gemma2"},
                                          {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
-                                         {"phi3", "Phi3ForCausalLM", "phi3"}};
+                                         {"phi3", "Phi3ForCausalLM", "phi3"},
+                                         // DeepseekV3ForCausalLM where the file gates by sigmoid
+                                         {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
   for (const Family& f : kFamilies)
     if (f.gguf == arch) family = &f;
@@ -100,12 +100,13 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     for (const Family& f : kFamilies) names += fmt::format("{}{}", names.empty() ? "" : ", ", f.gguf);
     Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of {} GGUF files", source, arch, names);
   }
-  const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3";
+  const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
+             deepseek = arch == "deepseek2";
   const std::string architecture(mixtral ? "MixtralForCausalLM" : family->architecture);
   if (arch == "llama" && c.qkv_bias)
     Fail("{}: tensor 'blk.0.attn_q.bias': LlamaForCausalLM's attention_bias also adds an o_proj bias, which this file "
          "lacks", source);
-  if (c.rotary_dim != 0 && !phi3)
+  if (c.rotary_dim != 0 && !phi3 && !deepseek)
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
   if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 || (c.sliding_window != 0 && !gemma && !phi3))
@@ -121,8 +122,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                    {"num_key_value_heads", c.n_kv_heads},
                    {"head_dim", c.head_dim},
                    {"max_position_embeddings", c.max_position},
-                   {"rms_norm_eps", Decimal(c.norm_eps)},
-                   {"rope_theta", Decimal(c.rope_theta)},
+                   {"rms_norm_eps", ShortestDecimal(c.norm_eps)},
+                   {"rope_theta", ShortestDecimal(c.rope_theta)},
                    {"rope_scaling", RopeScalingJson(c.rope_scaling)},
                    {"tie_word_embeddings", c.tie_embeddings},
                    {"hidden_act", "silu"},
@@ -132,7 +133,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                    {"torch_dtype", torch_dtype}};
   if (arch == "qwen2" || arch == "qwen2moe") j.erase("attention_bias");  // implied by the architecture
   if (arch.starts_with("qwen")) j["use_sliding_window"] = false;
-  if (moe) {
+  if (deepseek) {
+    WriteDeepSeekHfConfig(j, c, source);
+  } else if (moe) {
     j[arch == "llama" ? "num_local_experts" : "num_experts"] = c.n_experts;
     j["num_experts_per_tok"] = c.experts_per_token;
     if (arch != "llama") {
@@ -159,14 +162,15 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     if (arch != "gemma") {
       const double scalar = 1.0 / (static_cast<double>(c.attention_scale()) * c.attention_scale());
       j["query_pre_attn_scalar"] = std::abs(scalar - std::round(scalar)) < 1e-3 * scalar ? std::round(scalar) : scalar;
-      j["final_logit_softcapping"] = c.final_softcap > 0 ? OrderedJson(Decimal(c.final_softcap)) : OrderedJson();
-      j["attn_logit_softcapping"] = c.attn_softcap > 0 ? OrderedJson(Decimal(c.attn_softcap)) : OrderedJson();
+      const auto cap = [](float x) { return x > 0 ? OrderedJson(ShortestDecimal(x)) : OrderedJson(); };
+      j["final_logit_softcapping"] = cap(c.final_softcap);
+      j["attn_logit_softcapping"] = cap(c.attn_softcap);
     }
-    if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = Decimal(c.local_rope_theta);
+    if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
   }
   if (phi3) {
     j.erase("head_dim");  // hidden / heads, which Phi3Config derives
-    if (c.rotary_dim != 0) j["partial_rotary_factor"] = Decimal(static_cast<float>(c.rotary_dim) / c.head_dim);
+    if (c.rotary_dim != 0) j["partial_rotary_factor"] = ShortestDecimal(static_cast<float>(c.rotary_dim) / c.head_dim);
     if (c.rope_scaling.type == RopeScalingType::kLongRope)
       j["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
   }
@@ -175,7 +179,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
 
 void ToRotateHalf(Model& m) {
   ModelConfig& c = m.config;
-  if (c.rope_style == RopeStyle::kHalf) return;
+  // Latent attention keeps adjacent pairs: DeepSeek's own order (V2 always, V3 with rope_interleave).
+  if (c.rope_style == RopeStyle::kHalf || c.mla()) return;
   const std::vector<uint64_t> q = HalfFromAdjacent(c.q_dim(), c.head_dim), k = HalfFromAdjacent(c.kv_dim(), c.head_dim);
   for (LayerWeights& layer : m.weights.layers) {
     PermuteRows(layer.wq, q);

@@ -1,6 +1,6 @@
 // The Hugging Face config.json of a model read from a GGUF file: the transformers architecture that
 // llama.cpp's converter made general.architecture from (LlamaForCausalLM, MixtralForCausalLM for llama
-// with experts, Qwen2 / Qwen3 and their MoE forms, Gemma 1-3, Phi-3), every hyperparameter
+// with experts, Qwen2 / Qwen3 and their MoE forms, Gemma 1-3, Phi-3, DeepSeek-V2 / V3), every hyperparameter
 // HfConfigFromJson reads back to the same ModelConfig (sizes, RoPE base and scaling, norm epsilon, tied
 // embeddings, experts, sliding windows and layer types, soft-capping, the attention scale, BOS / EOS).
 // With ToRotateHalf it makes a GGUF model writable by the Hugging Face-folder writers.
@@ -20,7 +20,8 @@ nlohmann::ordered_json HfConfigOfGguf(const ModelConfig& c, const std::string& a
                                       const std::string& source);
 
 // A model loaded with RopeStyle::kAdjacent (llama.cpp's permuted Q/K rows) with its Q and K rows (weights,
-// biases) put back in Hugging Face's rotate-half order and rope_style kHalf: the same model, exactly.
+// biases) put back in Hugging Face's rotate-half order and rope_style kHalf: the same model, exactly. Latent
+// attention is left as it is (DeepSeek's checkpoints rotate adjacent pairs).
 void ToRotateHalf(Model& m);
 
 }  // namespace lowbit

@@ -13,7 +13,8 @@
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2 and gemma3
                 architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 on
                 DeepSeek-V2/V3 variants of the fixtures that llama.cpp can express: lowbit must also read
-                those files back to llama.cpp's logits); and exports
+                those files back to llama.cpp's logits, and convert them back to Hugging Face folders that
+                transformers runs to the fixture's logits); and exports
                 the mixtures of experts, Phi-3 (fused qkv_proj / gate_up_proj) and DeepSeek-V2/V3 (latent
                 attention) to compressed-tensors and checks transformers' logits on that folder against lowbit's.
 """
@@ -294,6 +295,7 @@ def check_engine_exports(lowbit, folder):
 
 def check_llama_cpp(lowbit, folder):
     import llama_cpp
+    from transformers import CompressedTensorsConfig
     rows, mix_rows = [], []
     for name in GGUF_ARCHITECTURES:
         origin = os.path.join(folder if name in GGUF_VARIANTS else FIXTURES, name)
@@ -309,7 +311,9 @@ def check_llama_cpp(lowbit, folder):
                               type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
         llm.eval(TOKENS)
         theirs = np.array(llm.scores[:len(TOKENS)], dtype=np.float64)
-        lowbit_kl = ""
+        with open(os.path.join(origin, "reference.json")) as f:
+            reference = np.array(json.load(f)["logits"], dtype=np.float64)
+        lowbit_kl, back_rel = "", ""
         if name in GGUF_VARIANTS:  # lowbit reads llama.cpp's deepseek2 layout back and runs it as llama.cpp does
             def llama_cpp_logits(chunk):
                 llm.reset()
@@ -319,9 +323,25 @@ def check_llama_cpp(lowbit, folder):
             agree = kl_against_lowbit(lowbit, gguf, byte_text(folder), llama_cpp_logits, f"{name} GGUF in lowbit")
             check(agree["kld_mean"] < 1e-6, f"{name}: KL(llama.cpp || lowbit) on the GGUF = {agree['kld_mean']:.3g}")
             lowbit_kl = f"{agree['kld_mean']:.2e}"
+            # The file back as a Hugging Face folder (DeepseekV2/V3ForCausalLM, kv_b_proj joined again) in
+            # transformers: exported to compressed-tensors int8 from the GGUF and from the folder it came from, the
+            # two hold the same codes, so transformers must run them alike (a config field it reads otherwise than
+            # the GGUF meant, mscale or routing, moves these logits by far more).
+            logits = []
+            for origin_of_export in (gguf, src):
+                out = os.path.join(folder, f"{name}-int8-from-{os.path.basename(origin_of_export)}")
+                run(lowbit, "export", origin_of_export, "-o", out, "--to", "compressed-tensors", "--scheme", "int8")
+                model = AutoModelForCausalLM.from_pretrained(
+                    out, dtype=torch.float32, quantization_config=CompressedTensorsConfig(dequantize=True)).eval()
+                model.float()
+                with torch.no_grad():
+                    logits.append(model(torch.tensor([TOKENS])).logits[0].double().numpy())
+                del model
+            rel_back = float(np.abs(logits[0] - logits[1]).max() / max(np.abs(logits[1]).max(), 1.0))
+            check(rel_back < 1e-6, f"{name}: transformers on the folder converted back from lowbit's GGUF differs "
+                                   f"from the same export of the source folder by {rel_back:.2e} of the logit scale")
+            back_rel = f"{rel_back:.2e}"
         del llm
-        with open(os.path.join(origin, "reference.json")) as f:
-            reference = np.array(json.load(f)["logits"], dtype=np.float64)
         rel = float(np.abs(theirs - reference).max() / max(np.abs(reference).max(), 1.0))
         # ggml's CPU GELU rounds its input to fp16 and reads an fp16 table (GGML_GELU_FP16 in ggml-cpu/vec.h),
         # about 1e-3 relative per activation, so llama.cpp's own Gemma is that far from transformers. A wrong
@@ -329,11 +349,11 @@ def check_llama_cpp(lowbit, folder):
         tolerance = 2e-3 if name.startswith("gemma") else 1e-4
         check(rel < tolerance, f"{name}: llama.cpp's logits on lowbit's GGUF differ from transformers' by {rel:.2e} of "
                                f"the logit scale (tolerance {tolerance:.0e})")
-        rows.append([name, f"{rel:.2e}", f"{tolerance:.0e}", lowbit_kl])
+        rows.append([name, f"{rel:.2e}", f"{tolerance:.0e}", lowbit_kl, back_rel])
         if name in MOE_MIX_CHECKS:
             mix_rows.extend(check_moe_mixes(lowbit, folder, name, src, gguf))
     print_table(["fixture exported to GGUF F32", "llama.cpp vs transformers (max diff / max |logit|)", "tolerance",
-                 "KL(llama.cpp || lowbit on the file)"], rows)
+                 "KL(llama.cpp || lowbit on the file)", "file back to HF, int8 in transformers vs the source's"], rows)
     print_table(["MoE fixture", "type", "tensors identical to llama-quantize's / agreement"], mix_rows)
 
 
