@@ -310,7 +310,7 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
                                                                         "gemma2", "gemma3", "gemma3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
-                                                                        "deepseek_v3"));
+                                                                        "deepseek_v3", "gpt_oss"));
 
 }  // namespace
 }  // namespace lowbit

@@ -114,6 +114,18 @@ TEST(GeluTanhMul, MatchesDefinitionAndReferenceOnEveryTarget) {
   });
 }
 
+// GPT-OSS's clamped SwiGLU by hand: g = min(gate, limit), u = clamp(up, -limit, limit), g sigmoid(alpha g) (u + 1).
+TEST(SwigluClampedMul, MatchesTheDefinitionByHand) {
+  const float gate[] = {2.0f, 9.0f, -3.0f, 0.0f}, up[] = {0.5f, -8.0f, 7.5f, 3.0f};
+  float out[4];
+  SwigluClampedMul(gate, up, 4, 1.702f, 7.0f, out);
+  const auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  EXPECT_NEAR(out[0], 2 * sigmoid(1.702 * 2) * 1.5, 1e-6);    // neither clamped
+  EXPECT_NEAR(out[1], 7 * sigmoid(1.702 * 7) * -6.0, 1e-5);   // gate down to 7, up up to -7
+  EXPECT_NEAR(out[2], -3 * sigmoid(1.702 * -3) * 8.0, 1e-6);  // a negative gate is not clamped; up down to 7
+  EXPECT_EQ(out[3], 0.0f);
+}
+
 // Three tiles in a row through the online softmax (the second with larger scores, so the running
 // maximum grows and earlier output is rescaled), against the reference and against the exact
 // softmax-weighted sum computed directly.

@@ -2,10 +2,12 @@
 // blocked online-softmax attention against the two-pass reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "core/error.h"
+#include "kernels/dot.h"
 #include "model/attention.h"
 #include "model/kv_cache.h"
 
@@ -203,19 +205,39 @@ TEST(Attention, BlockedOnlineSoftmaxEqualsTwoPass) {
     // Readers behind the newest position only exist for caches without a recent window (KIVI's
     // window has moved on), so int4 and int2 are read at the last position.
     const bool kivi = dtype == KvDtype::kInt4 || dtype == KvDtype::kInt2;
-    // Sliding windows start inside a block (window 5) or blocks back (20); soft-capped scores too.
+    // Sliding windows start inside a block (window 5) or blocks back (20); soft-capped scores too; GPT-OSS's
+    // sinks (a logit per head in the denominator: the output shrinks by Z / (Z + e^sink), Z the scores' sum).
+    const float sinks[] = {2.0f, -1.0f};
     for (const size_t position : kivi ? std::vector<size_t>{69} : std::vector<size_t>{0, 15, 16, 69})
       for (const size_t window : {size_t{0}, size_t{5}, size_t{20}})
-        for (const float softcap : {0.0f, 3.0f}) {
-          const size_t first = window > 0 && position >= window ? position + 1 - window : 0;
-          const AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f), first, softcap};
-          std::vector<float> blocked(q.size()), two_pass(q.size());
-          AttendBlocked(f.cache, query, scratch, blocked.data());
-          AttendTwoPass(f.cache, query, scratch, two_pass.data());
-          for (size_t i = 0; i < q.size(); ++i)
-            ASSERT_NEAR(blocked[i], two_pass[i], 1e-5)
-                << KvDtypeName(dtype) << " position " << position << " window " << window << " cap " << softcap;
-        }
+        for (const float softcap : {0.0f, 3.0f})
+          for (const float* sink : {static_cast<const float*>(nullptr), sinks}) {
+            const size_t first = window > 0 && position >= window ? position + 1 - window : 0;
+            AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f), first, softcap};
+            query.sinks = sink;
+            std::vector<float> blocked(q.size()), two_pass(q.size());
+            AttendBlocked(f.cache, query, scratch, blocked.data());
+            AttendTwoPass(f.cache, query, scratch, two_pass.data());
+            for (size_t i = 0; i < q.size(); ++i)
+              ASSERT_NEAR(blocked[i], two_pass[i], 1e-5) << KvDtypeName(dtype) << " position " << position << " window "
+                                                         << window << " cap " << softcap << " sinks " << (sink != nullptr);
+            if (sink == nullptr || softcap > 0 || window > 0 || position != 15) continue;
+            query.sinks = nullptr;  // the same query without sinks, and Z by hand from the scores
+            std::vector<float> plain(q.size()), k_rows(16 * c.head_dim);
+            AttendTwoPass(f.cache, query, scratch, plain.data());
+            const KvCache::Tile k = f.cache.ReadK(1, 1, 0, 16, position, k_rows.data());
+            for (size_t h = 0; h < 2; ++h) {
+              std::vector<double> scores(16);
+              for (size_t p = 0; p < 16; ++p)
+                scores[p] = Dot(&q[h * c.head_dim], k.data + p * k.stride, c.head_dim) / std::sqrt(32.0);
+              const double top = *std::max_element(scores.begin(), scores.end());
+              double z = 0;
+              for (const double s : scores) z += std::exp(s - top);
+              const double shrink = z / (z + std::exp(sinks[h] - top));
+              for (size_t i = 0; i < c.head_dim; ++i)
+                EXPECT_NEAR(blocked[h * c.head_dim + i], plain[h * c.head_dim + i] * shrink, 1e-5) << KvDtypeName(dtype);
+            }
+          }
     if (kivi) continue;
     // A window of one position sees only the token itself: the output is its V row.
     const AttentionQuery itself{1, 1, 40, q.data(), 1, 0.2f, 40};
@@ -250,10 +272,12 @@ TEST(Attention, SplitSegmentsMergeToTheWholeRange) {
     std::normal_distribution<float> normal(0.0f, 2.0f);
     std::vector<float> q(2 * c.head_dim);
     for (float& x : q) x = normal(rng);
+    const float sinks[] = {2.0f, -1.0f};  // GPT-OSS's: added to the merged denominator
     for (const size_t window : {size_t{0}, size_t{70}, size_t{250}})
       for (const float softcap : {0.0f, 3.0f}) {
         const size_t position = positions - 1, first = window > 0 ? position + 1 - window : 0;
-        const AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f), first, softcap};
+        AttentionQuery query{1, 1, position, q.data(), 2, 1.0f / std::sqrt(32.0f), first, softcap};
+        if (softcap > 0) query.sinks = sinks;
         EXPECT_GT(AttentionSegments(1, pool.size(), position + 1 - first, 16), window == 70 ? 0u : 1u);
         std::vector<float> whole(q.size()), split(q.size());
         AttentionScratch scratch;

@@ -377,6 +377,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   Model& model = s.model;
   const ModelConfig& c = model.config;
   const fs::path dest = CheckpointDestination(out_dir);
+  if (HasStackedExperts(c))
+    Fail("{}: {}'s engines load its experts as stacked tensors (mlp.experts.gate_up_proj ...), which lowbit does not "
+         "write yet; a lowbit folder (quantize) or lowbit itself runs it", model.source, c.architecture);
   CheckQuantizedModelTarget(c, dest, source_dir);
   if (o.gptq_v2 && o.format != EngineFormat::kGptq) Fail("gptq_v2 zero points apply to --to gptq only");
   if (o.scheme) CheckEngineScheme(o.format, *o.scheme, fmt::format("--scheme {}", o.scheme->ToString()));

@@ -220,6 +220,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     }
     matrix(p + "attn_output.weight", c.dim, c.attn_out_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
     holds({"self_attn.o_proj"});
+    if (c.o_bias) vector(p + "attn_output.bias", c.dim, layer, [](const LayerWeights* l) { return &l->wo.bias; });
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
     vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });

@@ -103,9 +103,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
              deepseek = arch == "deepseek2";
   const std::string architecture(mixtral ? "MixtralForCausalLM" : family->architecture);
-  if (arch == "llama" && c.qkv_bias)
-    Fail("{}: tensor 'blk.0.attn_q.bias': LlamaForCausalLM's attention_bias also adds an o_proj bias, which this file "
-         "lacks", source);
+  if (arch == "llama" && c.qkv_bias != c.o_bias)
+    Fail("{}: tensor 'blk.0.{}.bias': LlamaForCausalLM's attention_bias biases q/k/v and o_proj together; this file "
+         "biases only {}", source, c.qkv_bias ? "attn_output" : "attn_q", c.qkv_bias ? "q/k/v" : "o_proj");
   if (c.rotary_dim != 0 && !phi3 && !deepseek)
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
@@ -127,7 +127,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                    {"rope_scaling", RopeScalingJson(c.rope_scaling)},
                    {"tie_word_embeddings", c.tie_embeddings},
                    {"hidden_act", "silu"},
-                   {"attention_bias", false},
+                   {"attention_bias", c.qkv_bias && c.o_bias},
                    {"bos_token_id", c.bos_id},
                    {"eos_token_id", c.eos_id},
                    {"torch_dtype", torch_dtype}};

@@ -424,6 +424,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   }
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
   if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3";
   if (gemma) ReadGemmaKeys(f, arch, c);
@@ -487,6 +488,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.k_norm = t.Vector(p + "attn_k_norm.weight", c.head_dim);
     }
     l.wo = t.Weight(p + "attn_output.weight", c.dim, c.attn_out_dim());
+    if (c.o_bias) l.wo.bias = t.Vector(p + "attn_output.bias", c.dim);
     if (c.sandwich_norms) {
       l.attn_out_norm = t.Vector(p + "post_attention_norm.weight", c.dim);
       l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);

@@ -19,6 +19,7 @@
 #include "io/hf_names.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
+#include "io/stacked_experts.h"
 
 namespace lowbit {
 namespace {
@@ -42,6 +43,9 @@ struct TensorNames {
   std::vector<std::string> ends() const { return {body + "embed_tokens.", body + "norm.", lm_head + "."}; }
 };
 constexpr size_t kWarnListed = 5;  // unused tensors named in the warning
+
+// Whether block linear `name` is a routed expert's (what io/stacked_experts.h reads in a stacked block).
+bool RoutedExpert(const std::string& name) { return name.starts_with("mlp.experts."); }
 
 std::string ShapeText(const std::vector<uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -70,6 +74,7 @@ class HfTensors {
   }
 
   const TensorNames& names() const { return names_; }
+  const SafetensorsModel& model() const { return model_; }
 
   bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
   // Whether linear `name` is stored in an engine format (GPTQ, AWQ, compressed-tensors).
@@ -80,6 +85,11 @@ class HfTensors {
   // Whether block i stores Phi-3's fused projections (a lowbit folder saved from Phi-3 stores them split).
   bool Fused(const ModelConfig& c, uint32_t i) const {
     return HasFusedProjections(c) && HasLinear(names_.layer(i) + "self_attn.qkv_proj");
+  }
+  // Whether block i stores GPT-OSS's stacked experts (a lowbit folder saved from GPT-OSS stores one linear each).
+  bool Stacked(const ModelConfig& c, uint32_t i) const {
+    const std::string p = names_.layer(i) + "mlp.experts.";
+    return HasStackedExperts(c) && c.moe(i) && (Has(p + "gate_up_proj") || Has(p + "gate_up_proj_blocks"));
   }
 
   // The shard holding `name`, for messages.
@@ -124,7 +134,11 @@ class HfTensors {
         linear(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
         linear(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
       } else {
-        for (const LinearShape& s : BlockLinearShapes(c, i)) linear(p + HfLinearName(c, s.name), s.rows, s.cols, s.bias);
+        const bool stacked = Stacked(c, i);
+        for (const LinearShape& s : BlockLinearShapes(c, i))
+          if (!stacked || !RoutedExpert(s.name)) linear(p + HfLinearName(c, s.name), s.rows, s.cols, s.bias);
+        if (stacked)
+          for (auto& [name, shape] : StackedExpertShapes(c, p, StackedExpertsMxfp4(model_, p))) dense[name] = shape;
       }
     }
     if (!c.tie_embeddings && HasLinear(lm_head)) linear(lm_head, c.vocab_size, c.dim, false);
@@ -333,8 +347,14 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
     } else {
       const std::vector<LinearShape> shapes = BlockLinearShapes(c, i);
       const std::vector<BlockLinear> slots = BlockLinears(l);
+      const bool stacked = t->Stacked(c, static_cast<uint32_t>(i));
       for (size_t k = 0; k < shapes.size(); ++k)
-        *slots[k].linear = t->Matrix(p + HfLinearName(c, shapes[k].name), shapes[k].rows, shapes[k].cols, shapes[k].bias);
+        if (!stacked || !RoutedExpert(shapes[k].name))
+          *slots[k].linear = t->Matrix(p + HfLinearName(c, shapes[k].name), shapes[k].rows, shapes[k].cols, shapes[k].bias);
+      if (stacked)
+        l.experts = ReadStackedExperts(t->model(), p, c, [&](const std::string& name, uint64_t n) {
+          return t->Vector(name, n);
+        });
     }
     ValidateLayer(c, l, i, source);
     return l;

@@ -5,6 +5,7 @@ namespace lowbit {
 namespace {
 
 bool IsMixtral(const ModelConfig& c) { return c.architecture == "MixtralForCausalLM"; }
+bool IsGptOss(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
 
 }  // namespace
 
@@ -31,9 +32,12 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
     if (c.q_lora_rank > 0) v.push_back({"self_attn.q_a_layernorm.weight", &LayerWeights::q_a_norm, {c.q_lora_rank}});
     v.push_back({"self_attn.kv_a_layernorm.weight", &LayerWeights::kv_a_norm, {c.kv_lora_rank}});
   }
+  if (c.attention_sinks) v.push_back({"self_attn.sinks", &LayerWeights::attn_sinks, {c.n_heads}, false});
   if (c.moe(layer)) {
-    v.push_back({IsMixtral(c) ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", &LayerWeights::router,
-                 {c.n_experts, c.dim}, false});
+    v.push_back({IsMixtral(c) ? "block_sparse_moe.gate.weight" : IsGptOss(c) ? "mlp.router.weight" : "mlp.gate.weight",
+                 &LayerWeights::router, {c.n_experts, c.dim}, false});
+    if (c.router_logit_bias)
+      v.push_back({"mlp.router.bias", &LayerWeights::router_logit_bias, {c.n_experts}, false});
     if (c.shared_expert_ffn_dim > 0 && c.shared_expert_gated)
       v.push_back({"mlp.shared_expert_gate.weight", &LayerWeights::shared_gate, {1, c.dim}, false});
     if (c.router_bias)
@@ -72,5 +76,7 @@ std::vector<float> VectorFromCheckpoint(const ModelConfig& c, const HfBlockVecto
 }
 
 bool HasFusedProjections(const ModelConfig& c) { return c.architecture == "Phi3ForCausalLM"; }
+
+bool HasStackedExperts(const ModelConfig& c) { return IsGptOss(c); }
 
 }  // namespace lowbit

@@ -44,4 +44,7 @@ std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> app
 // Phi-3 stores q/k/v as one self_attn.qkv_proj and gate/up as one mlp.gate_up_proj (gate first).
 bool HasFusedProjections(const ModelConfig& c);
 
+// GPT-OSS stores each layer's experts as stacked tensors (io/stacked_experts.h), not one linear per expert.
+bool HasStackedExperts(const ModelConfig& c);
+
 }  // namespace lowbit

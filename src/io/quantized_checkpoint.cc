@@ -247,6 +247,13 @@ std::string FileOf(const SafetensorsModel& st, std::string_view name) {
 
 }  // namespace
 
+bool IsGptOssMxfp4(const nlohmann::json& config) {
+  if (!config.is_object() || !config.contains("quantization_config") || !config.contains("architectures")) return false;
+  const nlohmann::json &qc = config["quantization_config"], &archs = config["architectures"];
+  return qc.is_object() && qc.value("quant_method", nlohmann::json()) == "mxfp4" && archs.is_array() &&
+         !archs.empty() && archs[0] == "GptOssForCausalLM";
+}
+
 bool IsQuantizedCheckpoint(const fs::path& dir) {
   const fs::path path = dir / "config.json";
   if (!fs::exists(path)) return false;
@@ -272,6 +279,8 @@ QuantizedLinears QuantizedLinears::FromFolder(const fs::path& folder) {
     if (!has_config && fs::exists(folder / name)) return q;
   if (!has_config) return q;
   const nlohmann::json& qc = j[key];
+  // GPT-OSS as released: its experts in MXFP4 blocks, read with the stacked experts (io/stacked_experts.h).
+  if (IsGptOssMxfp4(j)) return q;
   if (!qc.is_object() || !qc.contains("lowbit")) {
     std::string what = "a foreign quantization_config";
     if (qc.is_object() && qc.contains("quant_method") && qc["quant_method"].is_string()) {

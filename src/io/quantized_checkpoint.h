@@ -63,6 +63,10 @@ void SaveQuantizedModel(const Model& model, const std::filesystem::path& out_dir
                         const std::filesystem::path& source_dir, const nlohmann::json& recipe_card,
                         size_t block_count = SIZE_MAX);
 
+// Whether a config.json is GPT-OSS as released (quantization_config.quant_method "mxfp4": its experts' MXFP4
+// blocks, io/stacked_experts.h); its other linears are dense.
+bool IsGptOssMxfp4(const nlohmann::json& config);
+
 // True when dir/config.json carries quantization_config.lowbit. False when there is no
 // config.json; throws Error if config.json is not valid JSON.
 bool IsQuantizedCheckpoint(const std::filesystem::path& dir);

@@ -81,5 +81,12 @@ void GeluTanhMul(const float* gate, const float* up, size_t n, float* out) {
 void GeluTanhMulRef(const float* gate, const float* up, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = GeluTanh(gate[i]) * up[i];
 }
+
+void SwigluClampedMul(const float* gate, const float* up, size_t n, float alpha, float limit, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(std::min(-alpha * g, 88.0f))) * (u + 1.0f);
+  }
+}
 }  // namespace lowbit
 #endif

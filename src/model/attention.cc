@@ -34,6 +34,19 @@ void AttendRange(const KvCache& cache, const AttentionQuery& qr, size_t begin, s
   }
 }
 
+// Head h's output from its running max, sum and accumulator: acc / (sum + e^(sink - max)), a sink's term
+// counted when there is one (each term taken relative to the larger of max and sink, so neither overflows).
+void Normalize(const AttentionQuery& qr, size_t h, float max, float sum, const float* acc, size_t head_dim,
+               float* out) {
+  float scale = 1;
+  if (qr.sinks != nullptr) {
+    const float top = std::max(max, qr.sinks[h]);
+    scale = std::exp(max - top);
+    sum = sum * scale + std::exp(qr.sinks[h] - top);
+  }
+  for (size_t i = 0; i < head_dim; ++i) out[i] = acc[i] * scale / sum;
+}
+
 // The online-softmax state of `heads` heads held in `storage` ([heads x (head_dim + 2)]).
 OnlineSoftmax StateIn(float* storage, size_t heads) { return {storage, storage + heads, storage + 2 * heads}; }
 
@@ -52,7 +65,7 @@ void AttendBlocked(const KvCache& cache, const AttentionQuery& qr, AttentionScra
   const OnlineSoftmax state = EmptyState(s.state.data(), qr.heads, head_dim);
   AttendRange(cache, qr, qr.first, qr.position + 1, s, state);
   for (size_t h = 0; h < qr.heads; ++h)
-    for (size_t i = 0; i < head_dim; ++i) out[h * head_dim + i] = state.acc[h * head_dim + i] / state.sum[h];
+    Normalize(qr, h, state.max[h], state.sum[h], state.acc + h * head_dim, head_dim, out + h * head_dim);
 }
 
 size_t AttentionSegments(size_t jobs, size_t threads, size_t positions, size_t block_tokens) {
@@ -113,7 +126,7 @@ void AttendJobs(std::span<const AttentionJob> jobs, ThreadPool& pool) {
         sum += state.sum[h] * weight;
         Axpy(weight, state.acc + h * head_dim, head_dim, out);
       }
-      for (size_t d = 0; d < head_dim; ++d) out[d] /= sum;
+      Normalize(jobs[i].query, h, top, sum, out, head_dim, out);
     }
   }
 }
@@ -134,7 +147,8 @@ void AttendTwoPass(const KvCache& cache, const AttentionQuery& qr, AttentionScra
         max_score = std::max(max_score, s.scores[p] = score);
       }
     }
-    float sum = 0;
+    if (qr.sinks != nullptr) max_score = std::max(max_score, qr.sinks[h]);
+    float sum = qr.sinks != nullptr ? std::exp(qr.sinks[h] - max_score) : 0.0f;
     for (size_t p = qr.first; p < n; ++p) sum += s.scores[p] = std::exp(s.scores[p] - max_score);
     float* o = out + h * head_dim;
     std::fill(o, o + head_dim, 0.0f);

@@ -25,6 +25,9 @@ struct AttentionQuery {
   size_t first = 0;          // a sliding window's first visible position
   float softcap = 0;         // scores soft-capped to (-softcap, softcap) when > 0 (kernels/attention_tile.h)
   bool int8_dots = false;    // KIVI tiles on integer dots (AttentionTile::int8_dots): Activations::kFast
+  // GPT-OSS: one logit per query head [heads] that joins its softmax's denominator and attends to nothing;
+  // nullptr = none.
+  const float* sinks = nullptr;
 };
 
 // Reusable per-thread buffers, sized on first use.

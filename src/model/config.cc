@@ -61,7 +61,7 @@ void ModelConfig::Validate(const std::string& source) const {
       Fail("{}: invalid model config: num_experts_per_tok is {}, but it must be between 1 and the {} experts", source,
            experts_per_token, n_experts);
     need(sparse_layers.empty() || sparse_layers.size() == n_layers, "the sparse-layer list needs one entry per layer");
-    need(activation == FfnActivation::kSilu, "experts run SwiGLU (hidden_act silu)");
+    need(activation != FfnActivation::kGeluTanh, "experts run SwiGLU (hidden_act silu)");
     if (expert_groups > 0) {
       if (n_experts % expert_groups != 0)
         Fail("{}: invalid model config: n_group ({}) must divide the {} experts", source, expert_groups, n_experts);
@@ -103,7 +103,7 @@ constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
-    "DeepseekV3ForCausalLM";
+    "DeepseekV3ForCausalLM, GptOssForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -194,6 +194,8 @@ std::vector<uint8_t> DefaultSlidingLayers(const ModelConfig& c, const JsonView& 
     const uint32_t pattern = j.Get<uint32_t>("sliding_window_pattern", 6);  // five local, one global
     if (pattern == 0) j["sliding_window_pattern"].Fail("must be positive");
     for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = (i + 1) % pattern != 0;
+  } else if (c.architecture == "GptOssForCausalLM") {
+    for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = i % 2 == 0;  // sliding, full, sliding, ...
   } else if (IsQwen(c.architecture)) {
     const uint32_t first = j.Get<uint32_t>("max_window_layers", c.n_layers);
     for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = i >= first;
@@ -297,6 +299,29 @@ void ReadExperts(ModelConfig& c, const JsonView& j) {
   if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
 }
 
+// GPT-OSS: every layer's MLP is experts of width intermediate_size with biases, routed by a biased router's
+// top-k logits through a softmax over those k (the softmax of all, renormalised over the chosen), running
+// the clamped SwiGLU; attention sinks; q/k/v and o biases (attention_bias, true by default).
+void ReadGptOss(ModelConfig& c, const JsonView& j) {
+  c.n_experts = j.Get<uint32_t>("num_local_experts");
+  if (c.n_experts == 0) j["num_local_experts"].Fail("must be positive");
+  c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
+  c.expert_ffn_dim = c.ffn_dim;
+  c.norm_expert_weights = true;
+  c.router_logit_bias = c.expert_bias = c.attention_sinks = true;
+  c.activation = FfnActivation::kSwigluClamped;
+  c.swiglu_alpha = j.Get<float>("swiglu_alpha", 1.702f);
+  c.swiglu_limit = j.Get<float>("swiglu_limit", 7.0f);
+  if (!(c.swiglu_alpha > 0)) j["swiglu_alpha"].Fail("must be positive");
+  if (!(c.swiglu_limit > 0)) j["swiglu_limit"].Fail("must be positive");
+  c.qkv_bias = c.o_bias = j.Get<bool>("attention_bias", true);
+  // transformers fills in YaRN (factor 32 over 4096 positions) and a RoPE base of 150000 where the config has
+  // none; every released config states them, and lowbit does not guess.
+  if (!j.Has("rope_parameters") && !j.Has("rope_scaling"))
+    j.Fail("GptOssForCausalLM needs its rope_parameters (or rope_scaling and rope_theta): transformers' defaults "
+           "are not assumed");
+}
+
 // DeepSeek-V2/V3: latent attention (config.h), layers from first_k_dense_replace on sparse, the routing
 // of DeepseekV2TopkRouter / DeepseekV3TopkRouter, n_shared_experts ungated experts of the experts'
 // width, and the softmax scale 1 / sqrt(qk_head_dim) times YaRN's mscale(factor, mscale_all_dim)^2.
@@ -371,7 +396,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
-      !IsGemma(c.architecture) && !IsDeepSeek(c.architecture))
+      !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM")
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -389,6 +414,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM" ||
                (c.architecture == "Qwen2MoeForCausalLM" && j.Get<bool>("qkv_bias", true)) ||
                j.Get<bool>("attention_bias", false);
+  // LlamaAttention's attention_bias covers o_proj too (GPT-OSS's: ReadGptOss).
+  c.o_bias = c.architecture == "LlamaForCausalLM" && j.Get<bool>("attention_bias", false);
   c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
   c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
   // Llama 3 lists several end tokens; generation stops at the first.
@@ -406,6 +433,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture == "Qwen3MoeForCausalLM")
     ReadExperts(c, j);
   if (IsDeepSeek(c.architecture)) ReadDeepSeek(c, j);
+  if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
   if (gemma) {
     c.norm_plus_one = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

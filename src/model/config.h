@@ -1,6 +1,6 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
 // llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3), Gemma 1/2/3, the mixtures of
-// experts Mixtral and Qwen2/3-MoE, and DeepSeek-V2/V3 (latent attention), whose differences are
+// experts Mixtral, Qwen2/3-MoE and GPT-OSS, and DeepSeek-V2/V3 (latent attention), whose differences are
 // fields here (activation, norm placement, soft-capping, sliding windows, RoPE variants, experts,
 // latent attention), not separate model classes.
 // Validate() checks the invariants the forward pass relies on.
@@ -55,6 +55,9 @@ enum class GroupScore : uint8_t { kBestExpert, kBestTwoSum };
 enum class FfnActivation : uint8_t {
   kSilu,      // SwiGLU
   kGeluTanh,  // GeGLU with the tanh approximation (gelu_pytorch_tanh: Gemma)
+  // GPT-OSS's experts: g = min(gate, limit), u = clamp(up, -limit, limit), g sigmoid(alpha g) (u + 1)
+  // (ModelConfig::swiglu_alpha, swiglu_limit).
+  kSwigluClamped,
 };
 
 struct ModelConfig {
@@ -73,9 +76,14 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool qkv_bias = false;     // Qwen2
+  bool o_bias = false;       // Llama's and GPT-OSS's attention_bias: o_proj has a bias too
   bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over each head of q and k, before RoPE
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
   FfnActivation activation = FfnActivation::kSilu;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // kSwigluClamped
+  // GPT-OSS: a learned logit per query head ("sink") joins each softmax's denominator, attending to
+  // nothing (LayerWeights::attn_sinks).
+  bool attention_sinks = false;
   // Sliding-window attention: a sliding layer sees its last `sliding_window` positions (itself
   // included). `sliding_layers` marks them per layer; empty with a window set = every layer.
   uint32_t sliding_window = 0;
@@ -110,6 +118,10 @@ struct ModelConfig {
   bool router_bias = false;
   float routed_scale = 1;
   bool shared_expert_gated = true;  // Qwen2-MoE: scaled by sigmoid(shared_gate . x)
+  // GPT-OSS: the router has a bias on its logits (LayerWeights::router_logit_bias: it moves both the choice
+  // and the weights, unlike DeepSeek-V3's), and the experts' linears have biases.
+  bool router_logit_bias = false;
+  bool expert_bias = false;
   // Multi-head latent attention (DeepSeek-V2/V3, kv_lora_rank > 0). Each token caches one latent: the
   // kv_lora_rank-wide RMS-normed compression of its hidden state and a qk_rope_dim-wide key shared by
   // every head, RoPE'd (adjacent pairs; halves where V3's rope_interleave is false). The model runs it as
@@ -149,7 +161,7 @@ struct ModelConfig {
 double YarnMscale(double scale, double mscale);
 
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
-// Phi-3 / Gemma 1-3). Unknown
+// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS). Unknown
 // architectures are errors that list the supported ones.
 // Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);

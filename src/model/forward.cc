@@ -255,6 +255,7 @@ void Engine::ForTokens(size_t n_tokens, const std::function<void(size_t, size_t)
 
 void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q, float* out) {
   const ModelConfig& c = model_.config;
+  const LayerWeights& lw = model_.weights.layers[layer];
   const size_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
   // One job per (sequence, token, KV head); AttendJobs splits long ones when they are few.
   std::vector<std::pair<size_t, size_t>> token_of;  // (batch index, token index)
@@ -276,7 +277,8 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
                                  .scale = scale,
                                  .first = window > 0 && position >= window ? position + 1 - window : 0,
                                  .softcap = c.attn_softcap,
-                                 .int8_dots = activations_ == Activations::kFast};
+                                 .int8_dots = activations_ == Activations::kFast,
+                                 .sinks = lw.attn_sinks.empty() ? nullptr : &lw.attn_sinks[kv_head * group]};
       jobs.push_back({batch[b].cache, query, out + first});
     }
   AttendJobs(jobs, pool_);
@@ -299,6 +301,7 @@ ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const flo
   std::vector<uint32_t> order(experts), group_order(groups);
   for (size_t t = 0; t < n_tokens; ++t) {
     DotRows(lw.router.data(), c.dim, 0, experts, x + t * c.dim, 1, scores.data(), experts);
+    for (size_t e = 0; e < lw.router_logit_bias.size(); ++e) scores[e] += lw.router_logit_bias[e];
     if (c.router_scoring == RouterScoring::kSigmoid) {
       for (float& v : scores) v = 1.0f / (1.0f + std::exp(-v));
     } else {
@@ -337,6 +340,14 @@ ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const flo
   return routes;
 }
 
+void GatedActivation(const ModelConfig& c, const float* gate, const float* up, size_t n, float* out) {
+  switch (c.activation) {
+    case FfnActivation::kSilu: return SiluMul(gate, up, n, out);
+    case FfnActivation::kGeluTanh: return GeluTanhMul(gate, up, n, out);
+    case FfnActivation::kSwigluClamped: return SwigluClampedMul(gate, up, n, c.swiglu_alpha, c.swiglu_limit, out);
+  }
+}
+
 std::vector<LinearInput> AttentionInputs(const ModelConfig& c) {
   if (!c.mla()) return {LinearInput::kQkv};
   if (c.q_lora_rank == 0) return {LinearInput::kLatentIn, LinearInput::kLatentKv};
@@ -353,8 +364,7 @@ void VisitMlpInputs(const ModelConfig& c, const LayerWeights& lw, size_t layer, 
     up.resize(m * g.rows());
     MatMul(g, input, m, gate.data(), pool);
     MatMul(v, input, m, up.data(), pool);
-    if (c.activation == FfnActivation::kGeluTanh) GeluTanhMul(gate.data(), up.data(), gate.size(), gate.data());
-    else SiluMul(gate.data(), up.data(), gate.size(), gate.data());
+    GatedActivation(c, gate.data(), up.data(), gate.size(), gate.data());
     visit(u, input, gate.data(), m);
   };
   if (!c.moe(layer)) return unit(0, lw.w_gate, lw.w_up, x, n);
@@ -383,7 +393,7 @@ void Engine::Experts(size_t l, const float* x, size_t n, float* out) {
     up_.resize(count * ffn);
     const LinearOutput gate_up[] = {{gate, gate_.data()}, {up, up_.data()}};
     MatMulShared(gate_up, rows, count, pool_, activations_);
-    SiluMul(gate_.data(), up_.data(), count * ffn, gate_.data());
+    GatedActivation(c, gate_.data(), up_.data(), count * ffn, gate_.data());
     y.resize(count * dim);
     MatMul(down, gate_.data(), count, y.data(), pool_, activations_);
   };
@@ -525,8 +535,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       const size_t ffn = c.ffn_dim;
       input.resize(total * ffn);
       ForTokens(total, [&](size_t begin, size_t end) {
-        const auto glu = c.activation == FfnActivation::kGeluTanh ? GeluTanhMul : SiluMul;
-        glu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn, &input[begin * ffn]);
+        GatedActivation(c, &gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn, &input[begin * ffn]);
       });
       return;
     }

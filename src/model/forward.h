@@ -49,7 +49,12 @@ struct ExpertRoutes {
 // dim], the top experts_per_token experts by those scores (plus the router bias, within the best expert
 // groups, when the config has them; ties to the lower index, as torch.topk), their scores renormalized to
 // sum 1 when the config says so, times routed_scale.
+// GPT-OSS's router bias is added to the logits first.
 ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& layer, const float* x, size_t n_tokens);
+
+// out[i] = act(gate[i]) * up[i] with the config's activation (SwiGLU, GeGLU, GPT-OSS's clamped SwiGLU). out
+// may be gate.
+void GatedActivation(const ModelConfig& c, const float* gate, const float* up, size_t n, float* out);
 
 // The inputs of a layer's attention linears in forward order, each stage's AdvanceLayer giving the next one's
 // input, the last one giving o's: kQkv, or latent attention's kLatentIn, kLatentQ (with a q bottleneck) and

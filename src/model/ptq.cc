@@ -8,7 +8,6 @@
 #include <regex>
 
 #include "core/error.h"
-#include "kernels/activation.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
 #include "model/activation_store.h"
@@ -181,13 +180,13 @@ std::vector<MlpUnit> MlpUnits(const ModelConfig& c, size_t l, LayerWeights& lw, 
   return units;
 }
 
-// silu(gate x) * up x: a unit's down projection input, in full precision.
-std::vector<float> DownInput(const MlpUnit& u, std::span<const float> x, ThreadPool& pool) {
+// act(gate x) * up x: a unit's down projection input, in full precision.
+std::vector<float> DownInput(const ModelConfig& c, const MlpUnit& u, std::span<const float> x, ThreadPool& pool) {
   const size_t n = x.size() / u.gate->cols(), ffn = u.gate->rows();
   std::vector<float> gate(n * ffn), up(n * ffn);
   MatMul(*u.gate, x.data(), n, gate.data(), pool);
   MatMul(*u.up, x.data(), n, up.data(), pool);
-  SiluMul(gate.data(), up.data(), gate.size(), gate.data());
+  GatedActivation(c, gate.data(), up.data(), gate.size(), gate.data());
   return gate;
 }
 
@@ -225,7 +224,7 @@ void ApplyActivationScales(size_t l, const InputGroup& group, Model& model, Acti
     const size_t n = u.x.size() / cols;
     if (n == 0) continue;  // an expert the sample never reaches keeps its scales
     for (size_t i = 0; i < u.x.size(); ++i) u.x[i] /= found.scales[i % cols];
-    const std::vector<float> down_in = DownInput(u, u.x, pool);
+    const std::vector<float> down_in = DownInput(model.config, u, u.x, pool);
     const size_t ffn = u.gate->rows();
     std::vector<float> down_abs(ffn, 0.0f);
     for (size_t i = 0; i < down_in.size(); ++i) down_abs[i % ffn] += std::fabs(down_in[i]) / static_cast<float>(n);
@@ -292,7 +291,7 @@ void ApplySmoothing(size_t l, const InputGroup& input_group, Model& model, Activ
     const std::vector<MlpUnit> batch = MlpUnits(model.config, l, lw, b.input);
     for (size_t i = 0; i < batch.size(); ++i) {
       std::vector<float>& m = d_amax[i];
-      const std::vector<float> down_in = DownInput(batch[i], batch[i].x, pool);
+      const std::vector<float> down_in = DownInput(model.config, batch[i], batch[i].x, pool);
       for (size_t j = 0; j < down_in.size(); ++j) m[j % m.size()] = std::max(m[j % m.size()], std::fabs(down_in[j]));
     }
   });
@@ -416,7 +415,7 @@ void QuantizeExperts(const ModelConfig& c, const LayerWeights& lw, const std::ve
         u.resize(n * ffn);
         MatMul(*gate.linear, x, n, g.data(), pool);
         MatMul(*up.linear, x, n, u.data(), pool);
-        SiluMul(g.data(), u.data(), g.size(), g.data());
+        GatedActivation(c, g.data(), u.data(), g.size(), g.data());
         fn(g.data(), n);
       });
     });
@@ -511,6 +510,13 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   if (calibrate && req.calibration.empty())
     Fail("method '{}'{} needs calibration data (--calib FILE)", req.method,
          static_acts ? " with static activation scales" : "");
+  // AWQ / SmoothQuant move down_proj's input scales into up_proj's rows: exact for act(gate) * up, not through
+  // GPT-OSS's clamp(up) + 1.
+  if (model.config.activation == FfnActivation::kSwigluClamped &&
+      (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
+    Fail("method '{}': {}'s experts clamp up_proj's output and add 1 (the clamped SwiGLU), so the down_proj scales "
+         "this method folds into up_proj would change the model; use rtn or gptq", req.method,
+         model.config.architecture);
   QuantizeReport report = req.resume ? req.resume->report : QuantizeReport{};
   const double prior_seconds = report.total_seconds;
   Engine engine(model, req.threads);  // reads the weights only when run: rotating them first is safe

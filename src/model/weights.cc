@@ -212,6 +212,8 @@ void CheckWeightsFinite(const ModelWeights& w, const std::string& source) {
     CheckFinite(l.router, 0, p + "router", source);
     CheckFinite(l.shared_gate, 0, p + "shared expert gate", source);
     CheckFinite(l.router_bias, 0, p + "router bias", source);
+    CheckFinite(l.router_logit_bias, 0, p + "router logit bias", source);
+    CheckFinite(l.attn_sinks, 0, p + "attention sinks", source);
     CheckFinite(l.q_a_norm, 0, p + "q_a_norm", source);
     CheckFinite(l.kv_a_norm, 0, p + "kv_a_norm", source);
     for (const ConstBlockLinear& bl : BlockLinears(l)) CheckLinearFinite(*bl.linear, p + bl.name, source);
@@ -233,6 +235,8 @@ void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, co
   CheckVector(l.shared_gate, moe && c.shared_expert_ffn_dim && c.shared_expert_gated ? c.dim : 0,
               p + "shared expert gate", source);
   CheckVector(l.router_bias, moe && c.router_bias ? c.n_experts : 0, p + "router bias", source);
+  CheckVector(l.router_logit_bias, moe && c.router_logit_bias ? c.n_experts : 0, p + "router logit bias", source);
+  CheckVector(l.attn_sinks, c.attention_sinks ? c.n_heads : 0, p + "attention sinks", source);
   if (l.ungated_shared_expert != (moe && c.shared_expert_ffn_dim && !c.shared_expert_gated))
     Fail("{}: {}{} an ungated shared expert, the config says otherwise", source, p,
          l.ungated_shared_expert ? "has" : "lacks");
@@ -295,18 +299,18 @@ std::vector<LinearShape> BlockLinearShapes(const ModelConfig& c, size_t layer) {
     out.push_back({"self_attn.kv_a_proj_with_mqa", c.head_dim, c.dim, false});  // the latent and the rotary key
     out.push_back({"self_attn.kv_b_proj", uint64_t{c.n_heads} * (c.qk_nope_dim + c.v_head_dim), c.kv_lora_rank, false});
   }
-  out.push_back({"self_attn.o_proj", c.dim, c.attn_out_dim(), false});
-  const auto mlp = [&](const std::string& p, uint64_t ffn) {
-    out.insert(out.end(), {{p + "gate_proj", ffn, c.dim, false}, {p + "up_proj", ffn, c.dim, false},
-                           {p + "down_proj", c.dim, ffn, false}});
+  out.push_back({"self_attn.o_proj", c.dim, c.attn_out_dim(), c.o_bias});
+  const auto mlp = [&](const std::string& p, uint64_t ffn, bool bias) {
+    out.insert(out.end(), {{p + "gate_proj", ffn, c.dim, bias}, {p + "up_proj", ffn, c.dim, bias},
+                           {p + "down_proj", c.dim, ffn, bias}});
   };
   if (!c.moe(layer)) {
-    mlp("mlp.", c.ffn_dim);
+    mlp("mlp.", c.ffn_dim, false);
     return out;
   }
   if (c.shared_expert_ffn_dim > 0)
-    mlp(c.shared_expert_gated ? "mlp.shared_expert." : "mlp.shared_experts.", c.shared_expert_ffn_dim);
-  for (uint32_t e = 0; e < c.n_experts; ++e) mlp(fmt::format("mlp.experts.{}.", e), c.expert_ffn_dim);
+    mlp(c.shared_expert_gated ? "mlp.shared_expert." : "mlp.shared_experts.", c.shared_expert_ffn_dim, false);
+  for (uint32_t e = 0; e < c.n_experts; ++e) mlp(fmt::format("mlp.experts.{}.", e), c.expert_ffn_dim, c.expert_bias);
   return out;
 }
 
@@ -322,7 +326,9 @@ LayerWeights EmptyLayer(const ModelConfig& c, size_t layer) {
     if (c.shared_expert_ffn_dim > 0 && c.shared_expert_gated) l.shared_gate.resize(c.dim);
     l.ungated_shared_expert = c.shared_expert_ffn_dim > 0 && !c.shared_expert_gated;
     if (c.router_bias) l.router_bias.resize(c.n_experts);
+    if (c.router_logit_bias) l.router_logit_bias.resize(c.n_experts);
   }
+  if (c.attention_sinks) l.attn_sinks.resize(c.n_heads);
   return l;
 }
 

@@ -109,6 +109,9 @@ struct LayerWeights {
   // DeepSeek-V3's per-expert bias on the scores that choose experts [n_experts] (config.router_bias), and
   // whether this sparse layer has an ungated shared expert (DeepSeek's mlp.shared_experts).
   std::vector<float> router_bias;
+  // GPT-OSS: the router's bias on its logits [n_experts] (config.router_logit_bias), and each query head's
+  // attention sink logit [n_heads] (config.attention_sinks).
+  std::vector<float> router_logit_bias, attn_sinks;
   bool ungated_shared_expert = false;
   bool shared_expert() const { return !shared_gate.empty() || ungated_shared_expert; }
   // config.sandwich_norms (Gemma 2/3): RMSNorm weights [dim] applied to the attention output and

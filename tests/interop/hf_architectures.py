@@ -103,6 +103,15 @@ ARCHITECTURES = {
                                         num_experts_per_tok=2, moe_intermediate_size=24, n_shared_experts=2,
                                         first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=1.5,
                                         topk_method="group_limited_greedy", num_key_value_heads=HEADS)),
+    # GPT-OSS (gpt-oss-20b, 120b): q/k/v and o biases, attention sinks, alternate sliding layers, its YaRN (32 x
+    # 4096 positions, ramp not truncated: at head_dim 8 that moves one frequency); every layer 4 experts with biases,
+    # stored stacked, routed by a biased router's top 2 through a softmax over those 2, with the clamped SwiGLU
+    # (limit 1 here, so the clamps bite).
+    "gpt_oss": ("gpt_oss", dict(head_dim=8, tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2,
+                                sliding_window=6, swiglu_limit=1.0, max_position_embeddings=131072,
+                                rope_parameters={"rope_type": "yarn", "factor": 32.0,
+                                                 "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                                                 "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0})),
 }
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
@@ -112,7 +121,7 @@ MULTIMODAL = {"gemma3mm": ("gemma3", dict(vision_config=dict(hidden_size=16, int
                                           mm_tokens_per_image=4))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
-EAGER = {"gemma2"}
+EAGER = {"gemma2", "gpt_oss"}
 # DeepSeek as llama.cpp's deepseek2 can run it, built beside the fixtures (not committed): llama.cpp takes YaRN's
 # mscale equal to mscale_all_dim (as every released DeepSeek has them; the V3 fixture's 1.0 / 0.8 tests transformers'
 # general formula, and lowbit refuses to export it) and scores expert groups by their best two experts (V2-Lite has
@@ -293,6 +302,59 @@ def check_engine_exports(lowbit, folder):
     print_table(["fixture", "compressed-tensors export", "KL(transformers || lowbit)", "top-1 agreement"], rows)
 
 
+FP4_MAGNITUDES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def mxfp4_blocks(w):
+    """w [..., rows, cols] as MXFP4 the way openai/gpt-oss ships its experts: E2M1 codes two to a byte (element 2k in
+    the low nibble), blocks [..., rows, cols / 32, 16], and one E8M0 exponent per 32, scales [..., rows, cols / 32]
+    (the OCP MX shared exponent floor(log2 amax) - 2, nearest code)."""
+    *lead, rows, cols = w.shape
+    g = w.float().reshape(*lead, rows, cols // 32, 32)
+    e = torch.floor(torch.log2(g.abs().amax(-1, keepdim=True).clamp_min(2.0 ** -126))) - 2
+    v = (g / torch.exp2(e)).clamp(-6, 6)
+    codes = ((v.abs().unsqueeze(-1) - FP4_MAGNITUDES).abs().argmin(-1) + 8 * (v < 0)).to(torch.uint8)
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8), (e.squeeze(-1) + 127).to(torch.uint8)
+
+
+def check_gpt_oss_mxfp4(lowbit, folder):
+    """GPT-OSS as released: the fixture's experts as MXFP4 blocks under quant_method "mxfp4", loaded by transformers
+    (dequantized on the CPU) and by lowbit (kept in MXFP4): the same logits."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from transformers import Mxfp4Config
+    out = os.path.join(folder, "gpt_oss_mxfp4")
+    os.makedirs(out)
+    tensors = {}
+    with safe_open(os.path.join(FIXTURES, "gpt_oss", "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            t = f.get_tensor(k)
+            if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):  # x W: outputs along the last axis
+                tensors[k + "_blocks"], tensors[k + "_scales"] = mxfp4_blocks(t.transpose(1, 2).contiguous())
+            else:
+                tensors[k] = t
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(FIXTURES, "gpt_oss", "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    byte_level_tokenizer(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                 quantization_config=Mxfp4Config(dequantize=True)).eval()
+    model.float()
+
+    def logits(chunk):
+        with torch.no_grad():
+            return model(torch.tensor([chunk])).logits[0].double().numpy()
+
+    agree = kl_against_lowbit(lowbit, out, byte_text(folder), logits, "gpt_oss MXFP4 in transformers")
+    check(agree["kld_mean"] < 1e-6, f"gpt_oss MXFP4: KL(transformers || lowbit) = {agree['kld_mean']:.3g}, must be < 1e-6")
+    print_table(["GPT-OSS experts as released (MXFP4 blocks)", "KL(transformers || lowbit)", "top-1 agreement"],
+                [["gpt_oss", f"{agree['kld_mean']:.2e}", f"{agree['top1_agreement']:.4f}"]])
+
+
 def check_llama_cpp(lowbit, folder):
     import llama_cpp
     from transformers import CompressedTensorsConfig
@@ -382,6 +444,7 @@ def main():
         build(name, folder)
     check_llama_cpp(args.lowbit, folder)
     check_engine_exports(args.lowbit, folder)
+    check_gpt_oss_mxfp4(args.lowbit, folder)
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")
     print("hf_architectures: all checks passed")

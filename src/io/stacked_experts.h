@@ -1,0 +1,43 @@
+// GPT-OSS's experts as its checkpoints store them: one stack per layer, not one linear per expert.
+//
+//   mlp.experts.gate_up_proj       [E, dim, 2 ffn]  applied as x W (inputs along dim); output column 2j is
+//                                                    gate row j, column 2j + 1 up row j
+//   mlp.experts.gate_up_proj_bias  [E, 2 ffn]       interleaved the same way
+//   mlp.experts.down_proj          [E, ffn, dim]    x W
+//   mlp.experts.down_proj_bias     [E, dim]
+//
+// or, as openai/gpt-oss checkpoints ship them (quantization_config.quant_method "mxfp4"), the two
+// matrices as MXFP4 blocks, row-major over outputs (each row a lowbit mxfp4 row byte for byte: E2M1
+// codes, element 2k in the low nibble, one E8M0 scale per 32 inputs):
+//
+//   mlp.experts.gate_up_proj_blocks U8 [E, 2 ffn, dim / 32, 16]   gate_up_proj_scales U8 [E, 2 ffn, dim / 32]
+//   mlp.experts.down_proj_blocks    U8 [E, dim, ffn / 32, 16]     down_proj_scales    U8 [E, dim, ffn / 32]
+//
+// Reading splits them into Expert linears [ffn x dim] / [dim x ffn] with their biases: dense stacks widened
+// to fp32, MXFP4 rows kept as they are (an expert's gate rows are the stack's even rows).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+// Whether block `prefix` ("model.layers.N.") of `st` stores its experts as MXFP4 blocks.
+bool StackedExpertsMxfp4(const SafetensorsModel& st, const std::string& prefix);
+
+// The tensors (names under `prefix`) and shapes a block of config `c` stores, in the form `mxfp4` or not.
+std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConfig& c, const std::string& prefix,
+                                                                  bool mxfp4);
+
+// The experts of block `prefix`. `vector(name, n)` reads a dense tensor of n values as fp32 (checking its
+// count and values); MXFP4 bytes come from `st`, their scales checked (no NaN byte).
+std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::string& prefix, const ModelConfig& c,
+                                       const std::function<std::vector<float>(const std::string&, uint64_t)>& vector);
+
+}  // namespace lowbit
