@@ -16,10 +16,13 @@
 #include "core/file_util.h"
 #include "core/json_util.h"
 #include "io/engine_export.h"
+#include "io/gguf.h"
+#include "io/gguf_export.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/ptq.h"
+#include "pipeline/convert_job.h"
 #include "model/rotation.h"
 #include "model_test_util.h"
 #include "quant/rtn.h"
@@ -187,6 +190,52 @@ TEST(GptOss, RotationGptqAndSavingKeepTheModel) {
   ExpectError([&] { (void)ExportEngineCheckpoint(s, kFixture, dir / "ct", nlohmann::json::object(), o); },
               {"GptOssForCausalLM", "stacked tensors"});
   EXPECT_FALSE(fs::exists(dir / "ct"));
+}
+
+// GGUF gpt-oss, as llama.cpp's converter writes it and llama.cpp runs it: the fixture as llama.cpp can run it (its
+// constant swiglu_limit 7, YaRN's ramp truncated) goes out as F32 and MXFP4_MOE and comes back to the same
+// logits, also as a Hugging Face folder; a model llama.cpp would run otherwise is refused, leaving no file.
+TEST(GptOss, GgufGoesOutAndComesBack) {
+  testing_util::ScratchDir dir("lowbit-gpt-oss-gguf");
+  Model runnable = LoadModel(kFixture.string());
+  runnable.config.swiglu_limit = 7.0f;
+  runnable.config.rope_scaling.truncate = true;
+  const auto windows = testing_util::RandomWindows(2, 16, runnable.config.vocab_size);
+  GgufExportOptions o;
+  o.type = "F32";
+  StreamedModel s{runnable, nullptr};
+  EXPECT_EQ(ExportGguf(s, dir / "f32.gguf", o).architecture, "gpt-oss");
+  const GgufFile f = GgufFile::Open(dir / "f32.gguf");
+  for (const char* name : {"blk.0.attn_sinks.weight", "blk.0.post_attention_norm.weight", "blk.1.ffn_gate_inp.bias",
+                           "blk.1.ffn_gate_exps.bias", "blk.1.ffn_down_exps.bias", "blk.0.attn_output.bias"})
+    EXPECT_NE(f.FindTensor(name), nullptr) << name;
+  EXPECT_EQ(f.FindTensor("blk.0.ffn_norm.weight"), nullptr);
+  const Model back = LoadModel(dir / "f32.gguf");
+  EXPECT_EQ(back.config.architecture, "gguf:gpt-oss");
+  EXPECT_LT(testing_util::LogitError(runnable, back, windows), 1e-10);
+
+  ConvertJob job;
+  job.in = (dir / "f32.gguf").string();
+  job.out = (dir / "hf").string();
+  job.to = "lowbit";
+  EXPECT_TRUE(RunConvertJob(job)["exact"].get<bool>());
+  const nlohmann::json config = ReadJsonFile(dir / "hf" / "config.json");
+  EXPECT_EQ(config["architectures"][0], "GptOssForCausalLM");
+  EXPECT_EQ(config["swiglu_limit"], 7.0);
+  EXPECT_LT(testing_util::LogitError(runnable, LoadModel((dir / "hf").string()), windows), 1e-10);
+
+  // MXFP4_MOE: the experts in MXFP4, the rest in Q8_0 (llama-quantize's mix for gpt-oss).
+  o.type = "MXFP4_MOE";
+  StreamedModel s2{runnable, nullptr};
+  ExportGguf(s2, dir / "mxfp4.gguf", o);
+  const Model mx = LoadModel(dir / "mxfp4.gguf");
+  EXPECT_EQ(std::get<QuantizedTensor>(mx.weights.layers[0].experts[0].gate.weight).scheme().ToString(),
+            ParseScheme("mxfp4").ToString());
+  EXPECT_LT(testing_util::LogitError(runnable, mx, windows), 0.1);
+
+  StreamedModel fixture{LoadModel(kFixture.string()), nullptr};  // swiglu_limit 1
+  ExpectError([&] { (void)ExportGguf(fixture, dir / "refused.gguf", o); }, {"swiglu_limit 7", "has 1.702 and 1"});
+  EXPECT_FALSE(fs::exists(dir / "refused.gguf"));
 }
 
 }  // namespace

@@ -45,10 +45,11 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Qwen2MoeForCausalLM" || a == "gguf:qwen2moe") return {"qwen2moe", false};
   if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe") return {"qwen3moe", false};
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
+  if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -57,8 +58,32 @@ bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma
 // What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
 // sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
 // expert in qwen2moe only.
+// What llama.cpp's gpt-oss computes (models/openai-moe.cpp): the clamped SwiGLU at alpha 1.702 and limit 7 (it reads
+// no key for them), experts in every layer, biases everywhere GPT-OSS has them. Its YaRN ramp is always truncated;
+// a model with the untruncated ramp (every released GPT-OSS) is warned, as llama.cpp's own conversion runs it so.
+void CheckGptOssExportable(const ModelConfig& c, const std::string& source) {
+  if (c.activation != FfnActivation::kSwigluClamped || c.swiglu_alpha != 1.702f || c.swiglu_limit != 7.0f)
+    Fail("{}: llama.cpp's gpt-oss runs the clamped SwiGLU with swiglu_alpha 1.702 and swiglu_limit 7 only; this model "
+         "has {} and {}", source, c.swiglu_alpha, c.swiglu_limit);
+  if (!c.sparse_layers.empty() || !c.qkv_bias || !c.o_bias || !c.attention_sinks || !c.router_logit_bias ||
+      !c.expert_bias)
+    Fail("{}: llama.cpp's gpt-oss needs experts in every layer and GPT-OSS's biases and attention sinks", source);
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::kYarn &&
+      std::abs(s.attention_factor - static_cast<float>(YarnMscale(s.factor, 1.0))) > 1e-6f * s.attention_factor)
+    Fail("{}: rope_scaling: YaRN attention factor {}; llama.cpp's gpt-oss takes 0.1 ln(factor) + 1 ({})", source,
+         s.attention_factor, YarnMscale(s.factor, 1.0));
+  if (s.type != RopeScalingType::kNone && s.type != RopeScalingType::kYarn)
+    Fail("{}: llama.cpp's gpt-oss takes YaRN RoPE scaling only", source);
+  if (s.type == RopeScalingType::kYarn && !s.truncate)
+    std::fprintf(stderr,
+                 "lowbit: warning: %s: llama.cpp truncates YaRN's ramp to whole dimensions; this model's (truncate: "
+                 "false) is not, so llama.cpp's RoPE frequencies differ slightly, as in its own conversion\n",
+                 source.c_str());
+}
+
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
-  if (c.n_experts == 0 || arch.name == "deepseek2") return;  // CheckDeepSeek2Exportable
+  if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss") return;  // their own checks
   if (!c.sparse_layers.empty())
     Fail("{}: llama.cpp's {} runs experts in every layer; this model has dense layers (mlp_only_layers)", source,
          arch.name);
@@ -221,12 +246,18 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     matrix(p + "attn_output.weight", c.dim, c.attn_out_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
     holds({"self_attn.o_proj"});
     if (c.o_bias) vector(p + "attn_output.bias", c.dim, layer, [](const LayerWeights* l) { return &l->wo.bias; });
+    if (c.attention_sinks)
+      vector(p + "attn_sinks.weight", c.n_heads, layer, [](const LayerWeights* l) { return &l->attn_sinks; });
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
-    vector(p + "ffn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->ffn_norm; });
+    // gpt-oss names the MLP's input norm post_attention_norm.
+    vector(p + (arch.name == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim, layer,
+           [](const LayerWeights* l) { return &l->ffn_norm; });
     if (c.moe(i)) {
       plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, {},
                       [](const LayerWeights* l) { return TensorSource{.values = &l->router}; }});
+      if (c.router_logit_bias)
+        vector(p + "ffn_gate_inp.bias", c.n_experts, layer, [](const LayerWeights* l) { return &l->router_logit_bias; });
       if (c.router_bias)
         vector(p + "exp_probs_b.bias", c.n_experts, layer, [](const LayerWeights* l) { return &l->router_bias; });
       const auto experts = [&](const char* name, uint64_t rows, uint64_t cols, Linear Expert::*member,
@@ -241,6 +272,19 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       experts("ffn_gate_exps.weight", c.expert_ffn_dim, c.dim, &Expert::gate, "gate_proj");
       experts("ffn_up_exps.weight", c.expert_ffn_dim, c.dim, &Expert::up, "up_proj");
       experts("ffn_down_exps.weight", c.dim, c.expert_ffn_dim, &Expert::down, "down_proj");
+      const auto expert_biases = [&](const char* name, uint64_t rows, Linear Expert::*member) {
+        plan.push_back({p + name, {rows, c.n_experts}, layer, {}, [member](const LayerWeights* l) {
+                          auto values = std::make_shared<std::vector<float>>();
+                          for (const Expert& e : l->experts)
+                            values->insert(values->end(), (e.*member).bias.begin(), (e.*member).bias.end());
+                          return TensorSource{.computed = std::move(values)};
+                        }});
+      };
+      if (c.expert_bias) {
+        expert_biases("ffn_gate_exps.bias", c.expert_ffn_dim, &Expert::gate);
+        expert_biases("ffn_up_exps.bias", c.expert_ffn_dim, &Expert::up);
+        expert_biases("ffn_down_exps.bias", c.dim, &Expert::down);
+      }
       if (c.shared_expert_ffn_dim > 0) {
         const uint32_t f = c.shared_expert_ffn_dim;
         const std::string shared = c.shared_expert_gated ? "mlp.shared_expert." : "mlp.shared_experts.";
@@ -328,6 +372,14 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   if (c.rope_scaling.type == RopeScalingType::kLinear) {
     out.Set(a + ".rope.scaling.type", std::string("linear"));
     out.Set(a + ".rope.scaling.factor", c.rope_scaling.factor);
+  }
+  if (a == "gpt-oss" && c.rope_scaling.type == RopeScalingType::kYarn) {
+    const RopeScaling& s = c.rope_scaling;
+    out.Set(a + ".rope.scaling.type", std::string("yarn"));
+    out.Set(a + ".rope.scaling.factor", s.factor);
+    out.Set(a + ".rope.scaling.original_context_length", s.original_max_position);
+    out.Set(a + ".rope.scaling.yarn_beta_fast", s.beta_fast);
+    out.Set(a + ".rope.scaling.yarn_beta_slow", s.beta_slow);
   }
   out.Set("general.quantization_version", kQuantizationVersion);
 }
@@ -443,9 +495,11 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   const bool deepseek = arch.name == "deepseek2";
   if (IsGemmaArch(arch)) CheckGemmaExportable(c, arch, m.source);
   if (deepseek) CheckDeepSeek2Exportable(c, m.source);
+  const bool gpt_oss = arch.name == "gpt-oss";
+  if (gpt_oss) CheckGptOssExportable(c, m.source);
   CheckMoeExportable(c, arch, m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
-  if (!IsGemmaArch(arch) && !longrope && !deepseek && c.rope_scaling.type != RopeScalingType::kNone &&
+  if (!IsGemmaArch(arch) && !longrope && !deepseek && !gpt_oss && c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
   if (c.rotary_dim != 0 && arch.name != "phi3" && !deepseek)

@@ -90,6 +90,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"gemma2", "Gemma2ForCausalLM", "gemma2"},
                                          {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
                                          {"phi3", "Phi3ForCausalLM", "phi3"},
+                                         {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -101,7 +102,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of {} GGUF files", source, arch, names);
   }
   const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
-             deepseek = arch == "deepseek2";
+             deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss";
   const std::string architecture(mixtral ? "MixtralForCausalLM" : family->architecture);
   if (arch == "llama" && c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': LlamaForCausalLM's attention_bias biases q/k/v and o_proj together; this file "
@@ -109,7 +110,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   if (c.rotary_dim != 0 && !phi3 && !deepseek)
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
-  if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 || (c.sliding_window != 0 && !gemma && !phi3))
+  if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 ||
+      (c.sliding_window != 0 && !gemma && !phi3 && !gpt_oss))
     Fail("{}: {} has no field for this file's {}", source, architecture,
          c.sliding_window ? "sliding window" : "RoPE scaling");
   OrderedJson j = {{"architectures", {architecture}},
@@ -135,6 +137,12 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   if (arch.starts_with("qwen")) j["use_sliding_window"] = false;
   if (deepseek) {
     WriteDeepSeekHfConfig(j, c, source);
+  } else if (gpt_oss) {  // llama.cpp's constants and layout (gguf_model.cc: ReadGptOssKeys)
+    j["intermediate_size"] = c.expert_ffn_dim;
+    j["num_local_experts"] = c.n_experts;
+    j["num_experts_per_tok"] = c.experts_per_token;
+    j["swiglu_alpha"] = ShortestDecimal(c.swiglu_alpha);
+    j["swiglu_limit"] = ShortestDecimal(c.swiglu_limit);
   } else if (moe) {
     j[arch == "llama" ? "num_local_experts" : "num_experts"] = c.n_experts;
     j["num_experts_per_tok"] = c.experts_per_token;

@@ -21,7 +21,8 @@ namespace lowbit {
 namespace {
 
 constexpr std::string_view kSupportedArchitectures =
-    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2; llama with or without experts";
+    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss; llama with or without "
+    "experts";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -236,6 +237,30 @@ int32_t TokenId(const GgufFile& f, std::string_view key, int32_t fallback) {
   return static_cast<int32_t>(id);
 }
 
+// Which layers slide, as llama.cpp's load_swa_pattern reads key `pattern`: an array of booleans (or integers) per
+// layer, or n, every n-th layer global (`n` when the key is absent; 0: every layer slides).
+std::vector<uint8_t> SlidingLayers(const GgufFile& f, const std::string& pattern, uint32_t n_layers, uint32_t n) {
+  std::vector<uint8_t> layers;
+  if (const GgufValue* v = f.Find(pattern); v && std::holds_alternative<GgufArray>(*v)) {
+    const GgufArray& a = f.GetArray(pattern);
+    if (a.size() != n_layers)
+      Fail("{}: key '{}' has {} entries for {} layers", f.path().string(), pattern, a.size(), n_layers);
+    std::visit([&](const auto& values) {
+      using Values = std::decay_t<decltype(values)>;
+      if constexpr (std::is_same_v<Values, std::vector<bool>> || std::is_same_v<Values, std::vector<uint32_t>> ||
+                    std::is_same_v<Values, std::vector<int32_t>>) {
+        for (const auto slides : values) layers.push_back(slides != 0);
+      } else {
+        Fail("{}: key '{}' must be an array of booleans or integers", f.path().string(), pattern);
+      }
+    }, a.values);
+  } else {
+    n = f.GetU32Or(pattern, n);
+    for (uint32_t i = 0; i < n_layers; ++i) layers.push_back(n == 0 || i % n < n - 1);
+  }
+  return layers;
+}
+
 // Gemma's hyperparameters as llama.cpp reads them, defaults included (models/gemma*.cpp): the file
 // stores norms as the 1 + w they multiply by, and no query_pre_attn_scalar.
 void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
@@ -252,24 +277,7 @@ void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
   c.sliding_window = f.GetU32Or(p + "attention.sliding_window", gemma2 ? 4096 : 0);
   if (c.sliding_window == 0) return;
   if (!gemma2) c.local_rope_theta = f.GetF32Or(p + "rope.freq_base_swa", 10000.0f);
-  const std::string pattern = p + "attention.sliding_window_pattern";
-  if (const GgufValue* v = f.Find(pattern); v && std::holds_alternative<GgufArray>(*v)) {
-    const GgufArray& a = f.GetArray(pattern);
-    if (a.size() != c.n_layers)
-      Fail("{}: key '{}' has {} entries for {} layers", f.path().string(), pattern, a.size(), c.n_layers);
-    std::visit([&](const auto& values) {
-      using Values = std::decay_t<decltype(values)>;
-      if constexpr (std::is_same_v<Values, std::vector<bool>> || std::is_same_v<Values, std::vector<uint32_t>> ||
-                    std::is_same_v<Values, std::vector<int32_t>>) {
-        for (const auto slides : values) c.sliding_layers.push_back(slides != 0);
-      } else {
-        Fail("{}: key '{}' must be an array of booleans or integers", f.path().string(), pattern);
-      }
-    }, a.values);
-  } else {  // every n-th layer is global: n = 2 (Gemma 2) or 6 (Gemma 3) unless the key says otherwise
-    const uint32_t n = f.GetU32Or(pattern, gemma2 ? 2 : 6);
-    for (uint32_t i = 0; i < c.n_layers; ++i) c.sliding_layers.push_back(n == 0 || i % n < n - 1);
-  }
+  c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, gemma2 ? 2 : 6);
 }
 
 // Phi-3's longrope as the converter stores it: per-frequency divisors in rope_factors_long/short, the
@@ -322,6 +330,33 @@ void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) 
   if (arch == "qwen2moe") c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
 }
 
+// gpt-oss as llama.cpp runs it (models/openai-moe.cpp): biased experts with the clamped SwiGLU at llama.cpp's
+// alpha 1.702 and limit 7 (it reads no key for them), the biased router's softmax over its top-k, attention sinks,
+// the even layers sliding (pattern 2), and YaRN with the ramp truncated, as ggml computes it.
+void ReadGptOssKeys(const GgufFile& f, ModelConfig& c) {
+  const std::string p = "gpt-oss.", source = f.path().string();
+  c.n_experts = f.GetU32(p + "expert_count");
+  c.experts_per_token = f.GetU32(p + "expert_used_count");
+  if (c.n_experts == 0 || c.experts_per_token == 0)
+    Fail("{}: keys '{}expert_count' and '{}expert_used_count' must be positive", source, p, p);
+  c.expert_ffn_dim = f.GetU32(p + "expert_feed_forward_length");
+  c.norm_expert_weights = true;
+  c.router_logit_bias = c.expert_bias = c.attention_sinks = true;
+  c.activation = FfnActivation::kSwigluClamped;
+  c.swiglu_alpha = 1.702f;
+  c.swiglu_limit = 7.0f;
+  c.sliding_window = f.GetU32(p + "attention.sliding_window");
+  c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, 2);
+  if (c.rope_scaling.type == RopeScalingType::kYarn) {
+    RopeScaling& s = c.rope_scaling;
+    s.original_max_position = f.GetU32Or(p + "rope.scaling.original_context_length", c.max_position);
+    s.beta_fast = f.GetF32Or(p + "rope.scaling.yarn_beta_fast", 32.0f);
+    s.beta_slow = f.GetF32Or(p + "rope.scaling.yarn_beta_slow", 1.0f);
+    s.truncate = true;
+    s.attention_factor = static_cast<float>(YarnMscale(s.factor, 1.0) * f.GetF32Or(p + "rope.scaling.attn_factor", 1.0f));
+  }
+}
+
 // A deepseek2 block's latent attention (gguf_deepseek.h): kv_b_proj from the split attn_k_b / attn_v_b in fp32
 // (the engine widens it to fp32 anyway), or an older file's unsplit attn_kv_b in its own type.
 void LoadLatentAttention(const GgufFile& f, TensorLoader& t, const ModelConfig& c, const std::string& p,
@@ -355,21 +390,23 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek)
+  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
+             gpt_oss = arch == "gpt-oss";
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
+      !gpt_oss)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
-  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek)
+  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss)
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
   const float scaling_factor = f.GetF32Or(p + "rope.scaling.factor", 0.0f);
   const bool linear_scaling = (scaling == "linear" || !f.Find(p + "rope.scaling.type")) && scaling_factor != 0 &&
                               scaling_factor != 1;
-  const bool yarn = deepseek && scaling == "yarn";
+  const bool yarn = (deepseek || gpt_oss) && scaling == "yarn";
   if (scaling != "none" && !(scaling == "linear" && (arch == "gemma3" || !linear_scaling)) && !yarn)
     Fail("{}: {}rope.scaling.type '{}' is not supported (only 'none', Llama 3 scaling through rope_freqs.weight, "
-         "gemma3's linear scaling and deepseek2's yarn)",
+         "gemma3's linear scaling, deepseek2's and gpt-oss's yarn)",
          source, p, scaling);
 
   ModelConfig c;
@@ -431,6 +468,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (arch == "llama" || qwen_moe) ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
   if (deepseek) ReadDeepSeek2Keys(f, c);
+  if (gpt_oss) ReadGptOssKeys(f, c);
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {
@@ -489,19 +527,35 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
     }
     l.wo = t.Weight(p + "attn_output.weight", c.dim, c.attn_out_dim());
     if (c.o_bias) l.wo.bias = t.Vector(p + "attn_output.bias", c.dim);
+    if (c.attention_sinks) l.attn_sinks = t.Vector(p + "attn_sinks.weight", c.n_heads);
     if (c.sandwich_norms) {
       l.attn_out_norm = t.Vector(p + "post_attention_norm.weight", c.dim);
       l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);
     }
-    l.ffn_norm = t.Vector(p + "ffn_norm.weight", c.dim);
+    // gpt-oss names the MLP's input norm post_attention_norm (not a sandwich norm there).
+    l.ffn_norm = t.Vector(p + (c.architecture == "gguf:gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim);
     if (c.moe(i)) {
       l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
       if (c.router_bias) l.router_bias = t.Vector(p + "exp_probs_b.bias", c.n_experts);
+      if (c.router_logit_bias) l.router_logit_bias = t.Vector(p + "ffn_gate_inp.bias", c.n_experts);
       std::vector<Linear> gate = t.Experts(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
       std::vector<Linear> up = t.Experts(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
       std::vector<Linear> down = t.Experts(p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ffn_dim);
       for (uint32_t e = 0; e < c.n_experts; ++e)
         l.experts[e] = {std::move(gate[e]), std::move(up[e]), std::move(down[e])};
+      if (c.expert_bias) {  // ne [rows, n_experts]: one row of biases per expert
+        const std::vector<float> g = t.Values(p + "ffn_gate_exps.bias", {c.expert_ffn_dim, c.n_experts});
+        const std::vector<float> u = t.Values(p + "ffn_up_exps.bias", {c.expert_ffn_dim, c.n_experts});
+        const std::vector<float> d = t.Values(p + "ffn_down_exps.bias", {c.dim, c.n_experts});
+        for (uint32_t e = 0; e < c.n_experts; ++e) {
+          const auto at = [](const std::vector<float>& v, uint64_t begin, uint64_t n) {
+            return std::vector<float>(v.begin() + static_cast<ptrdiff_t>(begin), v.begin() + static_cast<ptrdiff_t>(begin + n));
+          };
+          l.experts[e].gate.bias = at(g, uint64_t{e} * c.expert_ffn_dim, c.expert_ffn_dim);
+          l.experts[e].up.bias = at(u, uint64_t{e} * c.expert_ffn_dim, c.expert_ffn_dim);
+          l.experts[e].down.bias = at(d, uint64_t{e} * c.dim, c.dim);
+        }
+      }
       if (c.shared_expert_ffn_dim > 0) {
         const uint32_t ffn = c.shared_expert_ffn_dim;
         if (c.shared_expert_gated) l.shared_gate = t.Vector(p + "ffn_gate_inp_shexp.weight", c.dim);

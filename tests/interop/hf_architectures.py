@@ -11,12 +11,13 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2 and gemma3
-                architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 on
-                DeepSeek-V2/V3 variants of the fixtures that llama.cpp can express: lowbit must also read
+                architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 and gpt-oss
+                on DeepSeek-V2/V3 and GPT-OSS variants of the fixtures that llama.cpp can express: lowbit must also read
                 those files back to llama.cpp's logits, and convert them back to Hugging Face folders that
                 transformers runs to the fixture's logits); and exports
                 the mixtures of experts, Phi-3 (fused qkv_proj / gate_up_proj) and DeepSeek-V2/V3 (latent
-                attention) to compressed-tensors and checks transformers' logits on that folder against lowbit's.
+                attention) to compressed-tensors and checks transformers' logits on that folder against lowbit's; and
+                GPT-OSS's experts as released (MXFP4 blocks) in transformers and in lowbit.
 """
 import argparse
 import json
@@ -121,7 +122,7 @@ MULTIMODAL = {"gemma3mm": ("gemma3", dict(vision_config=dict(hidden_size=16, int
                                           mm_tokens_per_image=4))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
-EAGER = {"gemma2", "gpt_oss"}
+EAGER = {"gemma2", "gpt_oss", "gpt_oss_gguf"}
 # DeepSeek as llama.cpp's deepseek2 can run it, built beside the fixtures (not committed): llama.cpp takes YaRN's
 # mscale equal to mscale_all_dim (as every released DeepSeek has them; the V3 fixture's 1.0 / 0.8 tests transformers'
 # general formula, and lowbit refuses to export it) and scores expert groups by their best two experts (V2-Lite has
@@ -131,6 +132,9 @@ GGUF_VARIANTS = {
                                          "rope_scaling": {**ARCHITECTURES["deepseek_v3"][1]["rope_scaling"], "mscale": 0.8}}),
     "deepseek_v2_gguf": ("deepseek_v2", {**ARCHITECTURES["deepseek_v2"][1], "topk_method": "greedy", "n_group": 1,
                                          "topk_group": 1}),
+    # llama.cpp's gpt-oss clamps at its constant 7 and always truncates YaRN's ramp.
+    "gpt_oss_gguf": ("gpt_oss", {**ARCHITECTURES["gpt_oss"][1], "swiglu_limit": 7.0,
+                                 "rope_parameters": {**ARCHITECTURES["gpt_oss"][1]["rope_parameters"], "truncate": True}}),
 }
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mixtral",
@@ -214,6 +218,18 @@ def kl_against_lowbit(lowbit, model_path, text, logits, label):
     return agree
 
 
+def expert_weight(source, name, layer, e, proj):
+    """Expert e's gate, up or down matrix [out, in] of block `layer` in fixture `name`'s tensors."""
+    if name.startswith("gpt_oss"):  # stacked, x W: gate and up interleaved along the outputs
+        p = f"model.layers.{layer}.mlp.experts."
+        if proj == "down":
+            return source[p + "down_proj"][e].T
+        return source[p + "gate_up_proj"][e][:, 0 if proj == "gate" else 1::2].T
+    if name == "mixtral":
+        return source[f"model.layers.{layer}.block_sparse_moe.experts.{e}.{dict(gate='w1', up='w3', down='w2')[proj]}.weight"]
+    return source[f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight"]
+
+
 def check_moe_mixes(lowbit, folder, name, src, f32):
     import gguf
     from gguf_llamacpp import compare_tensors, quantize_llamacpp
@@ -244,14 +260,12 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
     source = {k: v.float().numpy() for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
     worst = 0.0
     for t in gguf.GGUFReader(calibrated).tensors:
-        if "_exps" not in t.name:
+        if "_exps" not in t.name or not t.name.endswith(".weight"):  # gpt-oss: its experts' biases too
             continue
         layer, proj = int(t.name.split(".")[1]), t.name.split(".")[2].split("_")[1]  # ffn_gate_exps -> gate
         deq = gguf.quants.dequantize(t.data, t.tensor_type)
         for e in range(deq.shape[0]):
-            hf = (f"model.layers.{layer}.block_sparse_moe.experts.{e}.{dict(gate='w1', up='w3', down='w2')[proj]}.weight"
-                  if name == "mixtral" else f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight")
-            ref, other = source[hf], source[hf.replace(f"experts.{e}.", f"experts.{(e + 1) % deq.shape[0]}.")]
+            ref, other = (expert_weight(source, name, layer, i, proj) for i in (e, (e + 1) % deq.shape[0]))
             rel = float(np.linalg.norm(deq[e] - ref) / np.linalg.norm(ref))
             worst = max(worst, rel)
             check(rel < 0.2 and np.linalg.norm(deq[e] - other) > np.linalg.norm(deq[e] - ref),
@@ -376,7 +390,7 @@ def check_llama_cpp(lowbit, folder):
         with open(os.path.join(origin, "reference.json")) as f:
             reference = np.array(json.load(f)["logits"], dtype=np.float64)
         lowbit_kl, back_rel = "", ""
-        if name in GGUF_VARIANTS:  # lowbit reads llama.cpp's deepseek2 layout back and runs it as llama.cpp does
+        if name in GGUF_VARIANTS:  # lowbit reads llama.cpp's deepseek2 and gpt-oss layouts back and runs them as llama.cpp does
             def llama_cpp_logits(chunk):
                 llm.reset()
                 llm.eval(chunk)
@@ -385,6 +399,7 @@ def check_llama_cpp(lowbit, folder):
             agree = kl_against_lowbit(lowbit, gguf, byte_text(folder), llama_cpp_logits, f"{name} GGUF in lowbit")
             check(agree["kld_mean"] < 1e-6, f"{name}: KL(llama.cpp || lowbit) on the GGUF = {agree['kld_mean']:.3g}")
             lowbit_kl = f"{agree['kld_mean']:.2e}"
+        if name.startswith("deepseek"):
             # The file back as a Hugging Face folder (DeepseekV2/V3ForCausalLM, kv_b_proj joined again) in
             # transformers: exported to compressed-tensors int8 from the GGUF and from the folder it came from, the
             # two hold the same codes, so transformers must run them alike (a config field it reads otherwise than
