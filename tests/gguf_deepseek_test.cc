@@ -144,6 +144,19 @@ TEST(GgufDeepSeek, FixturesRoundTripToTheSameLogits) {
   }
 }
 
+// `m` written as an F32 deepseek2 file dir/m.gguf, and the job converting it back to the folder dir/back.
+ConvertJob F32FileAndItsConversion(Model m, const testing_util::ScratchDir& dir) {
+  StreamedModel s{std::move(m), nullptr};
+  GgufExportOptions o;
+  o.type = "F32";
+  ExportGguf(s, dir / "m.gguf", o);
+  ConvertJob job;
+  job.in = (dir / "m.gguf").string();
+  job.out = (dir / "back").string();
+  job.to = "lowbit";
+  return job;
+}
+
 // Back from deepseek2 to a Hugging Face folder: V3 (sigmoid gating) as DeepseekV3ForCausalLM with mscale =
 // mscale_all_dim, V2 as DeepseekV2ForCausalLM; kv_b_proj joined from attn_k_b / attn_v_b, the rotary rows in
 // their adjacent order. The folder runs as the model the file came from, but for V2's groups, which
@@ -152,15 +165,7 @@ TEST(GgufDeepSeek, FixturesConvertBackToTheHuggingFaceFolder) {
   for (const char* name : {"deepseek_v2", "deepseek_v3"}) {
     testing_util::ScratchDir dir("ds-gguf-back");
     const bool v3 = std::string(name) == "deepseek_v3";
-    StreamedModel s{LlamaCppRunnable(name), nullptr};
-    GgufExportOptions o;
-    o.type = "F32";
-    ExportGguf(s, dir / "m.gguf", o);
-    ConvertJob job;
-    job.in = (dir / "m.gguf").string();
-    job.out = (dir / "back").string();
-    job.to = "lowbit";
-    EXPECT_TRUE(RunConvertJob(job)["exact"].get<bool>()) << name;
+    EXPECT_TRUE(RunConvertJob(F32FileAndItsConversion(LlamaCppRunnable(name), dir))["exact"].get<bool>()) << name;
     const nlohmann::json config = ReadJsonFile(dir / "back" / "config.json");
     EXPECT_EQ(config["architectures"][0], v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM");
     EXPECT_EQ(config["first_k_dense_replace"], 1) << name;
@@ -181,14 +186,7 @@ TEST(GgufDeepSeek, FixturesConvertBackToTheHuggingFaceFolder) {
 TEST(GgufDeepSeek, FilesTransformersCannotRunStayGguf) {
   testing_util::ScratchDir dir("ds-gguf-refused");
   const auto refuse = [&](Model m, std::initializer_list<std::string_view> needles) {
-    StreamedModel s{std::move(m), nullptr};
-    GgufExportOptions o;
-    o.type = "F32";
-    ExportGguf(s, dir / "m.gguf", o);
-    ConvertJob job;
-    job.in = (dir / "m.gguf").string();
-    job.out = (dir / "back").string();
-    job.to = "lowbit";
+    const ConvertJob job = F32FileAndItsConversion(std::move(m), dir);
     ExpectError([&] { RunConvertJob(job); }, needles);
     EXPECT_EQ(dir.Entries(), std::vector<std::string>{"m.gguf"});  // no folder, no staging folder
   };

@@ -207,6 +207,20 @@ def byte_text(folder):
     return path
 
 
+def quantized_model_logits(path, quantization_config):
+    """chunk -> transformers' fp64 logits of the quantized folder at `path`, decompressed with `quantization_config`.
+    transformers 5 leaves the tensors its checkpoint conversion builds (Mixtral's fused experts and its router) in the
+    decompressor's and the file's dtypes: everything runs in fp32."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, quantization_config=quantization_config).eval()
+    model.float()
+
+    def logits(chunk):
+        with torch.no_grad():
+            return model(torch.tensor([chunk])).logits[0].double().numpy()
+
+    return logits
+
+
 def kl_against_lowbit(lowbit, model_path, text, logits, label):
     """KL(engine || lowbit) on `model_path` over KL_CTX windows of `text`, the engine's logits from `logits`."""
     from common import lowbit_json, write_kl_base
@@ -298,21 +312,11 @@ def check_engine_exports(lowbit, folder):
         if name != "phi3":
             check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
-        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
-                                                     quantization_config=CompressedTensorsConfig(dequantize=True)).eval()
-        # transformers 5 leaves the tensors its checkpoint conversion builds (Mixtral's fused experts and its
-        # router) in the decompressor's and the file's dtypes: run everything in fp32.
-        model.float()
-
-        def logits(chunk):
-            with torch.no_grad():
-                return model(torch.tensor([chunk])).logits[0].double().numpy()
-
+        logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
         agree = kl_against_lowbit(lowbit, out, text, logits, f"{name} {scheme} compressed-tensors in transformers")
         check(agree["kld_mean"] < 1e-6, f"{name} {scheme}: KL(transformers || lowbit) on the compressed-tensors export = "
                                         f"{agree['kld_mean']:.3g}, must be < 1e-6")
         rows.append([name, scheme, f"{agree['kld_mean']:.2e}", f"{agree['top1_agreement']:.4f}"])
-        del model
     print_table(["fixture", "compressed-tensors export", "KL(transformers || lowbit)", "top-1 agreement"], rows)
 
 
@@ -355,14 +359,7 @@ def check_gpt_oss_mxfp4(lowbit, folder):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     byte_level_tokenizer(out)
-    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
-                                                 quantization_config=Mxfp4Config(dequantize=True)).eval()
-    model.float()
-
-    def logits(chunk):
-        with torch.no_grad():
-            return model(torch.tensor([chunk])).logits[0].double().numpy()
-
+    logits = quantized_model_logits(out, Mxfp4Config(dequantize=True))
     agree = kl_against_lowbit(lowbit, out, byte_text(folder), logits, "gpt_oss MXFP4 in transformers")
     check(agree["kld_mean"] < 1e-6, f"gpt_oss MXFP4: KL(transformers || lowbit) = {agree['kld_mean']:.3g}, must be < 1e-6")
     print_table(["GPT-OSS experts as released (MXFP4 blocks)", "KL(transformers || lowbit)", "top-1 agreement"],
@@ -408,12 +405,7 @@ def check_llama_cpp(lowbit, folder):
             for origin_of_export in (gguf, src):
                 out = os.path.join(folder, f"{name}-int8-from-{os.path.basename(origin_of_export)}")
                 run(lowbit, "export", origin_of_export, "-o", out, "--to", "compressed-tensors", "--scheme", "int8")
-                model = AutoModelForCausalLM.from_pretrained(
-                    out, dtype=torch.float32, quantization_config=CompressedTensorsConfig(dequantize=True)).eval()
-                model.float()
-                with torch.no_grad():
-                    logits.append(model(torch.tensor([TOKENS])).logits[0].double().numpy())
-                del model
+                logits.append(quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))(TOKENS))
             rel_back = float(np.abs(logits[0] - logits[1]).max() / max(np.abs(logits[1]).max(), 1.0))
             check(rel_back < 1e-6, f"{name}: transformers on the folder converted back from lowbit's GGUF differs "
                                    f"from the same export of the source folder by {rel_back:.2e} of the logit scale")
