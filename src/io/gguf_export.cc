@@ -55,9 +55,6 @@ Architecture ArchitectureOf(const ModelConfig& c) {
 
 bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma"); }
 
-// What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
-// sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
-// expert in qwen2moe only.
 // What llama.cpp's gpt-oss computes (models/openai-moe.cpp): the clamped SwiGLU at alpha 1.702 and limit 7 (it reads
 // no key for them), experts in every layer, biases everywhere GPT-OSS has them. Its YaRN ramp is always truncated;
 // a model with the untruncated ramp (every released GPT-OSS) is warned, as llama.cpp's own conversion runs it so.
@@ -82,6 +79,9 @@ void CheckGptOssExportable(const ModelConfig& c, const std::string& source) {
                  source.c_str());
 }
 
+// What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
+// sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
+// expert in qwen2moe only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
   if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss") return;  // their own checks
   if (!c.sparse_layers.empty())
