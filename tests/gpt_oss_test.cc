@@ -25,6 +25,9 @@
 #include "pipeline/convert_job.h"
 #include "model/rotation.h"
 #include "model_test_util.h"
+#include "plan/hardware.h"
+#include "plan/inspect.h"
+#include "plan/kernel_rules.h"
 #include "quant/rtn.h"
 #include "quant/scheme.h"
 #include "test_util.h"
@@ -127,8 +130,30 @@ TEST(GptOss, Mxfp4ExpertsAreReadAsStored) {
   fs::create_directories(folder);
   WriteSafetensors(folder / "model.safetensors", tensors);
   nlohmann::json config = ReadJsonFile(kFixture / "config.json");
-  config["quantization_config"] = {{"quant_method", "mxfp4"}};
+  config["quantization_config"] = {
+      {"quant_method", "mxfp4"},
+      {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
   WriteFileAtomic(folder / "config.json", config.dump(2));
+
+  // inspect reads the form as vLLM's Mxfp4Config does: an mxfp4 matrix per expert, the rest bf16 and left alone.
+  const CheckpointInfo info = InspectCheckpoint(folder);
+  EXPECT_EQ(info.summary.method, "mxfp4");
+  EXPECT_EQ(info.summary.family, QuantFamily::kMxfp4);
+  uint64_t stacks = 0;
+  for (const LayerInfo& l : info.layers) {
+    if (!l.quantized) continue;
+    ++stacks;
+    EXPECT_EQ(l.experts, n) << l.name;
+    EXPECT_EQ(l.scheme, "mxfp4 (fp4_e2m1 g32, e8m0 scales)") << l.name;
+    const bool gate_up = l.name.ends_with("gate_up_proj");
+    EXPECT_EQ(l.rows, gate_up ? 2 * ffn : dim) << l.name;
+    EXPECT_EQ(l.cols, gate_up ? dim : ffn) << l.name;
+    EXPECT_DOUBLE_EQ(l.bits_per_weight(), 4.25) << l.name;  // 4-bit codes + one E8M0 byte per 32
+  }
+  EXPECT_EQ(stacks, 2 * c.n_layers);
+  const EngineFlags no_flags;
+  EXPECT_EQ(ChooseKernel(info.summary, FindHardware("H100-SXM"), no_flags).kernel, "Triton MXFP4 MoE (triton_kernels)");
+  EXPECT_EQ(ChooseKernel(info.summary, FindHardware("A100-80G"), no_flags).kernel, "MXFP4 Marlin MoE (W4A16)");
 
   const Model back = LoadModel(folder.string());
   for (size_t l = 0; l < c.n_layers; ++l)

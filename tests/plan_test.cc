@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -19,6 +20,7 @@
 #include "plan/hardware.h"
 #include "plan/plan.h"
 #include "plan/presets.h"
+#include "plan/synth.h"
 
 namespace lowbit {
 namespace {
@@ -280,7 +282,7 @@ TEST(Hardware, UnknownNameListsKnownOnes) {
 }
 
 TEST(Presets, ShapesReproducePublishedParameterCounts) {
-  EXPECT_EQ(ModelPresets().size(), 14u);
+  EXPECT_EQ(ModelPresets().size(), 16u);
   for (const ModelArch& a : ModelPresets()) {
     const ModelSpec s = SpecFromArch(a);
     if (a.name == "deepseek-v3") {  // published as 671B / 37B
@@ -303,6 +305,35 @@ TEST(Presets, ShapesReproducePublishedParameterCounts) {
   // 48 x (18.87M attention + 8 x 3 x 768 x 2048 experts + the 128 x 2048 router) + 2 x 311.2M embeddings/lm_head
   // = 3.353B ("3.3B activated").
   EXPECT_NEAR(Preset("qwen3-30b-a3b").ActiveParams() / 1e9, 3.353, 0.001);
+  // GPT-OSS's model card: 3.61B / 5.13B active without the embedding table (the lm_head counted).
+  EXPECT_EQ(Preset("gpt-oss-20b").TotalParams(), 20'914'757'184u);
+  EXPECT_EQ(Preset("gpt-oss-120b").TotalParams(), 116'829'156'672u);
+  EXPECT_NEAR((Preset("gpt-oss-20b").ActiveParams() - 201088.0 * 2880) / 1e9, 3.61, 0.005);
+  EXPECT_NEAR((Preset("gpt-oss-120b").ActiveParams() - 201088.0 * 2880) / 1e9, 5.13, 0.005);
+}
+
+// A synthetic folder holds exactly the preset's parameters, each tensor as the loader names it: its config.json
+// read back by the Hugging Face reader gives the same architecture, and its tensors add up to the plan's count
+// (for GPT-OSS the stacked experts and every bias; for the checkpoints with exact published counts, those).
+TEST(Presets, SynthFoldersHoldThePresetsParameters) {
+  for (const ModelArch& a : ModelPresets()) {
+    uint64_t params = 0;
+    for (const auto& [name, shape] : SynthTensorShapes(a)) {
+      uint64_t n = 1;
+      for (const uint64_t d : shape) n *= d;
+      params += n;
+    }
+    EXPECT_EQ(params, SpecFromArch(a).TotalParams()) << a.name;
+  }
+  const auto shapes = SynthTensorShapes(FindPreset("gpt-oss-20b"));
+  const auto has = [&](const std::string& name, std::vector<uint64_t> shape) {
+    return std::ranges::find(shapes, std::pair{name, shape}) != shapes.end();
+  };
+  EXPECT_TRUE(has("model.layers.23.mlp.experts.gate_up_proj", {32, 2880, 5760}));
+  EXPECT_TRUE(has("model.layers.0.mlp.experts.down_proj_bias", {32, 2880}));
+  EXPECT_TRUE(has("model.layers.0.self_attn.sinks", {64}));
+  EXPECT_TRUE(has("model.layers.0.self_attn.o_proj.bias", {2880}));
+  EXPECT_TRUE(has("model.layers.0.mlp.router.bias", {32}));
 }
 
 TEST(Presets, ArchitectureNumbers) {

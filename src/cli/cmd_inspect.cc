@@ -3,6 +3,7 @@
 // (plan/kernel_rules.h). Also registers `lowbit report` (cmd_report.cc).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -80,7 +81,7 @@ void PrintLayers(const CheckpointInfo& info, bool all) {
   std::map<std::string, size_t> index;  // grouping key -> row
   for (const LayerInfo& l : info.layers) {
     auto [pattern, layer] = all ? std::pair<std::string, int>{l.name, -1} : SplitLayer(l.name);
-    const std::string key = fmt::format("{}|{}|{}x{}|{}", pattern, l.scheme, l.rows, l.cols, l.ignored);
+    const std::string key = fmt::format("{}|{}|{}|{}x{}|{}", pattern, l.scheme, l.experts, l.rows, l.cols, l.ignored);
     auto [it, added] = index.emplace(key, rows.size());
     if (added) rows.push_back({pattern, &l, {}, 0, 0});
     Row& r = rows[it->second];
@@ -101,7 +102,7 @@ void PrintLayers(const CheckpointInfo& info, bool all) {
                                               : std::to_string(l.group);
     table.push_back({name, l.scheme + (l.ignored ? " (not quantized)" : ""), std::to_string(l.bits), group,
                      l.quantized ? Flag(l.symmetric) : "-", Flag(l.act_order), Flag(l.zero_points),
-                     fmt::format("{}x{}", l.rows, l.cols),
+                     l.experts ? fmt::format("{} x {}x{}", l.experts, l.rows, l.cols) : fmt::format("{}x{}", l.rows, l.cols),
                      fmt::format("{:.3f}", r.params ? 8.0 * double(r.bytes) / double(r.params) : 0.0)});
   }
   PrintTable({"weight", "scheme", "bits", "group", "sym", "act-order", "zeros", "out x in", "bits/w"}, table);
@@ -110,9 +111,15 @@ void PrintLayers(const CheckpointInfo& info, bool all) {
 void PrintSummary(const CheckpointInfo& info) {
   std::vector<std::vector<std::string>> rows = {{"format", info.format_name}};
   if (!info.details.empty()) rows.push_back({"details", info.details});
-  size_t quantized = 0;
-  for (const LayerInfo& l : info.layers) quantized += l.quantized;
-  rows.push_back({"weights", fmt::format("{} matrices, {} quantized, {} decoder layers", info.layers.size(), quantized,
+  uint64_t matrices = 0, quantized = 0, stacked = 0;  // an expert stack counts one matrix per expert
+  for (const LayerInfo& l : info.layers) {
+    const uint64_t n = std::max<uint64_t>(l.experts, 1);
+    matrices += n;
+    quantized += l.quantized ? n : 0;
+    stacked += l.experts;
+  }
+  rows.push_back({"weights", fmt::format("{} matrices{}, {} quantized, {} decoder layers", matrices,
+                                         stacked ? fmt::format(" ({} in expert stacks)", stacked) : "", quantized,
                                          info.n_layers)});
   rows.push_back({"parameters", fmt::format("{} in {}", Count(info.params), Bytes(info.bytes))});
   rows.push_back({"bits/weight", fmt::format("{:.3f} (all tensors){}", info.bits_per_weight(),

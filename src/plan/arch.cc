@@ -19,6 +19,10 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
   a.tied = config.tie_embeddings;
   a.qkv_bias = config.qkv_bias;
   a.qk_norm = config.qk_norm;
+  a.o_bias = config.o_bias;
+  a.attention_sinks = config.attention_sinks;
+  a.expert_bias = config.expert_bias;
+  a.router_bias = config.router_bias;
   a.source = config.architecture;
   a.sliding_window = config.sliding_window;
   for (uint32_t i = 0; i < config.n_layers; ++i) a.window_layers += config.sliding(i) ? 1 : 0;

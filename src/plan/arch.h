@@ -24,6 +24,10 @@ struct ModelArch {
   bool tied = false;      // lm_head shares the embedding matrix
   bool qkv_bias = false;  // Qwen2: biases on q/k/v
   bool qk_norm = false;   // Qwen3: RMSNorm weights over each q and k head
+  bool o_bias = false;           // GPT-OSS: a bias on o_proj
+  bool attention_sinks = false;  // GPT-OSS: one learned sink logit per head
+  bool expert_bias = false;      // GPT-OSS: biases on the router's logits and on every expert's projections
+  bool router_bias = false;      // DeepSeek-V3: a score-correction bias per expert (e_score_correction_bias)
   // Sliding-window attention (Mistral, Gemma 2/3, Qwen's use_sliding_window): `window_layers` of the
   // layers attend to their last `sliding_window` positions and cache no more than that.
   uint32_t sliding_window = 0;

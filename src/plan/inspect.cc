@@ -54,6 +54,7 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
         cfg.where = fmt::format("{}: {}", config_path.string(), key);
         break;
       }
+    cfg.experts_input_major = StringField(config, "model_type") == "gpt_oss";
     if (cfg.qc.is_null() && config.is_object() && config.contains("text_config") && config["text_config"].is_object() &&
         config["text_config"].contains("quantization_config")) {
       cfg.qc = config["text_config"]["quantization_config"];
@@ -132,8 +133,14 @@ QuantConfig DetectConfig(const fs::path& dir, CheckpointInfo& info) {
     info.config_ignored = StringList(qc, {"exclude_modules", "ignore"});
     const std::string kv_algo = StringField(qc, "kv_cache_quant_algo");
     if (!kv_algo.empty()) info.kv.declared = Lower(kv_algo);
+  } else if (method == "mxfp4") {
+    cfg.format = CheckpointFormat::kMxfp4;
+    info.format_name = "MXFP4 experts";
+    info.details = "quant_method mxfp4: experts' *_blocks (E2M1 pairs) and *_scales (E8M0 per 32 inputs)";
+    info.config_ignored = StringList(qc, {"modules_to_not_convert"});
   } else {
-    Fail("{}: quant_method '{}' is not one inspect knows (gptq, awq, compressed-tensors, fp8, modelopt)", cfg.where,
+    Fail("{}: quant_method '{}' is not one inspect knows (gptq, awq, compressed-tensors, fp8, modelopt, mxfp4)",
+         cfg.where,
          method.empty() ? "(none)" : method);
   }
   return cfg;
@@ -252,6 +259,10 @@ void Summarize(CheckpointInfo& info, const inspect_detail::CtUse& ct) {
       s.family = QuantFamily::kFp8;
       s.activations_quantized = true;  // W8A8: activations quantized dynamically or with input_scale
       break;
+    case CheckpointFormat::kMxfp4:
+      s.method = "mxfp4";
+      s.family = QuantFamily::kMxfp4;
+      break;
     case CheckpointFormat::kModelOpt:
       s.method = main_type == "fp4" ? "modelopt_fp4" : "modelopt";
       s.family = main_type == "fp4" ? QuantFamily::kNvfp4 : QuantFamily::kFp8;
@@ -353,6 +364,7 @@ json CheckpointToJson(const CheckpointInfo& info) {
               {"ignored", l.ignored},
               {"rows", l.rows},
               {"cols", l.cols},
+              {"experts", l.experts},
               {"params", l.params},
               {"bytes", l.bytes},
               {"bits_per_weight", l.bits_per_weight()}};

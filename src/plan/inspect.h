@@ -4,7 +4,8 @@
 // are read from the mapped data), and reports:
 //   - the format: lowbit's own, GPTQ v1/v2 (AutoGPTQ/GPTQModel), AWQ GEMM, compressed-tensors
 //     (pack-quantized, int/float-quantized, naive, nvfp4/mxfp4-pack-quantized), FP8 (quant_method
-//     fp8, per-tensor or block), ModelOpt FP8/NVFP4 (hf_quant_config.json), GGUF, or plain floats;
+//     fp8, per-tensor or block), ModelOpt FP8/NVFP4 (hf_quant_config.json), GPT-OSS's MXFP4 experts
+//     (quant_method mxfp4), GGUF, or plain floats;
 //   - every linear's scheme (bits, group, symmetric, act-order, zero points) and the layers the
 //     config leaves unquantized;
 //   - bits per weight: all tensor bytes x 8 / parameters (a quantized linear counts its logical
@@ -32,6 +33,7 @@ enum class CheckpointFormat : uint8_t {
   kFp8,
   kModelOpt,
   kGguf,
+  kMxfp4,  // quant_method "mxfp4": GPT-OSS's experts as MXFP4 blocks, everything else in 16 bits
 };
 
 struct LayerInfo {
@@ -47,6 +49,7 @@ struct LayerInfo {
   bool quantized = false;
   bool ignored = false;         // a linear the quantization config leaves in full precision
   uint64_t rows = 0, cols = 0;  // logical [out, in]
+  uint64_t experts = 0;         // > 0: a stack of this many [out, in] matrices, one per expert (GPT-OSS's experts)
   uint64_t params = 0, bytes = 0;
   double bits_per_weight() const { return params ? 8.0 * double(bytes) / double(params) : 0; }
 };
@@ -64,7 +67,7 @@ struct CheckpointInfo {
   std::string format_name;                       // "GPTQ v1", "compressed-tensors pack-quantized", "GGUF v3", ...
   std::string details;                           // one line of config facts (checkpoint_format, activation scheme, ...)
   std::vector<std::string> config_ignored;       // modules_to_not_convert / ignore / ignored_layers / exclude_modules
-  std::vector<LayerInfo> layers;                 // every 2-D weight (quantized or not), in name order
+  std::vector<LayerInfo> layers;                 // every 2-D weight and expert stack (quantized or not), in name order
   uint32_t n_layers = 0;                         // decoder layers seen in tensor names
   uint64_t params = 0, bytes = 0;                // whole checkpoint
   uint64_t linear_params = 0, linear_bytes = 0;  // the quantized linears only

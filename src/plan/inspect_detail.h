@@ -16,6 +16,7 @@ struct QuantConfig {
   CheckpointFormat format = CheckpointFormat::kDense;
   nlohmann::json qc;  // quantization_config (GPTQ/AWQ/CT/FP8/lowbit) or hf_quant_config's "quantization"
   std::string where;  // "path/config.json: quantization_config", for messages
+  bool experts_input_major = false;  // 3-D expert stacks are [E, in, out], applied as x W (GPT-OSS)
 };
 
 // What the walk saw of compressed-tensors config groups in use.

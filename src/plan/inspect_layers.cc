@@ -6,6 +6,7 @@
 //   weight F8_E4M3 / I8 / U8 (+ weight_scale[_inv|_2], input_scale)
 //                                                    FP8, compressed-tensors int/float-quantized, ModelOpt
 //   weight F32/F16/BF16                              a dense weight
+//   experts.NAME_blocks + NAME_scales / experts.NAME  GPT-OSS's expert stacks, MXFP4 or dense
 // Shapes are checked against the config (bits x rows, group x scale rows) so a checkpoint whose
 // config and tensors disagree is reported instead of being described wrongly.
 #include <fmt/format.h>
@@ -241,11 +242,54 @@ class Walker {
       info_.linear_params += l.params;
       info_.linear_bytes += l.bytes;
     }
+    if (m.name.ends_with(".experts")) Mxfp4Experts(m, used);
     for (const auto& [leaf, t] : m.leaves) {
       if (used.contains(leaf) || kSideLeaves.contains(leaf) || !IsFloat(t->dtype)) continue;
       info_.params += t->numel();
       if (leaf == "weight" && t->shape.size() == 2) Dense(m, *t);
+      if (t->shape.size() == 3 && m.name.ends_with(".experts")) DenseExperts(m, leaf, *t);
     }
+  }
+
+  // GPT-OSS's experts as openai/gpt-oss ships them (io/stacked_experts.h): NAME_blocks U8 [E, out, in / 32, 16]
+  // and NAME_scales U8 [E, out, in / 32], one mxfp4 matrix per expert.
+  void Mxfp4Experts(const Module& m, std::set<std::string, std::less<>>& used) {
+    for (const auto& [leaf, blocks] : m.leaves) {
+      if (!leaf.ends_with("_blocks")) continue;
+      if (cfg_.format != CheckpointFormat::kMxfp4) Bad(*blocks, "MXFP4 expert blocks, but {}", Described());
+      const std::string base = leaf.substr(0, leaf.size() - 7);
+      const TensorView& scales = Need(m, base + "_scales", *blocks);
+      const std::vector<uint64_t>& b = blocks->shape;
+      if (blocks->dtype != DType::kU8 || b.size() != 4 || b[3] != 16)
+        Bad(*blocks, "MXFP4 blocks must be U8 [experts, out, in / 32, 16]");
+      if (scales.dtype != DType::kU8 || scales.shape != std::vector<uint64_t>{b[0], b[1], b[2]})
+        Bad(scales, "MXFP4 scales must be U8 [{}, {}, {}] beside blocks [{}, {}, {}, 16]", b[0], b[1], b[2], b[0], b[1],
+            b[2]);
+      LayerInfo& l = Add(m, b[1], b[2] * 32);
+      l.name = m.name + "." + base;
+      l.experts = b[0];
+      l.params *= b[0];
+      l.type = "fp4";
+      l.bits = 4;
+      l.group = 32;
+      l.scheme = SchemeText(l);
+      l.bytes = blocks->data.size() + scales.data.size();
+      info_.params += l.params;
+      info_.linear_params += l.params;
+      info_.linear_bytes += l.bytes;
+      used.insert(leaf);
+      used.insert(base + "_scales");
+    }
+  }
+
+  // A 16/32-bit stack of expert matrices: [E, in, out] applied as x W (GPT-OSS), else [E, out, in].
+  void DenseExperts(const Module& m, const std::string& leaf, const TensorView& w) {
+    Dense(m, w);
+    LayerInfo& l = info_.layers.back();
+    l.name = m.name + "." + leaf;
+    l.experts = w.shape[0];
+    l.rows = w.shape[cfg_.experts_input_major ? 2 : 1];
+    l.cols = w.shape[cfg_.experts_input_major ? 1 : 2];
   }
 
   std::string Described() const {
@@ -270,7 +314,7 @@ class Walker {
     l.scheme = std::string(DTypeName(w.dtype));
     l.bits = static_cast<int>(8 * DTypeSize(w.dtype));
     l.rows = w.shape[0];
-    l.cols = w.shape[1];
+    l.cols = w.shape.size() > 1 ? w.shape[1] : 1;
     l.params = w.numel();
     l.bytes = w.data.size();
     l.ignored = cfg_.format != CheckpointFormat::kDense && !IsEmbedding(m.name);

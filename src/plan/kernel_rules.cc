@@ -264,7 +264,34 @@ void Int8Path(const Hardware& hw, KernelPath& k) {
   }
 }
 
+// quant_method "mxfp4" (GPT-OSS): only the fused MoE is MXFP4 (Mxfp4MoEMethod; every other linear must be
+// in modules_to_not_convert), its backend picked by get_mxfp4_backend: FlashInfer on Blackwell, the
+// triton_kernels MoE on Hopper and ROCm, MXFP4 Marlin below. Activations stay bf16 by default everywhere.
+void Mxfp4MoePath(const Hardware& hw, KernelPath& k) {
+  const int cc = Cc(hw);
+  k.status = PathStatus::kWeightOnly;
+  if (IsAmd(hw)) {
+    k.kernel = "Triton MXFP4 MoE (triton_kernels)";
+    k.reason = "ROCm takes OpenAI's triton_kernels MoE; weights dequantized in the kernel, bf16 activations";
+  } else if (cc >= 100) {
+    k.kernel = "FlashInfer TRT-LLM MXFP4 MoE (bf16 inputs)";
+    k.reason = "Blackwell's default; FP4 x FP8 compute only with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (the inputs "
+               "then quantized to MXFP8)";
+  } else if (cc >= 90) {
+    k.kernel = "Triton MXFP4 MoE (triton_kernels)";
+    k.reason = "Hopper with triton_kernels and torch >= 2.8 (else MXFP4 Marlin); bf16 activations";
+  } else if (cc >= 80) {
+    k.kernel = "MXFP4 Marlin MoE (W4A16)";
+    k.reason = "below Hopper; intermediate size padded to 128 and hidden to 256, bf16 activations";
+  } else {
+    k.kernel = "-";
+    k.status = PathStatus::kUnsupported;
+    k.reason = "quant_method mxfp4 needs compute capability >= 8.0";
+  }
+}
+
 void Fp4Path(const QuantSummary& q, const Hardware& hw, KernelPath& k) {
+  if (q.method == "mxfp4") return Mxfp4MoePath(hw, k);
   const int cc = Cc(hw);
   const std::string name = q.family == QuantFamily::kNvfp4 ? "NVFP4" : "MXFP4";
   if (IsAmd(hw)) {
@@ -507,7 +534,11 @@ std::vector<Trap> FindTraps(const QuantSummary& q, const std::vector<Hardware>& 
     weight_only_on("fp8-weight-only",
                    "FP8 runs weight-only (FP8 Marlin) below compute capability 8.9: memory "
                    "savings, no FP8 compute");
-  if (q.family == QuantFamily::kNvfp4 || q.family == QuantFamily::kMxfp4)
+  if (q.method == "mxfp4")
+    weight_only_on("mxfp4-moe-bf16-inputs",
+                   "vLLM's MXFP4 MoE kernels take bf16 activations (the weights dequantized inside the kernel): "
+                   "memory savings on the experts; the attention, router and lm_head run in bf16");
+  else if (q.family == QuantFamily::kNvfp4 || q.family == QuantFamily::kMxfp4)
     weight_only_on("fp4-weight-only",
                    "FP4 runs weight-only (FP4 Marlin) where native FP4 is missing (before "
                    "Blackwell) or the checkpoint leaves activations unquantized");

@@ -65,7 +65,7 @@ struct LinearVariant {
 struct QuantSummary {
   QuantFamily family = QuantFamily::kDense;
   std::string method;                  // the quant_method the engine reads ("gptq", "awq", "compressed-tensors",
-                                       // "fp8", "modelopt", "modelopt_fp4", "gguf", "lowbit"); "" = unquantized
+                                       // "fp8", "modelopt", "modelopt_fp4", "mxfp4", "gguf", "lowbit"); "" = unquantized
   bool gptq_symmetric = true;          // GPTQ sym (gptq_marlin needs true)
   bool activations_quantized = false;  // W8A8 / W4A4 / W4A8: the checkpoint quantizes activations too
   bool fp8_activations = false;        // FP8 inputs on integer (W4AFP8) or MXFP4 (MXFP4xFP8) weights

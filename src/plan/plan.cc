@@ -21,7 +21,7 @@ uint64_t ModelSpec::TotalParams() const {
 
 uint64_t ModelSpec::ActiveParams() const {
   if (bare) return bare_active;
-  uint64_t n = other_params;
+  uint64_t n = other_params - inactive_other;
   for (const TensorGroup& t : tensors) n += t.active * t.rows * t.cols;
   return n;
 }
@@ -66,6 +66,8 @@ ModelSpec SpecFromArch(const ModelArch& a) {
     add("attn.o_proj", TensorRole::kLinear, h, q_dim, L, L);
     if (a.qkv_bias) s.other_params += (q_dim + 2 * kv_dim) * L;
     if (a.qk_norm) s.other_params += uint64_t{2} * a.head_dim * L;
+    if (a.o_bias) s.other_params += h * L;
+    if (a.attention_sinks) s.other_params += heads * L;
     s.kv_rows = 2 * uint64_t{a.n_kv_heads};  // K and V, one row per KV head
     s.kv_cols = a.head_dim;
     if (a.sliding_window > 0) {
@@ -95,6 +97,11 @@ ModelSpec SpecFromArch(const ModelArch& a) {
     add("mlp.shared_experts.up_proj", TensorRole::kLinear, f, h, moe_layers * shared, moe_layers * shared);
     add("mlp.shared_experts.down_proj", TensorRole::kLinear, h, f, moe_layers * shared, moe_layers * shared);
     mlp_width = std::max(mlp_width, (k + shared) * f);
+    if (a.expert_bias) {  // the router's logits, each expert's gate/up and down
+      s.other_params += moe_layers * (e + e * (2 * f + h));
+      s.inactive_other = moe_layers * (e - k) * (2 * f + h);
+    }
+    if (a.router_bias) s.other_params += moe_layers * e;
   }
   s.other_params += 2 * h * L + h;  // input/post-attention norms per layer, final norm
   if (a.tied) {

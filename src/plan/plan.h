@@ -67,7 +67,8 @@ struct ModelSpec {
   bool bare = false;   // --params: a parameter count without shapes
   uint64_t bare_total = 0, bare_active = 0;
   std::vector<TensorGroup> tensors;
-  uint64_t other_params = 0;  // norms and biases: 16-bit, never quantized
+  uint64_t other_params = 0;     // norms and biases: 16-bit, never quantized
+  uint64_t inactive_other = 0;   // of those, the biases of the experts a token is not routed to
   uint32_t n_layers = 0;
   uint32_t moe_layers = 0, n_experts = 0, experts_per_token = 0;
   uint64_t vocab = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -81,6 +82,7 @@ std::vector<ModelArch> BuildPresets() {
   ds.nope_head_dim = 128;
   ds.rope_head_dim = 64;
   ds.v_head_dim = 128;
+  ds.router_bias = true;
   ds.published_active = 37e9;
   p.push_back(ds);
   // deepseek-ai/DeepSeek-V2-Lite config.json (arXiv 2405.04434): 27 layers, the first dense (10944), then 64
@@ -99,6 +101,24 @@ std::vector<ModelArch> BuildPresets() {
   lite.v_head_dim = 128;
   lite.published_active = 2.4e9;
   p.push_back(lite);
+  // openai/gpt-oss-20b and -120b config.json and model card: 24 / 36 layers of width 2880, 64 query heads and 8
+  // KV heads of 64, every other layer (the even ones) a 128-token sliding window; 32 / 128 experts of 2880,
+  // top-4, with biases, as do q/k/v/o; a sink per head; untied 201088-token embeddings. 20.91B / 116.83B
+  // parameters, 3.61B / 5.13B active (the model card's count leaves the embedding table out).
+  for (const auto& [name, source, layers, experts, total, active] :
+       {std::tuple{"gpt-oss-20b", "openai/gpt-oss-20b", 24u, 32u, 20914757184.0, 3.61e9},
+        std::tuple{"gpt-oss-120b", "openai/gpt-oss-120b", 36u, 128u, 116829156672.0, 5.13e9}}) {
+    ModelArch g = Dense(name, layers, 2880, 64, 8, 2880, 201088, total, source);
+    g.head_dim = 64;
+    g.qkv_bias = g.o_bias = g.attention_sinks = g.expert_bias = true;
+    g.sliding_window = 128;
+    g.window_layers = layers / 2;
+    g.n_experts = experts;
+    g.experts_per_token = 4;
+    g.expert_ffn = 2880;
+    g.published_active = active;
+    p.push_back(g);
+  }
   return p;
 }
 

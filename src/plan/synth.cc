@@ -14,6 +14,7 @@
 #include "formats/minifloat.h"
 #include "io/hf_names.h"
 #include "io/safetensors.h"
+#include "io/stacked_experts.h"
 #include "plan/presets.h"
 
 namespace lowbit {
@@ -39,7 +40,11 @@ std::vector<TensorSpec> TensorsOf(const ModelConfig& c) {
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     for (const HfBlockVector& v : HfBlockVectors(c, l)) t.push_back({p + v.name, v.shape, v.norm ? TensorSpec::kOnes : TensorSpec::kRandom});
+    if (HasStackedExperts(c) && c.moe(l))
+      for (const auto& [name, shape] : StackedExpertShapes(c, p, /*mxfp4=*/false))
+        t.push_back({name, shape, name.ends_with("_bias") ? TensorSpec::kZeros : TensorSpec::kRandom});
     for (const LinearShape& s : BlockLinearShapes(c, l)) {
+      if (HasStackedExperts(c) && s.name.starts_with("mlp.experts.")) continue;
       const std::string name = p + HfLinearName(c, s.name);
       t.push_back({name + ".weight", {s.rows, s.cols}});
       if (s.bias) t.push_back({name + ".bias", {s.rows}, TensorSpec::kZeros});
@@ -83,8 +88,30 @@ void DeepSeekFields(const ModelArch& a, nlohmann::json& j) {
   j["max_position_embeddings"] = 163840;
 }
 
-// config.json of a preset: a Llama, Qwen2 or Qwen3, a Mixtral or Qwen3-MoE mixture of experts, or a
-// DeepSeek-V2/V3.
+// GPT-OSS as openai/gpt-oss ships it in config.json: every other layer (the even ones) sliding, YaRN over
+// 4096 positions with the ramp untruncated, the clamped SwiGLU's limit.
+void GptOssFields(const ModelArch& a, nlohmann::json& j) {
+  j["architectures"] = {"GptOssForCausalLM"};
+  j["model_type"] = "gpt_oss";
+  j["intermediate_size"] = a.expert_ffn;
+  j.erase("num_experts");
+  j.erase("moe_intermediate_size");
+  j.erase("norm_topk_prob");
+  j["num_local_experts"] = a.n_experts;
+  j["attention_bias"] = true;
+  j["sliding_window"] = a.sliding_window;
+  nlohmann::json types = nlohmann::json::array();
+  for (uint32_t i = 0; i < a.n_layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["rope_theta"] = 150000;
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32}, {"beta_fast", 32}, {"beta_slow", 1},
+                       {"original_max_position_embeddings", 4096}, {"truncate", false}};
+  j["max_position_embeddings"] = 131072;
+  j["swiglu_limit"] = 7.0;
+}
+
+// config.json of a preset: a Llama, Qwen2 or Qwen3, a Mixtral or Qwen3-MoE mixture of experts, a
+// DeepSeek-V2/V3 or a GPT-OSS.
 nlohmann::json ConfigJson(const ModelArch& a, DType dtype, uint64_t seed) {
   const bool moe = a.moe();
   const std::string family = a.qk_norm ? "qwen3" : a.qkv_bias ? "qwen2" : moe ? "mixtral" : "llama";
@@ -118,6 +145,7 @@ nlohmann::json ConfigJson(const ModelArch& a, DType dtype, uint64_t seed) {
     j["norm_topk_prob"] = true;
   }
   if (a.mla()) DeepSeekFields(a, j);
+  if (a.attention_sinks) GptOssFields(a, j);
   return j;
 }
 
@@ -150,9 +178,9 @@ SynthResult WriteSynthModel(const SynthOptions& o, const std::filesystem::path& 
   SynthResult result;
   result.arch = FindPreset(o.preset);
   ModelArch& a = result.arch;
-  if (!a.mla() && (a.shared_experts > 0 || a.dense_layers > 0 || (a.moe() && a.qkv_bias)))
-    Fail("synth: preset '{}' is not a Llama-family model, a Mixtral / Qwen3-MoE mixture of experts or a DeepSeek",
-         a.name);
+  if (!a.mla() && !a.attention_sinks && (a.shared_experts > 0 || a.dense_layers > 0 || (a.moe() && a.qkv_bias)))
+    Fail("synth: preset '{}' is not a Llama-family model, a Mixtral / Qwen3-MoE mixture of experts, a DeepSeek or a "
+         "GPT-OSS", a.name);
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16 && o.dtype != DType::kF16)
     Fail("synth: dtype {} is not one of F32, BF16, F16", DTypeName(o.dtype));
   if (o.layers > 0) a.n_layers = o.layers;
@@ -175,6 +203,14 @@ SynthResult WriteSynthModel(const SynthOptions& o, const std::filesystem::path& 
   WriteSafetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   WriteFileAtomic(out / "config.json", config.dump(2) + "\n");
   return result;
+}
+
+std::vector<std::pair<std::string, std::vector<uint64_t>>> SynthTensorShapes(const ModelArch& arch) {
+  const nlohmann::json config = ConfigJson(arch, DType::kBF16, 0);
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> shapes;
+  for (TensorSpec& t : TensorsOf(HfConfigFromJson(config, "synth: preset " + arch.name)))
+    shapes.emplace_back(std::move(t.name), std::move(t.shape));
+  return shapes;
 }
 
 nlohmann::json SynthJson(const SynthResult& result, const std::filesystem::path& out) {
