@@ -174,6 +174,8 @@ TEST_F(HostileInputTest, FlagsRefuseValuesTheyCannotMean) {
       {quantize + " --method llm_int8 --format int8 --threshold -1", "quantize: --threshold: must be 0 or more, not '-1'"},
       {quantize + " --method smoothquant --format int8 --alpha -1", "quantize: --alpha: must be in [0, 1], not '-1'"},
       {quantize + " --format int9", "quantize: --format: unknown format 'int9' (known: "},
+      {quantize + " --format int4 --act-format int9:token", "quantize: --act-format: unknown format 'int9:token'"},
+      {"bench decode" + model + " --quantize loaded,int9", "bench decode: --quantize: unknown format 'int9'"},
       {quantize + " --method gptqq --format int4", "quantize: --method: unknown quantization method 'gptqq'"},
       {"ppl" + model + " --text /dev/null --kv-cache-dtype int9", "ppl: --kv-cache-dtype: unknown KV cache dtype 'int9'"},
       {"export models/kjv-llama-7m -o " + Out() + ".gguf --type Q9_K", "export: --type: unknown GGUF type 'Q9_K'"},

@@ -11,6 +11,7 @@
 #include "pipeline/bench_jobs.h"
 #include "pipeline/session.h"
 #include "pipeline/speed_job.h"
+#include "quant/scheme.h"
 
 namespace lowbit::cli {
 namespace {
@@ -170,7 +171,10 @@ void AddBenchRuntimeCommands(CLI::App& bench) {
     cmd->add_option("--quantize", o->formats,
                     "Formats to run, e.g. fp32,bf16,int8,int4:g128 (RTN of every linear, lm_head too, in memory; "
                     "'loaded' = as loaded)")
-        ->delimiter(',');
+        ->delimiter(',')
+        ->check(ParsedBy([](const std::string& text) {
+          if (text != "loaded") (void)ParseScheme(text);
+        }));
     cmd->add_option("--batch", o->batches, "Batch sizes, e.g. 1,4,16,64")->delimiter(',')->check(Positive());
     cmd->add_option("--ctx", o->ctx, decode ? "Cached positions before the timed steps" : "Prompt length")
         ->default_val(decode ? 512 : 256)

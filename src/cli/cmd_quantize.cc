@@ -142,7 +142,8 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--act-format", o->act_format,
                   "Quantize activations too (simulated): int8:token is dynamic, int8:tensor static (calibrated), "
                   "nvfp4 (W4A4) a calibrated tensor scale over dynamic block scales, mxfp4:e8m0=round MX inputs "
-                  "on compressed-tensors' scale rule");
+                  "on compressed-tensors' scale rule")
+      ->check(SchemeName());
   cmd->add_flag("--rotate", o->rotate, "Rotate the model first (QuaRot Hadamard; with rtn or gptq)");
   cmd->add_option("--rotate-seed", o->rotate_seed, "Seed of the rotation's random signs")->default_val(0);
   cmd->add_option("--threshold", o->threshold, "llm_int8: calibration max |x| above which a column stays fp (default 6)")
