@@ -61,8 +61,9 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
   return max_diff / std::max(scale, 1.0);
 }
 
-const std::set<std::string> kGgufArchitectures = {"llama", "mistral", "qwen2",    "qwen3",   "phi3",      "gemma",
-                                                  "gemma2", "gemma3", "gemma3mm", "mixtral", "qwen2_moe", "qwen3_moe"};
+const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
+                                                  "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mixtral",
+                                                  "qwen2_moe", "qwen3_moe", "granite"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -310,7 +311,7 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
                                                                         "gemma2", "gemma3", "gemma3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
-                                                                        "deepseek_v3", "gpt_oss"));
+                                                                        "deepseek_v3", "gpt_oss", "granite"));
 
 }  // namespace
 }  // namespace lowbit

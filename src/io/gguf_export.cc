@@ -46,10 +46,12 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe") return {"qwen3moe", false};
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
+  if (a == "GraniteForCausalLM") return {"granite", true};
+  if (a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -340,9 +342,15 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".attention.value_length", c.head_dim);
   }
   out.Set("general.file_type", file_type);
-  if (a == "llama") {
+  if (a == "llama" || a == "granite") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
+  }
+  if (a == "granite") {  // llama.cpp's names for Granite's multipliers (conversion/granite.py)
+    out.Set(a + ".logit_scale", c.logit_scale);
+    if (c.residual_scale != 1) out.Set(a + ".residual_scale", c.residual_scale);
+    if (c.embed_scale != 1) out.Set(a + ".embedding_scale", c.embed_scale);
+    out.Set(a + ".attention.scale", c.attention_scale());
   }
   if (a == "phi3") {
     out.Set(a + ".rope.dimension_count", c.rope_dims());

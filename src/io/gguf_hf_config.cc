@@ -91,6 +91,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
                                          {"phi3", "Phi3ForCausalLM", "phi3"},
                                          {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
+                                         {"granite", "GraniteForCausalLM", "granite"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -104,9 +105,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
              deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss";
   const std::string architecture(mixtral ? "MixtralForCausalLM" : family->architecture);
-  if (arch == "llama" && c.qkv_bias != c.o_bias)
-    Fail("{}: tensor 'blk.0.{}.bias': LlamaForCausalLM's attention_bias biases q/k/v and o_proj together; this file "
-         "biases only {}", source, c.qkv_bias ? "attn_output" : "attn_q", c.qkv_bias ? "q/k/v" : "o_proj");
+  if ((arch == "llama" || arch == "granite") && c.qkv_bias != c.o_bias)
+    Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",
+         source, c.qkv_bias ? "attn_output" : "attn_q", architecture, c.qkv_bias ? "q/k/v" : "o_proj");
   if (c.rotary_dim != 0 && !phi3 && !deepseek)
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
@@ -175,6 +176,12 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
       j["attn_logit_softcapping"] = cap(c.attn_softcap);
     }
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
+  }
+  if (arch == "granite") {  // transformers' multipliers, each 1 by default (the attention scale too)
+    j["embedding_multiplier"] = ShortestDecimal(c.embed_scale);
+    j["attention_multiplier"] = ShortestDecimal(c.attention_scale());
+    j["residual_multiplier"] = ShortestDecimal(c.residual_scale);
+    j["logits_scaling"] = ShortestDecimal(c.logit_scale);
   }
   if (phi3) {
     j.erase("head_dim");  // hidden / heads, which Phi3Config derives

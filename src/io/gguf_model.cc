@@ -21,8 +21,8 @@ namespace lowbit {
 namespace {
 
 constexpr std::string_view kSupportedArchitectures =
-    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss; llama with or without "
-    "experts";
+    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite; llama with or "
+    "without experts";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -280,6 +280,21 @@ void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
   c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, gemma2 ? 2 : 6);
 }
 
+// granite (models/granite.cpp): logits divided by logit_scale (required); residual_scale, embedding_scale and
+// attention.scale optional, absent or 0 meaning none (the attention scale then 1 / sqrt(head size)).
+void ReadGraniteKeys(const GgufFile& f, ModelConfig& c) {
+  const auto scale = [&](const char* key, bool required) {
+    const float v = required ? f.GetF32(key) : f.GetF32Or(key, 0.0f);
+    if (v < 0 || (required && v == 0) || !std::isfinite(v))
+      Fail("{}: key '{}' ({}) must be positive", f.path().string(), key, v);
+    return v;
+  };
+  c.logit_scale = scale("granite.logit_scale", true);
+  if (const float v = scale("granite.residual_scale", false); v > 0) c.residual_scale = v;
+  if (const float v = scale("granite.embedding_scale", false); v > 0) c.embed_scale = v;
+  if (const float v = scale("granite.attention.scale", false); v > 0) c.query_scale = v;
+}
+
 // Phi-3's longrope as the converter stores it: per-frequency divisors in rope_factors_long/short, the
 // attention factor and the original context as keys. llama.cpp picks the long factors for contexts past
 // the original one, as lowbit does by KV cache capacity. The sliding window applies as in transformers
@@ -391,9 +406,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
-             gpt_oss = arch == "gpt-oss";
+             gpt_oss = arch == "gpt-oss", granite = arch == "granite";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss)
+      !gpt_oss && !granite)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss)
@@ -413,7 +428,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.architecture = "gguf:" + arch;
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
-  c.rope_style = arch == "llama" ? RopeStyle::kAdjacent : RopeStyle::kHalf;  // qwen2moe, qwen3moe: NEOX too
+  c.rope_style = arch == "llama" || granite ? RopeStyle::kAdjacent : RopeStyle::kHalf;  // qwen2moe, qwen3moe: NEOX too
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
     c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;
@@ -469,6 +484,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (arch == "phi3") ReadPhi3Keys(f, c);
   if (deepseek) ReadDeepSeek2Keys(f, c);
   if (gpt_oss) ReadGptOssKeys(f, c);
+  if (granite) ReadGraniteKeys(f, c);
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {

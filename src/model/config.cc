@@ -52,6 +52,7 @@ void ModelConfig::Validate(const std::string& source) const {
        "longrope factors must be positive");
   need(embed_scale > 0 && std::isfinite(embed_scale), "the embedding scale must be positive");
   need(attn_softcap >= 0 && final_softcap >= 0 && query_scale >= 0, "soft-caps and query scale must not be negative");
+  need(positive(residual_scale) && positive(logit_scale), "the residual and logit scales must be positive");
   if (n_experts > 0) {
     at_most(n_experts, 1u << 12, "the number of experts");
     at_most(expert_ffn_dim, 1u << 20, "moe_intermediate_size");
@@ -103,7 +104,7 @@ constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
-    "DeepseekV3ForCausalLM, GptOssForCausalLM";
+    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -322,6 +323,23 @@ void ReadGptOss(ModelConfig& c, const JsonView& j) {
            "are not assumed");
 }
 
+// Granite (IBM's Granite 3.x dense models): a Llama with four multipliers, on the embeddings
+// (embedding_multiplier), the attention scores (attention_multiplier, in place of 1 / sqrt(head_dim)), each
+// block's attention and MLP outputs before the residual add (residual_multiplier), and the logits, divided by
+// logits_scaling. transformers' defaults are 1 (an attention scale of 1 included).
+void ReadGranite(ModelConfig& c, const JsonView& j) {
+  const auto positive = [&](const char* key) {
+    const float v = j.Get<float>(key, 1.0f);
+    if (!(v > 0)) j[key].Fail("must be positive");
+    return v;
+  };
+  c.embed_scale = positive("embedding_multiplier");
+  c.query_scale = positive("attention_multiplier");
+  c.residual_scale = positive("residual_multiplier");
+  c.logit_scale = positive("logits_scaling");
+  if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");
+}
+
 // DeepSeek-V2/V3: latent attention (config.h), layers from first_k_dense_replace on sparse, the routing
 // of DeepseekV2TopkRouter / DeepseekV3TopkRouter, n_shared_experts ungated experts of the experts'
 // width, and the softmax scale 1 / sqrt(qk_head_dim) times YaRN's mscale(factor, mscale_all_dim)^2.
@@ -396,7 +414,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
-      !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM")
+      !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
+      c.architecture != "GraniteForCausalLM")
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -414,8 +433,9 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM" ||
                (c.architecture == "Qwen2MoeForCausalLM" && j.Get<bool>("qkv_bias", true)) ||
                j.Get<bool>("attention_bias", false);
-  // LlamaAttention's attention_bias covers o_proj too (GPT-OSS's: ReadGptOss).
-  c.o_bias = c.architecture == "LlamaForCausalLM" && j.Get<bool>("attention_bias", false);
+  // LlamaAttention's and GraniteAttention's attention_bias covers o_proj too (GPT-OSS's: ReadGptOss).
+  c.o_bias = (c.architecture == "LlamaForCausalLM" || c.architecture == "GraniteForCausalLM") &&
+             j.Get<bool>("attention_bias", false);
   c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
   c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
   // Llama 3 lists several end tokens; generation stops at the first.
@@ -434,6 +454,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
     ReadExperts(c, j);
   if (IsDeepSeek(c.architecture)) ReadDeepSeek(c, j);
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
+  if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
   if (gemma) {
     c.norm_plus_one = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

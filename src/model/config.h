@@ -1,5 +1,5 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
-// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3), Gemma 1/2/3, the mixtures of
+// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3, Granite), Gemma 1/2/3, the mixtures of
 // experts Mixtral, Qwen2/3-MoE and GPT-OSS, and DeepSeek-V2/V3 (latent attention), whose differences are
 // fields here (activation, norm placement, soft-capping, sliding windows, RoPE variants, experts,
 // latent attention), not separate model classes.
@@ -97,6 +97,8 @@ struct ModelConfig {
   float attn_softcap = 0;     // Gemma 2: attention scores become cap * tanh(score / cap); 0 = none
   float final_softcap = 0;    // Gemma 2: the same on the logits
   float query_scale = 0;      // attention score scale (Gemma's query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim)
+  float residual_scale = 1;   // Granite: attention and MLP outputs are multiplied by it before each residual add
+  float logit_scale = 1;      // Granite: the logits are divided by it (logits_scaling)
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): a sparse layer's MLP is `n_experts` SwiGLU
   // experts of width expert_ffn_dim; a router picks experts_per_token of them for each token and
   // weighs their outputs by its softmax probabilities (renormalized over the chosen ones when
@@ -161,7 +163,7 @@ struct ModelConfig {
 double YarnMscale(double scale, double mscale);
 
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
-// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS). Unknown
+// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite). Unknown
 // architectures are errors that list the supported ones.
 // Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);

@@ -20,6 +20,19 @@ void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* ou
   for (size_t i = 0; i < n; ++i) out[i] = x[i] * inv * weight[i];
 }
 
+namespace {
+
+// x += scale * out over n values: a block's output into the residual stream (Granite scales it).
+void AddResidual(const float* out, size_t n, float scale, float* x) {
+  if (scale == 1) {
+    for (size_t i = 0; i < n; ++i) x[i] += out[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) x[i] += scale * out[i];
+  }
+}
+
+}  // namespace
+
 void ApplyFinalNorm(const Model& model, std::span<const float> hidden, std::vector<float>& out) {
   const size_t dim = model.config.dim;
   out.resize(hidden.size());
@@ -515,7 +528,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
         for (size_t t = begin; t < end; ++t) {
           if (!lw.attn_out_norm.empty())
             RmsNorm(&proj_[t * dim], lw.attn_out_norm.data(), dim, c.norm_eps, &proj_[t * dim]);
-          for (size_t i = t * dim; i < (t + 1) * dim; ++i) x[i] += proj_[i];
+          AddResidual(&proj_[t * dim], dim, c.residual_scale, &x[t * dim]);
           RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
         }
       });
@@ -547,7 +560,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
         if (!lw.ffn_out_norm.empty())
           for (size_t t = begin; t < end; ++t)
             RmsNorm(&proj_[t * dim], lw.ffn_out_norm.data(), dim, c.norm_eps, &proj_[t * dim]);
-        for (size_t i = begin * dim; i < end * dim; ++i) x[i] += proj_[i];
+        AddResidual(&proj_[begin * dim], (end - begin) * dim, c.residual_scale, &x[begin * dim]);
       });
       return;
     }
@@ -609,6 +622,8 @@ void Engine::Forward(std::span<BatchItem> batch) {
   MatMul(w.lm_head, normed.data(), rows_out, logits.data(), pool_, activations_);
   if (c.final_softcap > 0)
     for (float& v : logits) v = c.final_softcap * std::tanh(v / c.final_softcap);
+  if (c.logit_scale != 1)
+    for (float& v : logits) v /= c.logit_scale;
   size_t out_row = 0;
   for (BatchItem& item : batch) {
     const size_t count = item.all_logits ? item.tokens.size() : 1;

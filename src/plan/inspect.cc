@@ -196,7 +196,8 @@ void InspectGguf(const fs::path& path, CheckpointInfo& info) {
   info.details = fmt::format("{}tensor types {}", arch_name.empty() ? "" : "architecture " + arch_name + "; ", hist);
   // What lowbit's engine runs and writes is what llama.cpp runs: the text architectures below, every
   // ggml type in the file (the reader refuses ids ggml does not have).
-  static constexpr std::string_view kLlamaCppArchitectures[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+  static constexpr std::string_view kLlamaCppArchitectures[] = {"llama",  "qwen2", "qwen3",  "gemma2",
+                                                                 "gemma3", "phi3",  "granite"};
   if (std::find(std::begin(kLlamaCppArchitectures), std::end(kLlamaCppArchitectures), arch_name) !=
       std::end(kLlamaCppArchitectures))
     info.notes.push_back(fmt::format("llama.cpp loads this file (architecture '{}', tensor types {})", arch_name, hist));

@@ -10,13 +10,13 @@
                 reference logits equal the committed ones (the library still computes the same); then
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
-                tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2 and gemma3
+                tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3 and granite
                 architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 and gpt-oss
                 on DeepSeek-V2/V3 and GPT-OSS variants of the fixtures that llama.cpp can express: lowbit must also read
                 those files back to llama.cpp's logits, and convert them back to Hugging Face folders that
                 transformers runs to the fixture's logits); and exports
-                the mixtures of experts, Phi-3 (fused qkv_proj / gate_up_proj) and DeepSeek-V2/V3 (latent
-                attention) to compressed-tensors and checks transformers' logits on that folder against lowbit's; and
+                the mixtures of experts, Phi-3 (fused qkv_proj / gate_up_proj), DeepSeek-V2/V3 (latent
+                attention) and Granite (its multipliers) to compressed-tensors and checks transformers' logits on that folder against lowbit's; and
                 GPT-OSS's experts as released (MXFP4 blocks) in transformers and in lowbit.
 """
 import argparse
@@ -113,6 +113,11 @@ ARCHITECTURES = {
                                 rope_parameters={"rope_type": "yarn", "factor": 32.0,
                                                  "original_max_position_embeddings": 4096, "beta_fast": 32.0,
                                                  "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0})),
+    # Granite (IBM Granite 3.x): a Llama with multipliers on the embeddings, the attention scores (in place of
+    # 1 / sqrt(head_dim)), each block's outputs before the residual add, and the logits (divided), tied.
+    "granite": ("granite", dict(rope_theta=10000.0, tie_word_embeddings=True, attention_bias=False,
+                                embedding_multiplier=12.0, attention_multiplier=0.25, residual_multiplier=0.22,
+                                logits_scaling=8.0)),
 }
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
@@ -138,7 +143,7 @@ GGUF_VARIANTS = {
 }
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mixtral",
-                      "qwen2_moe", "qwen3_moe", *GGUF_VARIANTS]
+                      "qwen2_moe", "qwen3_moe", "granite", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -294,7 +299,8 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # transformers' logits must be lowbit's on the same folder (KL over windows of a text in the fixtures' byte
 # vocabulary).
 ENGINE_CHECKS = [("mixtral", "int4:g8"), ("qwen2_moe", "int4:g8"), ("qwen2_moe_dense", "int4:g8"),
-                 ("qwen3_moe", "int4:g8"), ("phi3", "int4:g8"), ("deepseek_v2", "int4:g8"), ("deepseek_v3", "int4:g8")]
+                 ("qwen3_moe", "int4:g8"), ("phi3", "int4:g8"), ("deepseek_v2", "int4:g8"), ("deepseek_v3", "int4:g8"),
+                 ("granite", "int4:g8")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -309,7 +315,7 @@ def check_engine_exports(lowbit, folder):
         out = os.path.join(folder, f"{name}-{scheme}-ct")
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
-        if name != "phi3":
+        if name not in ("phi3", "granite"):
             check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
