@@ -63,7 +63,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mixtral",
-                                                  "qwen2_moe", "qwen3_moe", "granite"};
+                                                  "qwen2_moe", "qwen3_moe", "granite", "smollm3"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -311,7 +311,7 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
                                                                         "gemma2", "gemma3", "gemma3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
-                                                                        "deepseek_v3", "gpt_oss", "granite"));
+                                                                        "deepseek_v3", "gpt_oss", "granite", "smollm3"));
 
 }  // namespace
 }  // namespace lowbit

@@ -47,11 +47,13 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "GraniteForCausalLM") return {"granite", true};
+  if (a == "SmolLM3ForCausalLM") return {"smollm3", true};
+  if (a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   if (a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -79,6 +81,18 @@ void CheckGptOssExportable(const ModelConfig& c, const std::string& source) {
                  "lowbit: warning: %s: llama.cpp truncates YaRN's ramp to whole dimensions; this model's (truncate: "
                  "false) is not, so llama.cpp's RoPE frequencies differ slightly, as in its own conversion\n",
                  source.c_str());
+}
+
+// What llama.cpp's smollm3 computes (models/smollm3.cpp): RoPE in every layer but each fourth, a constant, and no
+// sliding window; and what the other architectures compute: RoPE in every layer.
+void CheckNopeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
+  const bool smollm3 = arch.name == "smollm3";
+  for (uint32_t i = 0; i < c.n_layers; ++i)
+    if (c.rope(i) == (smollm3 && (i + 1) % kSmolLM3NopeStep == 0))
+      Fail("{}: layer {} {} RoPE, but llama.cpp's {} {}", source, i, c.rope(i) ? "takes" : "takes no", arch.name,
+           smollm3 ? fmt::format("leaves every {}th layer without it and no other", kSmolLM3NopeStep)
+                   : std::string("rotates every layer"));
+  if (smollm3 && c.sliding_window > 0) Fail("{}: llama.cpp's smollm3 has no sliding window", source);
 }
 
 // What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
@@ -342,7 +356,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".attention.value_length", c.head_dim);
   }
   out.Set("general.file_type", file_type);
-  if (a == "llama" || a == "granite") {
+  if (a == "llama" || a == "granite" || a == "smollm3") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
   }
@@ -506,6 +520,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   const bool gpt_oss = arch.name == "gpt-oss";
   if (gpt_oss) CheckGptOssExportable(c, m.source);
   CheckMoeExportable(c, arch, m.source);
+  CheckNopeExportable(c, arch, m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
   if (!IsGemmaArch(arch) && !longrope && !deepseek && !gpt_oss && c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)

@@ -92,6 +92,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"phi3", "Phi3ForCausalLM", "phi3"},
                                          {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
                                          {"granite", "GraniteForCausalLM", "granite"},
+                                         {"smollm3", "SmolLM3ForCausalLM", "smollm3"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -176,6 +177,12 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
       j["attn_logit_softcapping"] = cap(c.attn_softcap);
     }
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
+  }
+  if (arch == "smollm3") {  // 1: RoPE, 0: none (every fourth layer in llama.cpp)
+    OrderedJson flags = OrderedJson::array();
+    for (uint32_t i = 0; i < c.n_layers; ++i) flags.push_back(c.rope(i) ? 1 : 0);
+    j["no_rope_layers"] = std::move(flags);
+    j["use_sliding_window"] = false;
   }
   if (arch == "granite") {  // transformers' multipliers, each 1 by default (the attention scale too)
     j["embedding_multiplier"] = ShortestDecimal(c.embed_scale);

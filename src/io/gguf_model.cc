@@ -21,8 +21,8 @@ namespace lowbit {
 namespace {
 
 constexpr std::string_view kSupportedArchitectures =
-    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite; llama with or "
-    "without experts";
+    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3; llama "
+    "with or without experts";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -406,9 +406,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
-             gpt_oss = arch == "gpt-oss", granite = arch == "granite";
+             gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite)
+      !gpt_oss && !granite && !smollm3)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss)
@@ -428,7 +428,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.architecture = "gguf:" + arch;
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
-  c.rope_style = arch == "llama" || granite ? RopeStyle::kAdjacent : RopeStyle::kHalf;  // qwen2moe, qwen3moe: NEOX too
+  c.rope_style = arch == "llama" || granite || smollm3 ? RopeStyle::kAdjacent : RopeStyle::kHalf;  // qwen*moe: NEOX
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
     c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;
@@ -485,6 +485,10 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (deepseek) ReadDeepSeek2Keys(f, c);
   if (gpt_oss) ReadGptOssKeys(f, c);
   if (granite) ReadGraniteKeys(f, c);
+  if (smollm3) {  // models/smollm3.cpp: every fourth layer without RoPE, a constant (no key)
+    c.nope_layers.assign(c.n_layers, 0);
+    for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = (i + 1) % kSmolLM3NopeStep == 0;
+  }
   c.Validate(source);
 
   if (const GgufTensorInfo* freqs = f.FindTensor("rope_freqs.weight")) {

@@ -21,6 +21,9 @@ namespace lowbit {
 // vocab_size comes from token_embd.weight. Throws Error naming the file and key.
 ModelConfig ReadGgufConfig(const GgufFile& file);
 
+// llama.cpp's smollm3 runs every kSmolLM3NopeStep-th layer (1-based) without RoPE; its files hold no key for it.
+inline constexpr uint32_t kSmolLM3NopeStep = 4;
+
 // The attention score scale llama.cpp applies to a model of GGUF architecture gemma / gemma2 / gemma3
 // of this shape: it reads no query_pre_attn_scalar, and scales by 1/sqrt(head_dim), or by
 // 1/sqrt(hidden / heads) at the layer counts of Gemma 2 27B (46) and Gemma 3 27B (62).

@@ -42,6 +42,7 @@ void ModelConfig::Validate(const std::string& source) const {
     Fail("{}: invalid model config: longrope short_factor and long_factor need {} entries each (rotary dimensions / "
          "2), not {} and {}", source, rope_dims() / 2, rope_scaling.short_factor.size(), rope_scaling.long_factor.size());
   need(sliding_layers.empty() || sliding_layers.size() == n_layers, "layer_types needs one entry per layer");
+  need(nope_layers.empty() || nope_layers.size() == n_layers, "no_rope_layers needs one entry per layer");
   const auto positive = [](float v) { return v > 0 && std::isfinite(v); };
   need(local_rope_theta == 0 || positive(local_rope_theta), "the local RoPE base must be positive");
   need(rope_scaling.type == RopeScalingType::kNone || rope_scaling.type == RopeScalingType::kLongRope ||
@@ -104,7 +105,7 @@ constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
-    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM";
+    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -205,8 +206,10 @@ std::vector<uint8_t> DefaultSlidingLayers(const ModelConfig& c, const JsonView& 
 }
 
 void ReadSlidingWindow(ModelConfig& c, const JsonView& j) {
-  // Qwen2/3 configs carry a sliding_window that applies only with use_sliding_window.
-  if (!j.Has("sliding_window") || (IsQwen(c.architecture) && !j.Get<bool>("use_sliding_window", false))) return;
+  // Qwen2/3 and SmolLM3 configs carry a sliding_window that applies only with use_sliding_window.
+  if (!j.Has("sliding_window") || ((IsQwen(c.architecture) || c.architecture == "SmolLM3ForCausalLM") &&
+                                    !j.Get<bool>("use_sliding_window", false)))
+    return;
   c.sliding_window = j.Get<uint32_t>("sliding_window");
   if (c.sliding_window == 0) j["sliding_window"].Fail("must be positive (or null for none)");
   if (j.Has("layer_types")) {
@@ -340,6 +343,27 @@ void ReadGranite(ModelConfig& c, const JsonView& j) {
   if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");
 }
 
+// SmolLM3: a Llama whose no_rope_layers (1 = RoPE, 0 = none) leave some layers without positions, as
+// SmolLM3Config fills it when absent: every no_rope_layer_interval-th layer (4) without.
+void ReadSmolLM3(ModelConfig& c, const JsonView& j) {
+  c.nope_layers.assign(c.n_layers, 0);
+  if (j.Has("no_rope_layers")) {
+    const std::vector<JsonView> flags = j["no_rope_layers"].Items();
+    if (flags.size() != c.n_layers)
+      j["no_rope_layers"].Fail(fmt::format("has {} entries, but num_hidden_layers is {}", flags.size(), c.n_layers));
+    for (size_t i = 0; i < flags.size(); ++i) {
+      const int flag = flags[i].As<int>();
+      if (flag != 0 && flag != 1) flags[i].Fail("must be 1 (RoPE) or 0 (none)");
+      c.nope_layers[i] = flag == 0;
+    }
+  } else {
+    const uint32_t interval = j.Get<uint32_t>("no_rope_layer_interval", 4);
+    if (interval == 0) j["no_rope_layer_interval"].Fail("must be positive");
+    for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = (i + 1) % interval == 0;
+  }
+  if (std::ranges::none_of(c.nope_layers, [](uint8_t n) { return n != 0; })) c.nope_layers.clear();
+}
+
 // DeepSeek-V2/V3: latent attention (config.h), layers from first_k_dense_replace on sparse, the routing
 // of DeepseekV2TopkRouter / DeepseekV3TopkRouter, n_shared_experts ungated experts of the experts'
 // width, and the softmax scale 1 / sqrt(qk_head_dim) times YaRN's mscale(factor, mscale_all_dim)^2.
@@ -415,7 +439,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
-      c.architecture != "GraniteForCausalLM")
+      c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM")
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -455,6 +479,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (IsDeepSeek(c.architecture)) ReadDeepSeek(c, j);
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
   if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
+  if (c.architecture == "SmolLM3ForCausalLM") ReadSmolLM3(c, j);
   if (gemma) {
     c.norm_plus_one = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

@@ -1,5 +1,5 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
-// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3, Granite), Gemma 1/2/3, the mixtures of
+// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3, Granite, SmolLM3), Gemma 1/2/3, the mixtures of
 // experts Mixtral, Qwen2/3-MoE and GPT-OSS, and DeepSeek-V2/V3 (latent attention), whose differences are
 // fields here (activation, norm placement, soft-capping, sliding windows, RoPE variants, experts,
 // latent attention), not separate model classes.
@@ -79,6 +79,7 @@ struct ModelConfig {
   bool o_bias = false;       // Llama's and GPT-OSS's attention_bias: o_proj has a bias too
   bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over each head of q and k, before RoPE
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
+  std::vector<uint8_t> nope_layers;  // SmolLM3: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
   FfnActivation activation = FfnActivation::kSilu;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // kSwigluClamped
   // GPT-OSS: a learned logit per query head ("sink") joins each softmax's denominator, attending to
@@ -153,6 +154,7 @@ struct ModelConfig {
   bool sliding(size_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[layer] != 0);
   }
+  bool rope(size_t layer) const { return nope_layers.empty() || nope_layers[layer] == 0; }
   bool moe(size_t layer) const { return n_experts > 0 && (sparse_layers.empty() || sparse_layers[layer] != 0); }
   float attention_scale() const;
   // Throws Error naming `source` and the field when something is inconsistent.
@@ -163,7 +165,7 @@ struct ModelConfig {
 double YarnMscale(double scale, double mscale);
 
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
-// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite). Unknown
+// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite / SmolLM3). Unknown
 // architectures are errors that list the supported ones.
 // Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);

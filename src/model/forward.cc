@@ -489,11 +489,12 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       }
       std::vector<size_t> position;  // of each stacked row in its sequence
       const std::vector<const RopeTable*> rope = RowRopes(l, batch, position);
-      ForTokens(total, [&](size_t begin, size_t end) {
-        for (size_t row = begin; row < end; ++row)
-          ApplyRope({{&q_[row * c.q_dim()], c.n_heads, c.head_dim, 0}, {&k_[row * c.kv_dim()], c.n_kv_heads, c.head_dim, 0}},
-                    position[row], *rope[row]);
-      });
+      if (c.rope(l))  // SmolLM3's NoPE layers attend without positions
+        ForTokens(total, [&](size_t begin, size_t end) {
+          for (size_t row = begin; row < end; ++row)
+            ApplyRope({{&q_[row * c.q_dim()], c.n_heads, c.head_dim, 0}, {&k_[row * c.kv_dim()], c.n_kv_heads, c.head_dim, 0}},
+                      position[row], *rope[row]);
+        });
       size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
       for (BatchItem& item : batch)
         for (size_t t = 0; t < item.tokens.size(); ++t, ++row)
