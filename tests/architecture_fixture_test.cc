@@ -32,8 +32,11 @@
 #include "io/safetensors.h"
 #include "model/quantize_weights.h"
 #include "model/forward.h"
+#include "model/ptq.h"
+#include "model/rotation.h"
 #include "pipeline/convert_job.h"
 #include "quant/scheme.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -63,7 +66,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mixtral",
-                                                  "qwen2_moe", "qwen3_moe", "granite", "smollm3"};
+                                                  "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -308,10 +311,37 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
   EXPECT_GT(moved, 1e-2);  // the scale matters for these logits
 }
 
+// OLMo 2 has no norm before its attention and MLP: GPTQ calibrates it (beating RTN), while the methods that fold
+// input scales into that norm, and a rotation that its output norms would not carry, are refused by name.
+TEST(ArchitectureFixtureOlmo2, GptqYesScaleFoldingAndRotationNo) {
+  const Model fp = LoadModel((kFixtures / "olmo2").string());
+  const auto windows = testing_util::RandomWindows(2, 16, fp.config.vocab_size);
+  QuantizeRequest req;
+  req.scheme = ParseScheme("int4:g8");
+  req.calibration = testing_util::RandomWindows(16, 32, fp.config.vocab_size);
+  req.threads = 2;
+  Model rtn = fp, gptq = fp;
+  (void)QuantizeModel(rtn, req);
+  req.method = "gptq";
+  (void)QuantizeModel(gptq, req);
+  EXPECT_LT(testing_util::LogitError(fp, gptq, windows), testing_util::LogitError(fp, rtn, windows));
+  for (const char* method : {"awq", "smoothquant"}) {
+    Model m = fp;
+    req.method = method;
+    req.scheme = ParseScheme(method == std::string("awq") ? "int4:g8" : "int8");
+    if (method == std::string("smoothquant")) req.act_scheme = ParseScheme("int8:token");
+    ExpectError([&] { (void)QuantizeModel(m, req); },
+                {std::string("method '") + method + "'", "Olmo2ForCausalLM", "no norm before"});
+  }
+  Model rotated = fp;
+  ExpectError([&] { (void)RotateModel(rotated, 1); }, {"rotate", "Olmo2ForCausalLM"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
                                                                         "gemma2", "gemma3", "gemma3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
-                                                                        "deepseek_v3", "gpt_oss", "granite", "smollm3"));
+                                                                        "deepseek_v3", "gpt_oss", "granite", "smollm3",
+                                                                        "olmo2"));
 
 }  // namespace
 }  // namespace lowbit

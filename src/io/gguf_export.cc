@@ -48,12 +48,13 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "GraniteForCausalLM") return {"granite", true};
   if (a == "SmolLM3ForCausalLM") return {"smollm3", true};
+  if (a == "Olmo2ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
   if (a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   if (a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -217,7 +218,8 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
             std::find_if(shapes.begin(), shapes.end(), [&](const LinearShape& s) { return s.name == name; }) -
             shapes.begin()));
     };
-    vector(p + "attn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_norm; });
+    if (c.pre_norms)
+      vector(p + "attn_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_norm; });
     if (c.mla()) {  // gguf_deepseek.h
       const uint64_t q_rows = uint64_t{c.n_heads} * c.qk_head_dim();
       if (c.q_lora_rank > 0) {
@@ -256,8 +258,8 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_v.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wv.bias; });
     }
     if (c.qk_norm) {
-      vector(p + "attn_q_norm.weight", c.head_dim, layer, [](const LayerWeights* l) { return &l->q_norm; });
-      vector(p + "attn_k_norm.weight", c.head_dim, layer, [](const LayerWeights* l) { return &l->k_norm; });
+      vector(p + "attn_q_norm.weight", c.q_norm_dim(), layer, [](const LayerWeights* l) { return &l->q_norm; });
+      vector(p + "attn_k_norm.weight", c.k_norm_dim(), layer, [](const LayerWeights* l) { return &l->k_norm; });
     }
     matrix(p + "attn_output.weight", c.dim, c.attn_out_dim(), layer, [](const LayerWeights* l) { return &l->wo; });
     holds({"self_attn.o_proj"});
@@ -267,8 +269,9 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
     // gpt-oss names the MLP's input norm post_attention_norm.
-    vector(p + (arch.name == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim, layer,
-           [](const LayerWeights* l) { return &l->ffn_norm; });
+    if (c.pre_norms)
+      vector(p + (arch.name == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim, layer,
+             [](const LayerWeights* l) { return &l->ffn_norm; });
     if (c.moe(i)) {
       plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, {},
                       [](const LayerWeights* l) { return TensorSource{.values = &l->router}; }});
@@ -521,6 +524,8 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   if (gpt_oss) CheckGptOssExportable(c, m.source);
   CheckMoeExportable(c, arch, m.source);
   CheckNopeExportable(c, arch, m.source);
+  if (arch.name == "olmo2" && c.tie_embeddings)  // models/olmo2.cpp requires output.weight
+    Fail("{}: llama.cpp's olmo2 reads a separate output.weight; this model ties its embeddings", m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
   if (!IsGemmaArch(arch) && !longrope && !deepseek && !gpt_oss && c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)

@@ -93,6 +93,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
                                          {"granite", "GraniteForCausalLM", "granite"},
                                          {"smollm3", "SmolLM3ForCausalLM", "smollm3"},
+                                         {"olmo2", "Olmo2ForCausalLM", "olmo2"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -106,7 +107,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
              deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss";
   const std::string architecture(mixtral ? "MixtralForCausalLM" : family->architecture);
-  if ((arch == "llama" || arch == "granite") && c.qkv_bias != c.o_bias)
+  if ((arch == "llama" || arch == "granite" || arch == "olmo2") && c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",
          source, c.qkv_bias ? "attn_output" : "attn_q", architecture, c.qkv_bias ? "q/k/v" : "o_proj");
   if (c.rotary_dim != 0 && !phi3 && !deepseek)

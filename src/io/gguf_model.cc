@@ -21,8 +21,8 @@ namespace lowbit {
 namespace {
 
 constexpr std::string_view kSupportedArchitectures =
-    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3; llama "
-    "with or without experts";
+    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2; "
+    "llama with or without experts";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -406,9 +406,10 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
-             gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3";
+             gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
+             olmo2 = arch == "olmo2";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite && !smollm3)
+      !gpt_oss && !granite && !smollm3 && !olmo2)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss)
@@ -478,7 +479,13 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   c.o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
   if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" || olmo2;
+  if (olmo2) {  // models/olmo2.cpp: norms on the attention and MLP outputs only, q and k normed whole
+    if (f.GetU32Or(p + "attention.sliding_window", 0) > 0)
+      Fail("{}: key '{}attention.sliding_window': OLMo 3's sliding layers are not supported", source, p);
+    c.pre_norms = false;
+    c.sandwich_norms = c.qk_norm_full = true;
+  }
   if (gemma) ReadGemmaKeys(f, arch, c);
   if (arch == "llama" || qwen_moe) ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
@@ -523,7 +530,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
     LayerWeights l = EmptyLayer(c, i);
-    l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
+    if (c.pre_norms) l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
     if (c.mla()) {
       LoadLatentAttention(f, t, c, p, l);
     } else if (f.FindTensor(p + "attn_qkv.weight")) {  // Phi-3: q, k and v rows in one matrix
@@ -542,8 +549,8 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.wv.bias = t.Vector(p + "attn_v.bias", c.kv_dim());
     }
     if (c.qk_norm) {
-      l.q_norm = t.Vector(p + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = t.Vector(p + "attn_k_norm.weight", c.head_dim);
+      l.q_norm = t.Vector(p + "attn_q_norm.weight", c.q_norm_dim());
+      l.k_norm = t.Vector(p + "attn_k_norm.weight", c.k_norm_dim());
     }
     l.wo = t.Weight(p + "attn_output.weight", c.dim, c.attn_out_dim());
     if (c.o_bias) l.wo.bias = t.Vector(p + "attn_output.bias", c.dim);
@@ -553,7 +560,8 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);
     }
     // gpt-oss names the MLP's input norm post_attention_norm (not a sandwich norm there).
-    l.ffn_norm = t.Vector(p + (c.architecture == "gguf:gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim);
+    if (c.pre_norms)
+      l.ffn_norm = t.Vector(p + (c.architecture == "gguf:gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim);
     if (c.moe(i)) {
       l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
       if (c.router_bias) l.router_bias = t.Vector(p + "exp_probs_b.bias", c.n_experts);

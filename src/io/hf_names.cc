@@ -16,8 +16,12 @@ uint64_t HfBlockVector::numel() const {
 }
 
 std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
-  std::vector<HfBlockVector> v = {{"input_layernorm.weight", &LayerWeights::attn_norm, {c.dim}}};
-  if (c.sandwich_norms) {
+  std::vector<HfBlockVector> v;
+  if (c.pre_norms) v.push_back({"input_layernorm.weight", &LayerWeights::attn_norm, {c.dim}});
+  if (!c.pre_norms) {  // OLMo 2: the output norms alone
+    v.push_back({"post_attention_layernorm.weight", &LayerWeights::attn_out_norm, {c.dim}});
+    v.push_back({"post_feedforward_layernorm.weight", &LayerWeights::ffn_out_norm, {c.dim}});
+  } else if (c.sandwich_norms) {
     v.push_back({"post_attention_layernorm.weight", &LayerWeights::attn_out_norm, {c.dim}});
     v.push_back({"pre_feedforward_layernorm.weight", &LayerWeights::ffn_norm, {c.dim}});
     v.push_back({"post_feedforward_layernorm.weight", &LayerWeights::ffn_out_norm, {c.dim}});
@@ -25,8 +29,8 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
     v.push_back({"post_attention_layernorm.weight", &LayerWeights::ffn_norm, {c.dim}});
   }
   if (c.qk_norm) {
-    v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.head_dim}});
-    v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.head_dim}});
+    v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.q_norm_dim()}});
+    v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.k_norm_dim()}});
   }
   if (c.mla()) {
     if (c.q_lora_rank > 0) v.push_back({"self_attn.q_a_layernorm.weight", &LayerWeights::q_a_norm, {c.q_lora_rank}});

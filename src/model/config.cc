@@ -43,6 +43,7 @@ void ModelConfig::Validate(const std::string& source) const {
          "2), not {} and {}", source, rope_dims() / 2, rope_scaling.short_factor.size(), rope_scaling.long_factor.size());
   need(sliding_layers.empty() || sliding_layers.size() == n_layers, "layer_types needs one entry per layer");
   need(nope_layers.empty() || nope_layers.size() == n_layers, "no_rope_layers needs one entry per layer");
+  need(pre_norms || sandwich_norms, "a model without pre-norms needs norms on the attention and MLP outputs");
   const auto positive = [](float v) { return v > 0 && std::isfinite(v); };
   need(local_rope_theta == 0 || positive(local_rope_theta), "the local RoPE base must be positive");
   need(rope_scaling.type == RopeScalingType::kNone || rope_scaling.type == RopeScalingType::kLongRope ||
@@ -105,7 +106,7 @@ constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
-    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM";
+    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -439,7 +440,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
-      c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM")
+      c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
+      c.architecture != "Olmo2ForCausalLM")
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -457,8 +459,10 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM" ||
                (c.architecture == "Qwen2MoeForCausalLM" && j.Get<bool>("qkv_bias", true)) ||
                j.Get<bool>("attention_bias", false);
-  // LlamaAttention's and GraniteAttention's attention_bias covers o_proj too (GPT-OSS's: ReadGptOss).
-  c.o_bias = (c.architecture == "LlamaForCausalLM" || c.architecture == "GraniteForCausalLM") &&
+  // LlamaAttention's, GraniteAttention's and Olmo2Attention's attention_bias covers o_proj too (GPT-OSS's:
+  // ReadGptOss).
+  c.o_bias = (c.architecture == "LlamaForCausalLM" || c.architecture == "GraniteForCausalLM" ||
+              c.architecture == "Olmo2ForCausalLM") &&
              j.Get<bool>("attention_bias", false);
   c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
   c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
@@ -480,6 +484,10 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
   if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadSmolLM3(c, j);
+  if (c.architecture == "Olmo2ForCausalLM") {  // norms on the attention and MLP outputs only, q/k norms whole
+    c.pre_norms = false;
+    c.sandwich_norms = c.qk_norm = c.qk_norm_full = true;
+  }
   if (gemma) {
     c.norm_plus_one = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

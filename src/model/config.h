@@ -1,5 +1,5 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
-// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3, Granite, SmolLM3), Gemma 1/2/3, the mixtures of
+// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3, Granite, SmolLM3, OLMo 2), Gemma 1/2/3, the mixtures of
 // experts Mixtral, Qwen2/3-MoE and GPT-OSS, and DeepSeek-V2/V3 (latent attention), whose differences are
 // fields here (activation, norm placement, soft-capping, sliding windows, RoPE variants, experts,
 // latent attention), not separate model classes.
@@ -78,6 +78,7 @@ struct ModelConfig {
   bool qkv_bias = false;     // Qwen2
   bool o_bias = false;       // Llama's and GPT-OSS's attention_bias: o_proj has a bias too
   bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over each head of q and k, before RoPE
+  bool qk_norm_full = false; // OLMo 2: that RMSNorm over the whole q and k projections (all heads at once)
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
   std::vector<uint8_t> nope_layers;  // SmolLM3: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
   FfnActivation activation = FfnActivation::kSilu;
@@ -95,6 +96,8 @@ struct ModelConfig {
   bool norm_plus_one = false;
   float embed_scale = 1;      // Gemma: embeddings are multiplied by sqrt(hidden_size)
   bool sandwich_norms = false;  // Gemma 2/3: attention and MLP outputs are RMS-normed before each residual add
+  bool pre_norms = true;        // false (OLMo 2): attention and MLP read the residual stream itself, only the
+                                // sandwich norms on their outputs remain
   float attn_softcap = 0;     // Gemma 2: attention scores become cap * tanh(score / cap); 0 = none
   float final_softcap = 0;    // Gemma 2: the same on the logits
   float query_scale = 0;      // attention score scale (Gemma's query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim)
@@ -151,6 +154,9 @@ struct ModelConfig {
   uint32_t attn_out_dim() const { return mla() ? n_heads * v_head_dim : q_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim; }
   uint32_t rope_dims() const { return rotary_dim ? rotary_dim : head_dim; }
+  // The q and k norms' widths: a head's, or the whole projection's (qk_norm_full); 0 without them.
+  uint32_t q_norm_dim() const { return !qk_norm ? 0 : qk_norm_full ? q_dim() : head_dim; }
+  uint32_t k_norm_dim() const { return !qk_norm ? 0 : qk_norm_full ? kv_dim() : head_dim; }
   bool sliding(size_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[layer] != 0);
   }
@@ -165,7 +171,7 @@ struct ModelConfig {
 double YarnMscale(double scale, double mscale);
 
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
-// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite / SmolLM3). Unknown
+// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite / SmolLM3 / OLMo 2). Unknown
 // architectures are errors that list the supported ones.
 // Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);

@@ -454,6 +454,10 @@ std::vector<float> Engine::Embed(std::span<const BatchItem> batch) const {
 void Engine::BeginLayer(size_t l, const std::vector<float>& x, std::vector<float>& input) {
   const ModelConfig& c = model_.config;
   input.resize(x.size());
+  if (!c.pre_norms) {  // OLMo 2: attention reads the residual stream itself
+    std::copy(x.begin(), x.end(), input.begin());
+    return;
+  }
   ForTokens(x.size() / c.dim, [&](size_t begin, size_t end) {
     for (size_t t = begin; t < end; ++t)
       RmsNorm(&x[t * c.dim], model_.weights.layers[l].attn_norm.data(), c.dim, c.norm_eps, &input[t * c.dim]);
@@ -473,7 +477,14 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       v_.resize(total * c.kv_dim());
       const LinearOutput qkv[] = {{lw.wq, q_.data()}, {lw.wk, k_.data()}, {lw.wv, v_.data()}};
       MatMulShared(qkv, input.data(), total, pool_, activations_);
-      if (c.qk_norm) {  // Qwen3, Gemma 3: each head of q and k normalized on its own
+      if (c.qk_norm_full) {  // OLMo 2: q and k normalized whole
+        ForTokens(total, [&](size_t begin, size_t end) {
+          for (size_t row = begin; row < end; ++row) {
+            RmsNorm(&q_[row * c.q_dim()], lw.q_norm.data(), c.q_dim(), c.norm_eps, &q_[row * c.q_dim()]);
+            RmsNorm(&k_[row * c.kv_dim()], lw.k_norm.data(), c.kv_dim(), c.norm_eps, &k_[row * c.kv_dim()]);
+          }
+        });
+      } else if (c.qk_norm) {  // Qwen3, Gemma 3: each head of q and k normalized on its own
         ForTokens(total, [&](size_t begin, size_t end) {
           for (size_t row = begin; row < end; ++row) {
             for (size_t h = 0; h < c.n_heads; ++h) {
@@ -530,7 +541,8 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
           if (!lw.attn_out_norm.empty())
             RmsNorm(&proj_[t * dim], lw.attn_out_norm.data(), dim, c.norm_eps, &proj_[t * dim]);
           AddResidual(&proj_[t * dim], dim, c.residual_scale, &x[t * dim]);
-          RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
+          if (c.pre_norms) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
+          else std::copy_n(&x[t * dim], dim, &input[t * dim]);
         }
       });
       return;

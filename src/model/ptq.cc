@@ -517,6 +517,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
     Fail("method '{}': {}'s experts clamp up_proj's output and add 1 (the clamped SwiGLU), so the down_proj scales "
          "this method folds into up_proj would change the model; use rtn or gptq", req.method,
          model.config.architecture);
+  if (!model.config.pre_norms && (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
+    Fail("method '{}': {} has no norm before its attention and MLP to fold this method's input scales into; use rtn "
+         "or gptq", req.method, model.config.architecture);
   QuantizeReport report = req.resume ? req.resume->report : QuantizeReport{};
   const double prior_seconds = report.total_seconds;
   Engine engine(model, req.threads);  // reads the weights only when run: rotating them first is safe
