@@ -315,16 +315,9 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
 // input scales into that norm, and a rotation that its output norms would not carry, are refused by name.
 TEST(ArchitectureFixtureOlmo2, GptqYesScaleFoldingAndRotationNo) {
   const Model fp = LoadModel((kFixtures / "olmo2").string());
-  const auto windows = testing_util::RandomWindows(2, 16, fp.config.vocab_size);
-  QuantizeRequest req;
-  req.scheme = ParseScheme("int4:g8");
-  req.calibration = testing_util::RandomWindows(16, 32, fp.config.vocab_size);
-  req.threads = 2;
-  Model rtn = fp, gptq = fp;
-  (void)QuantizeModel(rtn, req);
-  req.method = "gptq";
-  (void)QuantizeModel(gptq, req);
-  EXPECT_LT(testing_util::LogitError(fp, gptq, windows), testing_util::LogitError(fp, rtn, windows));
+  testing_util::RtnAndGptq q = testing_util::QuantizeRtnAndGptq(fp, "int4:g8");
+  EXPECT_LT(q.gptq_error, q.rtn_error);
+  QuantizeRequest& req = q.request;
   for (const char* method : {"awq", "smoothquant"}) {
     Model m = fp;
     req.method = method;

@@ -189,20 +189,13 @@ TEST(GptOss, RotationGptqAndSavingKeepTheModel) {
   (void)RotateModel(rotated, 5);
   EXPECT_LT(testing_util::LogitError(fp, rotated, windows), 1e-9);
 
-  QuantizeRequest req;
-  req.scheme = ParseScheme("int4:g8");
-  req.calibration = testing_util::RandomWindows(16, 32, fp.config.vocab_size);
-  req.threads = 2;
-  Model rtn = fp, gptq = fp;
-  (void)QuantizeModel(rtn, req);
-  req.method = "gptq";
-  const QuantizeReport report = QuantizeModel(gptq, req);
-  EXPECT_EQ(report.uncalibrated_linears, 0u);
-  const double e_rtn = testing_util::LogitError(fp, rtn, windows), e_gptq = testing_util::LogitError(fp, gptq, windows);
-  std::cout << "gpt_oss int4:g8 logit MSE rtn " << e_rtn << ", gptq " << e_gptq << "\n";
-  EXPECT_LT(e_gptq, e_rtn);
-  SaveQuantizedModel(gptq, dir / "gptq", kFixture, nlohmann::json::object());
-  EXPECT_EQ(testing_util::LogitError(gptq, LoadModel((dir / "gptq").string()), windows), 0.0);
+  testing_util::RtnAndGptq q = testing_util::QuantizeRtnAndGptq(fp, "int4:g8");
+  QuantizeRequest& req = q.request;
+  EXPECT_EQ(q.gptq_report.uncalibrated_linears, 0u);
+  std::cout << "gpt_oss int4:g8 logit MSE rtn " << q.rtn_error << ", gptq " << q.gptq_error << "\n";
+  EXPECT_LT(q.gptq_error, q.rtn_error);
+  SaveQuantizedModel(q.gptq, dir / "gptq", kFixture, nlohmann::json::object());
+  EXPECT_EQ(testing_util::LogitError(q.gptq, LoadModel((dir / "gptq").string()), windows), 0.0);
 
   // AWQ's down_proj scales fold into up_proj's rows, which the clamp and the + 1 do not carry through.
   Model awq = fp;

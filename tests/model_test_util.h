@@ -64,6 +64,28 @@ inline double LogitError(const Model& reference, const Model& model, const std::
   return sum / static_cast<double>(n);
 }
 
+// `fp` quantized by RTN and by GPTQ at `scheme` (16 random calibration windows of 32 tokens), with each one's
+// logit error on two other windows; `request` is the GPTQ run's, for more runs of the same settings.
+struct RtnAndGptq {
+  QuantizeRequest request;
+  Model rtn, gptq;
+  QuantizeReport gptq_report;
+  double rtn_error = 0, gptq_error = 0;
+};
+inline RtnAndGptq QuantizeRtnAndGptq(const Model& fp, const char* scheme) {
+  RtnAndGptq r{.rtn = fp, .gptq = fp};
+  r.request.scheme = ParseScheme(scheme);
+  r.request.calibration = RandomWindows(16, 32, fp.config.vocab_size);
+  r.request.threads = 2;
+  (void)QuantizeModel(r.rtn, r.request);
+  r.request.method = "gptq";
+  r.gptq_report = QuantizeModel(r.gptq, r.request);
+  const auto windows = RandomWindows(2, 16, fp.config.vocab_size);
+  r.rtn_error = LogitError(fp, r.rtn, windows);
+  r.gptq_error = LogitError(fp, r.gptq, windows);
+  return r;
+}
+
 // deepseek-ai/DeepSeek-V3's config.json.
 inline constexpr const char* kDeepSeekV3Config = R"({"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 129280,
     "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
