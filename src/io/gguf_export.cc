@@ -46,11 +46,10 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe") return {"qwen3moe", false};
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
-  if (a == "GraniteForCausalLM") return {"granite", true};
-  if (a == "SmolLM3ForCausalLM") return {"smollm3", true};
   if (a == "Olmo2ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
-  if (a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
-  if (a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
+  // Granite and SmolLM3 run llama.cpp's adjacent pairs, as llama does.
+  if (a == "GraniteForCausalLM" || a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
+  if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
