@@ -47,13 +47,15 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "Olmo2ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
+  // ERNIE 4.5 rotates adjacent pairs in its own checkpoints too: nothing to permute.
+  if (a == "Ernie4_5ForCausalLM" || a == "gguf:ernie4_5") return {"ernie4_5", c.rope_style == RopeStyle::kHalf};
   // Granite and SmolLM3 run llama.cpp's adjacent pairs, as llama does.
   if (a == "GraniteForCausalLM" || a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2, ERNIE 4.5)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -358,7 +360,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".attention.value_length", c.head_dim);
   }
   out.Set("general.file_type", file_type);
-  if (a == "llama" || a == "granite" || a == "smollm3") {
+  if (a == "llama" || a == "granite" || a == "smollm3" || a == "ernie4_5") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
   }

@@ -94,6 +94,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"granite", "GraniteForCausalLM", "granite"},
                                          {"smollm3", "SmolLM3ForCausalLM", "smollm3"},
                                          {"olmo2", "Olmo2ForCausalLM", "olmo2"},
+                                         {"ernie4_5", "Ernie4_5ForCausalLM", "ernie4_5"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -179,6 +180,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     }
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
   }
+  if (arch == "ernie4_5") j["use_bias"] = false;  // its biases (none in the files llama.cpp runs) are all or none
   if (arch == "smollm3") {  // 1: RoPE, 0: none (every fourth layer in llama.cpp)
     OrderedJson flags = OrderedJson::array();
     for (uint32_t i = 0; i < c.n_layers; ++i) flags.push_back(c.rope(i) ? 1 : 0);
@@ -202,8 +204,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
 
 void ToRotateHalf(Model& m) {
   ModelConfig& c = m.config;
-  // Latent attention keeps adjacent pairs: DeepSeek's own order (V2 always, V3 with rope_interleave).
-  if (c.rope_style == RopeStyle::kHalf || c.mla()) return;
+  // Latent attention and ERNIE 4.5 keep adjacent pairs: their own checkpoints' order (DeepSeek-V2 always, V3 with
+  // rope_interleave; Ernie4_5ForCausalLM always).
+  if (c.rope_style == RopeStyle::kHalf || c.mla() || c.architecture == "gguf:ernie4_5") return;
   const std::vector<uint64_t> q = HalfFromAdjacent(c.q_dim(), c.head_dim), k = HalfFromAdjacent(c.kv_dim(), c.head_dim);
   for (LayerWeights& layer : m.weights.layers) {
     PermuteRows(layer.wq, q);

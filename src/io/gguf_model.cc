@@ -21,8 +21,8 @@ namespace lowbit {
 namespace {
 
 constexpr std::string_view kSupportedArchitectures =
-    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2; "
-    "llama with or without experts";
+    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2, "
+    "ernie4_5; llama with or without experts";
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -407,9 +407,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
-             olmo2 = arch == "olmo2";
+             olmo2 = arch == "olmo2", ernie = arch == "ernie4_5";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite && !smollm3 && !olmo2)
+      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss)
@@ -429,7 +429,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.architecture = "gguf:" + arch;
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
-  c.rope_style = arch == "llama" || granite || smollm3 ? RopeStyle::kAdjacent : RopeStyle::kHalf;  // qwen*moe: NEOX
+  c.rope_style = arch == "llama" || granite || smollm3 || ernie ? RopeStyle::kAdjacent : RopeStyle::kHalf;
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
     c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;

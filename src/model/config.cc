@@ -106,7 +106,8 @@ constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
-    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM";
+    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
+    "Ernie4_5ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -441,7 +442,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
       c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
-      c.architecture != "Olmo2ForCausalLM")
+      c.architecture != "Olmo2ForCausalLM" && c.architecture != "Ernie4_5ForCausalLM")
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -484,6 +485,10 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
   if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadSmolLM3(c, j);
+  if (c.architecture == "Ernie4_5ForCausalLM") {  // RoPE on adjacent pairs; use_bias covers the MLP too
+    c.rope_style = RopeStyle::kAdjacent;
+    if (j.Get<bool>("use_bias", false)) j["use_bias"].Fail("biases on the linears are not supported");
+  }
   if (c.architecture == "Olmo2ForCausalLM") {  // norms on the attention and MLP outputs only, q/k norms whole
     c.pre_norms = false;
     c.sandwich_norms = c.qk_norm = c.qk_norm_full = true;

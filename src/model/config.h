@@ -1,5 +1,6 @@
 // Decoder-only transformer hyper-parameters, from Hugging Face config.json, GGUF metadata or a
-// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3, Granite, SmolLM3, OLMo 2), Gemma 1/2/3, the mixtures of
+// llama2.c header: the Llama family (Llama, Mistral, Qwen2/3, Phi-3, Granite, SmolLM3, OLMo 2, ERNIE 4.5), Gemma 1/2/3, the
+// mixtures of
 // experts Mixtral, Qwen2/3-MoE and GPT-OSS, and DeepSeek-V2/V3 (latent attention), whose differences are
 // fields here (activation, norm placement, soft-capping, sliding windows, RoPE variants, experts,
 // latent attention), not separate model classes.
@@ -171,7 +172,7 @@ struct ModelConfig {
 double YarnMscale(double scale, double mscale);
 
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
-// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite / SmolLM3 / OLMo 2). Unknown
+// Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite / SmolLM3 / OLMo 2 / ERNIE 4.5). Unknown
 // architectures are errors that list the supported ones.
 // Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);

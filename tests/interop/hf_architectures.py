@@ -11,12 +11,12 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, granite,
-                smollm3 and olmo2 architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 and gpt-oss
+                smollm3, olmo2 and ernie4_5 architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 and gpt-oss
                 on DeepSeek-V2/V3 and GPT-OSS variants of the fixtures that llama.cpp can express: lowbit must also read
                 those files back to llama.cpp's logits, and convert them back to Hugging Face folders that
                 transformers runs to the fixture's logits); and exports
                 the mixtures of experts, Phi-3 (fused qkv_proj / gate_up_proj), DeepSeek-V2/V3 (latent
-                attention), Granite (its multipliers), SmolLM3 (NoPE layers) and OLMo 2 (output norms) to compressed-tensors and checks transformers' logits on that folder against lowbit's; and
+                attention), Granite (its multipliers), SmolLM3 (NoPE layers), OLMo 2 (output norms) and ERNIE 4.5 (adjacent RoPE pairs) to compressed-tensors and checks transformers' logits on that folder against lowbit's; and
                 GPT-OSS's experts as released (MXFP4 blocks) in transformers and in lowbit.
 """
 import argparse
@@ -123,6 +123,8 @@ ARCHITECTURES = {
                                 no_rope_layers=[1, 1, 1, 0])),
     # OLMo 2: no norm before attention and MLP, RMS norms on their outputs, q and k normed over the whole projection.
     "olmo2": ("olmo2", dict(rope_theta=500000.0, tie_word_embeddings=False, pad_token_id=0)),
+    # ERNIE 4.5 (0.3B): a Llama whose RoPE rotates adjacent pairs in its own checkpoints, tied.
+    "ernie4_5": ("ernie4_5", dict(rope_theta=500000.0, tie_word_embeddings=True, head_dim=8, pad_token_id=0)),
 }
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
@@ -148,7 +150,7 @@ GGUF_VARIANTS = {
 }
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mixtral",
-                      "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", *GGUF_VARIANTS]
+                      "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "ernie4_5", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -305,7 +307,7 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # vocabulary).
 ENGINE_CHECKS = [("mixtral", "int4:g8"), ("qwen2_moe", "int4:g8"), ("qwen2_moe_dense", "int4:g8"),
                  ("qwen3_moe", "int4:g8"), ("phi3", "int4:g8"), ("deepseek_v2", "int4:g8"), ("deepseek_v3", "int4:g8"),
-                 ("granite", "int4:g8"), ("smollm3", "int4:g8"), ("olmo2", "int4:g8")]
+                 ("granite", "int4:g8"), ("smollm3", "int4:g8"), ("olmo2", "int4:g8"), ("ernie4_5", "int4:g8")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -320,7 +322,7 @@ def check_engine_exports(lowbit, folder):
         out = os.path.join(folder, f"{name}-{scheme}-ct")
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
-        if name not in ("phi3", "granite", "smollm3", "olmo2"):
+        if name not in ("phi3", "granite", "smollm3", "olmo2", "ernie4_5"):
             check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
