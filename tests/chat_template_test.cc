@@ -90,6 +90,24 @@ TEST(ChatTemplate, LoadsFromJinjaFileConfigListOrFailsNamingTheFile) {
   fs::remove_all(dir);
 }
 
+// Macros as Jinja runs them: defaults evaluated at the call, keyword arguments, the template's top-level names
+// visible and the caller's locals not, a namespace() of the top level changed through them; strftime_now as
+// transformers defines it (the local time, here only its year's shape).
+TEST(ChatTemplate, MacrosAndStrftimeNow) {
+  const Json context = {{"greeting", "hi"}};
+  const auto render = [&](std::string_view source) { return RenderChatTemplate(source, context, "t"); };
+  EXPECT_EQ(render("{% macro m(a, b=a ~ '!') %}[{{ a }}{{ b }}{{ greeting }}]{% endmacro %}{{ m(1) }}{{ m(b=2, a=3) }}"),
+            "[11!hi][32hi]");
+  EXPECT_EQ(render("{% macro m() %}{{ x is defined }}{% endmacro %}{% for x in [1] %}{{ m() }}{% endfor %}"), "False");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% macro bump() %}{% set ns.n = ns.n + 1 %}{% endmacro %}"
+                   "{{ bump() }}{{ bump() }}{{ ns.n }}"),
+            "2");
+  EXPECT_EQ(render("{% macro f(n) %}{{ n }}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}"), "3210");
+  const std::string year = render("{{ strftime_now('%Y') }}");
+  ASSERT_EQ(year.size(), 4u);
+  EXPECT_GE(std::stoi(year), 2026);
+}
+
 TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
   const auto expect_error = [](std::string_view source, std::string_view needle) {
     try {
@@ -101,7 +119,13 @@ TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
     }
   };
   expect_error("{% if x %}never closed", "endif");
-  expect_error("line one\n{% macro m() %}{% endmacro %}", "line 2");
+  expect_error("line one\n{% filter upper %}x{% endfilter %}", "line 2");
+  expect_error("{% macro m(a) %}{{ a }}", "endmacro");
+  expect_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", "macro 'm' takes 1 arguments, 2 given");
+  expect_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=1) }}", "macro 'm' has no parameter 'b'");
+  expect_error("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "nested deeper");
+  expect_error("{% macro m() %}{{ " + std::string(120, '(') + "m()" + std::string(120, ')') + " }}{% endmacro %}{{ m() }}",
+               "nested deeper");
   expect_error("{{ 'unterminated }}", "never closed");
   expect_error("{{ x | no_such_filter }}", "no_such_filter");
   expect_error("{{ 1 + }}", "unexpected end");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <stdexcept>
 #include <map>
@@ -24,6 +25,8 @@ using Json = nlohmann::ordered_json;
 constexpr int kMaxNesting = 128;
 constexpr size_t kMaxOutputBytes = size_t{64} << 20;
 constexpr uint64_t kMaxLoopIterations = 100'000;  // a conversation has tens of messages
+// Blocks and expressions being evaluated at once, over all macro calls (each call nests a body again).
+constexpr int kMaxRenderDepth = 512;
 
 Json Undefined() { return Json(Json::value_t::discarded); }
 bool IsUndefined(const Json& v) { return v.is_discarded(); }
@@ -527,13 +530,15 @@ struct Node;
 using Body = std::vector<std::unique_ptr<Node>>;
 
 struct Node {
-  enum Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue } kind;
+  enum Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue, kMacro } kind;
   std::string text;                                   // kText
   ExprPtr expr;                                       // kOutput, kFor iterable, kSet value
   std::vector<std::pair<ExprPtr, Body>> branches;     // kIf: (condition, body)...
   Body body, else_body;                               // kFor (and kIf's else)
-  std::vector<std::string> targets;                   // kFor loop variables; kSet: name [, attribute]
+  std::vector<std::string> targets;                   // kFor loop variables; kSet: name [, attribute]; kMacro:
+                                                      // name, then its parameters
   ExprPtr filter;                                     // kFor: `for x in xs if cond`
+  std::vector<ExprPtr> defaults;                      // kMacro: each parameter's default (null: none)
 };
 
 struct Piece {
@@ -744,11 +749,24 @@ class TemplateParser {
         if (!parser.Accept("=")) ErrorAt(p, "block assignments ({% set x %}...{% endset %}) are not supported");
         n->expr = parser.Expression();
         End(parser, p);
+      } else if (word == "macro") {  // {% macro name(a, b=default) %}...{% endmacro %}
+        n->kind = Node::kMacro;
+        n->targets.push_back(parser.ExpectName());
+        parser.Expect("(");
+        while (!parser.Accept(")")) {
+          if (n->targets.size() > 1) parser.Expect(",");
+          n->targets.push_back(parser.ExpectName());
+          n->defaults.push_back(parser.Accept("=") ? parser.Expression() : nullptr);
+        }
+        End(parser, p);
+        n->body = ParseBody({"endmacro"});
+        Next(p, "endmacro");
+        ++index_;
       } else if (word == "break" || word == "continue") {
         n->kind = word == "break" ? Node::kBreak : Node::kContinue;
         End(parser, p);
       } else {
-        ErrorAt(p, fmt::format("'{{% {} %}}' is not supported (if, for, set, break, continue are)", word));
+        ErrorAt(p, fmt::format("'{{% {} %}}' is not supported (if, for, set, macro, break, continue are)", word));
       }
       body.push_back(std::move(n));
     }
@@ -788,13 +806,29 @@ class Renderer {
 
   [[noreturn]] void Error(std::string_view message) const { Fail("{}: {}", where_, message); }
 
+  // A name in the current frame's scopes, innermost first, then at the top level (a macro does not see its
+  // caller's locals).
   Json* Find(const std::string& name) {
-    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
-      if (auto found = it->find(name); found != it->end()) return &found->second;
+    for (size_t i = scopes_.size(); i-- > frame_;)
+      if (auto found = scopes_[i].find(name); found != scopes_[i].end()) return &found->second;
+    if (frame_ > 0)
+      if (auto found = scopes_[0].find(name); found != scopes_[0].end()) return &found->second;
     return nullptr;
   }
 
+  // Counts a level of evaluation while alive: macros nest bodies and expressions inside one another, so their
+  // total depth, not each template construct's, bounds the stack.
+  struct Nested {
+    explicit Nested(Renderer& r) : renderer(r) {
+      if (++renderer.render_depth_ > kMaxRenderDepth)
+        renderer.Error(fmt::format("evaluation nested deeper than {} levels", kMaxRenderDepth));
+    }
+    ~Nested() { --renderer.render_depth_; }
+    Renderer& renderer;
+  };
+
   Flow Exec(const Body& body, std::string& out) {
+    const Nested nested(*this);
     for (const auto& node : body) {
       switch (node->kind) {
         case Node::kText:
@@ -833,6 +867,9 @@ class Renderer {
           }
           break;
         }
+        case Node::kMacro:
+          macros_[node->targets[0]] = node.get();
+          break;
         case Node::kBreak:
           return Flow::kBreak;
         case Node::kContinue:
@@ -937,6 +974,7 @@ class Renderer {
   }
 
   Json Eval(const Expr& e) {
+    const Nested nested(*this);
     switch (e.kind) {
       case Expr::kLiteral:
         return e.literal;
@@ -1093,9 +1131,51 @@ class Renderer {
     return begin >= end ? std::string() : s.substr(begin, end - begin);
   }
 
+  // A macro's output for the call `e`: its parameters bound from the positional arguments, then the keyword ones,
+  // then the defaults (evaluated at the call, as Jinja does); it sees the template's top-level names, not the
+  // caller's locals, and may call itself (nesting bounded as blocks are).
+  Json CallMacro(const Node& macro, const Expr& e) {
+    const std::string& name = macro.targets[0];
+    const size_t params = macro.targets.size() - 1;
+    if (e.args.size() - 1 > params)
+      Error(fmt::format("macro '{}' takes {} arguments, {} given", name, params, e.args.size() - 1));
+    std::map<std::string, Json> bound;
+    for (size_t i = 1; i < e.args.size(); ++i) bound[macro.targets[i]] = Eval(*e.args[i]);
+    for (const auto& [key, value] : e.kwargs) {
+      if (std::find(macro.targets.begin() + 1, macro.targets.end(), key) == macro.targets.end())
+        Error(fmt::format("macro '{}' has no parameter '{}'", name, key));
+      bound[key] = Eval(*value);
+    }
+    const size_t caller_frame = frame_;
+    scopes_.emplace_back();
+    frame_ = scopes_.size() - 1;
+    for (size_t i = 0; i < params; ++i) {
+      const std::string& param = macro.targets[i + 1];
+      if (const auto it = bound.find(param); it != bound.end()) scopes_.back()[param] = it->second;
+      else scopes_.back()[param] = macro.defaults[i] ? Eval(*macro.defaults[i]) : Undefined();
+    }
+    std::string out;
+    const Flow flow = Exec(macro.body, out);
+    scopes_.pop_back();
+    frame_ = caller_frame;
+    if (flow != Flow::kNormal) Error("'break' or 'continue' outside a loop");
+    return out;
+  }
+
   Json Call(const Expr& e) {
     const Expr& callee = *e.args[0];
     if (callee.kind == Expr::kName) {
+      if (const auto it = macros_.find(callee.name); it != macros_.end()) return CallMacro(*it->second, e);
+      if (callee.name == "strftime_now") {  // transformers' global: the local time now, formatted
+        const std::vector<Json> a = Args(e, 1);
+        if (a.size() != 1 || !a[0].is_string()) Error("strftime_now() takes one format string");
+        const std::time_t now = std::time(nullptr);
+        std::tm local{};
+        localtime_r(&now, &local);
+        char text[256];
+        const size_t n = std::strftime(text, sizeof(text), a[0].get_ref<const std::string&>().c_str(), &local);
+        return std::string(text, n);
+      }
       if (callee.name == "namespace") {
         Json ns = Json::object();
         ns[kNamespaceKey] = true;
@@ -1336,6 +1416,9 @@ class Renderer {
 
   std::string where_;
   std::vector<std::map<std::string, Json>> scopes_;
+  std::map<std::string, const Node*> macros_;
+  size_t frame_ = 0;  // the first scope of the macro being run (0: none)
+  int render_depth_ = 0;
   uint64_t iterations_ = 0;
 };
 

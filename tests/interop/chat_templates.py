@@ -3,7 +3,7 @@ lowbit's Jinja renderer to match.
 
 Templates: Qwen2.5's and Qwen3's real ones (../shared/tokenizers/hf, by path) and small ones written
 here for the constructs those do not use (Llama-3-, Mistral- and Gemma-style role handling, raise_exception,
-filters, tests, slices, dict methods, loop variables, whitespace control without trim). Conversations:
+filters, tests, slices, dict methods, loop variables, whitespace control without trim, and GPT-OSS-style macros). Conversations:
 one user turn, a system prompt, several turns, Qwen3 reasoning in <think>, tool calls and results,
 with and without the generation prompt, and enable_thinking=false.
 
@@ -81,6 +81,56 @@ TEMPLATES = {
         "   {%+ if true %}kept indentation{% endif %}\n"
         "    {{- ' minus-stripped' -}}    \n"
         "  after{#- a comment -#}   done\n")},
+    # GPT-OSS's harmony layout, written here: macros (recursive, with defaults and keyword arguments, called from
+    # other macros and from expressions), namespace() inside a macro, a caller's loop variable a macro must not see.
+    "harmony-style": {"source": (
+        "{%- macro type_of(spec, nullable=false) -%}\n"
+        "  {%- if spec.type == 'array' -%}{{- type_of(spec['items']) + '[]' if spec['items'] else 'any[]' -}}\n"
+        "  {%- elif spec.type == 'string' and spec.enum -%}{{- '\"' + spec.enum | join('\" | \"') + '\"' -}}\n"
+        "  {%- elif spec.type == 'object' and spec.properties -%}{\n"
+        "    {%- for name, inner in spec.properties.items() -%}\n"
+        "      {{- name }}{{ '?' if name not in (spec.required or []) }}: {{ type_of(inner) }}{{ ', ' if not loop.last }}\n"
+        "    {%- endfor -%}}\n"
+        "  {%- elif spec.type is defined -%}{{- spec.type -}}\n"
+        "  {%- else -%}any{%- endif -%}\n"
+        "  {{- ' | null' if nullable -}}\n"
+        "{%- endmacro -%}\n"
+        "{%- macro functions(tools, header='## functions') -%}\n"
+        "  {{- header + '\\n' -}}\n"
+        "  {%- for tool in tools -%}{%- set tool = tool.function -%}\n"
+        "    {{- '// ' + tool.description + '\\ntype ' + tool.name + ' = (_: ' + type_of(tool.parameters) + ') => any;\\n' -}}\n"
+        "  {%- endfor -%}\n"
+        "  {{- 'loop is ' + ('defined' if loop is defined else 'not defined') -}}\n"
+        "{%- endmacro -%}\n"
+        "{%- macro turn(m, role=none) -%}\n"
+        "  <|start|>{{ role or m.role }}<|message|>{{ m.content }}{{ ' (the caller loop shows)' if loop is defined }}<|end|>\n"
+        "{%- endmacro -%}\n"
+        "{%- macro system_message() -%}\n"
+        "  {%- if identity is not defined %}{% set identity = 'You are a test model.' %}{% endif -%}\n"
+        "  {%- set seen = namespace(tools=0) -%}\n"
+        "  {%- for tool in tools or [] %}{% set seen.tools = seen.tools + 1 %}{% endfor -%}\n"
+        "  {{- identity + '\\nReasoning: ' + (reasoning_effort if reasoning_effort is defined else 'medium') -}}\n"
+        "  {{- '\\nTools: ' ~ seen.tools -}}\n"
+        "{%- endmacro -%}\n"
+        "<|start|>system<|message|>{{ system_message() }}<|end|>\n"
+        "{%- if messages[0].role == 'system' %}{% set developer = messages[0].content %}{% set rest = messages[1:] %}\n"
+        "{%- else %}{% set developer = '' %}{% set rest = messages %}{% endif %}\n"
+        "{%- if developer or tools %}<|start|>developer<|message|>{{ developer }}\n"
+        "  {%- if tools %}{{ '\\n' + functions(tools) + '\\n' + functions(tools, header='## again') }}{% endif %}<|end|>\n"
+        "{%- endif %}\n"
+        "{%- set last = namespace(name=none) %}\n"
+        "{%- for message in rest %}\n"
+        "  {%- if message.role == 'assistant' and message.tool_calls %}{% set call = message.tool_calls[0].function %}\n"
+        "    {{- '<|start|>assistant to=functions.' + call.name + '<|channel|>commentary json<|message|>' }}"
+        "{{ call.arguments | tojson }}<|call|>{% set last.name = call.name %}\n"
+        "  {%- elif message.role == 'assistant' %}<|start|>assistant<|channel|>final<|message|>{{ message.content }}"
+        "{{ '<|return|>' if loop.last and not add_generation_prompt else '<|end|>' }}\n"
+        "  {%- elif message.role == 'tool' %}\n"
+        "    {%- if last.name is none %}{{ raise_exception('a tool result without a call') }}{% endif %}\n"
+        "    {{- '<|start|>functions.' + last.name + ' to=assistant<|message|>' + message.content | tojson + '<|end|>' }}\n"
+        "  {%- else %}{{ turn(message) if message.role == 'user' else turn(role='other', m=message) }}{% endif %}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}<|start|>assistant{% endif %}")},
 }
 
 CONVERSATIONS = {
@@ -122,7 +172,8 @@ for template in TEMPLATES:
 CASES += [("qwen3", "one-turn", {"add_generation_prompt": True, "enable_thinking": False}),
           ("qwen2.5", "tools", {"add_generation_prompt": True, "tools": TOOLS}),
           ("qwen3", "tools", {"add_generation_prompt": True, "tools": TOOLS}),
-          ("features", "system", {"add_generation_prompt": False, "tools": TOOLS})]
+          ("features", "system", {"add_generation_prompt": False, "tools": TOOLS}),
+          ("harmony-style", "tools", {"add_generation_prompt": True, "tools": TOOLS, "reasoning_effort": "high"})]
 # Templates that must refuse a conversation, with the message raise_exception gives.
 REFUSALS = [("gemma-style", "system", "System role not supported"),
             ("mistral-style", "tools", "Conversation roles must alternate")]
