@@ -9,6 +9,7 @@
 // the mixtures of experts Mixtral, Qwen2-MoE (shared expert; and with a dense layer) and Qwen3-MoE. lowbit's logits must match at every position
 // within 1e-4 of the logit scale, loaded from the folder and after a round trip through lowbit's
 // quantized folder and (for the architectures it exports there) GGUF F32.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,6 +36,8 @@
 #include "model/ptq.h"
 #include "model/rotation.h"
 #include "pipeline/convert_job.h"
+#include "plan/arch.h"
+#include "plan/plan.h"
 #include "quant/scheme.h"
 #include "model_test_util.h"
 #include "test_util.h"
@@ -66,7 +69,8 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mixtral",
-                                                  "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "ernie4_5"};
+                                                  "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
+                                                  "ernie4_5", "glm4", "glm", "cohere", "cohere2"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -97,7 +101,7 @@ TEST_P(ArchitectureFixture, SameLogitsAfterSavingAsLowbitFolderAndGguf) {
 }
 
 // Back from GGUF: the file as the Hugging Face folder it came from (config.json, tokenizer, Q/K rows in
-// the family's order, rotate-half but for ERNIE 4.5 and DeepSeek; pipeline/gguf_source.h), written by `convert --to lowbit`, with transformers' logits
+// the family's order, rotate-half but for ERNIE 4.5, GLM, Cohere and DeepSeek; pipeline/gguf_source.h), written by `convert --to lowbit`, with transformers' logits
 // and the architecture transformers built it as (these files have no vocabulary: convert_test.cc checks
 // the tokenizer). Another general.architecture is an error naming it.
 TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
@@ -130,6 +134,18 @@ TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
                 {"x.gguf", "general.architecture 'starcoder2'", "qwen3moe"});
 }
 
+// `plan --model` counts every weight the checkpoint stores: each norm (GLM-4's four, OLMo 2's two, Cohere's one),
+// q/k norms per head or as wide as the projections, biases, experts, latent attention. Not compared: the image-text
+// checkpoint (its vision tower), and Qwen2-MoE's shared expert, which the plan rounds up to whole experts.
+TEST_P(ArchitectureFixture, PlanCountsEveryStoredWeight) {
+  if (GetParam() == "gemma3mm" || GetParam().starts_with("qwen2_moe")) GTEST_SKIP() << "not counted exactly";
+  const fs::path folder = kFixtures / GetParam();
+  const SafetensorsModel st = SafetensorsModel::Open(folder);
+  uint64_t stored = 0;
+  for (const std::string& name : st.names()) stored += st.Get(name).numel();
+  EXPECT_EQ(SpecFromArch(ArchFromPath(folder)).TotalParams(), stored) << GetParam();
+}
+
 // The last layer runs its MLP only for the rows whose logits are asked for: in a batch of a prompt that
 // wants its last logits and one that wants all of them, each gets what a lone all-logits pass gives.
 TEST_P(ArchitectureFixture, LastLayerSkipsRowsWithoutLogits) {
@@ -152,13 +168,13 @@ TEST_P(ArchitectureFixture, LastLayerSkipsRowsWithoutLogits) {
   EXPECT_EQ(a.size(), n);  // every token's K/V cached
 }
 
-// Calibrated GGUF (GPTQ onto the ggml grids) where a tensor holds several linears: Phi-3's ffn_up (gate
+// Calibrated GGUF (GPTQ onto the ggml grids) where a tensor holds several linears: Phi-3's and GLM-4's ffn_up (gate
 // rows, then up rows) and the experts' ffn_*_exps, each expert calibrated on the tokens routed to it.
 // Every linear tensor is written by the calibrator, and the file's logits are closer to the model's than
 // the direct encoding of the same types (llama-quantize's).
 TEST(ArchitectureFixtureGguf, CalibratedBeatsDirectEncoding) {
   testing_util::ScratchDir dir("lowbit-arch-calibrated");
-  for (const char* name : {"phi3", "mixtral", "qwen2_moe", "qwen3_moe"}) {
+  for (const char* name : {"phi3", "glm4", "mixtral", "qwen2_moe", "qwen3_moe"}) {
     const fs::path folder = kFixtures / name;
     const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
     const Model model = LoadModel(folder.string());
@@ -217,50 +233,56 @@ TEST(ArchitectureFixtureExport, EngineFormatsWriteTextModelsAndIgnoreTiedLmHead)
   EXPECT_EQ(LoadModel((dir / "ct").string()).config.architecture, "Gemma3ForCausalLM");
 }
 
-// Phi-3 exported for vLLM keeps its own layout: q/k/v and gate/up go out stacked as qkv_proj and
-// gate_up_proj (what vLLM and transformers load for Phi-3) and come back split, each linear bit for bit
-// with the model quantized in memory, so the logits are the same to the last bit.
-TEST(ArchitectureFixtureExport, Phi3GoesOutWithFusedProjectionsAndComesBackSplit) {
-  testing_util::ScratchDir dir("lowbit-arch-phi3");
-  const fs::path source = kFixtures / "phi3";
-  const auto tokens = ReadJsonFile(source / "reference.json")["tokens"].get<std::vector<int32_t>>();
-  const auto logits = [&](const Model& m) {
-    Engine engine(m, 1);
-    KvCache cache = engine.NewCache(tokens.size());
-    return engine.Forward(cache, tokens, /*all_logits=*/true);
-  };
-  for (const auto& [format, scheme, suffix] :
-       {std::tuple{EngineFormat::kGptq, "int4:g16", ".qweight"}, {EngineFormat::kAwq, "int4:g16:asym", ".qweight"},
-        {EngineFormat::kCompressedTensors, "int8:channel", ".weight_packed"},
-        {EngineFormat::kCompressedTensors, "nvfp4", ".weight_packed"}}) {
-    const std::string name = std::string(EngineFormatName(format)) + "-" + scheme;
-    SCOPED_TRACE(name);
-    Model expected = LoadModel(source.string());
-    QuantizeLinears(expected.weights, ParseScheme(scheme));
-    StreamedModel s = OpenModel(source);
-    EngineExportOptions o;
-    o.format = format;
-    o.scheme = ParseScheme(scheme);
-    (void)ExportEngineCheckpoint(s, source, dir / name, nullptr, o);
-    const SafetensorsModel st = SafetensorsModel::Open(dir / name);
-    EXPECT_NE(st.Find("model.layers.1.self_attn.qkv_proj" + std::string(suffix)), nullptr);
-    EXPECT_NE(st.Find("model.layers.1.mlp.gate_up_proj" + std::string(suffix)), nullptr);
-    EXPECT_EQ(st.Find("model.layers.1.self_attn.q_proj" + std::string(suffix)), nullptr);
-    const Model back = LoadModel((dir / name).string());
-    for (size_t i = 0; i < back.weights.layers.size(); ++i) {
-      const std::vector<ConstBlockLinear> a = BlockLinears(std::as_const(expected.weights.layers[i]));
-      const std::vector<ConstBlockLinear> b = BlockLinears(back.weights.layers[i]);
-      for (size_t k = 0; k < a.size(); ++k) {
-        const auto& qa = std::get<QuantizedTensor>(a[k].linear->weight);
-        const auto& qb = std::get<QuantizedTensor>(b[k].linear->weight);
-        EXPECT_EQ(qb.scheme().ToString(), qa.scheme().ToString()) << a[k].name;
-        EXPECT_TRUE(std::ranges::equal(qa.codes(), qb.codes())) << a[k].name;
-        EXPECT_TRUE(std::ranges::equal(qa.scale_bytes(), qb.scale_bytes())) << a[k].name;
-        EXPECT_TRUE(std::ranges::equal(qa.zero_bytes(), qb.zero_bytes())) << a[k].name;
-        EXPECT_EQ(qa.tensor_scale(), qb.tensor_scale()) << a[k].name;
+// Phi-3 and GLM-4 exported for vLLM keep their own layouts: Phi-3's q/k/v and both models' gate/up go out
+// stacked as qkv_proj and gate_up_proj (what vLLM and transformers load for them), GLM-4's q/k/v apart, and
+// come back split, each linear bit for bit with the model quantized in memory, so the logits are the same to
+// the last bit.
+TEST(ArchitectureFixtureExport, FusedProjectionsGoOutFusedAndComeBackSplit) {
+  testing_util::ScratchDir dir("lowbit-arch-fused");
+  for (const auto& [fixture, present, absent] :
+       {std::tuple{"phi3", std::vector<std::string>{"self_attn.qkv_proj", "mlp.gate_up_proj"},
+                   std::vector<std::string>{"self_attn.q_proj", "mlp.up_proj"}},
+        {"glm4", {"self_attn.q_proj", "self_attn.k_proj", "mlp.gate_up_proj"},
+         {"self_attn.qkv_proj", "mlp.gate_proj", "mlp.up_proj"}}}) {
+    const fs::path source = kFixtures / fixture;
+    const auto tokens = ReadJsonFile(source / "reference.json")["tokens"].get<std::vector<int32_t>>();
+    const auto logits = [&](const Model& m) {
+      Engine engine(m, 1);
+      KvCache cache = engine.NewCache(tokens.size());
+      return engine.Forward(cache, tokens, /*all_logits=*/true);
+    };
+    for (const auto& [format, scheme, suffix] :
+         {std::tuple{EngineFormat::kGptq, "int4:g16", ".qweight"}, {EngineFormat::kAwq, "int4:g16:asym", ".qweight"},
+          {EngineFormat::kCompressedTensors, "int8:channel", ".weight_packed"},
+          {EngineFormat::kCompressedTensors, "nvfp4", ".weight_packed"}}) {
+      const std::string name = fmt::format("{}-{}-{}", fixture, EngineFormatName(format), scheme);
+      SCOPED_TRACE(name);
+      Model expected = LoadModel(source.string());
+      QuantizeLinears(expected.weights, ParseScheme(scheme));
+      StreamedModel s = OpenModel(source);
+      EngineExportOptions o;
+      o.format = format;
+      o.scheme = ParseScheme(scheme);
+      (void)ExportEngineCheckpoint(s, source, dir / name, nullptr, o);
+      const SafetensorsModel st = SafetensorsModel::Open(dir / name);
+      for (const std::string& linear : present) EXPECT_NE(st.Find("model.layers.1." + linear + suffix), nullptr) << linear;
+      for (const std::string& linear : absent) EXPECT_EQ(st.Find("model.layers.1." + linear + suffix), nullptr) << linear;
+      const Model back = LoadModel((dir / name).string());
+      for (size_t i = 0; i < back.weights.layers.size(); ++i) {
+        const std::vector<ConstBlockLinear> a = BlockLinears(std::as_const(expected.weights.layers[i]));
+        const std::vector<ConstBlockLinear> b = BlockLinears(back.weights.layers[i]);
+        for (size_t k = 0; k < a.size(); ++k) {
+          const auto& qa = std::get<QuantizedTensor>(a[k].linear->weight);
+          const auto& qb = std::get<QuantizedTensor>(b[k].linear->weight);
+          EXPECT_EQ(qb.scheme().ToString(), qa.scheme().ToString()) << a[k].name;
+          EXPECT_TRUE(std::ranges::equal(qa.codes(), qb.codes())) << a[k].name;
+          EXPECT_TRUE(std::ranges::equal(qa.scale_bytes(), qb.scale_bytes())) << a[k].name;
+          EXPECT_TRUE(std::ranges::equal(qa.zero_bytes(), qb.zero_bytes())) << a[k].name;
+          EXPECT_EQ(qa.tensor_scale(), qb.tensor_scale()) << a[k].name;
+        }
       }
+      EXPECT_EQ(logits(back), logits(expected));
     }
-    EXPECT_EQ(logits(back), logits(expected));
   }
 }
 
@@ -311,10 +333,11 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
   EXPECT_GT(moved, 1e-2);  // the scale matters for these logits
 }
 
-// OLMo 2 has no norm before its attention and MLP: GPTQ calibrates it (beating RTN), while the methods that fold
-// input scales into that norm, and a rotation that its output norms would not carry, are refused by name.
-TEST(ArchitectureFixtureOlmo2, GptqYesScaleFoldingAndRotationNo) {
-  const Model fp = LoadModel((kFixtures / "olmo2").string());
+// GPTQ calibrates the fixture (beating RTN), while the methods that fold input scales into a norm, and a rotation of
+// the residual stream, are refused with messages naming the method, the architecture and the reasons given.
+void ExpectGptqButNoScaleFoldingOrRotation(const std::string& fixture, const std::string& architecture,
+                                           const std::string& no_folding, const std::string& no_rotation) {
+  const Model fp = LoadModel((kFixtures / fixture).string());
   testing_util::RtnAndGptq q = testing_util::QuantizeRtnAndGptq(fp, "int4:g8");
   EXPECT_LT(q.gptq_error, q.rtn_error);
   QuantizeRequest& req = q.request;
@@ -323,18 +346,31 @@ TEST(ArchitectureFixtureOlmo2, GptqYesScaleFoldingAndRotationNo) {
     req.method = method;
     req.scheme = ParseScheme(method == std::string("awq") ? "int4:g8" : "int8");
     if (method == std::string("smoothquant")) req.act_scheme = ParseScheme("int8:token");
-    ExpectError([&] { (void)QuantizeModel(m, req); },
-                {std::string("method '") + method + "'", "Olmo2ForCausalLM", "no norm before"});
+    ExpectError([&] { (void)QuantizeModel(m, req); }, {std::string("method '") + method + "'", architecture, no_folding});
   }
   Model rotated = fp;
-  ExpectError([&] { (void)RotateModel(rotated, 1); }, {"rotate", "Olmo2ForCausalLM"});
+  ExpectError([&] { (void)RotateModel(rotated, 1); }, {"rotate", architecture, no_rotation});
+}
+
+// OLMo 2 has no norm before its attention and MLP to fold scales into, and norms on their outputs that a rotation
+// would not pass.
+TEST(ArchitectureFixtureOlmo2, GptqYesScaleFoldingAndRotationNo) {
+  ExpectGptqButNoScaleFoldingOrRotation("olmo2", "Olmo2ForCausalLM", "no norm before", "do not commute");
+}
+
+// Cohere's attention and MLP read one norm, which cannot hold both groups' input scales, and it is a LayerNorm,
+// whose mean subtraction a rotation does not pass.
+TEST(ArchitectureFixtureCohere, GptqYesScaleFoldingAndRotationNo) {
+  ASSERT_TRUE(LoadModel((kFixtures / "cohere").string()).config.parallel_block);
+  ExpectGptqButNoScaleFoldingOrRotation("cohere", "CohereForCausalLM", "one norm", "LayerNorm");
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
                                                                         "gemma2", "gemma3", "gemma3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
-                                                                        "olmo2", "ernie4_5"));
+                                                                        "olmo2", "olmo3", "ernie4_5", "glm4", "glm",
+                                                                        "cohere", "cohere_qk_norm", "cohere2"));
 
 }  // namespace
 }  // namespace lowbit

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
+
 #include "core/error.h"
 #include "io/hf_names.h"
 #include "quant/row_slices.h"
@@ -69,17 +72,36 @@ Linear StackLinears(std::span<const Linear* const> parts, const std::string& nam
   return out;
 }
 
+std::vector<FusedProjection> FusedProjections(const ModelConfig& c, size_t layer) {
+  std::vector<FusedProjection> out;
+  if (HasFusedQkv(c)) out.push_back({"self_attn.qkv_proj", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}});
+  if (HasFusedGateUp(c) && !c.moe(layer)) out.push_back({"mlp.gate_up_proj", {"mlp.gate_proj", "mlp.up_proj"}});
+  return out;
+}
+
 std::vector<NamedLinear> StoredBlockLinears(const ModelConfig& c, const LayerWeights& l, size_t index,
                                             std::deque<Linear>& stacked) {
-  if (!HasFusedProjections(c)) return HfBlockLinears(c, l, index);
   const std::string p = fmt::format("model.layers.{}.", index);
-  const Linear* qkv[] = {&l.wq, &l.wk, &l.wv};
-  const Linear* gate_up[] = {&l.w_gate, &l.w_up};
-  stacked.push_back(StackLinears(qkv, p + "self_attn.qkv_proj"));
-  const Linear& fused_qkv = stacked.back();
-  stacked.push_back(StackLinears(gate_up, p + "mlp.gate_up_proj"));
-  return {{p + "self_attn.qkv_proj", &fused_qkv}, {p + "self_attn.o_proj", &l.wo},
-          {p + "mlp.gate_up_proj", &stacked.back()}, {p + "mlp.down_proj", &l.w_down}};
+  const std::vector<FusedProjection> fused = FusedProjections(c, index);
+  const std::vector<NamedLinear> linears = HfBlockLinears(c, l, index);
+  std::map<std::string, const Linear*> by_name;  // relative to the block
+  for (const NamedLinear& n : linears) by_name[n.prefix.substr(p.size())] = n.linear;
+  std::vector<NamedLinear> out;
+  for (const NamedLinear& n : linears) {
+    const std::string name = n.prefix.substr(p.size());
+    const auto group = std::find_if(fused.begin(), fused.end(), [&](const FusedProjection& f) {
+      return std::find(f.parts.begin(), f.parts.end(), name) != f.parts.end();
+    });
+    if (group == fused.end()) {
+      out.push_back(n);
+    } else if (group->parts.front() == name) {
+      std::vector<const Linear*> parts;
+      for (const std::string& part : group->parts) parts.push_back(by_name.at(part));
+      stacked.push_back(StackLinears(parts, p + group->name));
+      out.push_back({p + group->name, &stacked.back()});
+    }
+  }
+  return out;
 }
 
 }  // namespace lowbit

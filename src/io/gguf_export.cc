@@ -46,7 +46,14 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe") return {"qwen3moe", false};
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
-  if (a == "Olmo2ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
+  if (a == "Olmo2ForCausalLM" || a == "Olmo3ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
+  // GLM-4 rotates adjacent pairs of each head's leading half in its own checkpoints: llama.cpp's NORM RoPE
+  // over rope.dimension_count, nothing permuted.
+  if (a == "Glm4ForCausalLM" || a == "gguf:glm4") return {"glm4", false};
+  if (a == "GlmForCausalLM" || a == "gguf:chatglm") return {"chatglm", false};
+  // Cohere's checkpoints rotate adjacent pairs too (NORM RoPE in llama.cpp).
+  if (a == "CohereForCausalLM" || a == "gguf:command-r") return {"command-r", false};
+  if (a == "Cohere2ForCausalLM" || a == "gguf:cohere2") return {"cohere2", false};
   // ERNIE 4.5 rotates adjacent pairs in its own checkpoints too: nothing to permute.
   if (a == "Ernie4_5ForCausalLM" || a == "gguf:ernie4_5") return {"ernie4_5", c.rope_style == RopeStyle::kHalf};
   // Granite and SmolLM3 run llama.cpp's adjacent pairs, as llama does.
@@ -55,11 +62,21 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2, ERNIE 4.5)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2, ERNIE 4.5, GLM-4, Cohere, Cohere2)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
 bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma"); }
+
+// llama.cpp's phi3, glm4 and chatglm read gate and up as one ffn_up (gate rows first, split by its swiglu).
+bool FusesGateUp(const Architecture& arch) {
+  return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm";
+}
+
+// Architectures whose rope.dimension_count may be less than the head (partial rotary embeddings).
+bool PartialRotary(const Architecture& arch) {
+  return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm";
+}
 
 // What llama.cpp's gpt-oss computes (models/openai-moe.cpp): the clamped SwiGLU at alpha 1.702 and limit 7 (it reads
 // no key for them), experts in every layer, biases everywhere GPT-OSS has them. Its YaRN ramp is always truncated;
@@ -88,13 +105,27 @@ void CheckGptOssExportable(const ModelConfig& c, const std::string& source) {
 // What llama.cpp's smollm3 computes (models/smollm3.cpp): RoPE in every layer but each fourth, a constant, and no
 // sliding window; and what the other architectures compute: RoPE in every layer.
 void CheckNopeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
-  const bool smollm3 = arch.name == "smollm3";
+  const bool smollm3 = arch.name == "smollm3", cohere2 = arch.name == "cohere2";
   for (uint32_t i = 0; i < c.n_layers; ++i)
-    if (c.rope(i) == (smollm3 && (i + 1) % kSmolLM3NopeStep == 0))
+    if (c.rope(i) != (cohere2 ? c.sliding(i) : !(smollm3 && (i + 1) % kSmolLM3NopeStep == 0)))
       Fail("{}: layer {} {} RoPE, but llama.cpp's {} {}", source, i, c.rope(i) ? "takes" : "takes no", arch.name,
-           smollm3 ? fmt::format("leaves every {}th layer without it and no other", kSmolLM3NopeStep)
-                   : std::string("rotates every layer"));
+           smollm3   ? fmt::format("leaves every {}th layer without it and no other", kSmolLM3NopeStep)
+           : cohere2 ? std::string("rotates its sliding layers and no other")
+                     : std::string("rotates every layer"));
   if (smollm3 && c.sliding_window > 0) Fail("{}: llama.cpp's smollm3 has no sliding window", source);
+}
+
+// What llama.cpp's command-r and cohere2 compute (models/command-r.cpp, cohere2.cpp): the output matrix is
+// token_embd (an output.weight is not read), no attention biases, and q/k norms in command-r models of 64
+// layers or more only (Command R+), never in cohere2.
+void CheckCohereExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
+  if (!c.tie_embeddings)
+    Fail("{}: llama.cpp's {} uses token_embd as the output matrix; this model has its own lm_head", source, arch.name);
+  if (c.qkv_bias || c.o_bias) Fail("{}: llama.cpp's {} has no attention biases (attention_bias)", source, arch.name);
+  const bool norms = arch.name == "command-r" && c.n_layers >= 64;
+  if (c.qk_norm != norms)
+    Fail("{}: llama.cpp's {} {} q/k norms in a model of {} layers; this model {} (use_qk_norm)", source, arch.name,
+         norms ? "reads" : "reads no", c.n_layers, c.qk_norm ? "has them" : "has none");
 }
 
 // What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
@@ -258,7 +289,12 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_k.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wk.bias; }, k_heads);
       vector(p + "attn_v.bias", c.kv_dim(), layer, [](const LayerWeights* l) { return &l->wv.bias; });
     }
-    if (c.qk_norm) {
+    if (c.qk_norm_per_head) {  // command-r: ne [head_dim, heads]
+      plan.push_back({p + "attn_q_norm.weight", {c.head_dim, c.n_heads}, layer, {},
+                      [](const LayerWeights* l) { return TensorSource{.values = &l->q_norm}; }});
+      plan.push_back({p + "attn_k_norm.weight", {c.head_dim, c.n_kv_heads}, layer, {},
+                      [](const LayerWeights* l) { return TensorSource{.values = &l->k_norm}; }});
+    } else if (c.qk_norm) {
       vector(p + "attn_q_norm.weight", c.q_norm_dim(), layer, [](const LayerWeights* l) { return &l->q_norm; });
       vector(p + "attn_k_norm.weight", c.k_norm_dim(), layer, [](const LayerWeights* l) { return &l->k_norm; });
     }
@@ -269,8 +305,8 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_sinks.weight", c.n_heads, layer, [](const LayerWeights* l) { return &l->attn_sinks; });
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
-    // gpt-oss names the MLP's input norm post_attention_norm.
-    if (c.pre_norms)
+    // gpt-oss names the MLP's input norm post_attention_norm; a parallel block (Cohere) has none.
+    if (c.pre_norms && !c.parallel_block)
       vector(p + (arch.name == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim, layer,
              [](const LayerWeights* l) { return &l->ffn_norm; });
     if (c.moe(i)) {
@@ -317,7 +353,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
         matrix(p + "ffn_down_shexp.weight", c.dim, f, layer, [](const LayerWeights* l) { return &l->w_down; });
         holds({shared + "down_proj"});
       }
-    } else if (arch.name == "phi3") {  // gate and up rows in one ffn_up, split by llama.cpp's swiglu
+    } else if (FusesGateUp(arch)) {
       plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, {}, [](const LayerWeights* l) {
                         return TensorSource{.linears = {&l->w_gate, &l->w_up}};
                       }});
@@ -354,7 +390,9 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   out.Set(a + ".attention.head_count", c.n_heads);
   out.Set(a + ".attention.head_count_kv", c.n_kv_heads);
   out.Set(a + ".rope.freq_base", c.rope_theta);
-  out.Set(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+  out.Set(a + (c.norm == NormKind::kLayer ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"),
+          c.norm_eps);
+  if (a == "command-r" || a == "cohere2") out.Set(a + ".logit_scale", c.logit_multiplier);
   if (c.head_dim != c.dim / c.n_heads && a != "deepseek2") {
     out.Set(a + ".attention.key_length", c.head_dim);
     out.Set(a + ".attention.value_length", c.head_dim);
@@ -370,8 +408,8 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     if (c.embed_scale != 1) out.Set(a + ".embedding_scale", c.embed_scale);
     out.Set(a + ".attention.scale", c.attention_scale());
   }
+  if (PartialRotary(arch)) out.Set(a + ".rope.dimension_count", c.rope_dims());
   if (a == "phi3") {
-    out.Set(a + ".rope.dimension_count", c.rope_dims());
     if (c.rope_scaling.type == RopeScalingType::kLongRope) {
       out.Set(a + ".rope.scaling.attn_factor", c.rope_scaling.attention_factor);
       out.Set(a + ".rope.scaling.original_context_length", c.rope_scaling.original_max_position);
@@ -525,14 +563,18 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   if (gpt_oss) CheckGptOssExportable(c, m.source);
   CheckMoeExportable(c, arch, m.source);
   CheckNopeExportable(c, arch, m.source);
+  if (arch.name == "command-r" || arch.name == "cohere2") CheckCohereExportable(c, arch, m.source);
   if (arch.name == "olmo2" && c.tie_embeddings)  // models/olmo2.cpp requires output.weight
     Fail("{}: llama.cpp's olmo2 reads a separate output.weight; this model ties its embeddings", m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
   if (!IsGemmaArch(arch) && !longrope && !deepseek && !gpt_oss && c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
-  if (c.rotary_dim != 0 && arch.name != "phi3" && !deepseek)
-    Fail("{}: partial rotary embeddings are exported for phi3 only", m.source);
+  if (c.rotary_dim != 0 && !PartialRotary(arch) && !deepseek)
+    Fail("{}: partial rotary embeddings are exported for phi3, glm4 and chatglm only", m.source);
+  if (arch.name == "chatglm" && c.q_dim() != c.dim)  // models/chatglm.cpp: attn_output is n_embd x n_embd
+    Fail("{}: llama.cpp's chatglm needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, c.n_heads,
+         c.head_dim, c.dim);
   if (arch.name == "phi3") {
     if (c.q_dim() != c.dim || c.qkv_bias)
       Fail("{}: llama.cpp's phi3 needs num_heads * head_dim = hidden_size and no q/k/v bias", m.source);

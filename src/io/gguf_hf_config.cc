@@ -95,6 +95,10 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"smollm3", "SmolLM3ForCausalLM", "smollm3"},
                                          {"olmo2", "Olmo2ForCausalLM", "olmo2"},
                                          {"ernie4_5", "Ernie4_5ForCausalLM", "ernie4_5"},
+                                         {"glm4", "Glm4ForCausalLM", "glm4"},
+                                         {"chatglm", "GlmForCausalLM", "glm"},
+                                         {"command-r", "CohereForCausalLM", "cohere"},
+                                         {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -106,20 +110,27 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of {} GGUF files", source, arch, names);
   }
   const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
-             deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss";
-  const std::string architecture(mixtral ? "MixtralForCausalLM" : family->architecture);
-  if ((arch == "llama" || arch == "granite" || arch == "olmo2") && c.qkv_bias != c.o_bias)
+             deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss", glm = arch == "glm4" || arch == "chatglm",
+             cohere = arch == "command-r" || arch == "cohere2";
+  const bool olmo3 = arch == "olmo2" && c.sliding_window > 0;  // llama.cpp runs OLMo 3 as olmo2 with its windows
+  const std::string architecture(mixtral ? "MixtralForCausalLM" : olmo3 ? "Olmo3ForCausalLM" : family->architecture);
+  if ((arch == "llama" || arch == "granite" || arch == "olmo2" || cohere) && c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",
          source, c.qkv_bias ? "attn_output" : "attn_q", architecture, c.qkv_bias ? "q/k/v" : "o_proj");
-  if (c.rotary_dim != 0 && !phi3 && !deepseek)
+  if (olmo3 && c.local_rope_theta > 0)
+    Fail("{}: key 'olmo2.rope.freq_base_swa' ({}): Olmo3ForCausalLM has one RoPE base ({})", source, c.local_rope_theta,
+         c.rope_theta);
+  if (glm && c.o_bias)  // GlmAttention: attention_bias biases q/k/v, never o_proj
+    Fail("{}: tensor 'blk.0.attn_output.bias': {} has no bias on o_proj", source, architecture);
+  if (c.rotary_dim != 0 && !phi3 && !deepseek && !glm)
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
   if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 ||
-      (c.sliding_window != 0 && !gemma && !phi3 && !gpt_oss))
+      (c.sliding_window != 0 && !gemma && !phi3 && !gpt_oss && arch != "cohere2" && !olmo3))
     Fail("{}: {} has no field for this file's {}", source, architecture,
          c.sliding_window ? "sliding window" : "RoPE scaling");
   OrderedJson j = {{"architectures", {architecture}},
-                   {"model_type", mixtral ? "mixtral" : std::string(family->model_type)},
+                   {"model_type", mixtral ? "mixtral" : olmo3 ? "olmo3" : std::string(family->model_type)},
                    {"vocab_size", c.vocab_size},
                    {"hidden_size", c.dim},
                    {"intermediate_size", c.ffn_dim},
@@ -180,7 +191,17 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     }
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
   }
-  if (arch == "ernie4_5") j["use_bias"] = false;  // its biases (none in the files llama.cpp runs) are all or none
+  if (arch == "ernie4_5") j["use_bias"] = false;
+  if (cohere) {  // LayerNorm's epsilon, the logit multiplier, Command R+'s per-head q/k norms
+    j.erase("rms_norm_eps");
+    j["layer_norm_eps"] = ShortestDecimal(c.norm_eps);
+    j["logit_scale"] = ShortestDecimal(c.logit_multiplier);
+    if (arch == "command-r") j["use_qk_norm"] = c.qk_norm;
+  }
+  if (glm) {  // GLM's attention_bias is q/k/v's alone; its rotary fraction is a field (default 0.5)
+    j["attention_bias"] = c.qkv_bias;
+    j["partial_rotary_factor"] = ShortestDecimal(static_cast<float>(c.rope_dims()) / c.head_dim);
+  }  // its biases (none in the files llama.cpp runs) are all or none
   if (arch == "smollm3") {  // 1: RoPE, 0: none (every fourth layer in llama.cpp)
     OrderedJson flags = OrderedJson::array();
     for (uint32_t i = 0; i < c.n_layers; ++i) flags.push_back(c.rope(i) ? 1 : 0);
@@ -204,9 +225,12 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
 
 void ToRotateHalf(Model& m) {
   ModelConfig& c = m.config;
-  // Latent attention and ERNIE 4.5 keep adjacent pairs: their own checkpoints' order (DeepSeek-V2 always, V3 with
-  // rope_interleave; Ernie4_5ForCausalLM always).
-  if (c.rope_style == RopeStyle::kHalf || c.mla() || c.architecture == "gguf:ernie4_5") return;
+  // Latent attention, ERNIE 4.5, GLM and Cohere keep adjacent pairs: their own checkpoints' order (DeepSeek-V2
+  // always, V3 with rope_interleave; the others always).
+  if (c.rope_style == RopeStyle::kHalf || c.mla() || c.architecture == "gguf:ernie4_5" ||
+      c.architecture == "gguf:glm4" || c.architecture == "gguf:chatglm" || c.architecture == "gguf:command-r" ||
+      c.architecture == "gguf:cohere2")
+    return;
   const std::vector<uint64_t> q = HalfFromAdjacent(c.q_dim(), c.head_dim), k = HalfFromAdjacent(c.kv_dim(), c.head_dim);
   for (LayerWeights& layer : m.weights.layers) {
     PermuteRows(layer.wq, q);

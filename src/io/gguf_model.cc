@@ -22,7 +22,12 @@ namespace {
 
 constexpr std::string_view kSupportedArchitectures =
     "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2, "
-    "ernie4_5; llama with or without experts";
+    "ernie4_5, glm4, chatglm, command-r, cohere2; llama with or without experts";
+
+// llama.cpp's phi3, glm4 and chatglm store gate and up as one ffn_up (gate rows first).
+bool FusedGateUp(const ModelConfig& c) {
+  return c.architecture == "gguf:phi3" || c.architecture == "gguf:glm4" || c.architecture == "gguf:chatglm";
+}
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -295,6 +300,31 @@ void ReadGraniteKeys(const GgufFile& f, ModelConfig& c) {
   if (const float v = scale("granite.attention.scale", false); v > 0) c.query_scale = v;
 }
 
+// command-r and cohere2 (models/command-r.cpp, cohere2.cpp): LayerNorm without a bias, attention and MLP in
+// parallel on one input norm, logits times logit_scale (command-r: absent or 0 meaning none), token_embd always
+// the output matrix; command-r's q/k norms per head, each with its own weights (Command R+); cohere2's sliding
+// layers (a pattern of 4 by default), the only ones with RoPE, at rope.freq_base_swa where given.
+void ReadCohereKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
+  const std::string p = arch + ".", source = f.path().string();
+  const bool cohere2 = arch == "cohere2";
+  c.norm = NormKind::kLayer;
+  c.norm_eps = f.GetF32(p + "attention.layer_norm_epsilon");
+  c.parallel_block = true;
+  c.tie_embeddings = true;  // an output.weight is left unread, and reported so
+  const float scale = cohere2 ? f.GetF32(p + "logit_scale") : f.GetF32Or(p + "logit_scale", 0.0f);
+  if (scale < 0 || !std::isfinite(scale) || (cohere2 && scale == 0))
+    Fail("{}: key '{}logit_scale' ({}) must be positive", source, p, scale);
+  if (scale > 0) c.logit_multiplier = scale;
+  c.qk_norm = c.qk_norm_per_head = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (!cohere2) return;
+  c.sliding_window = f.GetU32(p + "attention.sliding_window");
+  if (c.sliding_window == 0) Fail("{}: key '{}attention.sliding_window' must be positive", source, p);
+  c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, 4);
+  c.rope_theta = f.GetF32Or(p + "rope.freq_base_swa", c.rope_theta);  // only the sliding layers rotate
+  c.nope_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = !c.sliding(i);
+}
+
 // Phi-3's longrope as the converter stores it: per-frequency divisors in rope_factors_long/short, the
 // attention factor and the original context as keys. llama.cpp picks the long factors for contexts past
 // the original one, as lowbit does by KV cache capacity. The sliding window applies as in transformers
@@ -407,9 +437,10 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
-             olmo2 = arch == "olmo2", ernie = arch == "ernie4_5";
+             olmo2 = arch == "olmo2", ernie = arch == "ernie4_5", glm = arch == "glm4" || arch == "chatglm",
+             cohere = arch == "command-r" || arch == "cohere2";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie)
+      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss)
@@ -429,7 +460,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.architecture = "gguf:" + arch;
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
-  c.rope_style = arch == "llama" || granite || smollm3 || ernie ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+  // glm4, chatglm, command-r and cohere2: NORM RoPE on their checkpoints' own (adjacent) rows, as ernie4_5.
+  c.rope_style =
+      arch == "llama" || granite || smollm3 || ernie || glm || cohere ? RopeStyle::kAdjacent : RopeStyle::kHalf;
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
     c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;
@@ -454,7 +487,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   }
   c.max_position = f.GetU32Or(p + "context_length", c.max_position);
   c.rope_theta = f.GetF32Or(p + "rope.freq_base", 10000.0f);
-  c.norm_eps = f.GetF32(p + "attention.layer_norm_rms_epsilon");
+  if (!cohere) c.norm_eps = f.GetF32(p + "attention.layer_norm_rms_epsilon");  // (LayerNorm's: ReadCohereKeys)
   c.bos_id = TokenId(f, "tokenizer.ggml.bos_token_id", 1);  // SPM defaults (formats.md 2.5)
   c.eos_id = TokenId(f, "tokenizer.ggml.eos_token_id", 2);
 
@@ -475,17 +508,27 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
       Fail("{}: key 'tokenizer.ggml.tokens' has {} entries but token_embd.weight has {} rows", source,
            n_tokens, c.vocab_size);
   }
-  c.tie_embeddings = f.FindTensor("output.weight") == nullptr;
-  c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.tie_embeddings = f.FindTensor("output.weight") == nullptr;  // (command-r, cohere2: ReadCohereKeys)
+  c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr || f.FindTensor("blk.0.attn_qkv.bias") != nullptr;
   c.o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
   if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" || olmo2;
   if (olmo2) {  // models/olmo2.cpp: norms on the attention and MLP outputs only, q and k normed whole
-    if (f.GetU32Or(p + "attention.sliding_window", 0) > 0)
-      Fail("{}: key '{}attention.sliding_window': OLMo 3's sliding layers are not supported", source, p);
     c.pre_norms = false;
     c.sandwich_norms = c.qk_norm_full = true;
+    // OLMo 3: sliding layers (every fourth full by default), at rope.freq_base_swa where given
+    if ((c.sliding_window = f.GetU32Or(p + "attention.sliding_window", 0)) > 0) {
+      c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, 4);
+      if (const float swa = f.GetF32Or(p + "rope.freq_base_swa", c.rope_theta); swa != c.rope_theta)
+        c.local_rope_theta = swa;
+    }
   }
+  if (arch == "glm4") {  // models/glm4.cpp: Gemma 2's four norms, RMS without (1 + w)
+    if (f.Find(p + "rope.dimension_sections"))
+      Fail("{}: key '{}rope.dimension_sections': GLM-4V's multimodal RoPE is not supported", source, p);
+    c.sandwich_norms = true;
+  }
+  if (cohere) ReadCohereKeys(f, arch, c);
   if (gemma) ReadGemmaKeys(f, arch, c);
   if (arch == "llama" || qwen_moe) ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
@@ -533,22 +576,34 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
     if (c.pre_norms) l.attn_norm = t.Vector(p + "attn_norm.weight", c.dim);
     if (c.mla()) {
       LoadLatentAttention(f, t, c, p, l);
-    } else if (f.FindTensor(p + "attn_qkv.weight")) {  // Phi-3: q, k and v rows in one matrix
+    } else if (f.FindTensor(p + "attn_qkv.weight")) {  // Phi-3, ChatGLM: q, k and v rows in one matrix
       std::vector<Linear> qkv = t.Weights(p + "attn_qkv.weight", {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.dim);
       l.wq = std::move(qkv[0]);
       l.wk = std::move(qkv[1]);
       l.wv = std::move(qkv[2]);
+      if (c.qkv_bias) {
+        const std::vector<float> b = t.Vector(p + "attn_qkv.bias", uint64_t{c.q_dim()} + 2 * c.kv_dim());
+        const auto part = [&](uint64_t begin, uint64_t n) {
+          return std::vector<float>(b.begin() + static_cast<ptrdiff_t>(begin), b.begin() + static_cast<ptrdiff_t>(begin + n));
+        };
+        l.wq.bias = part(0, c.q_dim());
+        l.wk.bias = part(c.q_dim(), c.kv_dim());
+        l.wv.bias = part(uint64_t{c.q_dim()} + c.kv_dim(), c.kv_dim());
+      }
     } else {
       l.wq = t.Weight(p + "attn_q.weight", c.q_dim(), c.dim);
       l.wk = t.Weight(p + "attn_k.weight", c.kv_dim(), c.dim);
       l.wv = t.Weight(p + "attn_v.weight", c.kv_dim(), c.dim);
     }
-    if (c.qkv_bias) {
+    if (c.qkv_bias && l.wq.bias.empty()) {
       l.wq.bias = t.Vector(p + "attn_q.bias", c.q_dim());
       l.wk.bias = t.Vector(p + "attn_k.bias", c.kv_dim());
       l.wv.bias = t.Vector(p + "attn_v.bias", c.kv_dim());
     }
-    if (c.qk_norm) {
+    if (c.qk_norm_per_head) {  // ne [head_dim, heads]
+      l.q_norm = t.Values(p + "attn_q_norm.weight", {c.head_dim, c.n_heads});
+      l.k_norm = t.Values(p + "attn_k_norm.weight", {c.head_dim, c.n_kv_heads});
+    } else if (c.qk_norm) {
       l.q_norm = t.Vector(p + "attn_q_norm.weight", c.q_norm_dim());
       l.k_norm = t.Vector(p + "attn_k_norm.weight", c.k_norm_dim());
     }
@@ -560,7 +615,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.ffn_out_norm = t.Vector(p + "post_ffw_norm.weight", c.dim);
     }
     // gpt-oss names the MLP's input norm post_attention_norm (not a sandwich norm there).
-    if (c.pre_norms)
+    if (c.pre_norms && !c.parallel_block)
       l.ffn_norm = t.Vector(p + (c.architecture == "gguf:gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim);
     if (c.moe(i)) {
       l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
@@ -591,7 +646,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
         l.w_up = t.Weight(p + "ffn_up_shexp.weight", ffn, c.dim);
         l.w_down = t.Weight(p + "ffn_down_shexp.weight", c.dim, ffn);
       }
-    } else if (c.architecture == "gguf:phi3") {  // gate rows, then up rows, in one ffn_up (llama.cpp's swiglu split)
+    } else if (FusedGateUp(c)) {  // gate rows, then up rows, in one ffn_up (llama.cpp's swiglu split)
       std::vector<Linear> gate_up = t.Weights(p + "ffn_up.weight", {c.ffn_dim, c.ffn_dim}, c.dim);
       l.w_gate = std::move(gate_up[0]);
       l.w_up = std::move(gate_up[1]);

@@ -47,6 +47,27 @@ constexpr size_t kWarnListed = 5;  // unused tensors named in the warning
 // Whether block linear `name` is a routed expert's (what io/stacked_experts.h reads in a stacked block).
 bool RoutedExpert(const std::string& name) { return name.starts_with("mlp.experts."); }
 
+bool FusedPart(const std::vector<FusedProjection>& fused, const std::string& name) {
+  return std::any_of(fused.begin(), fused.end(), [&](const FusedProjection& f) {
+    return std::find(f.parts.begin(), f.parts.end(), name) != f.parts.end();
+  });
+}
+
+const LinearShape& ShapeOf(const std::vector<LinearShape>& shapes, const std::string& name) {
+  for (const LinearShape& s : shapes)
+    if (s.name == name) return s;
+  Fail("internal: no block linear named '{}'", name);
+}
+
+// The fused matrix's shape: its parts' rows one under the other (one bias for all, or none).
+LinearShape FusedShape(const FusedProjection& f, const std::vector<LinearShape>& shapes) {
+  LinearShape whole = ShapeOf(shapes, f.parts.front());
+  whole.name = f.name;
+  whole.rows = 0;
+  for (const std::string& part : f.parts) whole.rows += ShapeOf(shapes, part).rows;
+  return whole;
+}
+
 std::string ShapeText(const std::vector<uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // The block index of "<layers>N.<rest>", if `name` is one.
@@ -82,9 +103,11 @@ class HfTensors {
   bool HasLinear(const std::string& name) const {
     return Has(name + ".weight") || quantized_.Has(name) || EngineQuantized(name);
   }
-  // Whether block i stores Phi-3's fused projections (a lowbit folder saved from Phi-3 stores them split).
-  bool Fused(const ModelConfig& c, uint32_t i) const {
-    return HasFusedProjections(c) && HasLinear(names_.layer(i) + "self_attn.qkv_proj");
+  // The fused projections block i stores (a lowbit folder saved from Phi-3 or GLM-4 stores them split).
+  std::vector<FusedProjection> Fused(const ModelConfig& c, uint32_t i) const {
+    std::vector<FusedProjection> out = FusedProjections(c, i);
+    std::erase_if(out, [&](const FusedProjection& f) { return !HasLinear(names_.layer(i) + f.name); });
+    return out;
   }
   // Whether block i stores GPT-OSS's stacked experts (a lowbit folder saved from GPT-OSS stores one linear each).
   bool Stacked(const ModelConfig& c, uint32_t i) const {
@@ -128,18 +151,18 @@ class HfTensors {
         for (char which : {'k', 'v'})
           for (const std::string& s : KvScaleSuffixes(which)) optional.insert(p + "self_attn." + s);
       for (const HfBlockVector& v : HfBlockVectors(c, i)) dense[p + v.name] = v.shape;
-      if (Fused(c, i)) {
-        linear(p + "self_attn.qkv_proj", uint64_t{c.q_dim()} + 2 * c.kv_dim(), c.dim, c.qkv_bias);
-        linear(p + "mlp.gate_up_proj", uint64_t{2} * c.ffn_dim, c.dim, false);
-        linear(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
-        linear(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
-      } else {
-        const bool stacked = Stacked(c, i);
-        for (const LinearShape& s : BlockLinearShapes(c, i))
-          if (!stacked || !RoutedExpert(s.name)) linear(p + HfLinearName(c, s.name), s.rows, s.cols, s.bias);
-        if (stacked)
-          for (auto& [name, shape] : StackedExpertShapes(c, p, StackedExpertsMxfp4(model_, p))) dense[name] = shape;
+      const std::vector<FusedProjection> fused = Fused(c, i);
+      const bool stacked = Stacked(c, i);
+      const std::vector<LinearShape> shapes = BlockLinearShapes(c, i);
+      for (const LinearShape& s : shapes)
+        if (!FusedPart(fused, s.name) && (!stacked || !RoutedExpert(s.name)))
+          linear(p + HfLinearName(c, s.name), s.rows, s.cols, s.bias);
+      for (const FusedProjection& f : fused) {
+        const LinearShape whole = FusedShape(f, shapes);
+        linear(p + f.name, whole.rows, whole.cols, whole.bias);
       }
+      if (stacked)
+        for (auto& [name, shape] : StackedExpertShapes(c, p, StackedExpertsMxfp4(model_, p))) dense[name] = shape;
     }
     if (!c.tie_embeddings && HasLinear(lm_head)) linear(lm_head, c.vocab_size, c.dim, false);
     if (c.tie_embeddings && quantized_.Has(lm_head))
@@ -331,31 +354,27 @@ StreamedModel OpenHfModel(const std::filesystem::path& folder, const LoadOptions
     LayerWeights l = EmptyLayer(c, i);
     for (const HfBlockVector& v : HfBlockVectors(c, i))
       l.*v.member = VectorFromCheckpoint(c, v, t->Vector(p + v.name, v.numel()));
-    if (t->Fused(c, static_cast<uint32_t>(i))) {
-      const std::string qkv = p + "self_attn.qkv_proj", gate_up = p + "mlp.gate_up_proj";
-      std::vector<Linear> parts = SplitRows(t->Matrix(qkv, uint64_t{c.q_dim()} + 2 * c.kv_dim(), c.dim, c.qkv_bias),
-                                            {c.q_dim(), c.kv_dim(), c.kv_dim()}, qkv, t->FileOf(qkv + ".weight"));
-      l.wq = std::move(parts[0]);
-      l.wk = std::move(parts[1]);
-      l.wv = std::move(parts[2]);
-      parts = SplitRows(t->Matrix(gate_up, uint64_t{2} * c.ffn_dim, c.dim, false), {c.ffn_dim, c.ffn_dim}, gate_up,
-                        t->FileOf(gate_up + ".weight"));
-      l.w_gate = std::move(parts[0]);
-      l.w_up = std::move(parts[1]);
-      l.wo = t->Matrix(p + "self_attn.o_proj", c.dim, c.q_dim(), false);
-      l.w_down = t->Matrix(p + "mlp.down_proj", c.dim, c.ffn_dim, false);
-    } else {
-      const std::vector<LinearShape> shapes = BlockLinearShapes(c, i);
-      const std::vector<BlockLinear> slots = BlockLinears(l);
-      const bool stacked = t->Stacked(c, static_cast<uint32_t>(i));
-      for (size_t k = 0; k < shapes.size(); ++k)
-        if (!stacked || !RoutedExpert(shapes[k].name))
-          *slots[k].linear = t->Matrix(p + HfLinearName(c, shapes[k].name), shapes[k].rows, shapes[k].cols, shapes[k].bias);
-      if (stacked)
-        l.experts = ReadStackedExperts(t->model(), p, c, [&](const std::string& name, uint64_t n) {
-          return t->Vector(name, n);
-        });
+    const std::vector<FusedProjection> fused = t->Fused(c, static_cast<uint32_t>(i));
+    const std::vector<LinearShape> shapes = BlockLinearShapes(c, i);
+    const std::vector<BlockLinear> slots = BlockLinears(l);
+    const bool stacked = t->Stacked(c, static_cast<uint32_t>(i));
+    for (size_t k = 0; k < shapes.size(); ++k)
+      if (!FusedPart(fused, shapes[k].name) && (!stacked || !RoutedExpert(shapes[k].name)))
+        *slots[k].linear = t->Matrix(p + HfLinearName(c, shapes[k].name), shapes[k].rows, shapes[k].cols, shapes[k].bias);
+    for (const FusedProjection& f : fused) {
+      const LinearShape whole = FusedShape(f, shapes);
+      std::vector<uint64_t> rows;
+      for (const std::string& part : f.parts) rows.push_back(ShapeOf(shapes, part).rows);
+      std::vector<Linear> parts = SplitRows(t->Matrix(p + f.name, whole.rows, whole.cols, whole.bias), rows, p + f.name,
+                                            t->FileOf(p + f.name + ".weight"));
+      for (size_t k = 0; k < parts.size(); ++k)
+        for (size_t slot = 0; slot < shapes.size(); ++slot)
+          if (shapes[slot].name == f.parts[k]) *slots[slot].linear = std::move(parts[k]);
     }
+    if (stacked)
+      l.experts = ReadStackedExperts(t->model(), p, c, [&](const std::string& name, uint64_t n) {
+        return t->Vector(name, n);
+      });
     ValidateLayer(c, l, i, source);
     return l;
   };

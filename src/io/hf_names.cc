@@ -6,6 +6,7 @@ namespace {
 
 bool IsMixtral(const ModelConfig& c) { return c.architecture == "MixtralForCausalLM"; }
 bool IsGptOss(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
+bool IsGlm4(const ModelConfig& c) { return c.architecture == "Glm4ForCausalLM"; }
 
 }  // namespace
 
@@ -21,14 +22,21 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
   if (!c.pre_norms) {  // OLMo 2: the output norms alone
     v.push_back({"post_attention_layernorm.weight", &LayerWeights::attn_out_norm, {c.dim}});
     v.push_back({"post_feedforward_layernorm.weight", &LayerWeights::ffn_out_norm, {c.dim}});
+  } else if (IsGlm4(c)) {  // GLM-4's names for Gemma 2's four norms
+    v.push_back({"post_self_attn_layernorm.weight", &LayerWeights::attn_out_norm, {c.dim}});
+    v.push_back({"post_attention_layernorm.weight", &LayerWeights::ffn_norm, {c.dim}});
+    v.push_back({"post_mlp_layernorm.weight", &LayerWeights::ffn_out_norm, {c.dim}});
   } else if (c.sandwich_norms) {
     v.push_back({"post_attention_layernorm.weight", &LayerWeights::attn_out_norm, {c.dim}});
     v.push_back({"pre_feedforward_layernorm.weight", &LayerWeights::ffn_norm, {c.dim}});
     v.push_back({"post_feedforward_layernorm.weight", &LayerWeights::ffn_out_norm, {c.dim}});
-  } else {
+  } else if (!c.parallel_block) {  // Cohere's parallel block has the input norm alone
     v.push_back({"post_attention_layernorm.weight", &LayerWeights::ffn_norm, {c.dim}});
   }
-  if (c.qk_norm) {
+  if (c.qk_norm_per_head) {  // Cohere: [heads, head_dim]
+    v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.n_heads, c.head_dim}});
+    v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.n_kv_heads, c.head_dim}});
+  } else if (c.qk_norm) {
     v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.q_norm_dim()}});
     v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.k_norm_dim()}});
   }
@@ -79,7 +87,11 @@ std::vector<float> VectorFromCheckpoint(const ModelConfig& c, const HfBlockVecto
   return v.norm ? NormFromCheckpoint(c, std::move(stored)) : stored;
 }
 
-bool HasFusedProjections(const ModelConfig& c) { return c.architecture == "Phi3ForCausalLM"; }
+bool HasFusedQkv(const ModelConfig& c) { return c.architecture == "Phi3ForCausalLM"; }
+
+bool HasFusedGateUp(const ModelConfig& c) {
+  return c.architecture == "Phi3ForCausalLM" || c.architecture == "GlmForCausalLM" || IsGlm4(c);
+}
 
 bool HasStackedExperts(const ModelConfig& c) { return IsGptOss(c); }
 

@@ -41,8 +41,10 @@ std::string HfLinearName(const ModelConfig& c, const std::string& name);
 std::vector<float> NormFromCheckpoint(const ModelConfig& c, std::vector<float> stored);
 std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> applied);
 
-// Phi-3 stores q/k/v as one self_attn.qkv_proj and gate/up as one mlp.gate_up_proj (gate first).
-bool HasFusedProjections(const ModelConfig& c);
+// Phi-3 stores q/k/v as one self_attn.qkv_proj; Phi-3 and GLM-4 store gate/up as one mlp.gate_up_proj
+// (gate first).
+bool HasFusedQkv(const ModelConfig& c);
+bool HasFusedGateUp(const ModelConfig& c);
 
 // GPT-OSS stores each layer's experts as stacked tensors (io/stacked_experts.h), not one linear per expert.
 bool HasStackedExperts(const ModelConfig& c);

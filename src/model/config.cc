@@ -54,7 +54,9 @@ void ModelConfig::Validate(const std::string& source) const {
        "longrope factors must be positive");
   need(embed_scale > 0 && std::isfinite(embed_scale), "the embedding scale must be positive");
   need(attn_softcap >= 0 && final_softcap >= 0 && query_scale >= 0, "soft-caps and query scale must not be negative");
-  need(positive(residual_scale) && positive(logit_scale), "the residual and logit scales must be positive");
+  need(positive(residual_scale) && positive(logit_scale) && positive(logit_multiplier),
+       "the residual and logit scales must be positive");
+  need(!parallel_block || (pre_norms && !sandwich_norms), "a parallel block has its input norm and no others");
   if (n_experts > 0) {
     at_most(n_experts, 1u << 12, "the number of experts");
     at_most(expert_ffn_dim, 1u << 20, "moe_intermediate_size");
@@ -107,7 +109,8 @@ constexpr const char* kSupported =
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
-    "Ernie4_5ForCausalLM";
+    "Olmo3ForCausalLM, "
+    "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -117,6 +120,15 @@ bool IsQwen(const std::string& arch) {
 bool IsDeepSeek(const std::string& arch) {
   return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM";
 }
+
+// GLM-4 (GlmForCausalLM: glm-4-9b-chat-hf; Glm4ForCausalLM: the 0414 models, GLM-Z1).
+bool IsGlm(const std::string& arch) { return arch == "GlmForCausalLM" || arch == "Glm4ForCausalLM"; }
+
+// Cohere's Command R / R+ / Aya (CohereForCausalLM) and Command R7B / Command A (Cohere2ForCausalLM).
+bool IsCohere(const std::string& arch) { return arch == "CohereForCausalLM" || arch == "Cohere2ForCausalLM"; }
+
+// OLMo 2, and OLMo 3: OLMo 2 with sliding layers (every fourth full by default).
+bool IsOlmo(const std::string& arch) { return arch == "Olmo2ForCausalLM" || arch == "Olmo3ForCausalLM"; }
 
 bool IsGemma(const std::string& arch) {
   return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
@@ -192,10 +204,12 @@ void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScal
 // Which layers use sliding-window attention, when the config has no layer_types (transformers < 5).
 std::vector<uint8_t> DefaultSlidingLayers(const ModelConfig& c, const JsonView& j) {
   std::vector<uint8_t> layers(c.n_layers, 1);
+  const bool gemma3 = c.architecture == "Gemma3ForCausalLM";
   if (c.architecture == "Gemma2ForCausalLM") {
     for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = i % 2 == 0;  // local, global, local, ...
-  } else if (c.architecture == "Gemma3ForCausalLM") {
-    const uint32_t pattern = j.Get<uint32_t>("sliding_window_pattern", 6);  // five local, one global
+  } else if (c.architecture == "Gemma3ForCausalLM" || c.architecture == "Cohere2ForCausalLM" ||
+             c.architecture == "Olmo3ForCausalLM") {
+    const uint32_t pattern = j.Get<uint32_t>("sliding_window_pattern", gemma3 ? 6 : 4);  // local..., one global
     if (pattern == 0) j["sliding_window_pattern"].Fail("must be positive");
     for (uint32_t i = 0; i < c.n_layers; ++i) layers[i] = (i + 1) % pattern != 0;
   } else if (c.architecture == "GptOssForCausalLM") {
@@ -268,8 +282,10 @@ void ReadRopeConfig(ModelConfig& c, const JsonView& j) {
   }
   if (j.Has("rope_local_base_freq")) c.local_rope_theta = j.Get<float>("rope_local_base_freq");
   const JsonView rp = j.Has("rope_parameters") ? j["rope_parameters"] : j;
-  const double partial = rp.Has("partial_rotary_factor") ? rp.Get<double>("partial_rotary_factor")
-                                                         : j.Get<double>("partial_rotary_factor", 1.0);
+  // GLM rotates half of each head unless told otherwise (GlmConfig's default).
+  const double partial = rp.Has("partial_rotary_factor")
+                             ? rp.Get<double>("partial_rotary_factor")
+                             : j.Get<double>("partial_rotary_factor", IsGlm(c.architecture) ? 0.5 : 1.0);
   if (!(partial > 0 && partial <= 1)) j.Fail("partial_rotary_factor must be in (0, 1]");
   c.rotary_dim = static_cast<uint32_t>(c.head_dim * partial);  // int(head_dim * factor), as transformers
   if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
@@ -343,6 +359,30 @@ void ReadGranite(ModelConfig& c, const JsonView& j) {
   c.residual_scale = positive("residual_multiplier");
   c.logit_scale = positive("logits_scaling");
   if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");
+}
+
+// Cohere (Command R, R+, Aya): LayerNorm without a bias (layer_norm_eps), attention and MLP in parallel on
+// one input norm, RoPE on adjacent pairs, logits multiplied by logit_scale, tied embeddings, attention_bias
+// on q/k/v and o_proj; use_qk_norm (Command R+): LayerNorms over each head of q and k, each head with its own
+// weights. Cohere2 (Command R7B, Command A): sliding layers, every sliding_window_pattern-th (4) full, and
+// RoPE on the sliding ones only. Both: head_dim = hidden / heads, as their attention computes it.
+void ReadCohere(ModelConfig& c, const JsonView& j) {
+  c.norm = NormKind::kLayer;
+  c.parallel_block = true;
+  c.rope_style = RopeStyle::kAdjacent;
+  c.norm_eps = j.Get<float>("layer_norm_eps", 1e-5f);
+  c.logit_multiplier = j.Get<float>("logit_scale", 0.0625f);
+  if (!(c.logit_multiplier > 0)) j["logit_scale"].Fail("must be positive");
+  c.tie_embeddings = j.Get<bool>("tie_word_embeddings", true);
+  c.head_dim = c.dim / c.n_heads;
+  if (c.architecture == "CohereForCausalLM") {
+    c.qk_norm = c.qk_norm_per_head = j.Get<bool>("use_qk_norm", false);
+    return;
+  }
+  if (c.sliding_window == 0)  // without a window no layer is "sliding", and none would take RoPE
+    j.Fail("Cohere2ForCausalLM needs its sliding_window (its sliding layers are the ones that take RoPE)");
+  c.nope_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = !c.sliding(i);
 }
 
 // SmolLM3: a Llama whose no_rope_layers (1 = RoPE, 0 = none) leave some layers without positions, as
@@ -442,7 +482,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
       c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
-      c.architecture != "Olmo2ForCausalLM" && c.architecture != "Ernie4_5ForCausalLM")
+      !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
+      !IsCohere(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -459,11 +500,11 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   // Qwen2-MoE has q/k/v biases unless its (transformers 5) config says qkv_bias: false.
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM" ||
                (c.architecture == "Qwen2MoeForCausalLM" && j.Get<bool>("qkv_bias", true)) ||
-               j.Get<bool>("attention_bias", false);
-  // LlamaAttention's, GraniteAttention's and Olmo2Attention's attention_bias covers o_proj too (GPT-OSS's:
-  // ReadGptOss).
+               j.Get<bool>("attention_bias", IsGlm(c.architecture));  // GLM: q/k/v biased by default
+  // LlamaAttention's, GraniteAttention's, Olmo2Attention's and CohereAttention's attention_bias covers o_proj
+  // too (GPT-OSS's: ReadGptOss).
   c.o_bias = (c.architecture == "LlamaForCausalLM" || c.architecture == "GraniteForCausalLM" ||
-              c.architecture == "Olmo2ForCausalLM") &&
+              IsOlmo(c.architecture) || IsCohere(c.architecture)) &&
              j.Get<bool>("attention_bias", false);
   c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
   c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
@@ -485,11 +526,18 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
   if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadSmolLM3(c, j);
+  if (IsCohere(c.architecture)) ReadCohere(c, j);
   if (c.architecture == "Ernie4_5ForCausalLM") {  // RoPE on adjacent pairs; use_bias covers the MLP too
     c.rope_style = RopeStyle::kAdjacent;
     if (j.Get<bool>("use_bias", false)) j["use_bias"].Fail("biases on the linears are not supported");
   }
-  if (c.architecture == "Olmo2ForCausalLM") {  // norms on the attention and MLP outputs only, q/k norms whole
+  if (IsGlm(c.architecture)) {  // RoPE on adjacent pairs of each head's leading dimensions
+    c.rope_style = RopeStyle::kAdjacent;
+    c.sandwich_norms = c.architecture == "Glm4ForCausalLM";  // post_self_attn_layernorm, post_mlp_layernorm
+  }
+  if (c.architecture == "Olmo3ForCausalLM" && !j.Has("sliding_window"))  // transformers would assume 4096
+    j.Fail("Olmo3ForCausalLM needs its sliding_window: transformers' default is not assumed");
+  if (IsOlmo(c.architecture)) {  // norms on the attention and MLP outputs only, q/k norms whole
     c.pre_norms = false;
     c.sandwich_norms = c.qk_norm = c.qk_norm_full = true;
   }

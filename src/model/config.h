@@ -50,6 +50,11 @@ struct RopeScaling {
   float attention_factor = 1;  // longrope, yarn: RoPE's cos and sin are multiplied by it
 };
 
+enum class NormKind : uint8_t {
+  kRms,    // RMSNorm: x / rms(x) * w
+  kLayer,  // LayerNorm without a bias (Cohere): (x - mean) / std(x) * w
+};
+
 enum class RouterScoring : uint8_t { kSoftmax, kSigmoid };
 enum class GroupScore : uint8_t { kBestExpert, kBestTwoSum };
 
@@ -75,11 +80,13 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kHalf;
   RopeScaling rope_scaling;
   float norm_eps = 1e-5f;
+  NormKind norm = NormKind::kRms;  // every norm of the model
   bool tie_embeddings = false;
   bool qkv_bias = false;     // Qwen2
   bool o_bias = false;       // Llama's and GPT-OSS's attention_bias: o_proj has a bias too
   bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over each head of q and k, before RoPE
   bool qk_norm_full = false; // OLMo 2: that RMSNorm over the whole q and k projections (all heads at once)
+  bool qk_norm_per_head = false;  // Cohere (Command R+): each head normed on its own, with its own weights
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
   std::vector<uint8_t> nope_layers;  // SmolLM3: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
   FfnActivation activation = FfnActivation::kSilu;
@@ -99,11 +106,14 @@ struct ModelConfig {
   bool sandwich_norms = false;  // Gemma 2/3: attention and MLP outputs are RMS-normed before each residual add
   bool pre_norms = true;        // false (OLMo 2): attention and MLP read the residual stream itself, only the
                                 // sandwich norms on their outputs remain
+  bool parallel_block = false;  // Cohere: attention and MLP both read the input norm's output, and both outputs
+                                // join the residual at once (no ffn_norm)
   float attn_softcap = 0;     // Gemma 2: attention scores become cap * tanh(score / cap); 0 = none
   float final_softcap = 0;    // Gemma 2: the same on the logits
   float query_scale = 0;      // attention score scale (Gemma's query_pre_attn_scalar^-1/2); 0 = 1/sqrt(head_dim)
   float residual_scale = 1;   // Granite: attention and MLP outputs are multiplied by it before each residual add
   float logit_scale = 1;      // Granite: the logits are divided by it (logits_scaling)
+  float logit_multiplier = 1; // Cohere: the logits are multiplied by it (its logit_scale)
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): a sparse layer's MLP is `n_experts` SwiGLU
   // experts of width expert_ffn_dim; a router picks experts_per_token of them for each token and
   // weighs their outputs by its softmax probabilities (renormalized over the chosen ones when
@@ -155,9 +165,10 @@ struct ModelConfig {
   uint32_t attn_out_dim() const { return mla() ? n_heads * v_head_dim : q_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim; }
   uint32_t rope_dims() const { return rotary_dim ? rotary_dim : head_dim; }
-  // The q and k norms' widths: a head's, or the whole projection's (qk_norm_full); 0 without them.
-  uint32_t q_norm_dim() const { return !qk_norm ? 0 : qk_norm_full ? q_dim() : head_dim; }
-  uint32_t k_norm_dim() const { return !qk_norm ? 0 : qk_norm_full ? kv_dim() : head_dim; }
+  // The q and k norms' widths: a head's, or the whole projection's (qk_norm_full, qk_norm_per_head); 0 without
+  // them.
+  uint32_t q_norm_dim() const { return !qk_norm ? 0 : qk_norm_full || qk_norm_per_head ? q_dim() : head_dim; }
+  uint32_t k_norm_dim() const { return !qk_norm ? 0 : qk_norm_full || qk_norm_per_head ? kv_dim() : head_dim; }
   bool sliding(size_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[layer] != 0);
   }

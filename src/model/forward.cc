@@ -22,6 +22,21 @@ void RmsNorm(const float* x, const float* weight, size_t n, float eps, float* ou
 
 namespace {
 
+void LayerNorm(const float* x, const float* weight, size_t n, float eps, float* out) {
+  float mean = 0;
+  for (size_t i = 0; i < n; ++i) mean += x[i];
+  mean /= static_cast<float>(n);
+  float var = 0;
+  for (size_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = (x[i] - mean) * inv * weight[i];
+}
+
+void Norm(const ModelConfig& c, const float* x, const float* weight, size_t n, float* out) {
+  if (c.norm == NormKind::kLayer) LayerNorm(x, weight, n, c.norm_eps, out);
+  else RmsNorm(x, weight, n, c.norm_eps, out);
+}
+
 // x += scale * out over n values: a block's output into the residual stream (Granite scales it).
 void AddResidual(const float* out, size_t n, float scale, float* x) {
   if (scale == 1) {
@@ -37,7 +52,7 @@ void ApplyFinalNorm(const Model& model, std::span<const float> hidden, std::vect
   const size_t dim = model.config.dim;
   out.resize(hidden.size());
   for (size_t r = 0; r < hidden.size() / dim; ++r)
-    RmsNorm(&hidden[r * dim], model.weights.final_norm.data(), dim, model.config.norm_eps, &out[r * dim]);
+    Norm(model.config, &hidden[r * dim], model.weights.final_norm.data(), dim, &out[r * dim]);
 }
 
 std::vector<float> RopeInverseFrequencies(const ModelConfig& c, RopeVariant variant) {
@@ -178,7 +193,7 @@ void Engine::NormedProjection(const Linear& w, const std::vector<float>& norm, c
   MatMul(w, x, total, out.data(), pool_, activations_);
   ForTokens(total, [&](size_t begin, size_t end) {
     for (size_t t = begin; t < end; ++t)
-      RmsNorm(&out[t * width], norm.data(), norm.size(), model_.config.norm_eps, &out[t * width]);
+      Norm(model_.config, &out[t * width], norm.data(), norm.size(), &out[t * width]);
   });
 }
 
@@ -460,7 +475,7 @@ void Engine::BeginLayer(size_t l, const std::vector<float>& x, std::vector<float
   }
   ForTokens(x.size() / c.dim, [&](size_t begin, size_t end) {
     for (size_t t = begin; t < end; ++t)
-      RmsNorm(&x[t * c.dim], model_.weights.layers[l].attn_norm.data(), c.dim, c.norm_eps, &input[t * c.dim]);
+      Norm(c, &x[t * c.dim], model_.weights.layers[l].attn_norm.data(), c.dim, &input[t * c.dim]);
   });
 }
 
@@ -480,20 +495,20 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       if (c.qk_norm_full) {  // OLMo 2: q and k normalized whole
         ForTokens(total, [&](size_t begin, size_t end) {
           for (size_t row = begin; row < end; ++row) {
-            RmsNorm(&q_[row * c.q_dim()], lw.q_norm.data(), c.q_dim(), c.norm_eps, &q_[row * c.q_dim()]);
-            RmsNorm(&k_[row * c.kv_dim()], lw.k_norm.data(), c.kv_dim(), c.norm_eps, &k_[row * c.kv_dim()]);
+            Norm(c, &q_[row * c.q_dim()], lw.q_norm.data(), c.q_dim(), &q_[row * c.q_dim()]);
+            Norm(c, &k_[row * c.kv_dim()], lw.k_norm.data(), c.kv_dim(), &k_[row * c.kv_dim()]);
           }
         });
-      } else if (c.qk_norm) {  // Qwen3, Gemma 3: each head of q and k normalized on its own
+      } else if (c.qk_norm) {  // Qwen3, Gemma 3, Cohere: each head of q and k normalized on its own
         ForTokens(total, [&](size_t begin, size_t end) {
           for (size_t row = begin; row < end; ++row) {
             for (size_t h = 0; h < c.n_heads; ++h) {
               float* head = &q_[row * c.q_dim() + h * c.head_dim];
-              RmsNorm(head, lw.q_norm.data(), c.head_dim, c.norm_eps, head);
+              Norm(c, head, lw.q_norm.data() + (c.qk_norm_per_head ? h * c.head_dim : 0), c.head_dim, head);
             }
             for (size_t h = 0; h < c.n_kv_heads; ++h) {
               float* head = &k_[row * c.kv_dim() + h * c.head_dim];
-              RmsNorm(head, lw.k_norm.data(), c.head_dim, c.norm_eps, head);
+              Norm(c, head, lw.k_norm.data() + (c.qk_norm_per_head ? h * c.head_dim : 0), c.head_dim, head);
             }
           }
         });
@@ -539,9 +554,12 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       ForTokens(total, [&](size_t begin, size_t end) {
         for (size_t t = begin; t < end; ++t) {
           if (!lw.attn_out_norm.empty())
-            RmsNorm(&proj_[t * dim], lw.attn_out_norm.data(), dim, c.norm_eps, &proj_[t * dim]);
+            Norm(c, &proj_[t * dim], lw.attn_out_norm.data(), dim, &proj_[t * dim]);
+          // Cohere's parallel block: the MLP reads what attention read, the residual before this add.
+          if (c.parallel_block) Norm(c, &x[t * dim], lw.attn_norm.data(), dim, &input[t * dim]);
           AddResidual(&proj_[t * dim], dim, c.residual_scale, &x[t * dim]);
-          if (c.pre_norms) RmsNorm(&x[t * dim], lw.ffn_norm.data(), dim, c.norm_eps, &input[t * dim]);
+          if (c.parallel_block) continue;
+          if (c.pre_norms) Norm(c, &x[t * dim], lw.ffn_norm.data(), dim, &input[t * dim]);
           else std::copy_n(&x[t * dim], dim, &input[t * dim]);
         }
       });
@@ -572,7 +590,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       ForTokens(total, [&](size_t begin, size_t end) {
         if (!lw.ffn_out_norm.empty())
           for (size_t t = begin; t < end; ++t)
-            RmsNorm(&proj_[t * dim], lw.ffn_out_norm.data(), dim, c.norm_eps, &proj_[t * dim]);
+            Norm(c, &proj_[t * dim], lw.ffn_out_norm.data(), dim, &proj_[t * dim]);
         AddResidual(&proj_[begin * dim], (end - begin) * dim, c.residual_scale, &x[begin * dim]);
       });
       return;
@@ -637,6 +655,8 @@ void Engine::Forward(std::span<BatchItem> batch) {
     for (float& v : logits) v = c.final_softcap * std::tanh(v / c.final_softcap);
   if (c.logit_scale != 1)
     for (float& v : logits) v /= c.logit_scale;
+  if (c.logit_multiplier != 1)
+    for (float& v : logits) v *= c.logit_multiplier;
   size_t out_row = 0;
   for (BatchItem& item : batch) {
     const size_t count = item.all_logits ? item.tokens.size() : 1;

@@ -520,6 +520,9 @@ QuantizeReport QuantizeModel(Model& model, const QuantizeRequest& req) {
   if (!model.config.pre_norms && (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
     Fail("method '{}': {} has no norm before its attention and MLP to fold this method's input scales into; use rtn "
          "or gptq", req.method, model.config.architecture);
+  if (model.config.parallel_block && (method->activation_scale_grid() > 0 || method->smoothing_alpha() >= 0))
+    Fail("method '{}': {} feeds its attention and MLP from one norm, which cannot hold both groups' input scales; "
+         "use rtn or gptq", req.method, model.config.architecture);
   QuantizeReport report = req.resume ? req.resume->report : QuantizeReport{};
   const double prior_seconds = report.total_seconds;
   Engine engine(model, req.threads);  // reads the weights only when run: rotating them first is safe

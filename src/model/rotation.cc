@@ -77,11 +77,15 @@ void RotateMlp(Linear& gate, Linear& up, Linear& down, const std::vector<float>&
 }
 
 // A rotation Q of the residual stream passes through RMSNorm(x) * w only where w is folded into the
-// next linear; an RMSNorm on a block's output (Gemma 2/3) would need diag(w) Q = Q diag(w'), which no w' gives.
+// next linear; an RMSNorm on a block's output (Gemma 2/3) would need diag(w) Q = Q diag(w'), which no w' gives,
+// and LayerNorm's mean subtraction does not commute with Q at all.
 void CheckRotatable(const ModelConfig& c) {
   if (c.sandwich_norms)
     Fail("rotate: {} normalizes the attention and MLP outputs before the residual add, and those norms do not "
          "commute with a rotation of the residual stream; quantize it without rotation", c.architecture);
+  if (c.norm == NormKind::kLayer)  // (x - mean) is not rotated by Q: the mean is along the all-ones direction
+    Fail("rotate: {} normalizes with LayerNorm, whose mean subtraction does not commute with a rotation of the "
+         "residual stream; quantize it without rotation", c.architecture);
 }
 
 // The smallest online Hadamard block among the model's down_proj inputs (dense MLPs, experts, shared experts).

@@ -225,7 +225,7 @@ void CheckWeightsFinite(const ModelWeights& w, const std::string& source) {
 void ValidateLayer(const ModelConfig& c, const LayerWeights& l, size_t index, const std::string& source) {
   const std::string p = "layer " + std::to_string(index) + " ";
   CheckVector(l.attn_norm, c.pre_norms ? c.dim : 0, p + "attn_norm", source);
-  CheckVector(l.ffn_norm, c.pre_norms ? c.dim : 0, p + "ffn_norm", source);
+  CheckVector(l.ffn_norm, c.pre_norms && !c.parallel_block ? c.dim : 0, p + "ffn_norm", source);
   CheckVector(l.q_norm, c.q_norm_dim(), p + "q_norm", source);
   CheckVector(l.k_norm, c.k_norm_dim(), p + "k_norm", source);
   CheckVector(l.attn_out_norm, c.sandwich_norms ? c.dim : 0, p + "attn_out_norm", source);

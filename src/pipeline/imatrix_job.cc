@@ -40,12 +40,15 @@ ImatrixEntry ExpertsEntry(const std::vector<ColumnSquares>& units, size_t first,
 
 // The GGUF tensors each input feeds, named as llama.cpp's converter names them for this model (gguf_export.cc):
 // attn_q/k/v (Phi-3: attn_qkv) or latent attention's attn_q_a (attn_q) with attn_kv_a_mqa and attn_q_b;
-// attn_output; ffn_gate/up/down (Phi-3: ffn_up holds gate and up), or the router ffn_gate_inp (and
+// attn_output; ffn_gate/up/down (Phi-3, GLM-4: ffn_up holds gate and up), or the router ffn_gate_inp (and
 // ffn_gate_inp_shexp), ffn_*_shexp and ffn_*_exps. kv_b's input has no entry: in GGUF kv_b is split into
 // attn_k_b and attn_v_b, which read each head's nope query and its latent attention output (one matrix per
 // head, one count, as llama-imatrix's 3-d mul_mat).
 Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& squares) {
-  const bool phi3 = c.architecture == "Phi3ForCausalLM" || c.architecture == "gguf:phi3";
+  const std::string& a = c.architecture;
+  const bool phi3 = a == "Phi3ForCausalLM" || a == "gguf:phi3";
+  const bool fused_gate_up = phi3 || a == "GlmForCausalLM" || a == "Glm4ForCausalLM" || a == "gguf:chatglm" ||
+                             a == "gguf:glm4";
   Entries entries;
   for (size_t l = 0; l < squares.size(); ++l) {
     const LayerImportance& li = squares[l];
@@ -65,7 +68,7 @@ Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& sq
     }
     Add(entries, l, {"attn_output"}, attention(LinearInput::kO));
     if (!c.moe(l)) {
-      if (phi3) Add(entries, l, {"ffn_up"}, EntryOf(li.unit_inputs[0]));
+      if (fused_gate_up) Add(entries, l, {"ffn_up"}, EntryOf(li.unit_inputs[0]));
       else Add(entries, l, {"ffn_gate", "ffn_up"}, EntryOf(li.unit_inputs[0]));
       Add(entries, l, {"ffn_down"}, EntryOf(li.unit_hidden[0]));
       continue;

@@ -19,6 +19,8 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
   a.tied = config.tie_embeddings;
   a.qkv_bias = config.qkv_bias;
   a.qk_norm = config.qk_norm;
+  a.qk_norm_whole = config.qk_norm_full || config.qk_norm_per_head;
+  a.layer_norms = (config.pre_norms ? (config.parallel_block ? 1 : 2) : 0) + (config.sandwich_norms ? 2 : 0);
   a.o_bias = config.o_bias;
   a.attention_sinks = config.attention_sinks;
   a.expert_bias = config.expert_bias;

@@ -24,6 +24,9 @@ struct ModelArch {
   bool tied = false;      // lm_head shares the embedding matrix
   bool qkv_bias = false;  // Qwen2: biases on q/k/v
   bool qk_norm = false;   // Qwen3: RMSNorm weights over each q and k head
+  bool qk_norm_whole = false;  // OLMo 2, Command R+: q/k norm weights as wide as the projections
+  uint32_t layer_norms = 2;    // hidden-wide norms per layer: input and post-attention; Gemma 2/3 and GLM-4 add
+                               // two on the outputs, OLMo 2 has those alone, Cohere's parallel block one
   bool o_bias = false;           // GPT-OSS: a bias on o_proj
   bool attention_sinks = false;  // GPT-OSS: one learned sink logit per head
   bool expert_bias = false;      // GPT-OSS: biases on the router's logits and on every expert's projections

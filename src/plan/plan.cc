@@ -65,7 +65,7 @@ ModelSpec SpecFromArch(const ModelArch& a) {
     add("attn.v_proj", TensorRole::kLinear, kv_dim, h, L, L);
     add("attn.o_proj", TensorRole::kLinear, h, q_dim, L, L);
     if (a.qkv_bias) s.other_params += (q_dim + 2 * kv_dim) * L;
-    if (a.qk_norm) s.other_params += uint64_t{2} * a.head_dim * L;
+    if (a.qk_norm) s.other_params += (a.qk_norm_whole ? q_dim + kv_dim : uint64_t{2} * a.head_dim) * L;
     if (a.o_bias) s.other_params += h * L;
     if (a.attention_sinks) s.other_params += heads * L;
     s.kv_rows = 2 * uint64_t{a.n_kv_heads};  // K and V, one row per KV head
@@ -103,7 +103,7 @@ ModelSpec SpecFromArch(const ModelArch& a) {
     }
     if (a.router_bias) s.other_params += moe_layers * e;
   }
-  s.other_params += 2 * h * L + h;  // input/post-attention norms per layer, final norm
+  s.other_params += a.layer_norms * h * L + h;  // the layers' norms, the final norm
   if (a.tied) {
     // One matrix serves both: read in full every step as the lm_head.
     add("embed_tokens (tied lm_head)", TensorRole::kLmHead, a.vocab, h, 1, 1);

@@ -78,6 +78,9 @@ const std::vector<GgufPreTokenizer>& Table() {
       {{"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"},
        {kLlama3}, true, true},
       {{"dbrx", "smaug-bpe"}, {kLlama3}},
+      // GLM: Llama 3's regex with the contractions' cases spelled out, no default BOS.
+      {.names = {"chatglm-bpe"}, .regexes = {kLlama3}, .no_default_bos = true},
+      {.names = {"glm4", "glm5"}, .regexes = {kLlama3}, .ignore_merges = true, .no_default_bos = true},
       {{"qwen2", "deepseek-r1-qwen", "megrez", "kormo", "f2llmv2", "stablelm2", "hunyuan", "solar-open", "grok-2"},
        {kQwen2}},
       {{"qwen35"}, {kQwen35}},

@@ -20,6 +20,7 @@ struct GgufPreTokenizer {
   // alphabet); a piece of newlines only is looked up whole; a piece the vocabulary lacks falls back
   // to its <0xAB> byte tokens.
   bool raw_utf8 = false;
+  bool no_default_bos = false;  // llama.cpp clears the default BOS id (GLM): only the file's bos_token_id names one
 };
 
 // Whether llama.cpp splits a "gpt2" vocabulary named `pre` with exactly GPT-2's regex (which

@@ -98,7 +98,7 @@ VocabData ReadGgufVocab(const GgufFile& file) {
     if (file.Find(kMergesKey) == nullptr)
       Fail("{}: {} is missing (required for the gpt2 tokenizer)", vocab.source, kMergesKey);
     vocab.merges = file.GetArrayOf<std::string>(kMergesKey);
-    bos = 11, eos = 11;
+    bos = pre && pre->no_default_bos ? -1 : 11, eos = 11;
     if (pre) vocab.add_bos = pre->add_bos;
   }
   // A default the vocabulary cannot hold means "no such token".

@@ -47,16 +47,16 @@ SUPPORTED = [
     "deepseek-llm", "deepseek-coder", "deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4", "spark2_5",
     "falcon", "starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2",
     "poro-chat", "bloom", "gpt3-finnish", "viking", "chameleon", "bailingmoe", "bailingmoe2", "llada-moe",
-    "seed-coder", "ufakzeka", "laguna", "exaone-moe", "minicpm5",
+    "seed-coder", "ufakzeka", "laguna", "exaone-moe", "minicpm5", "chatglm-bpe", "glm4", "glm5",
 ]
 # Names whose vocabularies are SentencePiece-style BPE (Gemma 4): checked on a gpt2-model GGUF built
 # from Phi-3.5's tokenizer.json (U+2581 pieces, byte fallback tokens, merges).
 SENTENCEPIECE_STYLE = ["gemma4", "granite-embed-multi-311m"]
 SPM_STYLE_SOURCE = "hf/phi-3.5-mini/tokenizer.json"
 # Names llama.cpp knows whose splitting lowbit does not implement (hand-written splitters, a
-# zero-width regex split, no byte-level encoding, a BOS removed): lowbit must refuse them by name.
+# zero-width regex split, no byte-level encoding): lowbit must refuse them by name.
 REFUSED = ["kimi-k2", "afmoe", "superbpe", "sarvam-moe", "whitespace", "tiny_aya", "cohere2moe",
-           "youtu", "chatglm-bpe", "glm4", "granite-embed-multi-97m"]
+           "youtu", "granite-embed-multi-97m"]
 
 # Aimed at what separates the families: case runs inside words (Tekken, GPT-4o), contractions,
 # digit groups, CJK and kana runs (DeepSeek-V3), combining marks (Qwen3.5), punctuation before

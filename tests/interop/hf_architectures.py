@@ -11,12 +11,13 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, granite,
-                smollm3, olmo2 and ernie4_5 architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 and gpt-oss
+                smollm3, olmo2, ernie4_5, glm4, chatglm, command-r and cohere2 architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 and gpt-oss
                 on DeepSeek-V2/V3 and GPT-OSS variants of the fixtures that llama.cpp can express: lowbit must also read
                 those files back to llama.cpp's logits, and convert them back to Hugging Face folders that
                 transformers runs to the fixture's logits); and exports
                 the mixtures of experts, Phi-3 (fused qkv_proj / gate_up_proj), DeepSeek-V2/V3 (latent
-                attention), Granite (its multipliers), SmolLM3 (NoPE layers), OLMo 2 (output norms) and ERNIE 4.5 (adjacent RoPE pairs) to compressed-tensors and checks transformers' logits on that folder against lowbit's; and
+                attention), Granite (its multipliers), SmolLM3 (NoPE layers), OLMo 2 (output norms), ERNIE 4.5 (adjacent RoPE pairs) GLM / GLM-4 (fused gate_up_proj, partial
+                adjacent RoPE) and Cohere / Cohere2 (LayerNorm, parallel blocks) to compressed-tensors and checks transformers' logits on that folder against lowbit's; and
                 GPT-OSS's experts as released (MXFP4 blocks) in transformers and in lowbit.
 """
 import argparse
@@ -123,8 +124,27 @@ ARCHITECTURES = {
                                 no_rope_layers=[1, 1, 1, 0])),
     # OLMo 2: no norm before attention and MLP, RMS norms on their outputs, q and k normed over the whole projection.
     "olmo2": ("olmo2", dict(rope_theta=500000.0, tie_word_embeddings=False, pad_token_id=0)),
+    # OLMo 3: OLMo 2 with sliding layers (here one of two; by default three of four).
+    "olmo3": ("olmo3", dict(rope_theta=500000.0, tie_word_embeddings=False, pad_token_id=0, sliding_window=6,
+                            layer_types=["sliding_attention", "full_attention"])),
     # ERNIE 4.5 (0.3B): a Llama whose RoPE rotates adjacent pairs in its own checkpoints, tied.
     "ernie4_5": ("ernie4_5", dict(rope_theta=500000.0, tie_word_embeddings=True, head_dim=8, pad_token_id=0)),
+    # GLM-4 (GLM-4-9B-0414, GLM-Z1): RoPE on adjacent pairs of the first half of each head (partial_rotary_factor
+    # 0.5, the default), q/k/v biases, gate and up fused in one gate_up_proj, Gemma 2's four norms under its own
+    # names (post_self_attn_layernorm, post_mlp_layernorm); heads wider than hidden / heads.
+    "glm4": ("glm4", dict(rope_theta=10000.0, tie_word_embeddings=False, head_dim=16, pad_token_id=0)),
+    # GLM (glm-4-9b-chat-hf): the same without the output norms; llama.cpp's chatglm needs heads x head_dim = hidden.
+    "glm": ("glm", dict(rope_theta=10000.0, tie_word_embeddings=False, head_dim=HIDDEN // HEADS, pad_token_id=0)),
+    # Cohere (Command R, Aya): LayerNorm without a bias, attention and MLP in parallel on one input norm, RoPE on
+    # adjacent pairs, logits multiplied by logit_scale (0.5 here, not the default), tied.
+    "cohere": ("cohere", dict(rope_theta=10000.0, logit_scale=0.5, layer_norm_eps=1e-5, pad_token_id=0)),
+    # Command R+: per-head LayerNorms of q and k, each head with its own weights (llama.cpp reads them only in
+    # models of 64 layers or more, so this one is not exported to GGUF).
+    "cohere_qk_norm": ("cohere", dict(rope_theta=10000.0, logit_scale=0.5, layer_norm_eps=1e-5, pad_token_id=0,
+                                      use_qk_norm=True)),
+    # Cohere2 (Command R7B, Command A): the same with sliding layers, the only ones that take RoPE.
+    "cohere2": ("cohere2", dict(rope_theta=10000.0, logit_scale=0.5, layer_norm_eps=1e-5, pad_token_id=0,
+                                sliding_window=6, layer_types=["sliding_attention", "full_attention"])),
 }
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
@@ -150,7 +170,8 @@ GGUF_VARIANTS = {
 }
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mixtral",
-                      "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "ernie4_5", *GGUF_VARIANTS]
+                      "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm",
+                      "cohere", "cohere2", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -305,9 +326,9 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # them into transformers 5's expert tensors; Phi-3 goes out with its fused qkv_proj / gate_up_proj.
 # transformers' logits must be lowbit's on the same folder (KL over windows of a text in the fixtures' byte
 # vocabulary).
-ENGINE_CHECKS = [("mixtral", "int4:g8"), ("qwen2_moe", "int4:g8"), ("qwen2_moe_dense", "int4:g8"),
-                 ("qwen3_moe", "int4:g8"), ("phi3", "int4:g8"), ("deepseek_v2", "int4:g8"), ("deepseek_v3", "int4:g8"),
-                 ("granite", "int4:g8"), ("smollm3", "int4:g8"), ("olmo2", "int4:g8"), ("ernie4_5", "int4:g8")]
+ENGINE_CHECKS = [(name, "int4:g8") for name in
+                 ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
+                  "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm", "cohere", "cohere_qk_norm", "cohere2")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -322,7 +343,8 @@ def check_engine_exports(lowbit, folder):
         out = os.path.join(folder, f"{name}-{scheme}-ct")
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
-        if name not in ("phi3", "granite", "smollm3", "olmo2", "ernie4_5"):
+        if name not in ("phi3", "granite", "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm", "cohere",
+                        "cohere_qk_norm", "cohere2"):
             check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
