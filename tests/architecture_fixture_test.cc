@@ -26,7 +26,9 @@
 #include "core/json_util.h"
 #include "core/error.h"
 #include "io/engine_export.h"
+#include "io/gguf.h"
 #include "io/gguf_export.h"
+#include "io/gguf_writer.h"
 #include "io/gguf_hf_config.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
@@ -70,7 +72,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mixtral",
                                                   "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                                                  "ernie4_5", "glm4", "glm", "cohere", "cohere2"};
+                                                  "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -333,6 +335,34 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
   EXPECT_GT(moved, 1e-2);  // the scale matters for these logits
 }
 
+// llama.cpp's GLM-4.5 files count their multi-token-prediction block in block_count (nextn_predict_layers): it is
+// read past, not run (as llama.cpp and transformers run these models), so the file gives the model's logits.
+TEST(ArchitectureFixtureGlm4Moe, GgufMultiTokenPredictionBlockIsNotRun) {
+  testing_util::ScratchDir dir("lowbit-arch-glm4moe");
+  const fs::path folder = kFixtures / "glm4_moe";
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel streamed = OpenModel(folder);
+  ExportGguf(streamed, dir / "plain.gguf", options);
+  const GgufFile plain = GgufFile::Open(dir / "plain.gguf");
+  const uint32_t blocks = plain.GetU32("glm4moe.block_count");
+  GgufWriter writer(dir / "mtp.gguf");
+  for (const GgufKeyValue& kv : plain.metadata())
+    writer.Set(kv.key, kv.key == "glm4moe.block_count" ? GgufValue(blocks + 1) : kv.value);
+  writer.Set("glm4moe.nextn_predict_layers", uint32_t{1});
+  const std::string eh_proj = fmt::format("blk.{}.nextn.eh_proj.weight", blocks);
+  const uint32_t dim = plain.GetU32("glm4moe.embedding_length");
+  for (const GgufTensorInfo& t : plain.tensors()) writer.DeclareTensor(t.name, t.dims);
+  writer.DeclareTensor(eh_proj, {2 * uint64_t{dim}, dim});
+  for (const GgufTensorInfo& t : plain.tensors()) writer.WriteTensor(t.name, t.ggml_type, t.data);
+  const std::vector<float> zeros(2 * uint64_t{dim} * dim);
+  writer.WriteTensor(eh_proj, 0 /* F32 */, std::as_bytes(std::span(zeros)));
+  writer.Commit();
+  const Model model = LoadModel((dir / "mtp.gguf").string());
+  EXPECT_EQ(model.config.n_layers, blocks);
+  EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4);
+}
+
 // GPTQ calibrates the fixture (beating RTN), while the methods that fold input scales into a norm, and a rotation of
 // the residual stream, are refused with messages naming the method, the architecture and the reasons given.
 void ExpectGptqButNoScaleFoldingOrRotation(const std::string& fixture, const std::string& architecture,
@@ -370,7 +400,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
                                                                         "olmo2", "olmo3", "ernie4_5", "glm4", "glm",
-                                                                        "cohere", "cohere_qk_norm", "cohere2"));
+                                                                        "glm4_moe", "cohere", "cohere_qk_norm",
+                                                                        "cohere2"));
 
 }  // namespace
 }  // namespace lowbit

@@ -37,7 +37,57 @@ double MscaleAllDims(const ModelConfig& c) {
   return factor > 1 ? (m - 1) / (0.1 * std::log(factor)) : 0.0;
 }
 
+// The routing fields DeepseekV2/V3Config and Glm4MoeConfig name alike, for a file's layout (dense layers first).
+void WriteRoutingJson(nlohmann::ordered_json& j, const ModelConfig& c) {
+  const int dense = LeadingDenseLayers(c);
+  LOWBIT_CHECK(dense >= 0);  // a deepseek2 or glm4moe file's layout
+  j["n_routed_experts"] = c.n_experts;
+  j["num_experts_per_tok"] = c.experts_per_token;
+  j["n_shared_experts"] = c.shared_expert_ffn_dim / c.expert_ffn_dim;
+  j["moe_intermediate_size"] = c.expert_ffn_dim;
+  j["first_k_dense_replace"] = dense;
+  j["routed_scaling_factor"] = ShortestDecimal(c.routed_scale);
+  j["n_group"] = std::max(c.expert_groups, 1u);
+  j["topk_group"] = std::max(c.expert_groups_used, 1u);
+}
+
+// DeepSeek-V3's routing (DeepseekV3ForCausalLM, Glm4MoeForCausalLM): sigmoid scores corrected by exp_probs_b.
+void WriteSigmoidRoutingJson(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source,
+                             const std::string& arch) {
+  if (c.router_scoring != RouterScoring::kSigmoid || !c.router_bias)
+    Fail("{}: key '{}.expert_gating_func' / tensor 'blk.{}.exp_probs_b.bias': {} chooses experts by sigmoid scores "
+         "corrected by a bias, which this file does not have", source, arch, LeadingDenseLayers(c),
+         j["architectures"][0].get<std::string>());
+  j["norm_topk_prob"] = c.norm_expert_weights;
+  j["num_nextn_predict_layers"] = 0;
+}
+
 }  // namespace
+
+void CheckGlm4MoeExportable(const ModelConfig& c, const std::string& source) {
+  if (c.n_experts == 0 || LeadingDenseLayers(c) < 0)
+    Fail("{}: llama.cpp's glm4moe runs experts in every layer after a dense prefix (first_k_dense_replace)", source);
+  if (!c.router_bias || c.router_scoring != RouterScoring::kSigmoid)
+    Fail("{}: llama.cpp's glm4moe routes by sigmoid scores with exp_probs_b", source);
+  if (c.shared_expert_ffn_dim % c.expert_ffn_dim != 0 || c.shared_expert_gated)
+    Fail("{}: llama.cpp's glm4moe needs n_shared_experts ungated shared experts of moe_intermediate_size", source);
+  if (c.expert_groups > 1 && c.expert_groups_used < c.expert_groups)
+    Fail("{}: llama.cpp's glm4moe routes without expert groups; this model keeps {} of {} (topk_group, n_group)", source,
+         c.expert_groups_used, c.expert_groups);
+  if (c.rope_style != RopeStyle::kHalf || c.o_bias || c.qk_norm_full || c.sliding_window > 0)
+    Fail("{}: llama.cpp's glm4moe rotates halves, has no o_proj bias, per-head q/k norms only and no sliding window",
+         source);
+}
+
+void WriteGlm4MoeHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source) {
+  if (c.n_experts == 0 || LeadingDenseLayers(c) < 0)
+    Fail("{}: key 'glm4moe.expert_count': Glm4MoeForCausalLM has experts in every layer after a dense prefix", source);
+  WriteRoutingJson(j, c);
+  WriteSigmoidRoutingJson(j, c, source, "glm4moe");
+  j["attention_bias"] = c.qkv_bias;  // q/k/v's; o_proj has none
+  j["use_qk_norm"] = c.qk_norm;
+  j["partial_rotary_factor"] = ShortestDecimal(static_cast<float>(c.rope_dims()) / c.head_dim);
+}
 
 void CheckDeepSeek2Exportable(const ModelConfig& c, const std::string& source) {
   if (!c.mla()) Fail("{}: llama.cpp's deepseek2 runs latent attention; this model has none", source);
@@ -74,11 +124,20 @@ void CheckDeepSeek2Exportable(const ModelConfig& c, const std::string& source) {
                  "other groups\n", source.c_str());
 }
 
+void SetDeepSeekRoutingMetadata(GgufWriter& out, const ModelConfig& c, const std::string& arch) {
+  const std::string a = arch + ".";
+  out.Set(a + "leading_dense_block_count", static_cast<uint32_t>(LeadingDenseLayers(c)));
+  out.Set(a + "expert_shared_count", c.n_experts ? c.shared_expert_ffn_dim / c.expert_ffn_dim : 0);
+  if (c.n_experts == 0) return;
+  out.Set(a + "expert_weights_scale", c.routed_scale);
+  out.Set(a + "expert_weights_norm", c.norm_expert_weights);
+  out.Set(a + "expert_gating_func", c.router_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
+}
+
 void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c) {
   const std::string a = "deepseek2.";
   const uint32_t rope = c.rope_dims();
   out.Set(a + "vocab_size", c.vocab_size);
-  out.Set(a + "leading_dense_block_count", static_cast<uint32_t>(LeadingDenseLayers(c)));
   // llama.cpp reads q_lora_rank unless the model has V2-Lite's 26 or 27 layers; 0 = a plain q projection.
   out.Set(a + "attention.q_lora_rank", c.q_lora_rank);
   out.Set(a + "attention.kv_lora_rank", c.kv_lora_rank);
@@ -88,15 +147,10 @@ void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c) {
   out.Set(a + "attention.value_length_mla", c.v_head_dim);
   out.Set(a + "rope.dimension_count", rope);
   if (c.n_experts == 0) out.Set(a + "expert_feed_forward_length", c.ffn_dim);  // required; the MoE keys have it
-  out.Set(a + "expert_shared_count", c.n_experts ? c.shared_expert_ffn_dim / c.expert_ffn_dim : 0);
-  if (c.n_experts > 0) {
-    out.Set(a + "expert_weights_scale", c.routed_scale);
-    out.Set(a + "expert_weights_norm", c.norm_expert_weights);
-    out.Set(a + "expert_gating_func", c.router_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
-    if (c.expert_groups > 0) {
-      out.Set(a + "expert_group_count", c.expert_groups);
-      out.Set(a + "expert_group_used_count", c.expert_groups_used);
-    }
+  SetDeepSeekRoutingMetadata(out, c, "deepseek2");
+  if (c.n_experts > 0 && c.expert_groups > 0) {
+    out.Set(a + "expert_group_count", c.expert_groups);
+    out.Set(a + "expert_group_used_count", c.expert_groups_used);
   }
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScalingType::kYarn && s.factor > 1) {
@@ -184,25 +238,12 @@ void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, cons
     j["n_routed_experts"] = nullptr;  // every layer dense (the config's default would be 64 experts)
     return;
   }
-  const int dense = LeadingDenseLayers(c);
-  LOWBIT_CHECK(dense >= 0);  // a deepseek2 file's layout
-  j["n_routed_experts"] = c.n_experts;
-  j["num_experts_per_tok"] = c.experts_per_token;
-  j["n_shared_experts"] = c.shared_expert_ffn_dim / c.expert_ffn_dim;
-  j["moe_intermediate_size"] = c.expert_ffn_dim;
-  j["first_k_dense_replace"] = dense;
+  WriteRoutingJson(j, c);
   j["moe_layer_freq"] = 1;
-  j["routed_scaling_factor"] = ShortestDecimal(c.routed_scale);
-  j["n_group"] = std::max(c.expert_groups, 1u);
-  j["topk_group"] = std::max(c.expert_groups_used, 1u);
   j["scoring_func"] = v3 ? "sigmoid" : "softmax";
   if (v3) {
-    if (!c.router_bias)
-      Fail("{}: tensor 'blk.{}.exp_probs_b.bias' is missing: DeepseekV3ForCausalLM (sigmoid gating, key "
-           "'{}expert_gating_func' = 2) chooses experts by scores corrected by it", source, dense, p);
+    WriteSigmoidRoutingJson(j, c, source, "deepseek2");
     j["topk_method"] = "noaux_tc";
-    j["norm_topk_prob"] = c.norm_expert_weights;
-    j["num_nextn_predict_layers"] = 0;
   } else {
     if (c.norm_expert_weights)
       Fail("{}: key '{}expert_weights_norm' is true: DeepseekV2ForCausalLM (softmax gating) never renormalises "
@@ -214,6 +255,35 @@ void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, cons
                    "DeepseekV2ForCausalLM (group_limited_greedy) by the best one, so it may route some tokens to "
                    "other groups than llama.cpp did\n", source.c_str());
   }
+}
+
+void ReadDeepSeekRoutingKeys(const GgufFile& f, const std::string& arch, RouterScoring default_scoring,
+                             ModelConfig& c) {
+  const std::string p = arch + ".", source = f.path().string();
+  c.n_experts = f.GetU32Or(p + "expert_count", 0);
+  const uint32_t dense = f.GetU32Or(p + "leading_dense_block_count", c.n_experts ? 0 : c.n_layers);
+  if (c.n_experts == 0) {
+    if (dense < c.n_layers) Fail("{}: key '{}expert_count' must be positive with MoE layers", source, p);
+    return;
+  }
+  c.experts_per_token = f.GetU32(p + "expert_used_count");
+  c.expert_ffn_dim = f.GetU32(p + "expert_feed_forward_length");
+  c.shared_expert_ffn_dim = f.GetU32(p + "expert_shared_count") * c.expert_ffn_dim;
+  c.shared_expert_gated = false;
+  c.routed_scale = f.GetF32Or(p + "expert_weights_scale", 0.0f);
+  if (c.routed_scale == 0) c.routed_scale = 1;  // llama.cpp: absent or 0 = no scaling
+  c.norm_expert_weights = f.GetBoolOr(p + "expert_weights_norm", false);
+  const uint32_t gating = f.GetU32Or(p + "expert_gating_func",
+                                     default_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
+  if (gating != kGatingSoftmax && gating != kGatingSigmoid)
+    Fail("{}: key '{}expert_gating_func' = {} is not supported (1 softmax, 2 sigmoid)", source, p, gating);
+  c.router_scoring = gating == kGatingSigmoid ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
+  if (dense > c.n_layers) Fail("{}: key '{}leading_dense_block_count' ({}) exceeds the {} layers", source, p, dense,
+                               c.n_layers);
+  c.sparse_layers.assign(c.n_layers, 1);
+  for (uint32_t i = 0; i < dense; ++i) c.sparse_layers[i] = 0;
+  if (dense == 0) c.sparse_layers.clear();
+  c.router_bias = dense < c.n_layers && f.FindTensor(fmt::format("blk.{}.exp_probs_b.bias", dense)) != nullptr;
 }
 
 void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c) {
@@ -255,34 +325,12 @@ void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c) {
   }
   c.query_scale = static_cast<float>(score_mscale * score_mscale / std::sqrt(static_cast<double>(k_mla)));
 
-  c.n_experts = f.GetU32Or(p + "expert_count", 0);
-  const uint32_t dense = f.GetU32Or(p + "leading_dense_block_count", c.n_experts ? 0 : c.n_layers);
-  if (c.n_experts == 0) {
-    if (dense < c.n_layers) Fail("{}: key '{}expert_count' must be positive with MoE layers", source, p);
-    return;
-  }
-  c.experts_per_token = f.GetU32(p + "expert_used_count");
-  c.expert_ffn_dim = f.GetU32(p + "expert_feed_forward_length");
-  c.shared_expert_ffn_dim = f.GetU32(p + "expert_shared_count") * c.expert_ffn_dim;
-  c.shared_expert_gated = false;
-  c.routed_scale = f.GetF32Or(p + "expert_weights_scale", 0.0f);
-  if (c.routed_scale == 0) c.routed_scale = 1;  // llama.cpp: absent or 0 = no scaling
-  c.norm_expert_weights = f.GetBoolOr(p + "expert_weights_norm", false);
-  const uint32_t gating = f.GetU32Or(p + "expert_gating_func", kGatingSoftmax);
-  if (gating != kGatingSoftmax && gating != kGatingSigmoid)
-    Fail("{}: key '{}expert_gating_func' = {} is not supported (1 softmax, 2 sigmoid)", source, p, gating);
-  c.router_scoring = gating == kGatingSigmoid ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
-  if (const uint32_t groups = f.GetU32Or(p + "expert_group_count", 0); groups > 1) {
+  ReadDeepSeekRoutingKeys(f, "deepseek2", RouterScoring::kSoftmax, c);
+  if (const uint32_t groups = f.GetU32Or(p + "expert_group_count", 0); c.n_experts > 0 && groups > 1) {
     c.expert_groups = groups;
     c.expert_groups_used = f.GetU32(p + "expert_group_used_count");
     c.group_score = GroupScore::kBestTwoSum;  // llama.cpp's rule, whatever model the file came from
   }
-  if (dense > c.n_layers) Fail("{}: key '{}leading_dense_block_count' ({}) exceeds the {} layers", source, p, dense,
-                               c.n_layers);
-  c.sparse_layers.assign(c.n_layers, 1);
-  for (uint32_t i = 0; i < dense; ++i) c.sparse_layers[i] = 0;
-  if (dense == 0) c.sparse_layers.clear();
-  c.router_bias = dense < c.n_layers && f.FindTensor(fmt::format("blk.{}.exp_probs_b.bias", dense)) != nullptr;
 }
 
 }  // namespace lowbit

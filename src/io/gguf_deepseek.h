@@ -23,6 +23,14 @@ namespace lowbit {
 // llama.cpp scores by their best two) is a warning on stderr.
 void CheckDeepSeek2Exportable(const ModelConfig& c, const std::string& source);
 
+// DeepSeek's routing keys under `arch` (deepseek2, and glm4moe, which routes as DeepSeek-V3 without groups):
+// leading_dense_block_count, expert_shared_count, expert_weights_scale / norm, expert_gating_func. Reading them
+// back (the experts' counts and widths too, router_bias where the first sparse layer has exp_probs_b), an absent
+// gating function is `default_scoring`, as llama.cpp defaults it per architecture.
+void SetDeepSeekRoutingMetadata(GgufWriter& out, const ModelConfig& c, const std::string& arch);
+void ReadDeepSeekRoutingKeys(const GgufFile& f, const std::string& arch, RouterScoring default_scoring,
+                             ModelConfig& c);
+
 // The deepseek2.* keys of a latent-attention model (after the generic ones: context, embedding, heads,
 // RoPE base, norm epsilon, expert counts).
 void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c);
@@ -39,6 +47,12 @@ DenseMatrix LatentKvFromGguf(const ModelConfig& c, const std::vector<float>& key
 // multiplier); V2's groups, which llama.cpp scores by their best two experts and transformers by the best one,
 // are a warning.
 void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source);
+
+// GLM-4.5 (Glm4MoeForCausalLM) as llama.cpp's glm4moe computes it (models/glm4-moe.cpp): DeepSeek-V3's routing
+// without expert groups after a dense prefix, rotate-half RoPE, no o_proj bias. The export check names what it
+// cannot express; the config writer adds Glm4MoeConfig's fields over `j`'s generic ones.
+void CheckGlm4MoeExportable(const ModelConfig& c, const std::string& source);
+void WriteGlm4MoeHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source);
 
 // A deepseek2 file's latent attention, YaRN, routing and layer layout into `c` (the generic keys already
 // read: dim, layers, heads, key_length as head_dim, rope.dimension_count as rotary_dim, ffn_dim).

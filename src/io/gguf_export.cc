@@ -51,6 +51,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   // over rope.dimension_count, nothing permuted.
   if (a == "Glm4ForCausalLM" || a == "gguf:glm4") return {"glm4", false};
   if (a == "GlmForCausalLM" || a == "gguf:chatglm") return {"chatglm", false};
+  if (a == "Glm4MoeForCausalLM" || a == "gguf:glm4moe") return {"glm4moe", false};  // NEOX RoPE, as GLM-4.5 rotates
   // Cohere's checkpoints rotate adjacent pairs too (NORM RoPE in llama.cpp).
   if (a == "CohereForCausalLM" || a == "gguf:command-r") return {"command-r", false};
   if (a == "Cohere2ForCausalLM" || a == "gguf:cohere2") return {"cohere2", false};
@@ -62,7 +63,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2, ERNIE 4.5, GLM-4, Cohere, Cohere2)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2, ERNIE 4.5, GLM-4, GLM-4.5, Cohere, Cohere2)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -75,7 +76,7 @@ bool FusesGateUp(const Architecture& arch) {
 
 // Architectures whose rope.dimension_count may be less than the head (partial rotary embeddings).
 bool PartialRotary(const Architecture& arch) {
-  return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm";
+  return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm" || arch.name == "glm4moe";
 }
 
 // What llama.cpp's gpt-oss computes (models/openai-moe.cpp): the clamped SwiGLU at alpha 1.702 and limit 7 (it reads
@@ -132,7 +133,8 @@ void CheckCohereExportable(const ModelConfig& c, const Architecture& arch, const
 // sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
 // expert in qwen2moe only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
-  if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss") return;  // their own checks
+  if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss" || arch.name == "glm4moe")
+    return;  // their own checks
   if (!c.sparse_layers.empty())
     Fail("{}: llama.cpp's {} runs experts in every layer; this model has dense layers (mlp_only_layers)", source,
          arch.name);
@@ -305,9 +307,10 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_sinks.weight", c.n_heads, layer, [](const LayerWeights* l) { return &l->attn_sinks; });
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
-    // gpt-oss names the MLP's input norm post_attention_norm; a parallel block (Cohere) has none.
+    // gpt-oss and glm4moe name the MLP's input norm post_attention_norm; a parallel block (Cohere) has none.
     if (c.pre_norms && !c.parallel_block)
-      vector(p + (arch.name == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim, layer,
+      vector(p + (arch.name == "gpt-oss" || arch.name == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight"),
+             c.dim, layer,
              [](const LayerWeights* l) { return &l->ffn_norm; });
     if (c.moe(i)) {
       plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, {},
@@ -420,10 +423,11 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".expert_count", c.n_experts);
     out.Set(a + ".expert_used_count", c.experts_per_token);
     if (a != "llama") out.Set(a + ".expert_feed_forward_length", c.expert_ffn_dim);
-    if (c.shared_expert_ffn_dim > 0 && a != "deepseek2")
+    if (c.shared_expert_ffn_dim > 0 && a != "deepseek2" && a != "glm4moe")
       out.Set(a + ".expert_shared_feed_forward_length", c.shared_expert_ffn_dim);
   }
   if (a == "deepseek2") SetDeepSeek2Metadata(out, c);
+  if (a == "glm4moe") SetDeepSeekRoutingMetadata(out, c, a);
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
   if (c.sliding_window > 0 && a != "llama" && a != "phi3") {
@@ -561,6 +565,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   if (deepseek) CheckDeepSeek2Exportable(c, m.source);
   const bool gpt_oss = arch.name == "gpt-oss";
   if (gpt_oss) CheckGptOssExportable(c, m.source);
+  if (arch.name == "glm4moe") CheckGlm4MoeExportable(c, m.source);
   CheckMoeExportable(c, arch, m.source);
   CheckNopeExportable(c, arch, m.source);
   if (arch.name == "command-r" || arch.name == "cohere2") CheckCohereExportable(c, arch, m.source);

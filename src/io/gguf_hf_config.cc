@@ -97,6 +97,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"ernie4_5", "Ernie4_5ForCausalLM", "ernie4_5"},
                                          {"glm4", "Glm4ForCausalLM", "glm4"},
                                          {"chatglm", "GlmForCausalLM", "glm"},
+                                         {"glm4moe", "Glm4MoeForCausalLM", "glm4_moe"},
                                          {"command-r", "CohereForCausalLM", "cohere"},
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
@@ -111,7 +112,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   }
   const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
              deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss", glm = arch == "glm4" || arch == "chatglm",
-             cohere = arch == "command-r" || arch == "cohere2";
+             cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe";
   const bool olmo3 = arch == "olmo2" && c.sliding_window > 0;  // llama.cpp runs OLMo 3 as olmo2 with its windows
   const std::string architecture(mixtral ? "MixtralForCausalLM" : olmo3 ? "Olmo3ForCausalLM" : family->architecture);
   if ((arch == "llama" || arch == "granite" || arch == "olmo2" || cohere) && c.qkv_bias != c.o_bias)
@@ -120,9 +121,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   if (olmo3 && c.local_rope_theta > 0)
     Fail("{}: key 'olmo2.rope.freq_base_swa' ({}): Olmo3ForCausalLM has one RoPE base ({})", source, c.local_rope_theta,
          c.rope_theta);
-  if (glm && c.o_bias)  // GlmAttention: attention_bias biases q/k/v, never o_proj
+  if ((glm || glm4moe) && c.o_bias)  // GLM's attention_bias biases q/k/v, never o_proj
     Fail("{}: tensor 'blk.0.attn_output.bias': {} has no bias on o_proj", source, architecture);
-  if (c.rotary_dim != 0 && !phi3 && !deepseek && !glm)
+  if (c.rotary_dim != 0 && !phi3 && !deepseek && !glm && !glm4moe)
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
   if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 ||
@@ -152,6 +153,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   if (arch.starts_with("qwen")) j["use_sliding_window"] = false;
   if (deepseek) {
     WriteDeepSeekHfConfig(j, c, source);
+  } else if (glm4moe) {
+    WriteGlm4MoeHfConfig(j, c, source);
   } else if (gpt_oss) {  // llama.cpp's constants and layout (gguf_model.cc: ReadGptOssKeys)
     j["intermediate_size"] = c.expert_ffn_dim;
     j["num_local_experts"] = c.n_experts;

@@ -22,7 +22,7 @@ namespace {
 
 constexpr std::string_view kSupportedArchitectures =
     "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2, "
-    "ernie4_5, glm4, chatglm, command-r, cohere2; llama with or without experts";
+    "ernie4_5, glm4, glm4moe, chatglm, command-r, cohere2; llama with or without experts";
 
 // llama.cpp's phi3, glm4 and chatglm store gate and up as one ffn_up (gate rows first).
 bool FusedGateUp(const ModelConfig& c) {
@@ -438,12 +438,12 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5", glm = arch == "glm4" || arch == "chatglm",
-             cohere = arch == "command-r" || arch == "cohere2";
+             cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere)
+      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere && !glm4moe)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
-  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss)
+  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe)
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -469,6 +469,15 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   }
   c.dim = f.GetU32(p + "embedding_length");
   c.n_layers = f.GetU32(p + "block_count");
+  // glm4moe: the multi-token-prediction blocks counted in block_count, after the last (not run, as llama.cpp by
+  // default and transformers do not run them)
+  if (glm4moe) {
+    c.nextn_layers = f.GetU32Or(p + "nextn_predict_layers", 0);
+    if (c.nextn_layers >= c.n_layers)
+      Fail("{}: key '{}nextn_predict_layers' ({}) leaves no layers of the {} blocks", source, p, c.nextn_layers,
+           c.n_layers);
+    c.n_layers -= c.nextn_layers;
+  }
   c.ffn_dim = f.GetU32(p + "feed_forward_length");
   c.n_heads = f.GetU32(p + "attention.head_count");
   if (c.n_heads == 0) Fail("{}: key '{}attention.head_count' must be positive", source, p);
@@ -529,6 +538,13 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     c.sandwich_norms = true;
   }
   if (cohere) ReadCohereKeys(f, arch, c);
+  if (glm4moe) {  // models/glm4-moe.cpp: DeepSeek-V3's routing without groups, per-head q/k norms where present
+    if (f.Find(p + "rope.dimension_sections"))
+      Fail("{}: key '{}rope.dimension_sections': GLM-4.5V's multimodal RoPE is not supported", source, p);
+    c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
+    ReadDeepSeekRoutingKeys(f, arch, RouterScoring::kSigmoid, c);
+    if (c.n_experts == 0) Fail("{}: key '{}expert_count' must be positive", source, p);
+  }
   if (gemma) ReadGemmaKeys(f, arch, c);
   if (arch == "llama" || qwen_moe) ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
@@ -566,6 +582,9 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
   TensorLoader t(f, options);
   for (const char* read_by_config : {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
     if (f.FindTensor(read_by_config)) t.MarkUsed(read_by_config);
+  for (const GgufTensorInfo& info : f.tensors())  // the multi-token-prediction blocks, not run
+    for (uint32_t k = 0; k < c.nextn_layers; ++k)
+      if (info.name.starts_with(fmt::format("blk.{}.", c.n_layers + k))) t.MarkUsed(info.name);
 
   w.embed = t.EmbeddingTable("token_embd.weight", c.vocab_size, c.dim);
   // No reserve(n_layers): the count comes from the file, and a hostile one would allocate before
@@ -616,7 +635,10 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
     }
     // gpt-oss names the MLP's input norm post_attention_norm (not a sandwich norm there).
     if (c.pre_norms && !c.parallel_block)
-      l.ffn_norm = t.Vector(p + (c.architecture == "gguf:gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.dim);
+      l.ffn_norm = t.Vector(p + (c.architecture == "gguf:gpt-oss" || c.architecture == "gguf:glm4moe"
+                                     ? "post_attention_norm.weight"
+                                     : "ffn_norm.weight"),
+                            c.dim);
     if (c.moe(i)) {
       l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
       if (c.router_bias) l.router_bias = t.Vector(p + "exp_probs_b.bias", c.n_experts);

@@ -110,7 +110,7 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, "
-    "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
+    "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -285,7 +285,8 @@ void ReadRopeConfig(ModelConfig& c, const JsonView& j) {
   // GLM rotates half of each head unless told otherwise (GlmConfig's default).
   const double partial = rp.Has("partial_rotary_factor")
                              ? rp.Get<double>("partial_rotary_factor")
-                             : j.Get<double>("partial_rotary_factor", IsGlm(c.architecture) ? 0.5 : 1.0);
+                             : j.Get<double>("partial_rotary_factor",
+                                             IsGlm(c.architecture) || c.architecture == "Glm4MoeForCausalLM" ? 0.5 : 1.0);
   if (!(partial > 0 && partial <= 1)) j.Fail("partial_rotary_factor must be in (0, 1]");
   c.rotary_dim = static_cast<uint32_t>(c.head_dim * partial);  // int(head_dim * factor), as transformers
   if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
@@ -406,35 +407,10 @@ void ReadSmolLM3(ModelConfig& c, const JsonView& j) {
   if (std::ranges::none_of(c.nope_layers, [](uint8_t n) { return n != 0; })) c.nope_layers.clear();
 }
 
-// DeepSeek-V2/V3: latent attention (config.h), layers from first_k_dense_replace on sparse, the routing
-// of DeepseekV2TopkRouter / DeepseekV3TopkRouter, n_shared_experts ungated experts of the experts'
-// width, and the softmax scale 1 / sqrt(qk_head_dim) times YaRN's mscale(factor, mscale_all_dim)^2.
-void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
-  const bool v3 = c.architecture == "DeepseekV3ForCausalLM";
-  c.q_lora_rank = j.Get<uint32_t>("q_lora_rank", 0);
-  c.kv_lora_rank = j.Get<uint32_t>("kv_lora_rank");
-  c.qk_nope_dim = j.Get<uint32_t>("qk_nope_head_dim");
-  c.v_head_dim = j.Get<uint32_t>("v_head_dim");
-  const uint32_t rope = j.Get<uint32_t>("qk_rope_head_dim");
-  if (c.kv_lora_rank == 0) j["kv_lora_rank"].Fail("must be positive");
-  if (rope == 0 || rope % 2 != 0) j["qk_rope_head_dim"].Fail("must be positive and even");
-  if (j.Has("num_key_value_heads") && j.Get<uint32_t>("num_key_value_heads") != c.n_heads)
-    j["num_key_value_heads"].Fail("must equal num_attention_heads in latent attention");
-  // Rotate adjacent pairs: V2 views them as complex numbers, V3 as interleaved pairs (rope_interleave);
-  // with rope_interleave false V3 rotates halves.
-  c.rope_style = !v3 || j.Get<bool>("rope_interleave", true) ? RopeStyle::kAdjacent : RopeStyle::kHalf;
-  c.head_dim = c.kv_lora_rank + rope;
-  c.rotary_dim = rope;
-  c.n_kv_heads = 1;
-  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_dim + rope));
-  const char* rope_key = j.Has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  if (c.rope_scaling.type != RopeScalingType::kNone && j.Has(rope_key)) {
-    const double all_dims = j[rope_key].Get<double>("mscale_all_dim", 0.0);
-    if (all_dims != 0) scale *= std::pow(YarnMscale(c.rope_scaling.factor, all_dims), 2);
-  }
-  c.query_scale = static_cast<float>(scale);
-  c.nextn_layers = j.Get<uint32_t>("num_nextn_predict_layers", 0);
-
+// DeepSeek's experts (n_routed_experts, 0 = every layer dense): V2's softmax routing, greedy or limited to groups
+// by their best expert; V3's sigmoid routing (also GLM-4.5's) with the score-correction bias and groups scored by
+// their best two; shared experts, ungated; the first first_k_dense_replace layers and those off moe_layer_freq dense.
+void ReadDeepSeekExperts(ModelConfig& c, const JsonView& j, bool v3) {
   c.n_experts = j.Get<uint32_t>("n_routed_experts", 0);
   if (c.n_experts == 0) return;  // every layer dense
   c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
@@ -470,6 +446,49 @@ void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
   }
 }
 
+// DeepSeek-V2/V3: latent attention (config.h), layers from first_k_dense_replace on sparse, the routing
+// of DeepseekV2TopkRouter / DeepseekV3TopkRouter, n_shared_experts ungated experts of the experts'
+// width, and the softmax scale 1 / sqrt(qk_head_dim) times YaRN's mscale(factor, mscale_all_dim)^2.
+void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
+  const bool v3 = c.architecture == "DeepseekV3ForCausalLM";
+  c.q_lora_rank = j.Get<uint32_t>("q_lora_rank", 0);
+  c.kv_lora_rank = j.Get<uint32_t>("kv_lora_rank");
+  c.qk_nope_dim = j.Get<uint32_t>("qk_nope_head_dim");
+  c.v_head_dim = j.Get<uint32_t>("v_head_dim");
+  const uint32_t rope = j.Get<uint32_t>("qk_rope_head_dim");
+  if (c.kv_lora_rank == 0) j["kv_lora_rank"].Fail("must be positive");
+  if (rope == 0 || rope % 2 != 0) j["qk_rope_head_dim"].Fail("must be positive and even");
+  if (j.Has("num_key_value_heads") && j.Get<uint32_t>("num_key_value_heads") != c.n_heads)
+    j["num_key_value_heads"].Fail("must equal num_attention_heads in latent attention");
+  // Rotate adjacent pairs: V2 views them as complex numbers, V3 as interleaved pairs (rope_interleave);
+  // with rope_interleave false V3 rotates halves.
+  c.rope_style = !v3 || j.Get<bool>("rope_interleave", true) ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+  c.head_dim = c.kv_lora_rank + rope;
+  c.rotary_dim = rope;
+  c.n_kv_heads = 1;
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_dim + rope));
+  const char* rope_key = j.Has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (c.rope_scaling.type != RopeScalingType::kNone && j.Has(rope_key)) {
+    const double all_dims = j[rope_key].Get<double>("mscale_all_dim", 0.0);
+    if (all_dims != 0) scale *= std::pow(YarnMscale(c.rope_scaling.factor, all_dims), 2);
+  }
+  c.query_scale = static_cast<float>(scale);
+  c.nextn_layers = j.Get<uint32_t>("num_nextn_predict_layers", 0);
+  ReadDeepSeekExperts(c, j, v3);
+}
+
+// GLM-4.5 / 4.6 / 4.7 (Glm4MoeForCausalLM): grouped-query attention with RoPE on the leading half of each head
+// (rotate-half), q/k/v biases by attention_bias, use_qk_norm; DeepSeek-V3's routing (sigmoid scores with the
+// score-correction bias, groups by their best two, renormalized, routed_scaling_factor), an ungated shared expert,
+// first_k_dense_replace dense layers, and num_nextn_predict_layers multi-token-prediction blocks past the last (not
+// run, as transformers does not run them).
+void ReadGlm4Moe(ModelConfig& c, const JsonView& j) {
+  c.qk_norm = j.Get<bool>("use_qk_norm", false);
+  c.nextn_layers = j.Get<uint32_t>("num_nextn_predict_layers", j.Get<uint32_t>("num_mtp_layers", 0));
+  ReadDeepSeekExperts(c, j, /*v3=*/true);
+  if (c.n_experts == 0) j["n_routed_experts"].Fail("must be positive");
+}
+
 }  // namespace
 
 namespace {
@@ -481,6 +500,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
+      c.architecture != "Glm4MoeForCausalLM" &&
       c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
       !IsCohere(c.architecture))
@@ -523,6 +543,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture == "Qwen3MoeForCausalLM")
     ReadExperts(c, j);
   if (IsDeepSeek(c.architecture)) ReadDeepSeek(c, j);
+  if (c.architecture == "Glm4MoeForCausalLM") ReadGlm4Moe(c, j);
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
   if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadSmolLM3(c, j);

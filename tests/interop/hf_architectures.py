@@ -11,7 +11,7 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, granite,
-                smollm3, olmo2, ernie4_5, glm4, chatglm, command-r and cohere2 architectures in llama.cpp, its llama-with-experts, qwen2moe and qwen3moe, and deepseek2 and gpt-oss
+                smollm3, olmo2, ernie4_5, glm4, chatglm, command-r and cohere2 architectures in llama.cpp, its llama-with-experts, qwen2moe, qwen3moe and glm4moe, and deepseek2 and gpt-oss
                 on DeepSeek-V2/V3 and GPT-OSS variants of the fixtures that llama.cpp can express: lowbit must also read
                 those files back to llama.cpp's logits, and convert them back to Hugging Face folders that
                 transformers runs to the fixture's logits); and exports
@@ -135,6 +135,13 @@ ARCHITECTURES = {
     "glm4": ("glm4", dict(rope_theta=10000.0, tie_word_embeddings=False, head_dim=16, pad_token_id=0)),
     # GLM (glm-4-9b-chat-hf): the same without the output norms; llama.cpp's chatglm needs heads x head_dim = hidden.
     "glm": ("glm", dict(rope_theta=10000.0, tie_word_embeddings=False, head_dim=HIDDEN // HEADS, pad_token_id=0)),
+    # GLM-4.5 / 4.6 / 4.7 (Glm4MoeForCausalLM): rotate-half RoPE on half of each head, q/k/v biases, per-head q/k
+    # norms; layer 0 dense, then DeepSeek-V3's routing (sigmoid, score-correction bias, renormalized, scaled) over 4
+    # experts, top 2, with one ungated shared expert.
+    "glm4_moe": ("glm4_moe", dict(rope_theta=10000.0, tie_word_embeddings=False, head_dim=16, pad_token_id=0,
+                                  attention_bias=True, use_qk_norm=True, n_routed_experts=4, num_experts_per_tok=2,
+                                  moe_intermediate_size=24, n_shared_experts=1, first_k_dense_replace=1,
+                                  routed_scaling_factor=2.5, n_group=1, topk_group=1, norm_topk_prob=True)),
     # Cohere (Command R, Aya): LayerNorm without a bias, attention and MLP in parallel on one input norm, RoPE on
     # adjacent pairs, logits multiplied by logit_scale (0.5 here, not the default), tied.
     "cohere": ("cohere", dict(rope_theta=10000.0, logit_scale=0.5, layer_norm_eps=1e-5, pad_token_id=0)),
@@ -171,7 +178,7 @@ GGUF_VARIANTS = {
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mixtral",
                       "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm",
-                      "cohere", "cohere2", *GGUF_VARIANTS]
+                      "glm4_moe", "cohere", "cohere2", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -224,7 +231,7 @@ def byte_level_tokenizer(folder):
 # bumped, ffn_*_exps quantized as 3-D tensors): lowbit's export of each type against llama_model_quantize on
 # lowbit's F32 file, tensor by tensor. These rows (32 and 24 wide) are too short for K-quants, so the mixes
 # also exercise llama-quantize's fallbacks.
-MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", *GGUF_VARIANTS}
+MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", *GGUF_VARIANTS}
 MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "MXFP4_MOE": 38}
 MOE_IMATRIX_TYPES = {"Q4_0", "Q4_K_M"}  # also with lowbit's imatrix, in both tools
 
@@ -328,7 +335,8 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # vocabulary).
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
-                  "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm", "cohere", "cohere_qk_norm", "cohere2")]
+                  "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
+                  "cohere2")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
