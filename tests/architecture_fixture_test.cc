@@ -70,7 +70,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 }
 
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
-                                                  "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mixtral",
+                                                  "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mistral3mm", "mixtral",
                                                   "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                                                   "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2"};
 
@@ -81,7 +81,8 @@ TEST_P(ArchitectureFixture, LogitsMatchTransformers) {
   const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
   const Model model = LoadModel(folder.string());
   const std::string arch = reference["architecture"].get<std::string>();  // image-text Gemma 3 runs its text model
-  EXPECT_EQ(model.config.architecture, arch == kGemma3Multimodal ? "Gemma3ForCausalLM" : arch);
+  const MultimodalText* mm = FindMultimodalText(arch);
+  EXPECT_EQ(model.config.architecture, mm ? mm->text : arch);
   const double error = RelativeError(model, reference);
   std::cout << GetParam() << ": max |logit difference| / max |logit| = " << error << "\n";
   EXPECT_LT(error, 1e-4) << GetParam();
@@ -125,10 +126,9 @@ TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
   const Model back = LoadModel((dir / "back").string());
   // GGUF's llama is Llama's (Mistral cannot be told apart), and gemma3 the language model alone.
   const std::string arch = ReadJsonFile(folder / "config.json")["architectures"][0];
-  EXPECT_EQ(back.config.architecture, arch == "MistralForCausalLM"  ? "LlamaForCausalLM"
-                                      : arch == kGemma3Multimodal ? "Gemma3ForCausalLM"
-                                                                  : arch)
-      << GetParam();
+  const MultimodalText* mm = FindMultimodalText(arch);
+  const std::string text = mm ? mm->text : arch;
+  EXPECT_EQ(back.config.architecture, text == "MistralForCausalLM" ? "LlamaForCausalLM" : text) << GetParam();
   EXPECT_EQ(back.config.rope_style, ReadHfConfig(folder / "config.json").rope_style) << GetParam();  // the family's
   EXPECT_LT(RelativeError(back, reference), 1e-4) << GetParam();
   if (GetParam() == "llama")
@@ -138,9 +138,9 @@ TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
 
 // `plan --model` counts every weight the checkpoint stores: each norm (GLM-4's four, OLMo 2's two, Cohere's one),
 // q/k norms per head or as wide as the projections, biases, experts, latent attention. Not compared: the image-text
-// checkpoint (its vision tower), and Qwen2-MoE's shared expert, which the plan rounds up to whole experts.
+// checkpoints (their vision towers), and Qwen2-MoE's shared expert, which the plan rounds up to whole experts.
 TEST_P(ArchitectureFixture, PlanCountsEveryStoredWeight) {
-  if (GetParam() == "gemma3mm" || GetParam().starts_with("qwen2_moe")) GTEST_SKIP() << "not counted exactly";
+  if (GetParam().ends_with("mm") || GetParam().starts_with("qwen2_moe")) GTEST_SKIP() << "not counted exactly";
   const fs::path folder = kFixtures / GetParam();
   const SafetensorsModel st = SafetensorsModel::Open(folder);
   uint64_t stored = 0;
@@ -396,7 +396,7 @@ TEST(ArchitectureFixtureCohere, GptqYesScaleFoldingAndRotationNo) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
-                                                                        "gemma2", "gemma3", "gemma3mm", "mixtral",
+                                                                        "gemma2", "gemma3", "gemma3mm", "mistral3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
                                                                         "olmo2", "olmo3", "ernie4_5", "glm4", "glm",

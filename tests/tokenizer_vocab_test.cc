@@ -3,6 +3,7 @@
 // tokenizer.ggml.pre name lowbit reads (a fixture made by llama.cpp), decode round trips, the GPT-2
 // pre-tokenizer split, and small in-memory vocabularies for the rules the real files do not reach
 // (byte fallback, score order, user-defined tokens, error messages).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -243,6 +244,30 @@ TEST(GgufVocab, EveryPreTokenizerNameMatchesLlamaCpp) {
 
 // GGUF -> Hugging Face: llama.cpp's own test vectors, tokenized by the files written from its vocabularies
 // (a SentencePiece tokenizer.model from the llama-spm vocabulary, tokenizer.json from the byte-level ones).
+// llama.cpp clears the default BOS of the GLM names (chatglm-bpe, glm4, glm5): a vocabulary without its own
+// bos_token_id has none, where gpt-2's name keeps the gpt2 model's default (11); the file's own id stands in both.
+TEST(GgufVocab, GlmNamesHaveNoDefaultBos) {
+  const fs::path source = kVocabDir / "ggml-vocab-gpt-2.gguf";
+  if (!fs::exists(source)) GTEST_SKIP() << source << " is not available";
+  const GgufFile original = GgufFile::Open(source);
+  const testing_util::ScratchDir dir("lowbit-gguf-glm-bos");
+  const auto vocab = [&](const std::string& pre, bool own_bos) {
+    const fs::path path = dir.path() / fmt::format("{}-{}.gguf", pre, own_bos);
+    GgufWriter writer(path);
+    for (const GgufKeyValue& kv : original.metadata())
+      if (kv.key != "tokenizer.ggml.bos_token_id")
+        writer.Set(kv.key, kv.key == "tokenizer.ggml.pre" ? GgufValue(pre) : kv.value);
+    if (own_bos) writer.Set("tokenizer.ggml.bos_token_id", uint32_t{7});
+    writer.Commit();
+    return ReadGgufVocab(GgufFile::Open(path));
+  };
+  for (const char* pre : {"chatglm-bpe", "glm4", "glm5"}) {
+    EXPECT_EQ(vocab(pre, false).bos_id, -1) << pre;
+    EXPECT_EQ(vocab(pre, true).bos_id, 7) << pre;
+  }
+  EXPECT_EQ(vocab("gpt-2", false).bos_id, 11);
+}
+
 TEST(HfTokenizerExport, FilesWrittenFromLlamaCppVocabulariesTokenizeAsLlamaCpp) {
   const testing_util::ScratchDir dir("lowbit-hf-export");
   for (const char* name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf",

@@ -107,7 +107,8 @@ namespace {
 constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
-    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model), DeepseekV2ForCausalLM, "
+    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their language "
+    "models), DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
@@ -592,8 +593,12 @@ ModelConfig HfConfigFromJson(const nlohmann::json& parsed, const std::string& so
   const JsonView j = JsonView(parsed, source).ExpectObject();
   const auto archs = j.Get<std::vector<std::string>>("architectures", {});
   if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
-  if (archs[0] == kGemma3Multimodal) {  // the language model of Gemma 3 4B/12B/27B; the vision tower is not run
-    j["text_config"].ExpectObject();
+  if (const MultimodalText* m = FindMultimodalText(archs[0])) {  // the language model; the vision tower is not run
+    const JsonView text_config = j["text_config"].ExpectObject();
+    if (const std::string type = text_config.Get<std::string>("model_type", m->text_model_type);
+        type != m->text_model_type)
+      text_config["model_type"].Fail(fmt::format("'{}' is not the language model lowbit runs in {} ({})", type,
+                                                 m->wrapper, m->text_model_type));
     const nlohmann::json text = TextOnlyConfig(parsed);
     return ReadHfConfigJson(JsonView(text, source, "text_config"));
   }

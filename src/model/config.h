@@ -185,26 +185,45 @@ double YarnMscale(double scale, double mscale);
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
 // Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite / SmolLM3 / OLMo 2 / ERNIE 4.5). Unknown
 // architectures are errors that list the supported ones.
-// Gemma3ForConditionalGeneration (Gemma 3 4B and up) is read as the Gemma3ForCausalLM of its text_config.
+// An image-text checkpoint (MultimodalText) is read as the language model of its text_config.
 ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
 // The same for a config.json already parsed (`source` names it in errors).
 ModelConfig HfConfigFromJson(const nlohmann::json& config, const std::string& source);
 
-// The architecture name of Gemma 3's image-text checkpoints, whose text_config lowbit runs.
+// Image-text checkpoints whose language model lowbit runs (their vision tower is not read): the wrapper's
+// architecture, its text model's, and the text_config model_type that text model has.
+struct MultimodalText {
+  const char* wrapper;
+  const char* text;
+  const char* text_model_type;
+};
+inline constexpr MultimodalText kMultimodalTexts[] = {
+    {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text"},      // Gemma 3 4B / 12B / 27B
+    {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral"},      // Mistral Small 3.1 / 3.2
+};
 inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
 
-// The config.json of the language model lowbit runs from `source` (nlohmann::json or ordered_json): for
-// Gemma 3's image-text checkpoints, their text_config as a Gemma3ForCausalLM (with the top level's
-// tie_word_embeddings and dtype when it has none); any other config unchanged. ReadHfConfig reads it,
-// and the folder writers write it, since only the language model is written.
+// The entry of kMultimodalTexts for `architecture`, or nullptr.
+inline const MultimodalText* FindMultimodalText(const std::string& architecture) {
+  for (const MultimodalText& m : kMultimodalTexts)
+    if (architecture == m.wrapper) return &m;
+  return nullptr;
+}
+
+// The config.json of the language model lowbit runs from `source` (nlohmann::json or ordered_json): for an
+// image-text checkpoint, its text_config as its text model's (with the top level's tie_word_embeddings and
+// dtype when it has none); any other config unchanged. ReadHfConfig reads it, and the folder writers write
+// it, since only the language model is written.
 template <class Json>
 Json TextOnlyConfig(Json source) {
   if (!source.is_object() || !source.contains("architectures") || !source.contains("text_config")) return source;
   const auto& archs = source.at("architectures");
-  if (!archs.is_array() || archs.empty() || archs[0] != kGemma3Multimodal || !source.at("text_config").is_object())
+  if (!archs.is_array() || archs.empty() || !archs[0].is_string() || !source.at("text_config").is_object())
     return source;
+  const MultimodalText* m = FindMultimodalText(archs[0].template get<std::string>());
+  if (!m) return source;
   Json text = source.at("text_config");
-  text["architectures"] = {"Gemma3ForCausalLM"};
+  text["architectures"] = {m->text};
   for (const char* key : {"tie_word_embeddings", "torch_dtype", "dtype", "transformers_version"})
     if (!text.contains(key) && source.contains(key)) text[key] = source.at(key);
   return text;

@@ -156,9 +156,18 @@ ARCHITECTURES = {
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
 # config is the gemma3 fixture's.
-MULTIMODAL = {"gemma3mm": ("gemma3", dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                                             num_attention_heads=2, image_size=28, patch_size=14),
-                                          mm_tokens_per_image=4))}
+# Mistral Small 3.1 / 3.2 likewise: a Mistral (head_dim apart from hidden / heads, no window) inside
+# Mistral3ForConditionalGeneration, beside a Pixtral vision tower. Each: the wrapper's model_type, the text model's
+# (model_type, config), the wrapper's other fields.
+MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
+                           dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                   num_attention_heads=2, image_size=28, patch_size=14),
+                                mm_tokens_per_image=4)),
+              "mistral3mm": ("mistral3", ("mistral", dict(rope_theta=1000000000.0, tie_word_embeddings=False, head_dim=16,
+                                                          sliding_window=None)),
+                             dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                     num_attention_heads=2, head_dim=8, image_size=28, patch_size=14),
+                                  tie_word_embeddings=False))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2", "gpt_oss", "gpt_oss_gguf"}
@@ -176,16 +185,16 @@ GGUF_VARIANTS = {
                                  "rope_parameters": {**ARCHITECTURES["gpt_oss"][1]["rope_parameters"], "truncate": True}}),
 }
 # The ones lowbit exports to GGUF, checked in llama.cpp.
-GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mixtral",
-                      "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm",
-                      "glm4_moe", "cohere", "cohere2", *GGUF_VARIANTS]
+GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
+                      "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
+                      "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2", *GGUF_VARIANTS]
 
 
 def build(name, folder):
     torch.manual_seed(1234)
     if name in MULTIMODAL:
-        model_type, extra = MULTIMODAL[name]
-        text = AutoConfig.for_model(ARCHITECTURES["gemma3"][0], **COMMON, **ARCHITECTURES["gemma3"][1]).to_dict()
+        model_type, (text_type, text_extra), extra = MULTIMODAL[name]
+        text = AutoConfig.for_model(text_type, **COMMON, **text_extra).to_dict()
         config = AutoConfig.for_model(model_type, text_config=text, **extra)
         model = AutoModelForImageTextToText.from_config(config, torch_dtype=torch.float32).eval()
     else:
@@ -336,7 +345,7 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
-                  "cohere2")]
+                  "cohere2", "mistral3mm")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -352,7 +361,7 @@ def check_engine_exports(lowbit, folder):
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
         if name not in ("phi3", "granite", "smollm3", "olmo2", "olmo3", "ernie4_5", "glm4", "glm", "cohere",
-                        "cohere_qk_norm", "cohere2"):
+                        "cohere_qk_norm", "cohere2", "mistral3mm"):
             check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
