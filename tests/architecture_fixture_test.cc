@@ -72,7 +72,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mistral3mm", "mixtral",
                                                   "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                                                  "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2"};
+                                                  "exaone4", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -363,6 +363,17 @@ TEST(ArchitectureFixtureGlm4Moe, GgufMultiTokenPredictionBlockIsNotRun) {
   EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4);
 }
 
+// llama.cpp's exaone4 slides its window only in 64-layer models (EXAONE 4.0 32B): a smaller model with sliding layers
+// would run in the file without its window and with RoPE everywhere, so its export is refused, naming why.
+TEST(ArchitectureFixtureExaone4, SlidingLayersOutsideLlamaCppsLayoutAreNotExported) {
+  testing_util::ScratchDir dir("lowbit-arch-exaone4");
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel streamed = OpenModel(kFixtures / "exaone4_swa");
+  ExpectError([&] { ExportGguf(streamed, dir / "m.gguf", options); }, {"exaone4", "64-layer", "window of 6"});
+  EXPECT_TRUE(dir.Entries().empty());
+}
+
 // GPTQ calibrates the fixture (beating RTN), while the methods that fold input scales into a norm, and a rotation of
 // the residual stream, are refused with messages naming the method, the architecture and the reasons given.
 void ExpectGptqButNoScaleFoldingOrRotation(const std::string& fixture, const std::string& architecture,
@@ -399,8 +410,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "gemma2", "gemma3", "gemma3mm", "mistral3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
-                                                                        "olmo2", "olmo3", "ernie4_5", "glm4", "glm",
-                                                                        "glm4_moe", "cohere", "cohere_qk_norm",
+                                                                        "olmo2", "olmo3", "exaone4", "exaone4_swa", "ernie4_5",
+                                                                        "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
                                                                         "cohere2"));
 
 }  // namespace

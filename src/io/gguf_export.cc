@@ -47,6 +47,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "Olmo2ForCausalLM" || a == "Olmo3ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
+  if (a == "Exaone4ForCausalLM" || a == "gguf:exaone4") return {"exaone4", false};
   // GLM-4 rotates adjacent pairs of each head's leading half in its own checkpoints: llama.cpp's NORM RoPE
   // over rope.dimension_count, nothing permuted.
   if (a == "Glm4ForCausalLM" || a == "gguf:glm4") return {"glm4", false};
@@ -63,7 +64,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2, ERNIE 4.5, GLM-4, GLM-4.5, Cohere, Cohere2)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, ERNIE 4.5, GLM-4, GLM-4.5, Cohere, Cohere2)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -106,13 +107,15 @@ void CheckGptOssExportable(const ModelConfig& c, const std::string& source) {
 // What llama.cpp's smollm3 computes (models/smollm3.cpp): RoPE in every layer but each fourth, a constant, and no
 // sliding window; and what the other architectures compute: RoPE in every layer.
 void CheckNopeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
-  const bool smollm3 = arch.name == "smollm3", cohere2 = arch.name == "cohere2";
+  // cohere2, and exaone4 with its window: RoPE on the sliding layers only
+  const bool smollm3 = arch.name == "smollm3",
+             sliding_rope = arch.name == "cohere2" || (arch.name == "exaone4" && c.sliding_window > 0);
   for (uint32_t i = 0; i < c.n_layers; ++i)
-    if (c.rope(i) != (cohere2 ? c.sliding(i) : !(smollm3 && (i + 1) % kSmolLM3NopeStep == 0)))
+    if (c.rope(i) != (sliding_rope ? c.sliding(i) : !(smollm3 && (i + 1) % kSmolLM3NopeStep == 0)))
       Fail("{}: layer {} {} RoPE, but llama.cpp's {} {}", source, i, c.rope(i) ? "takes" : "takes no", arch.name,
-           smollm3   ? fmt::format("leaves every {}th layer without it and no other", kSmolLM3NopeStep)
-           : cohere2 ? std::string("rotates its sliding layers and no other")
-                     : std::string("rotates every layer"));
+           smollm3        ? fmt::format("leaves every {}th layer without it and no other", kSmolLM3NopeStep)
+           : sliding_rope ? std::string("rotates its sliding layers and no other")
+                          : std::string("rotates every layer"));
   if (smollm3 && c.sliding_window > 0) Fail("{}: llama.cpp's smollm3 has no sliding window", source);
 }
 
@@ -577,6 +580,14 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
   if (c.rotary_dim != 0 && !PartialRotary(arch) && !deepseek)
     Fail("{}: partial rotary embeddings are exported for phi3, glm4 and chatglm only", m.source);
+  if (arch.name == "exaone4") {  // models/exaone4.cpp: attn_output n_embd x n_embd; windows in 64-layer models only
+    if (c.q_dim() != c.dim)
+      Fail("{}: llama.cpp's exaone4 needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, c.n_heads,
+           c.head_dim, c.dim);
+    if (c.sliding_window > 0 && c.n_layers != 64)
+      Fail("{}: llama.cpp's exaone4 slides its window in 64-layer models (EXAONE 4.0 32B) only; this model has {} "
+           "layers and a window of {}", m.source, c.n_layers, c.sliding_window);
+  }
   if (arch.name == "chatglm" && c.q_dim() != c.dim)  // models/chatglm.cpp: attn_output is n_embd x n_embd
     Fail("{}: llama.cpp's chatglm needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, c.n_heads,
          c.head_dim, c.dim);

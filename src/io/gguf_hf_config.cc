@@ -98,6 +98,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"glm4", "Glm4ForCausalLM", "glm4"},
                                          {"chatglm", "GlmForCausalLM", "glm"},
                                          {"glm4moe", "Glm4MoeForCausalLM", "glm4_moe"},
+                                         {"exaone4", "Exaone4ForCausalLM", "exaone4"},
                                          {"command-r", "CohereForCausalLM", "cohere"},
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
@@ -127,7 +128,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
   if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 ||
-      (c.sliding_window != 0 && !gemma && !phi3 && !gpt_oss && arch != "cohere2" && !olmo3))
+      (c.sliding_window != 0 && !gemma && !phi3 && !gpt_oss && arch != "cohere2" && !olmo3 && arch != "exaone4"))
     Fail("{}: {} has no field for this file's {}", source, architecture,
          c.sliding_window ? "sliding window" : "RoPE scaling");
   OrderedJson j = {{"architectures", {architecture}},
@@ -179,6 +180,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
       for (const uint8_t sliding : c.sliding_layers) types.push_back(sliding ? "sliding_attention" : "full_attention");
       j["layer_types"] = std::move(types);
     }
+  } else if (arch == "exaone4") {  // Exaone4Config's default would be a window of 4096, and without one it needs
+    j["sliding_window"] = nullptr;   // the layer types spelled out
+    j["layer_types"] = OrderedJson(std::vector<std::string>(c.n_layers, "full_attention"));
   }
   if (gemma) {
     // GeGLU, (1 + w) norms and scaled embeddings are the architecture's; llama.cpp's attention scale becomes the

@@ -22,7 +22,7 @@ namespace {
 
 constexpr std::string_view kSupportedArchitectures =
     "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2, "
-    "ernie4_5, glm4, glm4moe, chatglm, command-r, cohere2; llama with or without experts";
+    "ernie4_5, glm4, glm4moe, chatglm, command-r, cohere2, exaone4; llama with or without experts";
 
 // llama.cpp's phi3, glm4 and chatglm store gate and up as one ffn_up (gate rows first).
 bool FusedGateUp(const ModelConfig& c) {
@@ -438,9 +438,10 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5", glm = arch == "glm4" || arch == "chatglm",
-             cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe";
+             cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
+             exaone4 = arch == "exaone4";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere && !glm4moe)
+      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere && !glm4moe && !exaone4)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe)
@@ -538,6 +539,19 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     c.sandwich_norms = true;
   }
   if (cohere) ReadCohereKeys(f, arch, c);
+  if (exaone4) {  // models/exaone4.cpp: OLMo 2's output norms, per-head q/k norms; a window in 64-layer models only,
+                  // 4096 by default, a pattern of 4, RoPE on the sliding layers alone
+    c.pre_norms = false;
+    c.sandwich_norms = c.qk_norm = true;
+    if (c.n_layers == 64) {
+      c.sliding_window = f.GetU32Or(p + "attention.sliding_window", 4096);
+      if (c.sliding_window == 0) Fail("{}: key '{}attention.sliding_window' must be positive", source, p);
+      c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, 4);
+      c.rope_theta = f.GetF32Or(p + "rope.freq_base_swa", c.rope_theta);  // only the sliding layers rotate
+      c.nope_layers.assign(c.n_layers, 0);
+      for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = !c.sliding(i);
+    }
+  }
   if (glm4moe) {  // models/glm4-moe.cpp: DeepSeek-V3's routing without groups, per-head q/k norms where present
     if (f.Find(p + "rope.dimension_sections"))
       Fail("{}: key '{}rope.dimension_sections': GLM-4.5V's multimodal RoPE is not supported", source, p);

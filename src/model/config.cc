@@ -110,7 +110,7 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their language "
     "models), DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
-    "Olmo3ForCausalLM, "
+    "Olmo3ForCausalLM, Exaone4ForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
@@ -387,6 +387,19 @@ void ReadCohere(ModelConfig& c, const JsonView& j) {
   for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = !c.sliding(i);
 }
 
+// EXAONE 4.0: OLMo 2's norms on the attention and MLP outputs alone, RMSNorm over each head of q and k; with a
+// sliding window, its layer_types' sliding layers are the only ones that take RoPE (the 32B), without one every
+// layer does (the 1.2B).
+void ReadExaone4(ModelConfig& c, const JsonView& j) {
+  c.pre_norms = false;
+  c.sandwich_norms = c.qk_norm = true;
+  if (!j.Has("sliding_window")) return;  // null: every layer takes RoPE
+  if (!j.Has("layer_types"))  // what its sliding_window_pattern means is spelled out there by transformers
+    j.Fail("Exaone4ForCausalLM with a sliding_window needs its layer_types");
+  c.nope_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = !c.sliding(i);
+}
+
 // SmolLM3: a Llama whose no_rope_layers (1 = RoPE, 0 = none) leave some layers without positions, as
 // SmolLM3Config fills it when absent: every no_rope_layer_interval-th layer (4) without.
 void ReadSmolLM3(ModelConfig& c, const JsonView& j) {
@@ -504,6 +517,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture != "Glm4MoeForCausalLM" &&
       c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
+      c.architecture != "Exaone4ForCausalLM" &&
       !IsCohere(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
@@ -557,8 +571,12 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
     c.rope_style = RopeStyle::kAdjacent;
     c.sandwich_norms = c.architecture == "Glm4ForCausalLM";  // post_self_attn_layernorm, post_mlp_layernorm
   }
-  if (c.architecture == "Olmo3ForCausalLM" && !j.Has("sliding_window"))  // transformers would assume 4096
-    j.Fail("Olmo3ForCausalLM needs its sliding_window: transformers' default is not assumed");
+  // transformers would assume a window of 4096 where these configs have none (null: no window)
+  if ((c.architecture == "Olmo3ForCausalLM" || c.architecture == "Exaone4ForCausalLM") &&
+      !j.value().contains("sliding_window"))
+    j.Fail(fmt::format("{} needs its sliding_window (null for none): transformers' default is not assumed",
+                       c.architecture));
+  if (c.architecture == "Exaone4ForCausalLM") ReadExaone4(c, j);
   if (IsOlmo(c.architecture)) {  // norms on the attention and MLP outputs only, q/k norms whole
     c.pre_norms = false;
     c.sandwich_norms = c.qk_norm = c.qk_norm_full = true;
