@@ -48,6 +48,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "Olmo2ForCausalLM" || a == "Olmo3ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
   if (a == "Exaone4ForCausalLM" || a == "gguf:exaone4") return {"exaone4", false};
+  if (a == "SeedOssForCausalLM" || a == "gguf:seed_oss") return {"seed_oss", false};
   // GLM-4 rotates adjacent pairs of each head's leading half in its own checkpoints: llama.cpp's NORM RoPE
   // over rope.dimension_count, nothing permuted.
   if (a == "Glm4ForCausalLM" || a == "gguf:glm4") return {"glm4", false};
@@ -64,7 +65,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, ERNIE 4.5, GLM-4, GLM-4.5, Cohere, Cohere2)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5, GLM-4, GLM-4.5, Cohere, Cohere2)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -310,10 +311,9 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       vector(p + "attn_sinks.weight", c.n_heads, layer, [](const LayerWeights* l) { return &l->attn_sinks; });
     if (c.sandwich_norms)
       vector(p + "post_attention_norm.weight", c.dim, layer, [](const LayerWeights* l) { return &l->attn_out_norm; });
-    // gpt-oss and glm4moe name the MLP's input norm post_attention_norm; a parallel block (Cohere) has none.
+    // A parallel block (Cohere) has no MLP input norm.
     if (c.pre_norms && !c.parallel_block)
-      vector(p + (arch.name == "gpt-oss" || arch.name == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight"),
-             c.dim, layer,
+      vector(p + GgufFfnNormName(arch.name), c.dim, layer,
              [](const LayerWeights* l) { return &l->ffn_norm; });
     if (c.moe(i)) {
       plan.push_back({p + "ffn_gate_inp.weight", {c.dim, c.n_experts}, layer, {},
@@ -580,6 +580,8 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
   if (c.rotary_dim != 0 && !PartialRotary(arch) && !deepseek)
     Fail("{}: partial rotary embeddings are exported for phi3, glm4 and chatglm only", m.source);
+  if (arch.name == "seed_oss" && c.o_bias)  // models/seed-oss.cpp reads no attn_output.bias
+    Fail("{}: llama.cpp's seed_oss has no o_proj bias (attention_out_bias)", m.source);
   if (arch.name == "exaone4") {  // models/exaone4.cpp: attn_output n_embd x n_embd; windows in 64-layer models only
     if (c.q_dim() != c.dim)
       Fail("{}: llama.cpp's exaone4 needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, c.n_heads,

@@ -99,6 +99,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"chatglm", "GlmForCausalLM", "glm"},
                                          {"glm4moe", "Glm4MoeForCausalLM", "glm4_moe"},
                                          {"exaone4", "Exaone4ForCausalLM", "exaone4"},
+                                         {"seed_oss", "SeedOssForCausalLM", "seed_oss"},
                                          {"command-r", "CohereForCausalLM", "cohere"},
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
@@ -199,6 +200,10 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
   }
   if (arch == "ernie4_5") j["use_bias"] = false;
+  if (arch == "seed_oss") {  // q/k/v's and o_proj's biases are separate fields
+    j["attention_bias"] = c.qkv_bias;
+    j["attention_out_bias"] = c.o_bias;
+  }
   if (cohere) {  // LayerNorm's epsilon, the logit multiplier, Command R+'s per-head q/k norms
     j.erase("rms_norm_eps");
     j["layer_norm_eps"] = ShortestDecimal(c.norm_eps);

@@ -22,7 +22,7 @@ namespace {
 
 constexpr std::string_view kSupportedArchitectures =
     "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2, "
-    "ernie4_5, glm4, glm4moe, chatglm, command-r, cohere2, exaone4; llama with or without experts";
+    "ernie4_5, glm4, glm4moe, chatglm, command-r, cohere2, exaone4, seed_oss; llama with or without experts";
 
 // llama.cpp's phi3, glm4 and chatglm store gate and up as one ffn_up (gate rows first).
 bool FusedGateUp(const ModelConfig& c) {
@@ -426,6 +426,10 @@ void LoadLatentAttention(const GgufFile& f, TensorLoader& t, const ModelConfig& 
 
 }  // namespace
 
+const char* GgufFfnNormName(std::string_view arch) {
+  return arch == "gpt-oss" || arch == "glm4moe" || arch == "seed_oss" ? "post_attention_norm.weight" : "ffn_norm.weight";
+}
+
 float LlamaCppGemmaAttentionScale(std::string_view arch, const ModelConfig& c) {
   const bool wide = (arch == "gemma2" && c.n_layers == 46) || (arch == "gemma3" && c.n_layers == 62);
   return 1.0f / std::sqrt(static_cast<float>(wide ? c.dim / c.n_heads : c.head_dim));
@@ -439,9 +443,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
-             exaone4 = arch == "exaone4";
+             exaone4 = arch == "exaone4", seed_oss = arch == "seed_oss";
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere && !glm4moe && !exaone4)
+      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere && !glm4moe && !exaone4 && !seed_oss)
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe)
@@ -649,10 +653,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
     }
     // gpt-oss names the MLP's input norm post_attention_norm (not a sandwich norm there).
     if (c.pre_norms && !c.parallel_block)
-      l.ffn_norm = t.Vector(p + (c.architecture == "gguf:gpt-oss" || c.architecture == "gguf:glm4moe"
-                                     ? "post_attention_norm.weight"
-                                     : "ffn_norm.weight"),
-                            c.dim);
+      l.ffn_norm = t.Vector(p + GgufFfnNormName(std::string_view(c.architecture).substr(5)), c.dim);  // "gguf:"
     if (c.moe(i)) {
       l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
       if (c.router_bias) l.router_bias = t.Vector(p + "exp_probs_b.bias", c.n_experts);

@@ -110,7 +110,7 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their language "
     "models), DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
-    "Olmo3ForCausalLM, Exaone4ForCausalLM, "
+    "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
@@ -517,7 +517,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture != "Glm4MoeForCausalLM" &&
       c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
-      c.architecture != "Exaone4ForCausalLM" &&
+      c.architecture != "Exaone4ForCausalLM" && c.architecture != "SeedOssForCausalLM" &&
       !IsCohere(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
@@ -535,7 +535,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   // Qwen2-MoE has q/k/v biases unless its (transformers 5) config says qkv_bias: false.
   c.qkv_bias = c.architecture == "Qwen2ForCausalLM" ||
                (c.architecture == "Qwen2MoeForCausalLM" && j.Get<bool>("qkv_bias", true)) ||
-               j.Get<bool>("attention_bias", IsGlm(c.architecture));  // GLM: q/k/v biased by default
+               // GLM and Seed-OSS: q/k/v biased by default
+               j.Get<bool>("attention_bias", IsGlm(c.architecture) || c.architecture == "SeedOssForCausalLM");
   // LlamaAttention's, GraniteAttention's, Olmo2Attention's and CohereAttention's attention_bias covers o_proj
   // too (GPT-OSS's: ReadGptOss).
   c.o_bias = (c.architecture == "LlamaForCausalLM" || c.architecture == "GraniteForCausalLM" ||
@@ -563,6 +564,10 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadSmolLM3(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
+  if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field
+    c.o_bias = j.Get<bool>("attention_out_bias", false);
+    if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");
+  }
   if (c.architecture == "Ernie4_5ForCausalLM") {  // RoPE on adjacent pairs; use_bias covers the MLP too
     c.rope_style = RopeStyle::kAdjacent;
     if (j.Get<bool>("use_bias", false)) j["use_bias"].Fail("biases on the linears are not supported");

@@ -134,6 +134,10 @@ ARCHITECTURES = {
     # models only, so this one is not exported to GGUF).
     "exaone4_swa": ("exaone4", dict(rope_theta=1000000.0, tie_word_embeddings=False, pad_token_id=0, sliding_window=6,
                                     layer_types=["sliding_attention", "full_attention"])),
+    # Seed-OSS (ByteDance Seed-OSS-36B): a Llama with q/k/v biases (attention_bias) and no o_proj bias
+    # (attention_out_bias), head_dim apart from hidden / heads.
+    "seed_oss": ("seed_oss", dict(rope_theta=10000000.0, tie_word_embeddings=False, head_dim=16, pad_token_id=0,
+                                  attention_bias=True, attention_out_bias=False)),
     # ERNIE 4.5 (0.3B): a Llama whose RoPE rotates adjacent pairs in its own checkpoints, tied.
     "ernie4_5": ("ernie4_5", dict(rope_theta=500000.0, tie_word_embeddings=True, head_dim=8, pad_token_id=0)),
     # GLM-4 (GLM-4-9B-0414, GLM-Z1): RoPE on adjacent pairs of the first half of each head (partial_rotary_factor
@@ -194,7 +198,7 @@ GGUF_VARIANTS = {
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                      "exaone4", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2", *GGUF_VARIANTS]
+                      "exaone4", "seed_oss", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -351,8 +355,8 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # vocabulary).
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
-                  "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere",
-                  "cohere_qk_norm", "cohere2", "mistral3mm")]
+                  "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "glm4", "glm", "glm4_moe",
+                  "cohere", "cohere_qk_norm", "cohere2", "mistral3mm")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -367,7 +371,7 @@ def check_engine_exports(lowbit, folder):
         out = os.path.join(folder, f"{name}-{scheme}-ct")
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
-        if name not in ("phi3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "ernie4_5", "glm4", "glm", "cohere",
+        if name not in ("phi3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "glm4", "glm", "cohere",
                         "cohere_qk_norm", "cohere2", "mistral3mm"):
             check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
