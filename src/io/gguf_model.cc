@@ -1,8 +1,11 @@
 #include "io/gguf_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numbers>
 #include <optional>
@@ -20,9 +23,11 @@
 namespace lowbit {
 namespace {
 
-constexpr std::string_view kSupportedArchitectures =
-    "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, deepseek2, gpt-oss, granite, smollm3, olmo2, "
-    "ernie4_5, glm4, glm4moe, chatglm, command-r, cohere2, exaone4, seed_oss; llama with or without experts";
+// The general.architecture values lowbit runs (llama with or without experts).
+constexpr std::string_view kGgufArchitectures[] = {
+    "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
+    "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
+    "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss"};
 
 // llama.cpp's phi3, glm4 and chatglm store gate and up as one ffn_up (gate rows first).
 bool FusedGateUp(const ModelConfig& c) {
@@ -426,6 +431,10 @@ void LoadLatentAttention(const GgufFile& f, TensorLoader& t, const ModelConfig& 
 
 }  // namespace
 
+bool RunsGgufArchitecture(std::string_view arch) {
+  return std::find(std::begin(kGgufArchitectures), std::end(kGgufArchitectures), arch) != std::end(kGgufArchitectures);
+}
+
 const char* GgufFfnNormName(std::string_view arch) {
   return arch == "gpt-oss" || arch == "glm4moe" || arch == "seed_oss" ? "post_attention_norm.weight" : "ffn_norm.weight";
 }
@@ -443,10 +452,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
-             exaone4 = arch == "exaone4", seed_oss = arch == "seed_oss";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && !gemma && !qwen_moe && !deepseek &&
-      !gpt_oss && !granite && !smollm3 && !olmo2 && !ernie && !glm && !cohere && !glm4moe && !exaone4 && !seed_oss)
-    Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, kSupportedArchitectures);
+             exaone4 = arch == "exaone4";
+  if (!RunsGgufArchitecture(arch))
+    Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, fmt::join(kGgufArchitectures, ", "));
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe)
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);

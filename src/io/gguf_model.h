@@ -29,6 +29,9 @@ inline constexpr uint32_t kSmolLM3NopeStep = 4;
 // 1/sqrt(hidden / heads) at the layer counts of Gemma 2 27B (46) and Gemma 3 27B (62).
 float LlamaCppGemmaAttentionScale(std::string_view arch, const ModelConfig& c);
 
+// Whether lowbit runs GGUF files of general.architecture `arch` (each one llama.cpp runs).
+bool RunsGgufArchitecture(std::string_view arch);
+
 // The name of a block's MLP input norm in llama.cpp's architecture `arch` (general.architecture):
 // "post_attention_norm.weight" in gpt-oss, glm4moe and seed_oss (LLM_TENSOR_ATTN_POST_NORM), else "ffn_norm.weight".
 const char* GgufFfnNormName(std::string_view arch);

@@ -10,6 +10,7 @@
 #include "core/json_util.h"
 #include "core/file_util.h"
 #include "io/gguf.h"
+#include "io/gguf_model.h"
 #include "io/safetensors.h"
 #include "plan/inspect_detail.h"
 
@@ -194,12 +195,9 @@ void InspectGguf(const fs::path& path, CheckpointInfo& info) {
   const GgufValue* arch = g.Find("general.architecture");
   const std::string arch_name = arch && TypeOf(*arch) == GgufType::kString ? std::get<std::string>(*arch) : "";
   info.details = fmt::format("{}tensor types {}", arch_name.empty() ? "" : "architecture " + arch_name + "; ", hist);
-  // What lowbit's engine runs and writes is what llama.cpp runs: the text architectures below, every
+  // What lowbit's engine runs and writes is what llama.cpp runs: the text architectures lowbit reads, every
   // ggml type in the file (the reader refuses ids ggml does not have).
-  static constexpr std::string_view kLlamaCppArchitectures[] = {"llama",  "qwen2", "qwen3",  "gemma2",
-                                                                 "gemma3", "phi3",  "granite"};
-  if (std::find(std::begin(kLlamaCppArchitectures), std::end(kLlamaCppArchitectures), arch_name) !=
-      std::end(kLlamaCppArchitectures))
+  if (RunsGgufArchitecture(arch_name))
     info.notes.push_back(fmt::format("llama.cpp loads this file (architecture '{}', tensor types {})", arch_name, hist));
   if (const GgufValue* card = g.Find("lowbit.recipe_card"); card && TypeOf(*card) == GgufType::kString)
     info.notes.push_back("written by lowbit quantize: its recipe card (method, calibration, scores) is in key "
