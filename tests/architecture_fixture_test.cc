@@ -72,7 +72,7 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mistral3mm", "mixtral",
                                                   "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                                                  "exaone4", "seed_oss", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2"};
+                                                  "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -410,7 +410,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "gemma2", "gemma3", "gemma3mm", "mistral3mm", "mixtral",
                                                                         "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
-                                                                        "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5",
+                                                                        "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe",
                                                                         "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
                                                                         "cohere2"));
 

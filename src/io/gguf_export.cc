@@ -59,13 +59,14 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Cohere2ForCausalLM" || a == "gguf:cohere2") return {"cohere2", false};
   // ERNIE 4.5 rotates adjacent pairs in its own checkpoints too: nothing to permute.
   if (a == "Ernie4_5ForCausalLM" || a == "gguf:ernie4_5") return {"ernie4_5", c.rope_style == RopeStyle::kHalf};
+  if (a == "Ernie4_5_MoeForCausalLM" || a == "gguf:ernie4_5-moe") return {"ernie4_5-moe", c.rope_style == RopeStyle::kHalf};
   // Granite and SmolLM3 run llama.cpp's adjacent pairs, as llama does.
   if (a == "GraniteForCausalLM" || a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5, GLM-4, GLM-4.5, Cohere, Cohere2)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, Cohere, Cohere2)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -133,10 +134,25 @@ void CheckCohereExportable(const ModelConfig& c, const Architecture& arch, const
          norms ? "reads" : "reads no", c.n_layers, c.qk_norm ? "has them" : "has none");
 }
 
+// What llama.cpp's ernie4_5-moe computes (models/ernie4-5-moe.cpp): experts in the layers i from the dense lead on with
+// (i + 1) % step == 0 (its converter's moe_layer_start_index and moe_layer_interval; no end index), chosen by
+// softmax scores (plus exp_probs_b), renormalized, an ungated shared expert.
+void CheckErnieMoeExportable(const ModelConfig& c, const std::string& source) {
+  const auto [lead, step] = ErnieMoeLayout(c);
+  for (uint32_t i = 0; i < c.n_layers; ++i)
+    if (c.moe(i) != (i >= lead && (i + 1) % step == 0))
+      Fail("{}: layer {} is {}, but llama.cpp's ernie4_5-moe has experts in every {}th layer from layer {} to the "
+           "last (moe_layer_end_index is not expressible)", source, i, c.moe(i) ? "sparse" : "dense", step, lead);
+  if (c.router_scoring != RouterScoring::kSoftmax || !c.norm_expert_weights || c.shared_expert_gated ||
+      c.expert_groups > 0)
+    Fail("{}: llama.cpp's ernie4_5-moe renormalizes softmax scores without groups, its shared expert ungated", source);
+}
+
 // What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
 // sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
 // expert in qwen2moe only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
+  if (arch.name == "ernie4_5-moe") return CheckErnieMoeExportable(c, source);
   if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss" || arch.name == "glm4moe")
     return;  // their own checks
   if (!c.sparse_layers.empty())
@@ -404,7 +420,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".attention.value_length", c.head_dim);
   }
   out.Set("general.file_type", file_type);
-  if (a == "llama" || a == "granite" || a == "smollm3" || a == "ernie4_5") {
+  if (a == "llama" || a == "granite" || a == "smollm3" || a == "ernie4_5" || a == "ernie4_5-moe") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
   }
@@ -431,6 +447,12 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   }
   if (a == "deepseek2") SetDeepSeek2Metadata(out, c);
   if (a == "glm4moe") SetDeepSeekRoutingMetadata(out, c, a);
+  if (a == "ernie4_5-moe") {  // the sparse layers: from the dense lead on, every step-th (CheckMoeExportable)
+    const auto [lead, step] = ErnieMoeLayout(c);
+    out.Set(a + ".leading_dense_block_count", lead);
+    out.Set(a + ".interleave_moe_layer_step", step);
+    if (c.routed_scale != 1) out.Set(a + ".expert_weights_scale", c.routed_scale);
+  }
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
   if (c.sliding_window > 0 && a != "llama" && a != "phi3") {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "io/gguf_deepseek.h"
+#include "io/gguf_model.h"
 
 namespace lowbit {
 namespace {
@@ -71,6 +72,28 @@ void PermuteRows(Linear& l, const std::vector<uint64_t>& from) {
   LOWBIT_CHECK(!l.outliers);  // GGUF files have none
 }
 
+// Ernie4_5_MoeForCausalLM from an ernie4_5-moe file (the sparse layers from the dense lead to the last, every step-th,
+// as llama.cpp runs them). transformers' ERNIE always biases the choice (moe_statics) and never scales the weights.
+void WriteErnieMoeHfConfig(OrderedJson& j, const ModelConfig& c, const std::string& source) {
+  const auto [lead, step] = ErnieMoeLayout(c);
+  if (!c.router_bias)
+    Fail("{}: tensor 'blk.{}.exp_probs_b.bias' is missing: Ernie4_5_MoeForCausalLM always biases its choice of experts "
+         "(moe_statics)", source, lead);
+  if (c.routed_scale != 1)
+    Fail("{}: key 'ernie4_5-moe.expert_weights_scale' ({}): Ernie4_5_MoeForCausalLM does not scale the experts' "
+         "weights", source, c.routed_scale);
+  if (c.shared_expert_ffn_dim % c.expert_ffn_dim != 0)
+    Fail("{}: key 'ernie4_5-moe.expert_shared_feed_forward_length' ({}) is not a whole number of experts of {}", source,
+         c.shared_expert_ffn_dim, c.expert_ffn_dim);
+  j["moe_num_experts"] = c.n_experts;
+  j["moe_k"] = c.experts_per_token;
+  j["moe_intermediate_size"] = c.expert_ffn_dim;
+  j["moe_num_shared_experts"] = c.shared_expert_ffn_dim / c.expert_ffn_dim;
+  j["moe_layer_start_index"] = lead;
+  j["moe_layer_end_index"] = -1;
+  j["moe_layer_interval"] = step;
+}
+
 }  // namespace
 
 OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const std::string& torch_dtype,
@@ -100,6 +123,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"glm4moe", "Glm4MoeForCausalLM", "glm4_moe"},
                                          {"exaone4", "Exaone4ForCausalLM", "exaone4"},
                                          {"seed_oss", "SeedOssForCausalLM", "seed_oss"},
+                                         {"ernie4_5-moe", "Ernie4_5_MoeForCausalLM", "ernie4_5_moe"},
                                          {"command-r", "CohereForCausalLM", "cohere"},
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
@@ -155,6 +179,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   if (arch.starts_with("qwen")) j["use_sliding_window"] = false;
   if (deepseek) {
     WriteDeepSeekHfConfig(j, c, source);
+  } else if (arch == "ernie4_5-moe") {
+    WriteErnieMoeHfConfig(j, c, source);
   } else if (glm4moe) {
     WriteGlm4MoeHfConfig(j, c, source);
   } else if (gpt_oss) {  // llama.cpp's constants and layout (gguf_model.cc: ReadGptOssKeys)
@@ -199,7 +225,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     }
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
   }
-  if (arch == "ernie4_5") j["use_bias"] = false;
+  if (arch == "ernie4_5" || arch == "ernie4_5-moe") j["use_bias"] = false;
   if (arch == "seed_oss") {  // q/k/v's and o_proj's biases are separate fields
     j["attention_bias"] = c.qkv_bias;
     j["attention_out_bias"] = c.o_bias;
@@ -239,7 +265,7 @@ void ToRotateHalf(Model& m) {
   ModelConfig& c = m.config;
   // Latent attention, ERNIE 4.5, GLM and Cohere keep adjacent pairs: their own checkpoints' order (DeepSeek-V2
   // always, V3 with rope_interleave; the others always).
-  if (c.rope_style == RopeStyle::kHalf || c.mla() || c.architecture == "gguf:ernie4_5" ||
+  if (c.rope_style == RopeStyle::kHalf || c.mla() || c.architecture.starts_with("gguf:ernie4_5") ||
       c.architecture == "gguf:glm4" || c.architecture == "gguf:chatglm" || c.architecture == "gguf:command-r" ||
       c.architecture == "gguf:cohere2")
     return;

@@ -27,7 +27,7 @@ namespace {
 constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
-    "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss"};
+    "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe"};
 
 // llama.cpp's phi3, glm4 and chatglm store gate and up as one ffn_up (gate rows first).
 bool FusedGateUp(const ModelConfig& c) {
@@ -378,6 +378,20 @@ void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) 
                                      : f.GetU32Or(p + "expert_feed_forward_length", c.ffn_dim / c.experts_per_token);
   c.norm_expert_weights = arch != "qwen2moe";
   if (arch == "qwen2moe") c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
+  if (arch != "ernie4_5-moe") return;
+  // models/ernie4-5-moe.cpp: experts in the layers from leading_dense_block_count on, every
+  // interleave_moe_layer_step-th; an ungated shared expert of expert_shared_feed_forward_length; exp_probs_b
+  // (where present) biases the softmax scores that choose
+  c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", 0);
+  c.shared_expert_gated = false;
+  const uint32_t lead = f.GetU32Or(p + "leading_dense_block_count", 0), step = f.GetU32(p + "interleave_moe_layer_step");
+  if (step == 0) Fail("{}: key '{}interleave_moe_layer_step' must be positive", source, p);
+  c.sparse_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = i >= lead && (i + 1) % step == 0;
+  if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
+  const uint32_t first = lead + (step - (lead + 1) % step) % step;  // the first sparse layer
+  c.router_bias = first < c.n_layers && f.FindTensor(fmt::format("blk.{}.exp_probs_b.bias", first)) != nullptr;
+  if (const float scale = f.GetF32Or(p + "expert_weights_scale", 0.0f); scale != 0) c.routed_scale = scale;
 }
 
 // gpt-oss as llama.cpp runs it (models/openai-moe.cpp): biased experts with the clamped SwiGLU at llama.cpp's
@@ -431,6 +445,13 @@ void LoadLatentAttention(const GgufFile& f, TensorLoader& t, const ModelConfig& 
 
 }  // namespace
 
+ErnieMoeLayers ErnieMoeLayout(const ModelConfig& c) {
+  std::vector<uint32_t> sparse;
+  for (uint32_t i = 0; i < c.n_layers && sparse.size() < 2; ++i)
+    if (c.moe(i)) sparse.push_back(i);
+  return {sparse.empty() ? c.n_layers : sparse[0], sparse.size() < 2 ? 1 : sparse[1] - sparse[0]};
+}
+
 bool RunsGgufArchitecture(std::string_view arch) {
   return std::find(std::begin(kGgufArchitectures), std::end(kGgufArchitectures), arch) != std::end(kGgufArchitectures);
 }
@@ -450,13 +471,14 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
-             olmo2 = arch == "olmo2", ernie = arch == "ernie4_5", glm = arch == "glm4" || arch == "chatglm",
+             olmo2 = arch == "olmo2", ernie = arch == "ernie4_5" || arch == "ernie4_5-moe", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
              exaone4 = arch == "exaone4";
   if (!RunsGgufArchitecture(arch))
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, fmt::join(kGgufArchitectures, ", "));
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
-  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe)
+  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe &&
+      arch != "ernie4_5-moe")
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -572,7 +594,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     if (c.n_experts == 0) Fail("{}: key '{}expert_count' must be positive", source, p);
   }
   if (gemma) ReadGemmaKeys(f, arch, c);
-  if (arch == "llama" || qwen_moe) ReadExpertKeys(f, arch, c);
+  if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe") ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
   if (deepseek) ReadDeepSeek2Keys(f, c);
   if (gpt_oss) ReadGptOssKeys(f, c);

@@ -29,6 +29,13 @@ inline constexpr uint32_t kSmolLM3NopeStep = 4;
 // 1/sqrt(hidden / heads) at the layer counts of Gemma 2 27B (46) and Gemma 3 27B (62).
 float LlamaCppGemmaAttentionScale(std::string_view arch, const ModelConfig& c);
 
+// The sparse layers of an ERNIE 4.5 MoE as its GGUF keys give them: the first sparse layer's index (the dense lead,
+// leading_dense_block_count) and the distance between the first two (interleave_moe_layer_step; 1 with one).
+struct ErnieMoeLayers {
+  uint32_t lead, step;
+};
+ErnieMoeLayers ErnieMoeLayout(const ModelConfig& c);
+
 // Whether lowbit runs GGUF files of general.architecture `arch` (each one llama.cpp runs).
 bool RunsGgufArchitecture(std::string_view arch);
 

@@ -52,7 +52,9 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
       v.push_back({"mlp.router.bias", &LayerWeights::router_logit_bias, {c.n_experts}, false});
     if (c.shared_expert_ffn_dim > 0 && c.shared_expert_gated)
       v.push_back({"mlp.shared_expert_gate.weight", &LayerWeights::shared_gate, {1, c.dim}, false});
-    if (c.router_bias)
+    if (c.router_bias && c.architecture == "Ernie4_5_MoeForCausalLM")  // [1, experts]
+      v.push_back({"mlp.moe_statics.e_score_correction_bias", &LayerWeights::router_bias, {1, c.n_experts}, false});
+    else if (c.router_bias)
       v.push_back({"mlp.gate.e_score_correction_bias", &LayerWeights::router_bias, {c.n_experts}, false});
   }
   return v;

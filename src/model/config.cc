@@ -110,7 +110,7 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their language "
     "models), DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
-    "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, "
+    "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
@@ -400,6 +400,27 @@ void ReadExaone4(ModelConfig& c, const JsonView& j) {
   for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = !c.sliding(i);
 }
 
+// ERNIE 4.5 MoE: moe_num_experts experts of moe_intermediate_size in the layers from moe_layer_start_index to
+// moe_layer_end_index (-1: the last) every moe_layer_interval-th, dense MLPs of intermediate_size in the others;
+// moe_k chosen by softmax scores plus a bias (moe_statics), their softmax weights renormalized;
+// moe_num_shared_experts ungated shared experts.
+void ReadErnieMoe(ModelConfig& c, const JsonView& j) {
+  c.n_experts = j.Get<uint32_t>("moe_num_experts");
+  c.experts_per_token = j.Get<uint32_t>("moe_k");
+  c.expert_ffn_dim = j.Get<uint32_t>("moe_intermediate_size");
+  c.shared_expert_ffn_dim = j.Get<uint32_t>("moe_num_shared_experts", 0) * c.expert_ffn_dim;
+  c.shared_expert_gated = false;
+  c.router_bias = c.norm_expert_weights = true;
+  const uint32_t first = j.Get<uint32_t>("moe_layer_start_index", 0), step = j.Get<uint32_t>("moe_layer_interval", 1);
+  const int64_t end = j.Get<int64_t>("moe_layer_end_index", -1);
+  if (step == 0) j["moe_layer_interval"].Fail("must be positive");
+  if (end < -1) j["moe_layer_end_index"].Fail("must be a layer index or -1 (the last)");
+  const int64_t last = end == -1 ? int64_t{c.n_layers} - 1 : end;
+  c.sparse_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = (i + 1) % step == 0 && i >= first && i <= last;
+  if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
+}
+
 // SmolLM3: a Llama whose no_rope_layers (1 = RoPE, 0 = none) leave some layers without positions, as
 // SmolLM3Config fills it when absent: every no_rope_layer_interval-th layer (4) without.
 void ReadSmolLM3(ModelConfig& c, const JsonView& j) {
@@ -518,6 +539,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
       c.architecture != "Exaone4ForCausalLM" && c.architecture != "SeedOssForCausalLM" &&
+      c.architecture != "Ernie4_5_MoeForCausalLM" &&
       !IsCohere(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
@@ -568,7 +590,9 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
     c.o_bias = j.Get<bool>("attention_out_bias", false);
     if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");
   }
-  if (c.architecture == "Ernie4_5ForCausalLM") {  // RoPE on adjacent pairs; use_bias covers the MLP too
+  if (c.architecture == "Ernie4_5_MoeForCausalLM") ReadErnieMoe(c, j);
+  if (c.architecture == "Ernie4_5ForCausalLM" || c.architecture == "Ernie4_5_MoeForCausalLM") {
+    // RoPE on adjacent pairs; use_bias covers the MLP too
     c.rope_style = RopeStyle::kAdjacent;
     if (j.Get<bool>("use_bias", false)) j["use_bias"].Fail("biases on the linears are not supported");
   }

@@ -140,6 +140,11 @@ ARCHITECTURES = {
                                   attention_bias=True, attention_out_bias=False)),
     # ERNIE 4.5 (0.3B): a Llama whose RoPE rotates adjacent pairs in its own checkpoints, tied.
     "ernie4_5": ("ernie4_5", dict(rope_theta=500000.0, tie_word_embeddings=True, head_dim=8, pad_token_id=0)),
+    # ERNIE 4.5 MoE (21B-A3B, 300B-A47B): ERNIE's adjacent RoPE pairs; layer 0 dense (moe_layer_start_index), then 4
+    # experts chosen by softmax scores plus a bias (moe_statics), top 2 renormalized, and one ungated shared expert.
+    "ernie4_5_moe": ("ernie4_5_moe", dict(rope_theta=500000.0, tie_word_embeddings=False, head_dim=8, pad_token_id=0,
+                                          moe_num_experts=4, moe_k=2, moe_intermediate_size=24, moe_num_shared_experts=1,
+                                          moe_layer_start_index=1, moe_layer_interval=1)),
     # GLM-4 (GLM-4-9B-0414, GLM-Z1): RoPE on adjacent pairs of the first half of each head (partial_rotary_factor
     # 0.5, the default), q/k/v biases, gate and up fused in one gate_up_proj, Gemma 2's four norms under its own
     # names (post_self_attn_layernorm, post_mlp_layernorm); heads wider than hidden / heads.
@@ -198,7 +203,8 @@ GGUF_VARIANTS = {
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                      "exaone4", "seed_oss", "ernie4_5", "glm4", "glm", "glm4_moe", "cohere", "cohere2", *GGUF_VARIANTS]
+                      "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
+                      *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -251,7 +257,7 @@ def byte_level_tokenizer(folder):
 # bumped, ffn_*_exps quantized as 3-D tensors): lowbit's export of each type against llama_model_quantize on
 # lowbit's F32 file, tensor by tensor. These rows (32 and 24 wide) are too short for K-quants, so the mixes
 # also exercise llama-quantize's fallbacks.
-MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", *GGUF_VARIANTS}
+MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "ernie4_5_moe", *GGUF_VARIANTS}
 MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "MXFP4_MOE": 38}
 MOE_IMATRIX_TYPES = {"Q4_0", "Q4_K_M"}  # also with lowbit's imatrix, in both tools
 
@@ -355,8 +361,8 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # vocabulary).
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
-                  "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "glm4", "glm", "glm4_moe",
-                  "cohere", "cohere_qk_norm", "cohere2", "mistral3mm")]
+                  "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
+                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
