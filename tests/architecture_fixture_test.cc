@@ -374,6 +374,20 @@ TEST(ArchitectureFixtureExaone4, SlidingLayersOutsideLlamaCppsLayoutAreNotExport
   EXPECT_TRUE(dir.Entries().empty());
 }
 
+// llama.cpp's ernie4_5-moe loads experts in every layer from its dense lead on: a model whose sparse layers skip one
+// (moe_layer_interval 2) or stop early (moe_layer_end_index) is refused, naming the layer.
+TEST(ArchitectureFixtureErnieMoe, LayoutsLlamaCppCannotLoadAreNotExported) {
+  testing_util::ScratchDir dir("lowbit-arch-ernie-moe");
+  Model m = LoadModel((kFixtures / "ernie4_5_moe").string());
+  ASSERT_EQ(m.config.sparse_layers, (std::vector<uint8_t>{0, 1}));
+  m.config.sparse_layers = {1, 0};  // refused before any weight is read
+  StreamedModel s{std::move(m), nullptr};
+  GgufExportOptions options;
+  options.type = "F32";
+  ExpectError([&] { ExportGguf(s, dir / "m.gguf", options); }, {"ernie4_5-moe", "layer 1 is dense"});
+  EXPECT_TRUE(dir.Entries().empty());
+}
+
 // GPTQ calibrates the fixture (beating RTN), while the methods that fold input scales into a norm, and a rotation of
 // the residual stream, are refused with messages naming the method, the architecture and the reasons given.
 void ExpectGptqButNoScaleFoldingOrRotation(const std::string& fixture, const std::string& architecture,

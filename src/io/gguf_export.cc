@@ -134,15 +134,16 @@ void CheckCohereExportable(const ModelConfig& c, const Architecture& arch, const
          norms ? "reads" : "reads no", c.n_layers, c.qk_norm ? "has them" : "has none");
 }
 
-// What llama.cpp's ernie4_5-moe computes (models/ernie4-5-moe.cpp): experts in the layers i from the dense lead on with
-// (i + 1) % step == 0 (its converter's moe_layer_start_index and moe_layer_interval; no end index), chosen by
-// softmax scores (plus exp_probs_b), renormalized, an ungated shared expert.
+// What llama.cpp's ernie4_5-moe computes (models/ernie4-5-moe.cpp, ernie4-5.cpp): experts in every layer from the
+// dense lead on (its graph reads interleave_moe_layer_step, but its loader wants experts in each of those layers, so
+// a step above 1 does not load; no end index), chosen by softmax scores (plus exp_probs_b), renormalized, an ungated
+// shared expert.
 void CheckErnieMoeExportable(const ModelConfig& c, const std::string& source) {
-  const auto [lead, step] = ErnieMoeLayout(c);
+  const uint32_t lead = ErnieMoeLayout(c).lead;
   for (uint32_t i = 0; i < c.n_layers; ++i)
-    if (c.moe(i) != (i >= lead && (i + 1) % step == 0))
-      Fail("{}: layer {} is {}, but llama.cpp's ernie4_5-moe has experts in every {}th layer from layer {} to the "
-           "last (moe_layer_end_index is not expressible)", source, i, c.moe(i) ? "sparse" : "dense", step, lead);
+    if (c.moe(i) != (i >= lead))
+      Fail("{}: layer {} is {}, but llama.cpp's ernie4_5-moe has experts in every layer from layer {} to the last "
+           "(moe_layer_interval 1, moe_layer_end_index the last layer)", source, i, c.moe(i) ? "sparse" : "dense", lead);
   if (c.router_scoring != RouterScoring::kSoftmax || !c.norm_expert_weights || c.shared_expert_gated ||
       c.expert_groups > 0)
     Fail("{}: llama.cpp's ernie4_5-moe renormalizes softmax scores without groups, its shared expert ungated", source);
