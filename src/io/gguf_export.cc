@@ -72,11 +72,6 @@ Architecture ArchitectureOf(const ModelConfig& c) {
 
 bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma"); }
 
-// llama.cpp's phi3, glm4 and chatglm read gate and up as one ffn_up (gate rows first, split by its swiglu).
-bool FusesGateUp(const Architecture& arch) {
-  return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm";
-}
-
 // Architectures whose rope.dimension_count may be less than the head (partial rotary embeddings).
 bool PartialRotary(const Architecture& arch) {
   return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm" || arch.name == "glm4moe";
@@ -376,7 +371,7 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
         matrix(p + "ffn_down_shexp.weight", c.dim, f, layer, [](const LayerWeights* l) { return &l->w_down; });
         holds({shared + "down_proj"});
       }
-    } else if (FusesGateUp(arch)) {
+    } else if (GgufFusesGateUp(arch.name)) {  // split by llama.cpp's swiglu
       plan.push_back({p + "ffn_up.weight", {c.dim, uint64_t{2} * c.ffn_dim}, layer, {}, [](const LayerWeights* l) {
                         return TensorSource{.linears = {&l->w_gate, &l->w_up}};
                       }});
@@ -602,20 +597,16 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
       c.rope_scaling.type != RopeScalingType::kLlama3)
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
   if (c.rotary_dim != 0 && !PartialRotary(arch) && !deepseek)
-    Fail("{}: partial rotary embeddings are exported for phi3, glm4 and chatglm only", m.source);
+    Fail("{}: partial rotary embeddings are exported for phi3, glm4, chatglm, glm4moe and deepseek2 only", m.source);
   if (arch.name == "seed_oss" && c.o_bias)  // models/seed-oss.cpp reads no attn_output.bias
     Fail("{}: llama.cpp's seed_oss has no o_proj bias (attention_out_bias)", m.source);
-  if (arch.name == "exaone4") {  // models/exaone4.cpp: attn_output n_embd x n_embd; windows in 64-layer models only
-    if (c.q_dim() != c.dim)
-      Fail("{}: llama.cpp's exaone4 needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, c.n_heads,
-           c.head_dim, c.dim);
-    if (c.sliding_window > 0 && c.n_layers != 64)
-      Fail("{}: llama.cpp's exaone4 slides its window in 64-layer models (EXAONE 4.0 32B) only; this model has {} "
-           "layers and a window of {}", m.source, c.n_layers, c.sliding_window);
-  }
-  if (arch.name == "chatglm" && c.q_dim() != c.dim)  // models/chatglm.cpp: attn_output is n_embd x n_embd
-    Fail("{}: llama.cpp's chatglm needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, c.n_heads,
+  // models/exaone4.cpp, chatglm.cpp: attn_output is n_embd x n_embd; exaone4 slides windows at 64 layers only
+  if ((arch.name == "exaone4" || arch.name == "chatglm") && c.q_dim() != c.dim)
+    Fail("{}: llama.cpp's {} needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, arch.name, c.n_heads,
          c.head_dim, c.dim);
+  if (arch.name == "exaone4" && c.sliding_window > 0 && c.n_layers != 64)
+    Fail("{}: llama.cpp's exaone4 slides its window in 64-layer models (EXAONE 4.0 32B) only; this model has {} "
+         "layers and a window of {}", m.source, c.n_layers, c.sliding_window);
   if (arch.name == "phi3") {
     if (c.q_dim() != c.dim || c.qkv_bias)
       Fail("{}: llama.cpp's phi3 needs num_heads * head_dim = hidden_size and no q/k/v bias", m.source);

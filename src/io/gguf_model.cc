@@ -29,10 +29,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe"};
 
-// llama.cpp's phi3, glm4 and chatglm store gate and up as one ffn_up (gate rows first).
-bool FusedGateUp(const ModelConfig& c) {
-  return c.architecture == "gguf:phi3" || c.architecture == "gguf:glm4" || c.architecture == "gguf:chatglm";
-}
+
 
 std::vector<uint64_t> WithoutTrailingOnes(std::vector<uint64_t> dims) {
   while (!dims.empty() && dims.back() == 1) dims.pop_back();
@@ -452,6 +449,8 @@ ErnieMoeLayers ErnieMoeLayout(const ModelConfig& c) {
   return {sparse.empty() ? c.n_layers : sparse[0], sparse.size() < 2 ? 1 : sparse[1] - sparse[0]};
 }
 
+bool GgufFusesGateUp(std::string_view arch) { return arch == "phi3" || arch == "glm4" || arch == "chatglm"; }
+
 bool RunsGgufArchitecture(std::string_view arch) {
   return std::find(std::begin(kGgufArchitectures), std::end(kGgufArchitectures), arch) != std::end(kGgufArchitectures);
 }
@@ -713,7 +712,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
         l.w_up = t.Weight(p + "ffn_up_shexp.weight", ffn, c.dim);
         l.w_down = t.Weight(p + "ffn_down_shexp.weight", c.dim, ffn);
       }
-    } else if (FusedGateUp(c)) {  // gate rows, then up rows, in one ffn_up (llama.cpp's swiglu split)
+    } else if (GgufFusesGateUp(std::string_view(c.architecture).substr(5))) {  // after "gguf:"  // gate rows, then up rows, in one ffn_up (llama.cpp's swiglu split)
       std::vector<Linear> gate_up = t.Weights(p + "ffn_up.weight", {c.ffn_dim, c.ffn_dim}, c.dim);
       l.w_gate = std::move(gate_up[0]);
       l.w_up = std::move(gate_up[1]);

@@ -36,6 +36,9 @@ struct ErnieMoeLayers {
 };
 ErnieMoeLayers ErnieMoeLayout(const ModelConfig& c);
 
+// Whether llama.cpp's architecture `arch` reads gate and up as one ffn_up, gate rows first (phi3, glm4, chatglm).
+bool GgufFusesGateUp(std::string_view arch);
+
 // Whether lowbit runs GGUF files of general.architecture `arch` (each one llama.cpp runs).
 bool RunsGgufArchitecture(std::string_view arch);
 
