@@ -388,6 +388,39 @@ TEST(ArchitectureFixtureErnieMoe, LayoutsLlamaCppCannotLoadAreNotExported) {
   EXPECT_TRUE(dir.Entries().empty());
 }
 
+// llama.cpp's llama4 chunks attention and tunes the NoPE layers' temperature at its constant 8192 positions: the
+// fixture (4, so both show within 16 tokens) is refused naming the field; with 8192 the F32 file runs as lowbit runs
+// the folder (chunk and temperature are the reader's constants), and its layout comes back.
+TEST(ArchitectureFixtureLlama4, GgufNeedsLlamaCppsChunkAndRunsAsTheFolder) {
+  testing_util::ScratchDir dir("lowbit-arch-llama4");
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel fixture = OpenModel(kFixtures / "llama4");
+  ExpectError([&] { ExportGguf(fixture, dir / "m.gguf", options); }, {"llama4", "chunks of 8192", "is 4"});
+  EXPECT_TRUE(dir.Entries().empty());
+  Model m = LoadModel((kFixtures / "llama4").string());
+  m.config.attention_chunk = m.config.attn_temperature_floor = 8192;
+  const auto tokens = ReadJsonFile(kFixtures / "llama4" / "reference.json")["tokens"].get<std::vector<int32_t>>();
+  Engine engine(m, 2);
+  KvCache cache = engine.NewCache(tokens.size());
+  const std::vector<float> folder_logits = engine.Forward(cache, tokens, /*all_logits=*/true);
+  StreamedModel s{m, nullptr};
+  ExportGguf(s, dir / "m.gguf", options);
+  const Model back = LoadModel((dir / "m.gguf").string());
+  EXPECT_EQ(back.config.attention_chunk, 8192u);
+  EXPECT_EQ(back.config.nope_layers, m.config.nope_layers);
+  EXPECT_EQ(back.config.sparse_layers, m.config.sparse_layers);
+  EXPECT_TRUE(back.config.qk_norm_unweighted && back.config.expert_weight_on_input);
+  EXPECT_EQ(back.config.rope_scaling.high_freq_factor, 1.0f);  // Scout's Llama 3 scaling, from rope_freqs
+  EXPECT_FLOAT_EQ(back.config.rope_scaling.factor, 16.0f);
+  Engine back_engine(back, 2);
+  KvCache back_cache = back_engine.NewCache(tokens.size());
+  const std::vector<float> file_logits = back_engine.Forward(back_cache, tokens, /*all_logits=*/true);
+  double diff = 0;
+  for (size_t i = 0; i < file_logits.size(); ++i) diff = std::max(diff, std::abs(double(file_logits[i]) - folder_logits[i]));
+  EXPECT_LT(diff, 1e-4);
+}
+
 // GPTQ calibrates the fixture (beating RTN), while the methods that fold input scales into a norm, and a rotation of
 // the residual stream, are refused with messages naming the method, the architecture and the reasons given.
 void ExpectGptqButNoScaleFoldingOrRotation(const std::string& fixture, const std::string& architecture,
@@ -426,7 +459,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
                                                                         "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe",
                                                                         "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
-                                                                        "cohere2"));
+                                                                        "cohere2", "llama4"));
 
 }  // namespace
 }  // namespace lowbit

@@ -63,10 +63,12 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   // Granite and SmolLM3 run llama.cpp's adjacent pairs, as llama does.
   if (a == "GraniteForCausalLM" || a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
+  // Llama 4's checkpoints rotate adjacent pairs (NORM RoPE in llama.cpp): nothing to permute.
+  if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, Cohere, Cohere2)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, Cohere, Cohere2, Llama 4)", a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
@@ -101,11 +103,11 @@ void CheckGptOssExportable(const ModelConfig& c, const std::string& source) {
                  source.c_str());
 }
 
-// What llama.cpp's smollm3 computes (models/smollm3.cpp): RoPE in every layer but each fourth, a constant, and no
-// sliding window; and what the other architectures compute: RoPE in every layer.
+// What llama.cpp's smollm3 and llama4 compute (models/smollm3.cpp, llama4.cpp): RoPE in every layer but each fourth,
+// a constant, and no sliding window; and what the other architectures compute: RoPE in every layer.
 void CheckNopeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
   // cohere2, and exaone4 with its window: RoPE on the sliding layers only
-  const bool smollm3 = arch.name == "smollm3",
+  const bool smollm3 = arch.name == "smollm3" || arch.name == "llama4",
              sliding_rope = arch.name == "cohere2" || (arch.name == "exaone4" && c.sliding_window > 0);
   for (uint32_t i = 0; i < c.n_layers; ++i)
     if (c.rope(i) != (sliding_rope ? c.sliding(i) : !(smollm3 && (i + 1) % kSmolLM3NopeStep == 0)))
@@ -113,7 +115,45 @@ void CheckNopeExportable(const ModelConfig& c, const Architecture& arch, const s
            smollm3        ? fmt::format("leaves every {}th layer without it and no other", kSmolLM3NopeStep)
            : sliding_rope ? std::string("rotates its sliding layers and no other")
                           : std::string("rotates every layer"));
-  if (smollm3 && c.sliding_window > 0) Fail("{}: llama.cpp's smollm3 has no sliding window", source);
+  if (smollm3 && c.sliding_window > 0) Fail("{}: llama.cpp's {} has no sliding window", source, arch.name);
+}
+
+// Llama 4's interleave_moe_layer_step: one past its first sparse layer (CheckLlama4Exportable checks the rest).
+uint32_t LlamaMoeStep(const ModelConfig& c) {
+  for (uint32_t i = 0; i < c.n_layers; ++i)
+    if (c.moe(i)) return i + 1;
+  return 1;
+}
+
+// What llama.cpp's llama4 computes (models/llama4.cpp): experts (at least one) in every interleave_moe_layer_step-th
+// layer, each token's best by logit weighted by its sigmoid on the expert's input, a shared expert as wide as the
+// others, no attention biases; q and k heads RMS-normed after RoPE exactly when the model does not have 128 experts;
+// the RoPE layers (all but each fourth, CheckNopeExportable) attending in chunks of 8192 positions and the others
+// with their query's temperature tuned at floor 8192 and scale 0.1, all constants it reads no key for.
+void CheckLlama4Exportable(const ModelConfig& c, const std::string& source) {
+  if (c.n_experts == 0) Fail("{}: llama.cpp's llama4 needs experts (num_local_experts, moe_layers)", source);
+  const uint32_t step = LlamaMoeStep(c);
+  for (uint32_t i = 0; i < c.n_layers; ++i)
+    if (c.moe(i) != ((i + 1) % step == 0))
+      Fail("{}: layer {} is {}, but llama.cpp's llama4 has experts in every {}th layer and no other "
+           "(interleave_moe_layer_step)", source, i, c.moe(i) ? "sparse" : "dense", step);
+  if (c.router_scoring != RouterScoring::kSigmoid || !c.expert_weight_on_input || c.norm_expert_weights ||
+      c.expert_groups > 0 || c.router_bias || c.routed_scale != 1 || c.shared_expert_gated ||
+      c.shared_expert_ffn_dim != c.expert_ffn_dim)
+    Fail("{}: llama.cpp's llama4 routes by Llama 4's sigmoid weights on the experts' inputs, with an ungated shared "
+         "expert as wide as the others", source);
+  if (c.qkv_bias || c.o_bias) Fail("{}: llama.cpp's llama4 has no attention biases (attention_bias)", source);
+  if (c.qk_norm_unweighted != (c.n_experts != 128))
+    Fail("{}: llama.cpp's llama4 norms q and k (use_qk_norm) exactly in models without 128 experts; this model has {} "
+         "experts and {} them", source, c.n_experts, c.qk_norm_unweighted ? "norms" : "does not norm");
+  constexpr uint32_t kLlamaCppChunk = 8192;
+  if (c.attention_chunk != kLlamaCppChunk)
+    Fail("{}: llama.cpp's llama4 attends in chunks of {} positions; this model's attention_chunk_size is {}", source,
+         kLlamaCppChunk, c.attention_chunk);
+  if (c.attn_temperature_floor != kLlamaCppChunk || c.attn_temperature_scale != 0.1f)
+    Fail("{}: llama.cpp's llama4 tunes its NoPE layers' temperature at floor_scale {} and attn_scale 0.1; this model "
+         "has {} and {} (attn_temperature_tuning off: 0)", source, kLlamaCppChunk, c.attn_temperature_floor,
+         c.attn_temperature_scale);
 }
 
 // What llama.cpp's command-r and cohere2 compute (models/command-r.cpp, cohere2.cpp): the output matrix is
@@ -149,7 +189,8 @@ void CheckErnieMoeExportable(const ModelConfig& c, const std::string& source) {
 // expert in qwen2moe only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
   if (arch.name == "ernie4_5-moe") return CheckErnieMoeExportable(c, source);
-  if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss" || arch.name == "glm4moe")
+  if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss" || arch.name == "glm4moe" ||
+      arch.name == "llama4")
     return;  // their own checks
   if (!c.sparse_layers.empty())
     Fail("{}: llama.cpp's {} runs experts in every layer; this model has dense layers (mlp_only_layers)", source,
@@ -416,7 +457,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".attention.value_length", c.head_dim);
   }
   out.Set("general.file_type", file_type);
-  if (a == "llama" || a == "granite" || a == "smollm3" || a == "ernie4_5" || a == "ernie4_5-moe") {
+  if (a == "llama" || a == "granite" || a == "smollm3" || a == "ernie4_5" || a == "ernie4_5-moe" || a == "llama4") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
   }
@@ -438,7 +479,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".expert_count", c.n_experts);
     out.Set(a + ".expert_used_count", c.experts_per_token);
     if (a != "llama") out.Set(a + ".expert_feed_forward_length", c.expert_ffn_dim);
-    if (c.shared_expert_ffn_dim > 0 && a != "deepseek2" && a != "glm4moe")
+    if (c.shared_expert_ffn_dim > 0 && a != "deepseek2" && a != "glm4moe" && a != "llama4")
       out.Set(a + ".expert_shared_feed_forward_length", c.shared_expert_ffn_dim);
   }
   if (a == "deepseek2") SetDeepSeek2Metadata(out, c);
@@ -449,6 +490,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".interleave_moe_layer_step", step);
     if (c.routed_scale != 1) out.Set(a + ".expert_weights_scale", c.routed_scale);
   }
+  if (a == "llama4") out.Set(a + ".interleave_moe_layer_step", LlamaMoeStep(c));
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
   if (c.sliding_window > 0 && a != "llama" && a != "phi3") {
@@ -578,7 +620,8 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   const Architecture arch = ArchitectureOf(c);
   std::optional<std::vector<float>> rope_divisors;
   if (c.rope_scaling.type == RopeScalingType::kLlama3) {
-    if (arch.name != "llama") Fail("{}: rope scaling is only exported for the llama architecture", m.source);
+    if (arch.name != "llama" && arch.name != "llama4")
+      Fail("{}: Llama 3 rope scaling is only exported for the llama and llama4 architectures", m.source);
     rope_divisors = Llama3RopeDivisors(c);
   }
   const bool deepseek = arch.name == "deepseek2";
@@ -587,6 +630,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   const bool gpt_oss = arch.name == "gpt-oss";
   if (gpt_oss) CheckGptOssExportable(c, m.source);
   if (arch.name == "glm4moe") CheckGlm4MoeExportable(c, m.source);
+  if (arch.name == "llama4") CheckLlama4Exportable(c, m.source);
   CheckMoeExportable(c, arch, m.source);
   CheckNopeExportable(c, arch, m.source);
   if (arch.name == "command-r" || arch.name == "cohere2") CheckCohereExportable(c, arch, m.source);

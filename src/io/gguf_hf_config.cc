@@ -94,6 +94,30 @@ void WriteErnieMoeHfConfig(OrderedJson& j, const ModelConfig& c, const std::stri
   j["moe_layer_interval"] = step;
 }
 
+// Llama4TextConfig's fields for what llama.cpp's llama4 runs (gguf_model.cc: ReadLlama4Keys), each spelled out.
+void WriteLlama4HfConfig(OrderedJson& j, const ModelConfig& c) {
+  j["intermediate_size"] = c.expert_ffn_dim;
+  j["intermediate_size_mlp"] = c.ffn_dim;
+  j["num_local_experts"] = c.n_experts;
+  j["num_experts_per_tok"] = c.experts_per_token;
+  OrderedJson sparse = OrderedJson::array(), rope = OrderedJson::array(), types = OrderedJson::array();
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    if (c.moe(i)) sparse.push_back(i);
+    rope.push_back(c.rope(i) ? 1 : 0);
+    types.push_back(c.chunked(i) ? "chunked_attention" : "full_attention");
+  }
+  j["moe_layers"] = std::move(sparse);
+  j["no_rope_layers"] = std::move(rope);
+  j["layer_types"] = std::move(types);
+  j["attention_chunk_size"] = c.attention_chunk > 0 ? OrderedJson(c.attention_chunk) : OrderedJson();
+  j["use_qk_norm"] = c.qk_norm_unweighted;
+  j["attn_temperature_tuning"] = c.attn_temperature_floor > 0;
+  if (c.attn_temperature_floor > 0) {
+    j["floor_scale"] = c.attn_temperature_floor;
+    j["attn_scale"] = ShortestDecimal(c.attn_temperature_scale);
+  }
+}
+
 }  // namespace
 
 OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const std::string& torch_dtype,
@@ -126,6 +150,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"ernie4_5-moe", "Ernie4_5_MoeForCausalLM", "ernie4_5_moe"},
                                          {"command-r", "CohereForCausalLM", "cohere"},
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
+                                         {"llama4", "Llama4ForCausalLM", "llama4_text"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -141,7 +166,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe";
   const bool olmo3 = arch == "olmo2" && c.sliding_window > 0;  // llama.cpp runs OLMo 3 as olmo2 with its windows
   const std::string architecture(mixtral ? "MixtralForCausalLM" : olmo3 ? "Olmo3ForCausalLM" : family->architecture);
-  if ((arch == "llama" || arch == "granite" || arch == "olmo2" || cohere) && c.qkv_bias != c.o_bias)
+  if ((arch == "llama" || arch == "granite" || arch == "olmo2" || arch == "llama4" || cohere) && c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",
          source, c.qkv_bias ? "attn_output" : "attn_q", architecture, c.qkv_bias ? "q/k/v" : "o_proj");
   if (olmo3 && c.local_rope_theta > 0)
@@ -183,6 +208,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     WriteErnieMoeHfConfig(j, c, source);
   } else if (glm4moe) {
     WriteGlm4MoeHfConfig(j, c, source);
+  } else if (arch == "llama4") {
+    WriteLlama4HfConfig(j, c);
   } else if (gpt_oss) {  // llama.cpp's constants and layout (gguf_model.cc: ReadGptOssKeys)
     j["intermediate_size"] = c.expert_ffn_dim;
     j["num_local_experts"] = c.n_experts;

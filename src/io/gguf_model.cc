@@ -27,7 +27,7 @@ namespace {
 constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
-    "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe"};
+    "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4"};
 
 
 
@@ -41,28 +41,24 @@ std::string DimsString(const std::vector<uint64_t>& dims) {
 }
 
 // Llama 3.x rope scaling is stored as per-frequency divisors (rope_freqs.weight, formats.md 2.5)
-// rather than as keys. Every released Llama 3.x converts with low_freq_factor 1,
-// high_freq_factor 4 and original context 8192 and differs only in `factor`, so recover the
-// factor from the divisors, then require the whole tensor to match what it implies; anything
-// else would be silently mis-rotated, so it is an error.
-RopeScaling Llama3ScalingFromFreqs(const std::vector<float>& divisors, const ModelConfig& c,
-                                   const std::string& source) {
+// rather than as keys. Every released Llama 3.x converts with low_freq_factor 1, high_freq_factor 4 and
+// original context 8192 (Llama 4 Scout: 1, 1, 8192) and differs only in `factor`, so recover the factor from
+// the divisors under each of those, then require the whole tensor to match what it implies; anything else
+// would be silently mis-rotated, so it is an error.
+std::optional<RopeScaling> Llama3Scaling(const std::vector<float>& divisors, const ModelConfig& c, float low_freq,
+                                         float high_freq) {
   RopeScaling s;
-  s.low_freq_factor = 1;
-  s.high_freq_factor = 4;
+  s.low_freq_factor = low_freq;
+  s.high_freq_factor = high_freq;
   s.original_max_position = 8192;
   const double orig = s.original_max_position;
   const double low_wavelen = orig / s.low_freq_factor, high_wavelen = orig / s.high_freq_factor;
   auto wavelen = [&](size_t i) {
     return 2 * std::numbers::pi * std::pow(double{c.rope_theta}, 2.0 * i / c.head_dim);
   };
-  auto smooth = [&](size_t i) {
+  auto smooth = [&](size_t i) {  // only between the two wavelengths (none when they are equal)
     return (orig / wavelen(i) - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   };
-  bool all_one = true;
-  for (float f : divisors) all_one = all_one && f == 1.0f;
-  if (all_one) return RopeScaling{};
-
   // Prefer a dimension divided by the factor itself; otherwise invert the smooth blend on the
   // dimension furthest from 1 (the best conditioned).
   double factor = 0, best_smooth = 2;
@@ -85,13 +81,20 @@ RopeScaling Llama3ScalingFromFreqs(const std::vector<float>& divisors, const Mod
                                           : 1 / ((1 - smooth(i)) / factor + smooth(i));
     match = std::abs(divisors[i] - want) <= 1e-3 * want;
   }
-  if (!match)
-    Fail("{}: tensor 'rope_freqs.weight' does not match Llama 3 rope scaling (low_freq_factor 1, "
-         "high_freq_factor 4, original context 8192); other rope scaling is not supported",
-         source);
+  if (!match) return std::nullopt;
   s.type = RopeScalingType::kLlama3;
   s.factor = static_cast<float>(factor);
   return s;
+}
+
+RopeScaling Llama3ScalingFromFreqs(const std::vector<float>& divisors, const ModelConfig& c,
+                                   const std::string& source) {
+  if (std::ranges::all_of(divisors, [](float f) { return f == 1.0f; })) return RopeScaling{};
+  for (const auto [low, high] : {std::pair{1.0f, 4.0f}, std::pair{1.0f, 1.0f}})
+    if (const std::optional<RopeScaling> s = Llama3Scaling(divisors, c, low, high)) return *s;
+  Fail("{}: tensor 'rope_freqs.weight' does not match Llama 3 rope scaling (low_freq_factor 1, high_freq_factor 4 "
+       "or 1, original context 8192); other rope scaling is not supported",
+       source);
 }
 
 // Finds, shape-checks and decodes tensors, remembering which were used so leftovers can be
@@ -418,6 +421,49 @@ void ReadGptOssKeys(const GgufFile& f, ModelConfig& c) {
   }
 }
 
+// llama4 as llama.cpp runs it (models/llama4.cpp): expert_count experts of expert_feed_forward_length, and a shared
+// expert as wide, in every interleave_moe_layer_step-th layer, each token's best by router logit weighted by its
+// sigmoid on the expert's input; dense layers of feed_forward_length; q and k heads RMS-normed after RoPE unless the
+// model has 128 experts (Maverick). With a sliding_window key of 0 no layer is chunked and every layer but the
+// last takes RoPE (n_no_rope_layer_step = n_layer there); otherwise every fourth layer takes none and has its
+// query's temperature tuned (floor 8192, scale 0.1: constants), and the others (sliding_window_pattern, 4 by
+// default) attend in chunks of 8192 positions, whatever the key says.
+void ReadLlama4Keys(const GgufFile& f, ModelConfig& c) {
+  const std::string p = "llama4.", source = f.path().string();
+  c.n_experts = f.GetU32(p + "expert_count");
+  c.experts_per_token = f.GetU32(p + "expert_used_count");
+  if (c.n_experts == 0 || c.experts_per_token == 0)
+    Fail("{}: keys '{}expert_count' and '{}expert_used_count' must be positive (llama.cpp's llama4 has experts)",
+         source, p, p);
+  c.expert_ffn_dim = c.shared_expert_ffn_dim = f.GetU32(p + "expert_feed_forward_length");
+  c.shared_expert_gated = false;
+  c.router_scoring = RouterScoring::kSigmoid;
+  c.expert_weight_on_input = true;
+  const uint32_t step = f.GetU32(p + "interleave_moe_layer_step");
+  if (step == 0) Fail("{}: key '{}interleave_moe_layer_step' must be positive", source, p);
+  c.sparse_layers.assign(c.n_layers, 0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = (i + 1) % step == 0;
+  if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
+  c.qk_norm_unweighted = c.n_experts != 128;
+  c.nope_layers.assign(c.n_layers, 0);
+  if (f.Find(p + "attention.sliding_window") && f.GetU32(p + "attention.sliding_window") == 0) {
+    c.nope_layers.back() = 1;
+    return;
+  }
+  constexpr uint32_t kChunk = 8192, kNopeStep = 4;
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = (i + 1) % kNopeStep == 0;
+  const std::vector<uint8_t> chunked = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, kNopeStep);
+  for (uint32_t i = 0; i < c.n_layers; ++i)
+    if ((chunked[i] != 0) != (c.nope_layers[i] == 0))
+      Fail("{}: key '{}attention.sliding_window_pattern' makes layer {} {}chunked, but llama.cpp's llama4 takes RoPE "
+           "in {}: lowbit chunks exactly the RoPE layers", source, p, i, chunked[i] ? "" : "not ", i);
+  if (f.GetF32Or(p + "rope.freq_base_swa", c.rope_theta) != c.rope_theta)
+    Fail("{}: key '{}rope.freq_base_swa' differs from '{}rope.freq_base': not supported", source, p, p);
+  c.attention_chunk = kChunk;
+  c.attn_temperature_floor = kChunk;
+  c.attn_temperature_scale = 0.1f;
+}
+
 // A deepseek2 block's latent attention (gguf_deepseek.h): kv_b_proj from the split attn_k_b / attn_v_b in fp32
 // (the engine widens it to fp32 anyway), or an older file's unsplit attn_kv_b in its own type.
 void LoadLatentAttention(const GgufFile& f, TensorLoader& t, const ModelConfig& c, const std::string& p,
@@ -472,12 +518,12 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5" || arch == "ernie4_5-moe", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
-             exaone4 = arch == "exaone4";
+             exaone4 = arch == "exaone4", llama4 = arch == "llama4";
   if (!RunsGgufArchitecture(arch))
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, fmt::join(kGgufArchitectures, ", "));
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe &&
-      arch != "ernie4_5-moe")
+      arch != "ernie4_5-moe" && !llama4)
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -494,9 +540,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.architecture = "gguf:" + arch;
   // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
-  // glm4, chatglm, command-r and cohere2: NORM RoPE on their checkpoints' own (adjacent) rows, as ernie4_5.
+  // glm4, chatglm, command-r, cohere2 and llama4: NORM RoPE on their checkpoints' own (adjacent) rows, as ernie4_5.
   c.rope_style =
-      arch == "llama" || granite || smollm3 || ernie || glm || cohere ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+      arch == "llama" || granite || smollm3 || ernie || glm || cohere || llama4 ? RopeStyle::kAdjacent : RopeStyle::kHalf;
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
     c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;
@@ -597,6 +643,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (arch == "phi3") ReadPhi3Keys(f, c);
   if (deepseek) ReadDeepSeek2Keys(f, c);
   if (gpt_oss) ReadGptOssKeys(f, c);
+  if (llama4) ReadLlama4Keys(f, c);
   if (granite) ReadGraniteKeys(f, c);
   if (smollm3) {  // models/smollm3.cpp: every fourth layer without RoPE, a constant (no key)
     c.nope_layers.assign(c.n_layers, 0);

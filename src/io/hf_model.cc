@@ -109,9 +109,9 @@ class HfTensors {
     std::erase_if(out, [&](const FusedProjection& f) { return !HasLinear(names_.layer(i) + f.name); });
     return out;
   }
-  // Whether block i stores GPT-OSS's stacked experts (a lowbit folder saved from GPT-OSS stores one linear each).
+  // Whether block i stores stacked experts (a lowbit folder saved from GPT-OSS or Llama 4 stores one linear each).
   bool Stacked(const ModelConfig& c, uint32_t i) const {
-    const std::string p = names_.layer(i) + "mlp.experts.";
+    const std::string p = names_.layer(i) + HfExpertsPrefix(c);
     return HasStackedExperts(c) && c.moe(i) && (Has(p + "gate_up_proj") || Has(p + "gate_up_proj_blocks"));
   }
 
@@ -162,7 +162,7 @@ class HfTensors {
         linear(p + f.name, whole.rows, whole.cols, whole.bias);
       }
       if (stacked)
-        for (auto& [name, shape] : StackedExpertShapes(c, p, StackedExpertsMxfp4(model_, p))) dense[name] = shape;
+        for (auto& [name, shape] : StackedExpertShapes(c, p, StackedExpertsMxfp4(model_, c, p))) dense[name] = shape;
     }
     if (!c.tie_embeddings && HasLinear(lm_head)) linear(lm_head, c.vocab_size, c.dim, false);
     if (c.tie_embeddings && quantized_.Has(lm_head))

@@ -7,6 +7,7 @@ namespace {
 bool IsMixtral(const ModelConfig& c) { return c.architecture == "MixtralForCausalLM"; }
 bool IsGptOss(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
 bool IsGlm4(const ModelConfig& c) { return c.architecture == "Glm4ForCausalLM"; }
+bool IsLlama4(const ModelConfig& c) { return c.architecture == "Llama4ForCausalLM"; }
 
 }  // namespace
 
@@ -46,7 +47,10 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
   }
   if (c.attention_sinks) v.push_back({"self_attn.sinks", &LayerWeights::attn_sinks, {c.n_heads}, false});
   if (c.moe(layer)) {
-    v.push_back({IsMixtral(c) ? "block_sparse_moe.gate.weight" : IsGptOss(c) ? "mlp.router.weight" : "mlp.gate.weight",
+    v.push_back({IsMixtral(c)   ? "block_sparse_moe.gate.weight"
+                 : IsGptOss(c) ? "mlp.router.weight"
+                 : IsLlama4(c) ? "feed_forward.router.weight"
+                               : "mlp.gate.weight",
                  &LayerWeights::router, {c.n_experts, c.dim}, false});
     if (c.router_logit_bias)
       v.push_back({"mlp.router.bias", &LayerWeights::router_logit_bias, {c.n_experts}, false});
@@ -61,7 +65,9 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
 }
 
 std::string HfLinearName(const ModelConfig& c, const std::string& name) {
-  constexpr std::string_view kExperts = "mlp.experts.";
+  constexpr std::string_view kExperts = "mlp.experts.", kShared = "mlp.shared_experts.", kMlp = "mlp.";
+  if (IsLlama4(c) && name.starts_with(kShared)) return "feed_forward.shared_expert." + name.substr(kShared.size());
+  if (IsLlama4(c) && name.starts_with(kMlp)) return "feed_forward." + name.substr(kMlp.size());
   if (!IsMixtral(c) || !name.starts_with(kExperts)) return name;
   const size_t dot = name.find('.', kExperts.size());
   const std::string_view proj = std::string_view(name).substr(dot + 1);
@@ -95,6 +101,8 @@ bool HasFusedGateUp(const ModelConfig& c) {
   return c.architecture == "Phi3ForCausalLM" || c.architecture == "GlmForCausalLM" || IsGlm4(c);
 }
 
-bool HasStackedExperts(const ModelConfig& c) { return IsGptOss(c); }
+bool HasStackedExperts(const ModelConfig& c) { return IsGptOss(c) || IsLlama4(c); }
+
+std::string HfExpertsPrefix(const ModelConfig& c) { return IsLlama4(c) ? "feed_forward.experts." : "mlp.experts."; }
 
 }  // namespace lowbit

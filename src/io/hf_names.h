@@ -33,7 +33,8 @@ std::vector<float> VectorToCheckpoint(const ModelConfig& c, const HfBlockVector&
 std::vector<float> VectorFromCheckpoint(const ModelConfig& c, const HfBlockVector& v, std::vector<float> stored);
 
 // The checkpoint name of a block linear (model/weights.h BlockLinears' names): the same, except for
-// Mixtral's experts, stored as block_sparse_moe.experts.E.w1 (gate), w3 (up) and w2 (down).
+// Mixtral's experts, stored as block_sparse_moe.experts.E.w1 (gate), w3 (up) and w2 (down), and Llama 4's MLPs,
+// stored under feed_forward. (its shared expert as feed_forward.shared_expert.).
 std::string HfLinearName(const ModelConfig& c, const std::string& name);
 
 // An RMSNorm weight as stored in the checkpoint -> as the model multiplies (Gemma stores w for 1 + w),
@@ -46,7 +47,9 @@ std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> app
 bool HasFusedQkv(const ModelConfig& c);
 bool HasFusedGateUp(const ModelConfig& c);
 
-// GPT-OSS stores each layer's experts as stacked tensors (io/stacked_experts.h), not one linear per expert.
+// GPT-OSS and Llama 4 store each layer's experts as stacked tensors (io/stacked_experts.h), not one linear per
+// expert, under HfExpertsPrefix ("mlp.experts.", Llama 4's "feed_forward.experts.").
 bool HasStackedExperts(const ModelConfig& c);
+std::string HfExpertsPrefix(const ModelConfig& c);
 
 }  // namespace lowbit

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/hf_names.h"
 #include "quant/scheme.h"
 
 namespace lowbit {
@@ -13,7 +14,8 @@ namespace {
 
 constexpr uint64_t kMxGroup = 32;  // MXFP4: inputs per E8M0 scale; 16 bytes of codes
 
-std::string Experts(const std::string& prefix) { return prefix + "mlp.experts."; }
+// GPT-OSS interleaves gate and up along the stack's outputs; Llama 4 puts gate's first.
+bool Interleaved(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
 
 // The shard holding tensor `name`, for messages.
 std::string ShardOf(const SafetensorsModel& st, const std::string& name) {
@@ -48,16 +50,19 @@ QuantizedTensor Mxfp4Rows(const SafetensorsModel& st, const std::string& name, u
 
 }  // namespace
 
-bool StackedExpertsMxfp4(const SafetensorsModel& st, const std::string& prefix) {
-  return st.Find(Experts(prefix) + "gate_up_proj_blocks") != nullptr;
+bool StackedExpertsMxfp4(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix) {
+  return st.Find(prefix + HfExpertsPrefix(c) + "gate_up_proj_blocks") != nullptr;
 }
 
 std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConfig& c, const std::string& prefix,
                                                                   bool mxfp4) {
   const uint64_t e = c.n_experts, dim = c.dim, ffn = c.expert_ffn_dim;
-  const std::string p = Experts(prefix);
-  std::map<std::string, std::vector<uint64_t>> shapes = {{p + "gate_up_proj_bias", {e, 2 * ffn}},
-                                                         {p + "down_proj_bias", {e, dim}}};
+  const std::string p = prefix + HfExpertsPrefix(c);
+  std::map<std::string, std::vector<uint64_t>> shapes;
+  if (c.expert_bias) {
+    shapes[p + "gate_up_proj_bias"] = {e, 2 * ffn};
+    shapes[p + "down_proj_bias"] = {e, dim};
+  }
   if (mxfp4) {
     shapes[p + "gate_up_proj_blocks"] = {e, 2 * ffn, dim / kMxGroup, 16};
     shapes[p + "gate_up_proj_scales"] = {e, 2 * ffn, dim / kMxGroup};
@@ -73,18 +78,24 @@ std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConf
 std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::string& prefix, const ModelConfig& c,
                                        const std::function<std::vector<float>(const std::string&, uint64_t)>& vector) {
   const uint64_t n = c.n_experts, dim = c.dim, ffn = c.expert_ffn_dim;
-  const std::string p = Experts(prefix);
-  const bool mxfp4 = StackedExpertsMxfp4(st, prefix);
+  const std::string p = prefix + HfExpertsPrefix(c);
+  const bool mxfp4 = StackedExpertsMxfp4(st, c, prefix);
   if (mxfp4 && (dim % kMxGroup != 0 || ffn % kMxGroup != 0))
     Fail("{}: tensor '{}gate_up_proj_blocks': MXFP4 experts need hidden_size ({}) and intermediate_size ({}) in whole "
          "groups of {}", st.path().string(), p, dim, ffn, kMxGroup);
-  const std::vector<float> gate_up_bias = vector(p + "gate_up_proj_bias", n * 2 * ffn);
-  const std::vector<float> down_bias = vector(p + "down_proj_bias", n * dim);
-  std::vector<float> gate_up, down;
+  std::vector<float> gate_up_bias, down_bias, gate_up, down;
+  if (c.expert_bias) {
+    gate_up_bias = vector(p + "gate_up_proj_bias", n * 2 * ffn);
+    down_bias = vector(p + "down_proj_bias", n * dim);
+  }
   if (!mxfp4) {
     gate_up = vector(p + "gate_up_proj", n * dim * 2 * ffn);
     down = vector(p + "down_proj", n * ffn * dim);
   }
+  // Where gate's row j and up's row j are among the stack's 2 ffn outputs.
+  const bool interleaved = Interleaved(c);
+  const auto gate_at = [&](uint64_t j) { return interleaved ? 2 * j : j; };
+  const auto up_at = [&](uint64_t j) { return interleaved ? 2 * j + 1 : ffn + j; };
   std::vector<Expert> experts(n);
   for (uint64_t e = 0; e < n; ++e) {
     Expert& x = experts[e];
@@ -97,8 +108,8 @@ std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::st
       const float* gu = &gate_up[e * dim * 2 * ffn];
       for (uint64_t i = 0; i < dim; ++i)
         for (uint64_t j = 0; j < ffn; ++j) {
-          gate.values[j * dim + i] = gu[i * 2 * ffn + 2 * j];
-          up.values[j * dim + i] = gu[i * 2 * ffn + 2 * j + 1];
+          gate.values[j * dim + i] = gu[i * 2 * ffn + gate_at(j)];
+          up.values[j * dim + i] = gu[i * 2 * ffn + up_at(j)];
         }
       const float* dn = &down[e * ffn * dim];
       for (uint64_t j = 0; j < ffn; ++j)
@@ -107,11 +118,12 @@ std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::st
       x.up.weight = std::move(up);
       x.down.weight = std::move(d);
     }
+    if (!c.expert_bias) continue;
     x.gate.bias.resize(ffn);
     x.up.bias.resize(ffn);
     for (uint64_t j = 0; j < ffn; ++j) {
-      x.gate.bias[j] = gate_up_bias[e * 2 * ffn + 2 * j];
-      x.up.bias[j] = gate_up_bias[e * 2 * ffn + 2 * j + 1];
+      x.gate.bias[j] = gate_up_bias[e * 2 * ffn + gate_at(j)];
+      x.up.bias[j] = gate_up_bias[e * 2 * ffn + up_at(j)];
     }
     x.down.bias.assign(down_bias.begin() + static_cast<ptrdiff_t>(e * dim),
                        down_bias.begin() + static_cast<ptrdiff_t>((e + 1) * dim));

@@ -1,10 +1,11 @@
-// GPT-OSS's experts as its checkpoints store them: one stack per layer, not one linear per expert.
+// GPT-OSS's and Llama 4's experts as their checkpoints store them: one stack per layer, not one linear per expert.
 //
 //   mlp.experts.gate_up_proj       [E, dim, 2 ffn]  applied as x W (inputs along dim); output column 2j is
-//                                                    gate row j, column 2j + 1 up row j
+//                                                    gate row j, column 2j + 1 up row j (Llama 4, under
+//                                                    feed_forward.experts.: column j gate's, ffn + j up's)
 //   mlp.experts.gate_up_proj_bias  [E, 2 ffn]       interleaved the same way
 //   mlp.experts.down_proj          [E, ffn, dim]    x W
-//   mlp.experts.down_proj_bias     [E, dim]
+//   mlp.experts.down_proj_bias     [E, dim]         (the biases GPT-OSS's alone)
 //
 // or, as openai/gpt-oss checkpoints ship them (quantization_config.quant_method "mxfp4"), the two
 // matrices as MXFP4 blocks, row-major over outputs (each row a lowbit mxfp4 row byte for byte: E2M1
@@ -29,7 +30,7 @@
 namespace lowbit {
 
 // Whether block `prefix` ("model.layers.N.") of `st` stores its experts as MXFP4 blocks.
-bool StackedExpertsMxfp4(const SafetensorsModel& st, const std::string& prefix);
+bool StackedExpertsMxfp4(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix);
 
 // The tensors (names under `prefix`) and shapes a block of config `c` stores, in the form `mxfp4` or not.
 std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConfig& c, const std::string& prefix,

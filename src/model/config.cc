@@ -57,6 +57,10 @@ void ModelConfig::Validate(const std::string& source) const {
   need(positive(residual_scale) && positive(logit_scale) && positive(logit_multiplier),
        "the residual and logit scales must be positive");
   need(!parallel_block || (pre_norms && !sandwich_norms), "a parallel block has its input norm and no others");
+  need(attention_chunk == 0 || sliding_window == 0, "chunked and sliding-window attention do not mix");
+  need(!qk_norm_unweighted || !qk_norm, "q and k are normed with weights or without, not both");
+  need(attn_temperature_floor == 0 || std::isfinite(attn_temperature_scale), "attn_scale must be finite");
+  need(!expert_weight_on_input || n_experts > 0, "routing weights on the experts' inputs need experts");
   if (n_experts > 0) {
     at_most(n_experts, 1u << 12, "the number of experts");
     at_most(expert_ffn_dim, 1u << 20, "moe_intermediate_size");
@@ -102,13 +106,19 @@ float ModelConfig::attention_scale() const {
   return query_scale > 0 ? query_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
+float ModelConfig::query_temperature(size_t layer, size_t position) const {
+  if (attn_temperature_floor == 0 || rope(layer)) return 1;
+  const double floors = std::floor(static_cast<double>(position + 1) / attn_temperature_floor);
+  return static_cast<float>(1.0 + attn_temperature_scale * std::log1p(floors));
+}
+
 namespace {
 
 constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
-    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration and Mistral3ForConditionalGeneration (their language "
-    "models), DeepseekV2ForCausalLM, "
+    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration and "
+    "Llama4ForConditionalGeneration (their language models), Llama4ForCausalLM, DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
@@ -421,9 +431,9 @@ void ReadErnieMoe(ModelConfig& c, const JsonView& j) {
   if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
 }
 
-// SmolLM3: a Llama whose no_rope_layers (1 = RoPE, 0 = none) leave some layers without positions, as
-// SmolLM3Config fills it when absent: every no_rope_layer_interval-th layer (4) without.
-void ReadSmolLM3(ModelConfig& c, const JsonView& j) {
+// SmolLM3 and Llama 4: no_rope_layers (1 = RoPE, 0 = none) leave some layers without positions, as their
+// configs fill it when absent: every no_rope_layer_interval-th layer (4) without.
+void ReadNoRopeLayers(ModelConfig& c, const JsonView& j) {
   c.nope_layers.assign(c.n_layers, 0);
   if (j.Has("no_rope_layers")) {
     const std::vector<JsonView> flags = j["no_rope_layers"].Items();
@@ -512,6 +522,60 @@ void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
   ReadDeepSeekExperts(c, j, v3);
 }
 
+// Llama 4 (Llama4ForCausalLM, the language model of Scout and Maverick): RoPE on adjacent pairs, every fourth layer
+// without (no_rope_layers) and attending to the whole context with its query's temperature tuned
+// (attn_temperature_tuning: floor_scale, attn_scale), the others attending within chunks of attention_chunk_size
+// with their q and k heads RMS-normed after RoPE (use_qk_norm); dense layers of intermediate_size_mlp, and in
+// moe_layers (by default every interleave_moe_layer_step-th) num_local_experts experts of intermediate_size, each
+// token's best num_experts_per_tok by router logit weighted by their sigmoid on the expert's input, beside an
+// ungated shared expert of the same width.
+void ReadLlama4(ModelConfig& c, const JsonView& j) {
+  c.rope_style = RopeStyle::kAdjacent;
+  ReadNoRopeLayers(c, j);
+  c.qk_norm_unweighted = j.Get<bool>("use_qk_norm", true);
+  if (j.Get<bool>("attn_temperature_tuning", true)) {
+    c.attn_temperature_floor = j.Get<uint32_t>("floor_scale", 8192);
+    c.attn_temperature_scale = j.Get<float>("attn_scale", 0.1f);
+    if (c.attn_temperature_floor == 0) j["floor_scale"].Fail("must be positive");
+  }
+  c.attention_chunk = j.Get<uint32_t>("attention_chunk_size", 0);
+  if (j.Has("layer_types")) {  // chunked exactly where RoPE is, as transformers derives them, or none at all
+    const std::vector<std::string> types = j.Get<std::vector<std::string>>("layer_types");
+    if (types.size() != c.n_layers)
+      j["layer_types"].Fail(fmt::format("has {} entries, but num_hidden_layers is {}", types.size(), c.n_layers));
+    if (std::ranges::all_of(types, [](const std::string& t) { return t == "full_attention"; })) c.attention_chunk = 0;
+    for (uint32_t i = 0; i < c.n_layers && c.attention_chunk > 0; ++i)
+      if (types[i] != (c.rope(i) ? "chunked_attention" : "full_attention"))
+        j["layer_types"].Fail(fmt::format("layer {} is '{}': Llama 4's chunked layers are its RoPE layers "
+                                          "(no_rope_layers), and the others full_attention", i, types[i]));
+  }
+  c.ffn_dim = j.Get<uint32_t>("intermediate_size_mlp");
+  c.n_experts = j.Get<uint32_t>("num_local_experts");
+  c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok", 1);
+  c.expert_ffn_dim = c.shared_expert_ffn_dim = j.Get<uint32_t>("intermediate_size");
+  c.shared_expert_gated = false;
+  c.router_scoring = RouterScoring::kSigmoid;  // of the chosen logits: the same choice, the same weights
+  c.expert_weight_on_input = true;
+  c.sparse_layers.assign(c.n_layers, 0);
+  if (j.Has("moe_layers")) {
+    for (const JsonView& layer : j["moe_layers"].Items()) {
+      const uint32_t i = layer.As<uint32_t>();
+      if (i >= c.n_layers) layer.Fail(fmt::format("is not a layer (num_hidden_layers is {})", c.n_layers));
+      c.sparse_layers[i] = 1;
+    }
+  } else {
+    const uint32_t step = j.Get<uint32_t>("interleave_moe_layer_step", 1);
+    if (step == 0) j["interleave_moe_layer_step"].Fail("must be positive");
+    for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = (i + 1) % step == 0;
+  }
+  if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
+  if (std::ranges::none_of(c.sparse_layers, [](uint8_t s) { return s != 0; }) && !c.sparse_layers.empty()) {
+    c.sparse_layers.clear();
+    c.n_experts = c.experts_per_token = c.expert_ffn_dim = c.shared_expert_ffn_dim = 0;
+    c.expert_weight_on_input = false;
+  }
+}
+
 // GLM-4.5 / 4.6 / 4.7 (Glm4MoeForCausalLM): grouped-query attention with RoPE on the leading half of each head
 // (rotate-half), q/k/v biases by attention_bias, use_qk_norm; DeepSeek-V3's routing (sigmoid scores with the
 // score-correction bias, groups by their best two, renormalized, routed_scaling_factor), an ungated shared expert,
@@ -539,7 +603,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
       c.architecture != "Exaone4ForCausalLM" && c.architecture != "SeedOssForCausalLM" &&
-      c.architecture != "Ernie4_5_MoeForCausalLM" &&
+      c.architecture != "Ernie4_5_MoeForCausalLM" && c.architecture != "Llama4ForCausalLM" &&
       !IsCohere(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
@@ -562,6 +626,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   // LlamaAttention's, GraniteAttention's, Olmo2Attention's and CohereAttention's attention_bias covers o_proj
   // too (GPT-OSS's: ReadGptOss).
   c.o_bias = (c.architecture == "LlamaForCausalLM" || c.architecture == "GraniteForCausalLM" ||
+              c.architecture == "Llama4ForCausalLM" ||
               IsOlmo(c.architecture) || IsCohere(c.architecture)) &&
              j.Get<bool>("attention_bias", false);
   c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
@@ -584,7 +649,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "Glm4MoeForCausalLM") ReadGlm4Moe(c, j);
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
   if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
-  if (c.architecture == "SmolLM3ForCausalLM") ReadSmolLM3(c, j);
+  if (c.architecture == "SmolLM3ForCausalLM") ReadNoRopeLayers(c, j);
+  if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
   if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field
     c.o_bias = j.Get<bool>("attention_out_bias", false);

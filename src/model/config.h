@@ -88,7 +88,16 @@ struct ModelConfig {
   bool qk_norm_full = false; // OLMo 2: that RMSNorm over the whole q and k projections (all heads at once)
   bool qk_norm_per_head = false;  // Cohere (Command R+): each head normed on its own, with its own weights
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
-  std::vector<uint8_t> nope_layers;  // SmolLM3: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
+  std::vector<uint8_t> nope_layers;  // SmolLM3, Llama 4: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
+  // Llama 4: each head of q and k RMS-normed without weights after RoPE (Llama4TextL2Norm), in the RoPE layers only.
+  bool qk_norm_unweighted = false;
+  // Llama 4: a RoPE layer attends only within its own chunk of attention_chunk positions (chunked_attention);
+  // 0 = none.
+  uint32_t attention_chunk = 0;
+  // Llama 4's NoPE layers scale q by 1 + attn_temperature_scale * log(1 + floor((position + 1) /
+  // attn_temperature_floor)) (attn_temperature_tuning), so attention stays sharp at long contexts; 0 = none.
+  uint32_t attn_temperature_floor = 0;
+  float attn_temperature_scale = 0;
   FfnActivation activation = FfnActivation::kSilu;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // kSwigluClamped
   // GPT-OSS: a learned logit per query head ("sink") joins each softmax's denominator, attending to
@@ -135,6 +144,9 @@ struct ModelConfig {
   bool router_bias = false;
   float routed_scale = 1;
   bool shared_expert_gated = true;  // Qwen2-MoE: scaled by sigmoid(shared_gate . x)
+  // Llama 4: a routed expert's input is multiplied by its weight, not its output (the experts are not linear, so
+  // the two differ).
+  bool expert_weight_on_input = false;
   // GPT-OSS: the router has a bias on its logits (LayerWeights::router_logit_bias: it moves both the choice
   // and the weights, unlike DeepSeek-V3's), and the experts' linears have biases.
   bool router_logit_bias = false;
@@ -173,6 +185,15 @@ struct ModelConfig {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[layer] != 0);
   }
   bool rope(size_t layer) const { return nope_layers.empty() || nope_layers[layer] == 0; }
+  bool chunked(size_t layer) const { return attention_chunk > 0 && rope(layer); }
+  // The first position a query at `position` of `layer` sees: its sliding window's or its chunk's start, or 0.
+  size_t first_visible(size_t layer, size_t position) const {
+    if (sliding(layer)) return position >= sliding_window ? position + 1 - sliding_window : 0;
+    if (chunked(layer)) return position - position % attention_chunk;
+    return 0;
+  }
+  // What q is multiplied by at `position` of `layer` (Llama 4's attention temperature): 1 in most layers.
+  float query_temperature(size_t layer, size_t position) const;
   bool moe(size_t layer) const { return n_experts > 0 && (sparse_layers.empty() || sparse_layers[layer] != 0); }
   float attention_scale() const;
   // Throws Error naming `source` and the field when something is inconsistent.
@@ -200,6 +221,7 @@ struct MultimodalText {
 inline constexpr MultimodalText kMultimodalTexts[] = {
     {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text"},      // Gemma 3 4B / 12B / 27B
     {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral"},      // Mistral Small 3.1 / 3.2
+    {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text"},     // Llama 4 Scout / Maverick
 };
 inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
 

@@ -289,7 +289,6 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
   std::vector<std::pair<size_t, size_t>> token_of;  // (batch index, token index)
   for (size_t b = 0; b < batch.size(); ++b)
     for (size_t t = 0; t < batch[b].tokens.size(); ++t) token_of.emplace_back(b, t);
-  const size_t window = c.sliding(layer) ? c.sliding_window : 0;
   const float scale = c.attention_scale();
   std::vector<AttentionJob> jobs;
   jobs.reserve(token_of.size() * c.n_kv_heads);
@@ -303,7 +302,7 @@ void Engine::Attention(size_t layer, std::span<BatchItem> batch, const float* q,
                                  .q = q + first,
                                  .heads = group,
                                  .scale = scale,
-                                 .first = window > 0 && position >= window ? position + 1 - window : 0,
+                                 .first = c.first_visible(layer, position),
                                  .softcap = c.attn_softcap,
                                  .int8_dots = activations_ == Activations::kFast,
                                  .sinks = lw.attn_sinks.empty() ? nullptr : &lw.attn_sinks[kv_head * group]};
@@ -368,6 +367,21 @@ ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const flo
   return routes;
 }
 
+void GatherExpertRows(const ModelConfig& c, const ExpertRoutes& routes, size_t e, const float* x, std::vector<float>& rows) {
+  const std::vector<uint32_t>& routed = routes.rows[e];
+  rows.resize(routed.size() * c.dim);
+  for (size_t r = 0; r < routed.size(); ++r) {
+    float* row = &rows[r * c.dim];
+    std::copy_n(x + routed[r] * c.dim, c.dim, row);
+    if (c.expert_weight_on_input)
+      for (size_t j = 0; j < c.dim; ++j) row[j] *= routes.weights[e][r];
+  }
+}
+
+float ExpertOutputWeight(const ModelConfig& c, const ExpertRoutes& routes, size_t e, size_t i) {
+  return c.expert_weight_on_input ? 1.0f : routes.weights[e][i];
+}
+
 void GatedActivation(const ModelConfig& c, const float* gate, const float* up, size_t n, float* out) {
   switch (c.activation) {
     case FfnActivation::kSilu: return SiluMul(gate, up, n, out);
@@ -400,10 +414,8 @@ void VisitMlpInputs(const ModelConfig& c, const LayerWeights& lw, size_t layer, 
   if (shared) unit(0, lw.w_gate, lw.w_up, x, n);
   const ExpertRoutes routes = RouteTokens(c, lw, x, n);
   for (size_t e = 0; e < lw.experts.size(); ++e) {
-    const std::vector<uint32_t>& routed = routes.rows[e];
-    rows.resize(routed.size() * c.dim);
-    for (size_t r = 0; r < routed.size(); ++r) std::copy_n(&x[routed[r] * c.dim], c.dim, &rows[r * c.dim]);
-    unit(e + shared, lw.experts[e].gate, lw.experts[e].up, rows.data(), routed.size());
+    GatherExpertRows(c, routes, e, x, rows);
+    unit(e + shared, lw.experts[e].gate, lw.experts[e].up, rows.data(), routes.rows[e].size());
   }
 }
 
@@ -430,12 +442,11 @@ void Engine::Experts(size_t l, const float* x, size_t n, float* out) {
   for (size_t e = 0; e < c.n_experts; ++e) {
     const std::vector<uint32_t>& routed = routes.rows[e];
     if (routed.empty()) continue;
-    rows.resize(routed.size() * dim);
-    for (size_t i = 0; i < routed.size(); ++i) std::copy_n(x + routed[i] * dim, dim, &rows[i * dim]);
+    GatherExpertRows(c, routes, e, x, rows);
     const Expert& expert = lw.experts[e];
     run(expert.gate, expert.up, expert.down, rows.data(), routed.size(), y);
     for (size_t i = 0; i < routed.size(); ++i) {
-      const float w = routes.weights[e][i];
+      const float w = ExpertOutputWeight(c, routes, e, i);
       float* o = out + routed[i] * dim;
       for (size_t j = 0; j < dim; ++j) o[j] += w * y[i * dim + j];
     }
@@ -515,12 +526,28 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
       }
       std::vector<size_t> position;  // of each stacked row in its sequence
       const std::vector<const RopeTable*> rope = RowRopes(l, batch, position);
-      if (c.rope(l))  // SmolLM3's NoPE layers attend without positions
+      if (c.rope(l)) {  // SmolLM3's and Llama 4's NoPE layers attend without positions
+        const std::vector<float> ones(c.qk_norm_unweighted ? c.head_dim : 0, 1.0f);
+        const auto norm_heads = [&](float* x, size_t heads) {  // Llama 4: after RoPE, each head without weights
+          for (size_t h = 0; h < heads; ++h)
+            RmsNorm(x + h * c.head_dim, ones.data(), c.head_dim, c.norm_eps, x + h * c.head_dim);
+        };
         ForTokens(total, [&](size_t begin, size_t end) {
-          for (size_t row = begin; row < end; ++row)
-            ApplyRope({{&q_[row * c.q_dim()], c.n_heads, c.head_dim, 0}, {&k_[row * c.kv_dim()], c.n_kv_heads, c.head_dim, 0}},
-                      position[row], *rope[row]);
+          for (size_t row = begin; row < end; ++row) {
+            float *q = &q_[row * c.q_dim()], *k = &k_[row * c.kv_dim()];
+            ApplyRope({{q, c.n_heads, c.head_dim, 0}, {k, c.n_kv_heads, c.head_dim, 0}}, position[row], *rope[row]);
+            if (c.qk_norm_unweighted) {
+              norm_heads(q, c.n_heads);
+              norm_heads(k, c.n_kv_heads);
+            }
+          }
         });
+      } else if (c.attn_temperature_floor > 0) {  // Llama 4's NoPE layers: q's temperature by position
+        for (size_t row = 0; row < total; ++row) {
+          const float t = c.query_temperature(l, position[row]);
+          for (size_t i = 0; i < c.q_dim(); ++i) q_[row * c.q_dim() + i] *= t;
+        }
+      }
       size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
       for (BatchItem& item : batch)
         for (size_t t = 0; t < item.tokens.size(); ++t, ++row)

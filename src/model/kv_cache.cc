@@ -74,7 +74,8 @@ BlockSpecs BlockSpecsFor(KvDtype dtype, size_t head_dim) {
 }  // namespace
 
 KvCache::KvCache(const ModelConfig& config, size_t capacity, KvCacheOptions options)
-    : config_(config), options_(std::move(options)), capacity_(capacity), block_table_(config.n_layers) {
+    : config_(config), options_(std::move(options)), capacity_(capacity), block_table_(config.n_layers),
+      released_blocks_(config.n_layers) {
   if (options_.block_tokens == 0) Fail("KV cache: block size must be positive");
   for (const auto* scales : {&options_.k_scales, &options_.v_scales})
     if (!scales->empty() && scales->size() != config.n_layers)
@@ -98,7 +99,7 @@ void KvCache::Clear() {
       if (index != kReleased) free_blocks_.push_back(index);
     table.clear();
   }
-  released_blocks_ = 0;
+  std::ranges::fill(released_blocks_, 0);
   for (auto* recent : {&recent_k_, &recent_v_})
     for (auto& rows : *recent) rows.clear();
 }
@@ -183,20 +184,14 @@ void KvCache::QuantizeKBlock(size_t layer, size_t block_index) {
 
 void KvCache::Advance(size_t n) {
   size_ += n;
-  // The next reader (position size_) sees positions from size_ + 1 - window on; blocks wholly before
-  // that are dead for every sliding layer.
-  const size_t window = config_.sliding_window;
-  if (window > 0 && size_ + 1 > window) {
-    const size_t dead = (size_ + 1 - window) / options_.block_tokens;
-    for (size_t l = 0; l < block_table_.size(); ++l) {
-      if (!config_.sliding(l)) continue;
-      std::vector<uint32_t>& table = block_table_[l];
-      for (size_t b = released_blocks_; b < std::min(dead, table.size()); ++b) {
-        free_blocks_.push_back(table[b]);
-        table[b] = kReleased;
-      }
+  // The next reader (position size_) sees positions from first_visible on; blocks wholly before that are dead.
+  for (size_t l = 0; l < block_table_.size(); ++l) {
+    std::vector<uint32_t>& table = block_table_[l];
+    const size_t dead = std::min(config_.first_visible(l, size_) / options_.block_tokens, table.size());
+    for (size_t& b = released_blocks_[l]; b < dead; ++b) {
+      free_blocks_.push_back(table[b]);
+      table[b] = kReleased;
     }
-    released_blocks_ = std::max(released_blocks_, dead);
   }
   if (!kivi() || size_ == 0) return;
   // Drop fp16 rows no future reader (position >= size_) will read unquantized.

@@ -52,9 +52,9 @@ class KvCache {
   size_t head_dim() const { return config_.head_dim; }
   // Empties the cache; its blocks stay allocated and are reused by later writes.
   void Clear();
-  // After a forward pass wrote n more positions. Sliding-window layers then hand the blocks no later
-  // token can see back to the pool, so each holds about window + one block of positions however long
-  // the sequence grows (Gemma 2/3: most layers); readers of those layers start inside the window.
+  // After a forward pass wrote n more positions. Sliding-window and chunked layers then hand the blocks no
+  // later token can see back to the pool, so each holds about window (chunk) + one block of positions however
+  // long the sequence grows (Gemma 2/3, Llama 4: most layers); readers of those layers start inside it.
   void Advance(size_t n);
 
   // Stores K and V ([kv_dim] each) of `layer` at `pos`; positions are written in order. Latent attention
@@ -114,7 +114,7 @@ class KvCache {
   std::vector<Block> blocks_;
   std::vector<uint32_t> free_blocks_;  // indices into blocks_ released by Clear or by sliding windows
   static constexpr uint32_t kReleased = UINT32_MAX;  // a block table entry whose block went back to the pool
-  size_t released_blocks_ = 0;  // leading blocks of every sliding layer already released
+  std::vector<size_t> released_blocks_;  // leading blocks of each layer already released
   // Block schemes, parsed once (K is [kv_dim x block] for KIVI, else [block x kv_dim] like V).
   QuantScheme k_scheme_, v_scheme_;
   bool k_transposed_ = false;

@@ -154,13 +154,6 @@ void InputStatistics(ActivationStore& store, size_t cols, std::vector<float>& me
   for (size_t c = 0; c < cols; ++c) mean_abs[c] = static_cast<float>(sum[c] / static_cast<double>(tokens));
 }
 
-// The rows of x [n x cols] listed in `rows`, gathered.
-std::vector<float> GatherRows(std::span<const float> x, size_t cols, const std::vector<uint32_t>& rows) {
-  std::vector<float> out(rows.size() * cols);
-  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(&x[rows[r] * cols], cols, &out[r * cols]);
-  return out;
-}
-
 // The MLP units of a layer that read the post-norm input, with the rows of x [n x dim] each one sees:
 // the dense MLP or the shared expert (every row), then each expert (the rows the router sends it).
 struct MlpUnit {
@@ -174,9 +167,12 @@ std::vector<MlpUnit> MlpUnits(const ModelConfig& c, size_t l, LayerWeights& lw, 
     units.push_back({&lw.w_gate, &lw.w_up, &lw.w_down, {x.begin(), x.end()}, fmt::format("model.layers.{}.down", l)});
   if (!c.moe(l)) return units;
   const ExpertRoutes routes = RouteTokens(c, lw, x.data(), x.size() / c.dim);
-  for (size_t e = 0; e < lw.experts.size(); ++e)
-    units.push_back({&lw.experts[e].gate, &lw.experts[e].up, &lw.experts[e].down, GatherRows(x, c.dim, routes.rows[e]),
+  for (size_t e = 0; e < lw.experts.size(); ++e) {
+    std::vector<float> rows;
+    GatherExpertRows(c, routes, e, x.data(), rows);
+    units.push_back({&lw.experts[e].gate, &lw.experts[e].up, &lw.experts[e].down, std::move(rows),
                      fmt::format("model.layers.{}.mlp.experts.{}.down", l, e)});
+  }
   return units;
 }
 
@@ -393,10 +389,9 @@ void QuantizeExperts(const ModelConfig& c, const LayerWeights& lw, const std::ve
     std::vector<float> rows;
     const auto gather = [&](size_t i, const BatchActivations& b) -> std::pair<const float*, size_t> {
       if (shared && unit == 0) return {b.input.data(), b.input.size() / dim};
-      const std::vector<uint32_t>& routed = routes[i].rows[unit - (shared ? 1 : 0)];
-      rows.resize(routed.size() * dim);
-      for (size_t r = 0; r < routed.size(); ++r) std::copy_n(&b.input[routed[r] * dim], dim, &rows[r * dim]);
-      return {rows.data(), routed.size()};
+      const size_t e = unit - (shared ? 1 : 0);
+      GatherExpertRows(c, routes[i], e, b.input.data(), rows);
+      return {rows.data(), routes[i].rows[e].size()};
     };
     const InputStats in = collect(dim, [&](const std::function<void(const float*, size_t)>& fn) {
       store->ForEach(false, [&](size_t i, BatchActivations& b) {

@@ -26,8 +26,9 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
   a.expert_bias = config.expert_bias;
   a.router_bias = config.router_bias;
   a.source = config.architecture;
-  a.sliding_window = config.sliding_window;
-  for (uint32_t i = 0; i < config.n_layers; ++i) a.window_layers += config.sliding(i) ? 1 : 0;
+  // Llama 4's chunked layers hold at most a chunk, as a window would (never both: ModelConfig::Validate).
+  a.sliding_window = config.sliding_window > 0 ? config.sliding_window : config.attention_chunk;
+  for (uint32_t i = 0; i < config.n_layers; ++i) a.window_layers += config.sliding(i) || config.chunked(i) ? 1 : 0;
   if (config.mla()) {  // the preset's convention: a q/k head's width, every head its own
     a.n_kv_heads = config.n_heads;
     a.head_dim = config.qk_head_dim();

@@ -32,7 +32,8 @@ struct ModelArch {
   bool expert_bias = false;      // GPT-OSS: biases on the router's logits and on every expert's projections
   bool router_bias = false;      // DeepSeek-V3: a score-correction bias per expert (e_score_correction_bias)
   // Sliding-window attention (Mistral, Gemma 2/3, Qwen's use_sliding_window): `window_layers` of the
-  // layers attend to their last `sliding_window` positions and cache no more than that.
+  // layers attend to their last `sliding_window` positions and cache no more than that (Llama 4's chunked
+  // layers: at most a chunk of them).
   uint32_t sliding_window = 0;
   uint32_t window_layers = 0;
 

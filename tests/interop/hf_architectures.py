@@ -168,6 +168,20 @@ ARCHITECTURES = {
     # Cohere2 (Command R7B, Command A): the same with sliding layers, the only ones that take RoPE.
     "cohere2": ("cohere2", dict(rope_theta=10000.0, logit_scale=0.5, layer_norm_eps=1e-5, pad_token_id=0,
                                 sliding_window=6, layer_types=["sliding_attention", "full_attention"])),
+    # Llama 4 (the language model of Scout / Maverick, Llama4ForCausalLM): RoPE on adjacent pairs with Llama 3
+    # scaling, every fourth layer (here the last) without RoPE, attending to the whole context with its query's
+    # temperature tuned by position, the others attending within chunks with their q and k heads RMS-normed (no
+    # weights) after RoPE; chunks and the temperature's floor 4 positions here (8192 as released) so both bite
+    # within the 16 tokens. Every second layer sparse (Maverick's interleave): 4 experts stored stacked (gate_up_proj
+    # [E, hidden, 2 x ffn], x W), the best by router logit weighted by its sigmoid on the expert's input, beside an
+    # ungated shared expert; the dense layers twice as wide (intermediate_size_mlp).
+    "llama4": ("llama4_text", dict(tie_word_embeddings=False, head_dim=8, intermediate_size=24, intermediate_size_mlp=48,
+                                   num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=1,
+                                   interleave_moe_layer_step=2, attention_chunk_size=4, floor_scale=4, attn_scale=0.1,
+                                   pad_token_id=0,
+                                   rope_parameters={"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                                                    "high_freq_factor": 1.0, "original_max_position_embeddings": 8192,
+                                                    "rope_theta": 500000.0})),
 }
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
@@ -199,6 +213,8 @@ GGUF_VARIANTS = {
     # llama.cpp's gpt-oss clamps at its constant 7 and always truncates YaRN's ramp.
     "gpt_oss_gguf": ("gpt_oss", {**ARCHITECTURES["gpt_oss"][1], "swiglu_limit": 7.0,
                                  "rope_parameters": {**ARCHITECTURES["gpt_oss"][1]["rope_parameters"], "truncate": True}}),
+    # llama.cpp's llama4 chunks attention and tunes the temperature at its constant 8192 positions (as released).
+    "llama4_gguf": ("llama4_text", {**ARCHITECTURES["llama4"][1], "attention_chunk_size": 8192, "floor_scale": 8192}),
 }
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
@@ -305,6 +321,12 @@ def expert_weight(source, name, layer, e, proj):
         if proj == "down":
             return source[p + "down_proj"][e].T
         return source[p + "gate_up_proj"][e][:, 0 if proj == "gate" else 1::2].T
+    if name.startswith("llama4"):  # stacked, x W: gate's outputs, then up's
+        p = f"model.layers.{layer}.feed_forward.experts."
+        if proj == "down":
+            return source[p + "down_proj"][e].T
+        half = source[p + "gate_up_proj"].shape[-1] // 2
+        return source[p + "gate_up_proj"][e][:, :half].T if proj == "gate" else source[p + "gate_up_proj"][e][:, half:].T
     if name == "mixtral":
         return source[f"model.layers.{layer}.block_sparse_moe.experts.{e}.{dict(gate='w1', up='w3', down='w2')[proj]}.weight"]
     return source[f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight"]
@@ -362,7 +384,7 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm")]
+                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -379,7 +401,7 @@ def check_engine_exports(lowbit, folder):
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
         if name not in ("phi3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "glm4", "glm", "cohere",
                         "cohere_qk_norm", "cohere2", "mistral3mm"):
-            check(all(i == "lm_head" or i.endswith("gate") for i in ignore) and len(ignore) > 1,
+            check(all(i == "lm_head" or i.endswith(("gate", "router")) for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
         agree = kl_against_lowbit(lowbit, out, text, logits, f"{name} {scheme} compressed-tensors in transformers")
