@@ -421,6 +421,27 @@ TEST(ArchitectureFixtureLlama4, GgufNeedsLlamaCppsChunkAndRunsAsTheFolder) {
   EXPECT_LT(diff, 1e-4);
 }
 
+// Every PTQ method runs on Llama 4, whose routed experts see their inputs already weighted: GPTQ and AWQ (scales
+// folded into the norms and the routers' columns, each expert judged on its weighted rows) beat RTN, and a rotation
+// of the residual stream leaves the logits as they were (its q/k norms act on heads, after the projections).
+TEST(ArchitectureFixtureLlama4, GptqAwqAndRotation) {
+  const Model fp = LoadModel((kFixtures / "llama4").string());
+  ASSERT_TRUE(fp.config.expert_weight_on_input);
+  testing_util::RtnAndGptq q = testing_util::QuantizeRtnAndGptq(fp, "int4:g8");
+  EXPECT_EQ(q.gptq_report.uncalibrated_linears, 0u);
+  EXPECT_LT(q.gptq_error, q.rtn_error);
+  Model awq = fp;
+  q.request.method = "awq";
+  (void)QuantizeModel(awq, q.request);
+  const auto windows = testing_util::RandomWindows(2, 16, fp.config.vocab_size);
+  const double awq_error = testing_util::LogitError(fp, awq, windows);
+  std::cout << "llama4 int4:g8 logit MSE rtn " << q.rtn_error << ", gptq " << q.gptq_error << ", awq " << awq_error << "\n";
+  EXPECT_LT(awq_error, q.rtn_error);
+  Model rotated = fp;
+  (void)RotateModel(rotated, 3);
+  EXPECT_LT(testing_util::LogitError(fp, rotated, windows), 1e-9);
+}
+
 // GPTQ calibrates the fixture (beating RTN), while the methods that fold input scales into a norm, and a rotation of
 // the residual stream, are refused with messages naming the method, the architecture and the reasons given.
 void ExpectGptqButNoScaleFoldingOrRotation(const std::string& fixture, const std::string& architecture,
@@ -459,7 +480,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
                                                                         "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe",
                                                                         "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
-                                                                        "cohere2", "llama4"));
+                                                                        "cohere2", "llama4", "llama4mm"));
 
 }  // namespace
 }  // namespace lowbit

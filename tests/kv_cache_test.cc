@@ -290,40 +290,47 @@ TEST(Attention, SplitSegmentsMergeToTheWholeRange) {
   }
 }
 
-// A sliding layer hands blocks behind its window back as the sequence advances: its memory stops
-// growing, a full layer's does not, and what the window still sees reads the same as in a cache
-// that keeps everything.
-TEST(KvCache, SlidingLayersReleaseBlocksBehindTheWindow) {
-  ModelConfig sliding = SmallConfig();
+// A sliding layer hands blocks behind its window back as the sequence advances, and a chunked one (Llama 4) those
+// before its chunk: its memory stops growing, a full layer's does not, and what the window or chunk still sees reads
+// the same as in a cache that keeps everything.
+TEST(KvCache, SlidingAndChunkedLayersReleaseBlocksTheyNoLongerSee) {
+  ModelConfig sliding = SmallConfig(), chunked = SmallConfig();
   sliding.sliding_window = 20;
   sliding.sliding_layers = {0, 1};  // layer 1 slides, layer 0 attends to everything
+  chunked.attention_chunk = 32;
+  chunked.nope_layers = {1, 0};  // layer 1 (RoPE) is chunked, layer 0 (NoPE) attends to everything
   const size_t positions = 200;
   KvCacheOptions o;
   o.block_tokens = 16;
-  KvCache windowed(sliding, positions, o), full(SmallConfig(), positions, o);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> k(SmallConfig().n_layers * positions * SmallConfig().kv_dim()), v(k.size());
   for (float& x : k) x = normal(rng);
   for (float& x : v) x = normal(rng);
-  WriteAll(windowed, k, v, positions);
+  KvCache full(SmallConfig(), positions, o);
   WriteAll(full, k, v, positions);
-  // Full: 13 blocks per layer. Windowed: 13 for layer 0, and layer 1 reuses its released blocks: the
-  // window (20) spans at most 3 blocks, plus the one being filled.
-  const size_t block_bytes = full.bytes() / 26;
+  const size_t block_bytes = full.bytes() / 26;  // 13 blocks per layer
   EXPECT_EQ(full.bytes(), 26 * block_bytes);
-  EXPECT_LE(windowed.bytes(), (13 + 4) * block_bytes);
   std::vector<float> q(2 * SmallConfig().head_dim);
   for (float& x : q) x = normal(rng);
-  AttentionScratch scratch;
-  const AttentionQuery query{1, 1, positions - 1, q.data(), 2, 0.2f, positions - 20};
-  std::vector<float> a(q.size()), b(q.size());
-  AttendBlocked(windowed, query, scratch, a.data());
-  AttendBlocked(full, query, scratch, b.data());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]);
-  windowed.Clear();  // released entries are not handed back twice
-  WriteAll(windowed, k, v, positions);
-  EXPECT_LE(windowed.bytes(), (13 + 4) * block_bytes);
+  // Layer 0 holds 13 blocks; layer 1 reuses its released ones: the window (20) spans at most 3 blocks and a chunk
+  // (32) 2, plus the one being filled.
+  for (const auto& [config, held] : {std::pair{sliding, size_t{4}}, std::pair{chunked, size_t{3}}}) {
+    KvCache released(config, positions, o);
+    WriteAll(released, k, v, positions);
+    EXPECT_LE(released.bytes(), (13 + held) * block_bytes);
+    const size_t first = config.first_visible(1, positions - 1);
+    EXPECT_EQ(first, config.sliding_window > 0 ? positions - 20 : 192u);
+    AttentionScratch scratch;
+    const AttentionQuery query{1, 1, positions - 1, q.data(), 2, 0.2f, first};
+    std::vector<float> a(q.size()), b(q.size());
+    AttendBlocked(released, query, scratch, a.data());
+    AttendBlocked(full, query, scratch, b.data());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]);
+    released.Clear();  // released entries are not handed back twice
+    WriteAll(released, k, v, positions);
+    EXPECT_LE(released.bytes(), (13 + held) * block_bytes);
+  }
 }
 
 }  // namespace

@@ -187,8 +187,8 @@ ARCHITECTURES = {
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
 # config is the gemma3 fixture's.
 # Mistral Small 3.1 / 3.2 likewise: a Mistral (head_dim apart from hidden / heads, no window) inside
-# Mistral3ForConditionalGeneration, beside a Pixtral vision tower. Each: the wrapper's model_type, the text model's
-# (model_type, config), the wrapper's other fields.
+# Mistral3ForConditionalGeneration, beside a Pixtral vision tower. Each: the wrapper's model_type, the text
+# model's (model_type, config), the wrapper's other fields.
 MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                            dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                                    num_attention_heads=2, image_size=28, patch_size=14),
@@ -197,7 +197,15 @@ MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                                                           sliding_window=None)),
                              dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                                      num_attention_heads=2, head_dim=8, image_size=28, patch_size=14),
-                                  tie_word_embeddings=False))}
+                                  tie_word_embeddings=False)),
+              # Llama 4 Scout / Maverick as released: Llama4ForConditionalGeneration, the language model under
+              # language_model.model.* and language_model.lm_head beside a vision model.
+              "llama4mm": ("llama4", ARCHITECTURES["llama4"],
+                           dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                   num_attention_heads=2, image_size=28, patch_size=14,
+                                                   vision_output_dim=16, projector_input_dim=16,
+                                                   projector_output_dim=16, pixel_shuffle_ratio=0.5),
+                                tie_word_embeddings=False))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2", "gpt_oss", "gpt_oss_gguf"}
@@ -227,7 +235,7 @@ def build(name, folder):
     torch.manual_seed(1234)
     if name in MULTIMODAL:
         model_type, (text_type, text_extra), extra = MULTIMODAL[name]
-        text = AutoConfig.for_model(text_type, **COMMON, **text_extra).to_dict()
+        text = AutoConfig.for_model(text_type, **{**COMMON, **text_extra}).to_dict()
         config = AutoConfig.for_model(model_type, text_config=text, **extra)
         model = AutoModelForImageTextToText.from_config(config, torch_dtype=torch.float32).eval()
     else:
@@ -384,7 +392,7 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4")]
+                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4", "llama4mm")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
