@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/forward.h"
+#include "plan/arch.h"
 #include "test_util.h"
 
 namespace lowbit {
@@ -158,6 +159,59 @@ TEST(ModelConfig, Gemma3LocalAndGlobalRope) {
   gemma3["rope_parameters"]["sliding_attention"]["factor"] = 2.0;
   EXPECT_NE(ErrorOf(gemma3, dir).find("rope_parameters.sliding_attention: RoPE scaling on sliding layers"),
             std::string::npos) << ErrorOf(gemma3, dir);
+}
+
+// Llama 4 Scout's config.json in its release's shape (Llama4ForConditionalGeneration, transformers 4.51's fields:
+// attn_temperature_tuning as the integer 4, rope_scaling with high_freq_factor 1; the vision config left out):
+// the language model read with every layer sparse, 36 of 48 layers chunked, and `plan` holding those layers' KV
+// cache to a chunk.
+TEST(ModelConfig, Llama4ScoutAsReleased) {
+  testing_util::ScratchDir dir("lowbit-config");
+  std::vector<int> no_rope, moe_layers;
+  for (int i = 0; i < 48; ++i) {
+    no_rope.push_back((i + 1) % 4 != 0);
+    moe_layers.push_back(i);
+  }
+  nlohmann::json text = {
+      {"model_type", "llama4_text"}, {"attention_bias", false}, {"attention_chunk_size", 8192}, {"attn_scale", 0.1},
+      {"attn_temperature_tuning", 4}, {"bos_token_id", 200000}, {"eos_token_id", {200001, 200007, 200008}},
+      {"floor_scale", 8192}, {"head_dim", 128}, {"hidden_act", "silu"}, {"hidden_size", 5120},
+      {"interleave_moe_layer_step", 1}, {"intermediate_size", 8192}, {"intermediate_size_mlp", 16384},
+      {"max_position_embeddings", 10485760}, {"moe_layers", moe_layers}, {"no_rope_layers", no_rope},
+      {"num_attention_heads", 40}, {"num_experts_per_tok", 1}, {"num_hidden_layers", 48},
+      {"num_key_value_heads", 8}, {"num_local_experts", 16}, {"pad_token_id", 200018}, {"rms_norm_eps", 1e-05},
+      {"rope_scaling", {{"factor", 16.0}, {"high_freq_factor", 1.0}, {"low_freq_factor", 1.0},
+                        {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}}},
+      {"rope_theta", 500000.0}, {"use_qk_norm", true}, {"vocab_size", 202048}};
+  nlohmann::json scout = {{"architectures", {"Llama4ForConditionalGeneration"}}, {"model_type", "llama4"},
+                          {"text_config", text}, {"vision_config", {{"model_type", "llama4_vision_model"}}},
+                          {"tie_word_embeddings", false}};
+  const ModelConfig c = Read(scout, dir);
+  EXPECT_EQ(c.architecture, "Llama4ForCausalLM");
+  EXPECT_EQ(c.n_experts, 16u);
+  EXPECT_EQ(c.expert_ffn_dim, 8192u);
+  EXPECT_EQ(c.shared_expert_ffn_dim, 8192u);
+  EXPECT_EQ(c.ffn_dim, 16384u);
+  EXPECT_TRUE(c.sparse_layers.empty());  // every layer
+  EXPECT_TRUE(c.expert_weight_on_input && c.qk_norm_unweighted && !c.shared_expert_gated);
+  EXPECT_EQ(c.attn_temperature_floor, 8192u);
+  EXPECT_EQ(c.rope_style, RopeStyle::kAdjacent);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(c.bos_id, 200000);
+  EXPECT_EQ(c.eos_id, 200001);
+  for (const uint32_t i : {0u, 2u, 3u, 47u}) EXPECT_EQ(c.chunked(i), (i + 1) % 4 != 0) << i;
+  EXPECT_EQ(c.first_visible(0, 8191), 0u);
+  EXPECT_EQ(c.first_visible(0, 8192), 8192u);
+  EXPECT_EQ(c.first_visible(3, 20000), 0u);
+  EXPECT_FLOAT_EQ(c.query_temperature(3, 8190), 1.0f);
+  EXPECT_FLOAT_EQ(c.query_temperature(3, 16383), static_cast<float>(1 + 0.1 * std::log(3.0)));  // floor(16384 / 8192) = 2
+  EXPECT_FLOAT_EQ(c.query_temperature(2, 16383), 1.0f);  // RoPE layers: none
+  const ModelArch a = ArchFromConfig(c, "scout");
+  EXPECT_EQ(a.window_layers, 36u);
+  EXPECT_EQ(a.sliding_window, 8192u);
+  scout["text_config"]["layer_types"] = std::vector<std::string>(48, "chunked_attention");
+  EXPECT_NE(ErrorOf(scout, dir).find("text_config.layer_types: layer 3 is 'chunked_attention'"), std::string::npos)
+      << ErrorOf(scout, dir);
 }
 
 }  // namespace

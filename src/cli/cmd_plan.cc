@@ -131,8 +131,8 @@ void PrintFootnotes(const PlanOptions& o, const ModelSpec& spec) {
                         o.prefill_chunk)
                 .c_str());
   if (spec.kv_window)
-    std::puts(fmt::format("KV B/token: every layer; KV GB and the bytes read per step: {} of {} layers slide over {} "
-                          "tokens and cache at most that many ({} per sequence at ctx {}).",
+    std::puts(fmt::format("KV B/token: every layer; KV GB and the bytes read per step: {} of {} layers see at most {} "
+                          "tokens (a sliding window, or Llama 4's chunk) and cache no more ({} per sequence at ctx {}).",
                           spec.window_layers, spec.n_layers, spec.kv_window,
                           o.ctx > spec.kv_window ? fmt::format("{:.2f}x less KV",
                                                                double(spec.n_layers) * o.ctx / KvLayerTokens(spec, o.ctx))

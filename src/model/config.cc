@@ -533,7 +533,12 @@ void ReadLlama4(ModelConfig& c, const JsonView& j) {
   c.rope_style = RopeStyle::kAdjacent;
   ReadNoRopeLayers(c, j);
   c.qk_norm_unweighted = j.Get<bool>("use_qk_norm", true);
-  if (j.Get<bool>("attn_temperature_tuning", true)) {
+  // transformers 4.51's configs (Scout's and Maverick's as released) give it as the integer 4: true.
+  const bool tuning = !j.Has("attn_temperature_tuning") ||
+                      (j["attn_temperature_tuning"].value().is_number_integer()
+                           ? j.Get<int64_t>("attn_temperature_tuning") != 0
+                           : j.Get<bool>("attn_temperature_tuning"));
+  if (tuning) {
     c.attn_temperature_floor = j.Get<uint32_t>("floor_scale", 8192);
     c.attn_temperature_scale = j.Get<float>("attn_scale", 0.1f);
     if (c.attn_temperature_floor == 0) j["floor_scale"].Fail("must be positive");
