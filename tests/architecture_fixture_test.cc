@@ -363,41 +363,41 @@ TEST(ArchitectureFixtureGlm4Moe, GgufMultiTokenPredictionBlockIsNotRun) {
   EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4);
 }
 
+// An F32 GGUF export of `s` is refused with a message holding `needles`, and leaves no file.
+void ExpectF32GgufRefused(StreamedModel& s, std::initializer_list<std::string_view> needles) {
+  testing_util::ScratchDir dir("lowbit-arch-gguf-refused");
+  GgufExportOptions options;
+  options.type = "F32";
+  ExpectError([&] { ExportGguf(s, dir / "m.gguf", options); }, needles);
+  EXPECT_TRUE(dir.Entries().empty());
+}
+
 // llama.cpp's exaone4 slides its window only in 64-layer models (EXAONE 4.0 32B): a smaller model with sliding layers
 // would run in the file without its window and with RoPE everywhere, so its export is refused, naming why.
 TEST(ArchitectureFixtureExaone4, SlidingLayersOutsideLlamaCppsLayoutAreNotExported) {
-  testing_util::ScratchDir dir("lowbit-arch-exaone4");
-  GgufExportOptions options;
-  options.type = "F32";
   StreamedModel streamed = OpenModel(kFixtures / "exaone4_swa");
-  ExpectError([&] { ExportGguf(streamed, dir / "m.gguf", options); }, {"exaone4", "64-layer", "window of 6"});
-  EXPECT_TRUE(dir.Entries().empty());
+  ExpectF32GgufRefused(streamed, {"exaone4", "64-layer", "window of 6"});
 }
 
 // llama.cpp's ernie4_5-moe loads experts in every layer from its dense lead on: a model whose sparse layers skip one
 // (moe_layer_interval 2) or stop early (moe_layer_end_index) is refused, naming the layer.
 TEST(ArchitectureFixtureErnieMoe, LayoutsLlamaCppCannotLoadAreNotExported) {
-  testing_util::ScratchDir dir("lowbit-arch-ernie-moe");
   Model m = LoadModel((kFixtures / "ernie4_5_moe").string());
   ASSERT_EQ(m.config.sparse_layers, (std::vector<uint8_t>{0, 1}));
   m.config.sparse_layers = {1, 0};  // refused before any weight is read
   StreamedModel s{std::move(m), nullptr};
-  GgufExportOptions options;
-  options.type = "F32";
-  ExpectError([&] { ExportGguf(s, dir / "m.gguf", options); }, {"ernie4_5-moe", "layer 1 is dense"});
-  EXPECT_TRUE(dir.Entries().empty());
+  ExpectF32GgufRefused(s, {"ernie4_5-moe", "layer 1 is dense"});
 }
 
 // llama.cpp's llama4 chunks attention and tunes the NoPE layers' temperature at its constant 8192 positions: the
 // fixture (4, so both show within 16 tokens) is refused naming the field; with 8192 the F32 file runs as lowbit runs
 // the folder (chunk and temperature are the reader's constants), and its layout comes back.
 TEST(ArchitectureFixtureLlama4, GgufNeedsLlamaCppsChunkAndRunsAsTheFolder) {
+  StreamedModel fixture = OpenModel(kFixtures / "llama4");
+  ExpectF32GgufRefused(fixture, {"llama4", "chunks of 8192", "is 4"});
   testing_util::ScratchDir dir("lowbit-arch-llama4");
   GgufExportOptions options;
   options.type = "F32";
-  StreamedModel fixture = OpenModel(kFixtures / "llama4");
-  ExpectError([&] { ExportGguf(fixture, dir / "m.gguf", options); }, {"llama4", "chunks of 8192", "is 4"});
-  EXPECT_TRUE(dir.Entries().empty());
   Model m = LoadModel((kFixtures / "llama4").string());
   m.config.attention_chunk = m.config.attn_temperature_floor = 8192;
   const auto tokens = ReadJsonFile(kFixtures / "llama4" / "reference.json")["tokens"].get<std::vector<int32_t>>();
