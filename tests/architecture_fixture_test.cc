@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -72,7 +73,8 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mistral3mm", "mixtral",
                                                   "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                                                  "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2"};
+                                                  "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
+                                                  "qwen2_5_vl", "qwen3_vl"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -140,7 +142,8 @@ TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
 // q/k norms per head or as wide as the projections, biases, experts, latent attention. Not compared: the image-text
 // checkpoints (their vision towers), and Qwen2-MoE's shared expert, which the plan rounds up to whole experts.
 TEST_P(ArchitectureFixture, PlanCountsEveryStoredWeight) {
-  if (GetParam().ends_with("mm") || GetParam().starts_with("qwen2_moe")) GTEST_SKIP() << "not counted exactly";
+  const std::string arch = ReadJsonFile(kFixtures / GetParam() / "config.json")["architectures"][0];
+  if (FindMultimodalText(arch) || GetParam().starts_with("qwen2_moe")) GTEST_SKIP() << "not counted exactly";
   const fs::path folder = kFixtures / GetParam();
   const SafetensorsModel st = SafetensorsModel::Open(folder);
   uint64_t stored = 0;
@@ -363,6 +366,39 @@ TEST(ArchitectureFixtureGlm4Moe, GgufMultiTokenPredictionBlockIsNotRun) {
   EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4);
 }
 
+// llama.cpp's converter writes Qwen2.5-VL and Qwen3-VL as qwen2vl and qwen3vl: qwen2's and qwen3's keys and tensors
+// under those names, with rope.dimension_sections (and Qwen3-VL's n_deepstack_layers). On text those run as qwen2
+// and qwen3 (every section at the same position, DeepStack's inputs zero), so the files give transformers' logits.
+TEST(ArchitectureFixtureQwenVl, GgufQwen2VlAndQwen3VlRunTheirLanguageModels) {
+  testing_util::ScratchDir dir("lowbit-arch-qwen-vl");
+  for (const auto& [fixture, text_arch, vl_arch] :
+       {std::tuple{"qwen2_5_vl", "qwen2", "qwen2vl"}, std::tuple{"qwen3_vl", "qwen3", "qwen3vl"}}) {
+    const fs::path folder = kFixtures / fixture;
+    GgufExportOptions options;
+    options.type = "F32";
+    StreamedModel streamed = OpenModel(folder);
+    ExportGguf(streamed, dir / "text.gguf", options);
+    const GgufFile text = GgufFile::Open(dir / "text.gguf");
+    const std::string vl_path = (dir / fmt::format("{}.gguf", vl_arch)).string();
+    GgufWriter writer(vl_path);
+    for (const GgufKeyValue& kv : text.metadata()) {
+      if (kv.key == "general.architecture") writer.Set(kv.key, std::string(vl_arch));
+      else if (kv.key.starts_with(std::string(text_arch) + ".")) writer.Set(vl_arch + kv.key.substr(std::strlen(text_arch)), kv.value);
+      else writer.Set(kv.key, kv.value);
+    }
+    writer.Set(std::string(vl_arch) + ".rope.dimension_sections", GgufArray{std::vector<int32_t>{2, 1, 1, 0}});
+    if (vl_arch == std::string("qwen3vl")) writer.Set("qwen3vl.n_deepstack_layers", uint32_t{1});
+    for (const GgufTensorInfo& t : text.tensors()) writer.DeclareTensor(t.name, t.dims);
+    for (const GgufTensorInfo& t : text.tensors()) writer.WriteTensor(t.name, t.ggml_type, t.data);
+    writer.Commit();
+    const Model model = LoadModel(vl_path);
+    EXPECT_EQ(model.config.architecture, std::string("gguf:") + vl_arch);
+    EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4) << vl_arch;
+    StreamedModel again = OpenModel(vl_path);  // out again as the text model
+    EXPECT_EQ(ExportGguf(again, dir / "again.gguf", options).architecture, text_arch);
+  }
+}
+
 // An F32 GGUF export of `s` is refused with a message holding `needles`, and leaves no file.
 void ExpectF32GgufRefused(StreamedModel& s, std::initializer_list<std::string_view> needles) {
   testing_util::ScratchDir dir("lowbit-arch-gguf-refused");
@@ -480,7 +516,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
                                                                         "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe",
                                                                         "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
-                                                                        "cohere2", "llama4", "llama4mm"));
+                                                                        "cohere2", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl"));
 
 }  // namespace
 }  // namespace lowbit

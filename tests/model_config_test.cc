@@ -214,5 +214,37 @@ TEST(ModelConfig, Llama4ScoutAsReleased) {
       << ErrorOf(scout, dir);
 }
 
+// Qwen2.5-VL-7B-Instruct's config.json as the Hub ships it: flat (the language model's fields at the top level beside
+// vision_config), multimodal RoPE in rope_scaling. Its language model is read as the Qwen2 it is on text, and written
+// as one: the top level without the vision config, model_type qwen2, the RoPE sections dropped.
+TEST(ModelConfig, Qwen25VlFlatHubConfig) {
+  testing_util::ScratchDir dir("lowbit-config");
+  const nlohmann::json vl = {
+      {"architectures", {"Qwen2_5_VLForConditionalGeneration"}}, {"model_type", "qwen2_5_vl"},
+      {"bos_token_id", 151643}, {"eos_token_id", 151645}, {"image_token_id", 151655}, {"hidden_act", "silu"},
+      {"hidden_size", 3584}, {"intermediate_size", 18944}, {"max_position_embeddings", 128000},
+      {"max_window_layers", 28}, {"num_attention_heads", 28}, {"num_hidden_layers", 28}, {"num_key_value_heads", 4},
+      {"rms_norm_eps", 1e-06}, {"rope_theta", 1000000.0}, {"sliding_window", 32768}, {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"}, {"use_sliding_window", false}, {"vocab_size", 152064},
+      {"rope_scaling", {{"type", "mrope"}, {"mrope_section", {16, 24, 24}}}},
+      {"vision_config", {{"depth", 32}, {"hidden_size", 1280}, {"out_hidden_size", 3584}}}};
+  const ModelConfig c = Read(vl, dir);
+  EXPECT_EQ(c.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 128u);
+  EXPECT_EQ(c.sliding_window, 0u);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kNone);
+  EXPECT_EQ(c.rope_theta, 1e6f);
+  const nlohmann::json text = TextOnlyConfig(vl);
+  EXPECT_EQ(text["architectures"], nlohmann::json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(text["model_type"], "qwen2");
+  EXPECT_FALSE(text.contains("vision_config"));
+  EXPECT_EQ(text["rope_scaling"], nlohmann::json({{"type", "default"}}));
+  nlohmann::json nested = {{"architectures", {"Qwen2_5_VLForConditionalGeneration"}},
+                           {"text_config", {{"model_type", "qwen3_vl_text"}}}};
+  EXPECT_NE(ErrorOf(nested, dir).find("text_config.model_type: 'qwen3_vl_text' is not the language model"),
+            std::string::npos) << ErrorOf(nested, dir);
+}
+
 }  // namespace
 }  // namespace lowbit

@@ -36,8 +36,9 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   // llama.cpp runs Qwen2/3 and Gemma 1/2/3 with NEOX (rotate-half) RoPE and no permutation; everything
   // lowbit reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
   const std::string& a = c.architecture;
-  if (a == "Qwen2ForCausalLM" || a == "gguf:qwen2") return {"qwen2", false};
-  if (a == "Qwen3ForCausalLM" || a == "gguf:qwen3") return {"qwen3", false};
+  // qwen2vl / qwen3vl files go out as the text models they are (lowbit writes no multimodal RoPE sections).
+  if (a == "Qwen2ForCausalLM" || a == "gguf:qwen2" || a == "gguf:qwen2vl") return {"qwen2", false};
+  if (a == "Qwen3ForCausalLM" || a == "gguf:qwen3" || a == "gguf:qwen3vl") return {"qwen3", false};
   if (a == "GemmaForCausalLM" || a == "gguf:gemma") return {"gemma", false};
   if (a == "Gemma2ForCausalLM" || a == "gguf:gemma2") return {"gemma2", false};
   if (a == "Gemma3ForCausalLM" || a == "gguf:gemma3") return {"gemma3", false};

@@ -131,6 +131,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
   static constexpr Family kFamilies[] = {{"llama", "LlamaForCausalLM", "llama"},
                                          {"qwen2", "Qwen2ForCausalLM", "qwen2"},
                                          {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+                                         {"qwen2vl", "Qwen2ForCausalLM", "qwen2"},  // the language model, on text
+                                         {"qwen3vl", "Qwen3ForCausalLM", "qwen3"},
                                          {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
                                          {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
                                          {"gemma", "GemmaForCausalLM", "gemma"},
@@ -200,7 +202,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                    {"bos_token_id", c.bos_id},
                    {"eos_token_id", c.eos_id},
                    {"torch_dtype", torch_dtype}};
-  if (arch == "qwen2" || arch == "qwen2moe") j.erase("attention_bias");  // implied by the architecture
+  if (arch == "qwen2" || arch == "qwen2vl" || arch == "qwen2moe") j.erase("attention_bias");  // implied by the architecture
   if (arch.starts_with("qwen")) j["use_sliding_window"] = false;
   if (deepseek) {
     WriteDeepSeekHfConfig(j, c, source);

@@ -27,7 +27,8 @@ namespace {
 constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
-    "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4"};
+    "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
+    "qwen2vl", "qwen3vl"};
 
 
 
@@ -600,8 +601,11 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;  // (command-r, cohere2: ReadCohereKeys)
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr || f.FindTensor("blk.0.attn_qkv.bias") != nullptr;
   c.o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
-  if (arch == "qwen2" && !c.qkv_bias) Fail("{}: a qwen2 model without 'blk.0.attn_q.bias'", source);
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" || olmo2;
+  // qwen2vl and qwen3vl (Qwen2-VL / 2.5-VL, Qwen3-VL): qwen2 and qwen3 whose multimodal RoPE (rope.dimension_sections)
+  // is NEOX RoPE on text, where every section takes the same position; Qwen3-VL's DeepStack inputs are zero there.
+  if ((arch == "qwen2" || arch == "qwen2vl") && !c.qkv_bias)
+    Fail("{}: a {} model without 'blk.0.attn_q.bias'", source, arch);
+  c.qk_norm = arch == "qwen3" || arch == "qwen3vl" || arch == "qwen3moe" || arch == "gemma3" || olmo2;
   if (olmo2) {  // models/olmo2.cpp: norms on the attention and MLP outputs only, q and k normed whole
     c.pre_norms = false;
     c.sandwich_norms = c.qk_norm_full = true;

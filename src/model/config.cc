@@ -117,8 +117,9 @@ namespace {
 constexpr const char* kSupported =
     "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
     "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
-    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration and "
-    "Llama4ForConditionalGeneration (their language models), Llama4ForCausalLM, DeepseekV2ForCausalLM, "
+    "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration, "
+    "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration and "
+    "Qwen3VLForConditionalGeneration (their language models, on text), Llama4ForCausalLM, DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
@@ -712,13 +713,16 @@ ModelConfig HfConfigFromJson(const nlohmann::json& parsed, const std::string& so
   const auto archs = j.Get<std::vector<std::string>>("architectures", {});
   if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
   if (const MultimodalText* m = FindMultimodalText(archs[0])) {  // the language model; the vision tower is not run
-    const JsonView text_config = j["text_config"].ExpectObject();
-    if (const std::string type = text_config.Get<std::string>("model_type", m->text_model_type);
-        type != m->text_model_type)
-      text_config["model_type"].Fail(fmt::format("'{}' is not the language model lowbit runs in {} ({})", type,
-                                                 m->wrapper, m->text_model_type));
+    const bool nested = j.value().contains("text_config");  // Qwen2-VL's Hub configs are flat
+    if (nested) {
+      const JsonView text_config = j["text_config"].ExpectObject();
+      if (const std::string type = text_config.Get<std::string>("model_type", m->text_model_type);
+          type != m->text_model_type)
+        text_config["model_type"].Fail(fmt::format("'{}' is not the language model lowbit runs in {} ({})", type,
+                                                   m->wrapper, m->text_model_type));
+    }
     const nlohmann::json text = TextOnlyConfig(parsed);
-    return ReadHfConfigJson(JsonView(text, source, "text_config"));
+    return nested ? ReadHfConfigJson(JsonView(text, source, "text_config")) : ReadHfConfigJson(JsonView(text, source));
   }
   return ReadHfConfigJson(j);
 }

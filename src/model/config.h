@@ -211,17 +211,22 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
 // The same for a config.json already parsed (`source` names it in errors).
 ModelConfig HfConfigFromJson(const nlohmann::json& config, const std::string& source);
 
-// Image-text checkpoints whose language model lowbit runs (their vision tower is not read): the wrapper's
-// architecture, its text model's, and the text_config model_type that text model has.
+// Image-text checkpoints whose language model lowbit runs on text (their vision tower is not read): the wrapper's
+// architecture, its text model's, the text_config model_type that text model has, and the model_type the
+// language model is written with (one transformers' AutoModelForCausalLM builds).
 struct MultimodalText {
   const char* wrapper;
   const char* text;
   const char* text_model_type;
+  const char* written_model_type;
 };
 inline constexpr MultimodalText kMultimodalTexts[] = {
-    {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text"},      // Gemma 3 4B / 12B / 27B
-    {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral"},      // Mistral Small 3.1 / 3.2
-    {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text"},     // Llama 4 Scout / Maverick
+    {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", "gemma3_text"},  // Gemma 3 4B / 12B / 27B
+    {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral", "mistral"},     // Mistral Small 3.1 / 3.2
+    {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text", "llama4_text"},  // Llama 4 Scout / Maverick
+    {"Qwen2VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_vl_text", "qwen2"},      // Qwen2-VL
+    {"Qwen2_5_VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_5_vl_text", "qwen2"},  // Qwen2.5-VL
+    {"Qwen3VLForConditionalGeneration", "Qwen3ForCausalLM", "qwen3_vl_text", "qwen3"},      // Qwen3-VL (dense)
 };
 inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
 
@@ -232,22 +237,39 @@ inline const MultimodalText* FindMultimodalText(const std::string& architecture)
   return nullptr;
 }
 
+// Qwen-VL's multimodal RoPE (mrope_section: t / h / w positions on sections of each head) as what it is on text,
+// where the three positions are one: the default RoPE. `rope` is a rope_scaling or rope_parameters object.
+template <class Json>
+void DropMrope(Json& rope) {
+  if (!rope.is_object()) return;
+  for (const char* key : {"type", "rope_type"})
+    if (rope.contains(key) && rope.at(key) == "mrope") rope[key] = "default";
+  rope.erase("mrope_section");
+  rope.erase("mrope_interleaved");
+}
+
 // The config.json of the language model lowbit runs from `source` (nlohmann::json or ordered_json): for an
-// image-text checkpoint, its text_config as its text model's (with the top level's tie_word_embeddings and
-// dtype when it has none); any other config unchanged. ReadHfConfig reads it, and the folder writers write
-// it, since only the language model is written.
+// image-text checkpoint, its text_config (or, in Qwen2-VL's flat Hub configs, the top level without the vision
+// config) as its text model's, with the top level's tie_word_embeddings and dtype when it has none, and multimodal
+// RoPE as the default; any other config unchanged. ReadHfConfig reads it, and the folder writers write it, since
+// only the language model is written.
 template <class Json>
 Json TextOnlyConfig(Json source) {
-  if (!source.is_object() || !source.contains("architectures") || !source.contains("text_config")) return source;
+  if (!source.is_object() || !source.contains("architectures")) return source;
   const auto& archs = source.at("architectures");
-  if (!archs.is_array() || archs.empty() || !archs[0].is_string() || !source.at("text_config").is_object())
-    return source;
+  if (!archs.is_array() || archs.empty() || !archs[0].is_string()) return source;
   const MultimodalText* m = FindMultimodalText(archs[0].template get<std::string>());
   if (!m) return source;
-  Json text = source.at("text_config");
+  const bool nested = source.contains("text_config");
+  if (nested && !source.at("text_config").is_object()) return source;
+  Json text = nested ? source.at("text_config") : source;
+  if (!nested) text.erase("vision_config");
   text["architectures"] = {m->text};
+  text["model_type"] = m->written_model_type;
   for (const char* key : {"tie_word_embeddings", "torch_dtype", "dtype", "transformers_version"})
     if (!text.contains(key) && source.contains(key)) text[key] = source.at(key);
+  for (const char* key : {"rope_scaling", "rope_parameters"})
+    if (text.contains(key)) DropMrope(text[key]);
   return text;
 }
 

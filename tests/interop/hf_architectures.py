@@ -205,7 +205,27 @@ MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                                                    num_attention_heads=2, image_size=28, patch_size=14,
                                                    vision_output_dim=16, projector_input_dim=16,
                                                    projector_output_dim=16, pixel_shuffle_ratio=0.5),
-                                tie_word_embeddings=False))}
+                                tie_word_embeddings=False)),
+              # Qwen2.5-VL and Qwen3-VL: a Qwen2 (q/k/v biases) and a Qwen3 (q/k norms, head_dim 16) whose multimodal
+              # RoPE gives every section the same position on text, beside a tiny vision encoder (Qwen3-VL's with
+              # DeepStack, whose visual features join early layers only with images).
+              "qwen2_5_vl": ("qwen2_5_vl", ("qwen2_5_vl_text", dict(rope_theta=1000000.0,
+                                                                     rope_scaling={"type": "mrope",
+                                                                                   "mrope_section": [2, 1, 1]})),
+                             dict(vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                                                     out_hidden_size=HIDDEN, patch_size=14, spatial_merge_size=2,
+                                                     temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0]),
+                                  tie_word_embeddings=False)),
+              "qwen3_vl": ("qwen3_vl", ("qwen3_vl_text", dict(head_dim=16,
+                                                               rope_parameters={"rope_type": "default",
+                                                                                "rope_theta": 5000000.0,
+                                                                                "mrope_section": [4, 2, 2],
+                                                                                "mrope_interleaved": True})),
+                           dict(vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                                                   out_hidden_size=HIDDEN, patch_size=16, spatial_merge_size=2,
+                                                   temporal_patch_size=2, num_position_embeddings=16,
+                                                   deepstack_visual_indexes=[0]),
+                                tie_word_embeddings=True))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2", "gpt_oss", "gpt_oss_gguf"}
@@ -228,7 +248,7 @@ GGUF_VARIANTS = {
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
-                      *GGUF_VARIANTS]
+                      "qwen2_5_vl", "qwen3_vl", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -392,7 +412,7 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4", "llama4mm")]
+                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -408,7 +428,7 @@ def check_engine_exports(lowbit, folder):
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
         if name not in ("phi3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "glm4", "glm", "cohere",
-                        "cohere_qk_norm", "cohere2", "mistral3mm"):
+                        "cohere_qk_norm", "cohere2", "mistral3mm", "qwen2_5_vl", "qwen3_vl"):
             check(all(i == "lm_head" or i.endswith(("gate", "router")) for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
