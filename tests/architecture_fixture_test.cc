@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -74,7 +75,7 @@ const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2", 
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mistral3mm", "mixtral",
                                                   "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                                                   "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
-                                                  "qwen2_5_vl", "qwen3_vl"};
+                                                  "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -366,13 +367,15 @@ TEST(ArchitectureFixtureGlm4Moe, GgufMultiTokenPredictionBlockIsNotRun) {
   EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4);
 }
 
-// llama.cpp's converter writes Qwen2.5-VL and Qwen3-VL as qwen2vl and qwen3vl: qwen2's and qwen3's keys and tensors
-// under those names, with rope.dimension_sections (and Qwen3-VL's n_deepstack_layers). On text those run as qwen2
-// and qwen3 (every section at the same position, DeepStack's inputs zero), so the files give transformers' logits.
+// llama.cpp's converter writes Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE as qwen2vl, qwen3vl and qwen3vlmoe: qwen2's,
+// qwen3's and qwen3moe's keys and tensors under those names, with rope.dimension_sections (and Qwen3-VL's
+// n_deepstack_layers). On text those run as the text models (every section at the same position, DeepStack's inputs
+// zero), so the files give transformers' logits, and go out again as the text architectures.
 TEST(ArchitectureFixtureQwenVl, GgufQwen2VlAndQwen3VlRunTheirLanguageModels) {
   testing_util::ScratchDir dir("lowbit-arch-qwen-vl");
   for (const auto& [fixture, text_arch, vl_arch] :
-       {std::tuple{"qwen2_5_vl", "qwen2", "qwen2vl"}, std::tuple{"qwen3_vl", "qwen3", "qwen3vl"}}) {
+       {std::tuple{"qwen2_5_vl", "qwen2", "qwen2vl"}, std::tuple{"qwen3_vl", "qwen3", "qwen3vl"},
+        std::tuple{"qwen3_vl_moe", "qwen3moe", "qwen3vlmoe"}}) {
     const fs::path folder = kFixtures / fixture;
     GgufExportOptions options;
     options.type = "F32";
@@ -387,7 +390,7 @@ TEST(ArchitectureFixtureQwenVl, GgufQwen2VlAndQwen3VlRunTheirLanguageModels) {
       else writer.Set(kv.key, kv.value);
     }
     writer.Set(std::string(vl_arch) + ".rope.dimension_sections", GgufArray{std::vector<int32_t>{2, 1, 1, 0}});
-    if (vl_arch == std::string("qwen3vl")) writer.Set("qwen3vl.n_deepstack_layers", uint32_t{1});
+    if (vl_arch != std::string("qwen2vl")) writer.Set(std::string(vl_arch) + ".n_deepstack_layers", uint32_t{1});
     for (const GgufTensorInfo& t : text.tensors()) writer.DeclareTensor(t.name, t.dims);
     for (const GgufTensorInfo& t : text.tensors()) writer.WriteTensor(t.name, t.ggml_type, t.data);
     writer.Commit();
@@ -397,6 +400,38 @@ TEST(ArchitectureFixtureQwenVl, GgufQwen2VlAndQwen3VlRunTheirLanguageModels) {
     StreamedModel again = OpenModel(vl_path);  // out again as the text model
     EXPECT_EQ(ExportGguf(again, dir / "again.gguf", options).architecture, text_arch);
   }
+}
+
+// Qwen3-VL-MoE's experts as the Hub stores them (x W: gate_up_proj [E, hidden, 2 x ffn], down_proj [E, ffn, hidden])
+// and as transformers 5 saves them (Linear weights, the fixture's [E, 2 x ffn, hidden] and [E, hidden, ffn]) give the
+// same model.
+TEST(ArchitectureFixtureQwenVl, Qwen3VlMoeExpertsInBothLayouts) {
+  testing_util::ScratchDir dir("lowbit-arch-qwen3-vl-moe");
+  const fs::path folder = kFixtures / "qwen3_vl_moe";
+  const SafetensorsFile st = SafetensorsFile::Open(folder / "model.safetensors");
+  std::vector<TensorToWrite> tensors;
+  std::deque<std::vector<std::byte>> transposed;
+  for (const TensorView& t : st.tensors()) {
+    if (!t.name.ends_with("mlp.experts.gate_up_proj") && !t.name.ends_with("mlp.experts.down_proj")) {
+      tensors.push_back({t.name, t.dtype, t.shape, t.data});
+      continue;
+    }
+    ASSERT_EQ(t.dtype, DType::kBF16);
+    const uint64_t experts = t.shape[0], rows = t.shape[1], cols = t.shape[2], size = 2;
+    std::vector<std::byte>& out = transposed.emplace_back(t.data.size());
+    for (uint64_t e = 0; e < experts; ++e)
+      for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t k = 0; k < cols; ++k)
+          std::memcpy(&out[((e * cols + k) * rows + r) * size], &t.data[((e * rows + r) * cols + k) * size], size);
+    tensors.push_back({t.name, t.dtype, {experts, cols, rows}, out});
+  }
+  const fs::path hub = dir / "hub";
+  fs::create_directories(hub);
+  WriteSafetensors(hub / "model.safetensors", tensors);
+  fs::copy_file(folder / "config.json", hub / "config.json");
+  const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
+  EXPECT_LT(RelativeError(LoadModel(hub.string()), reference), 1e-4);
+  EXPECT_LT(RelativeError(LoadModel(folder.string()), reference), 1e-4);
 }
 
 // An F32 GGUF export of `s` is refused with a message holding `needles`, and leaves no file.
@@ -516,7 +551,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "deepseek_v3", "gpt_oss", "granite", "smollm3",
                                                                         "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe",
                                                                         "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
-                                                                        "cohere2", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl"));
+                                                                        "cohere2", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"));
 
 }  // namespace
 }  // namespace lowbit

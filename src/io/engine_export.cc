@@ -377,9 +377,9 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   Model& model = s.model;
   const ModelConfig& c = model.config;
   const fs::path dest = CheckpointDestination(out_dir);
-  // Llama 4's engines load quantized experts one linear each (transformers' SequentialLlama4TextExperts, vLLM's
-  // llama4 loader), as lowbit writes them.
-  if (HasStackedExperts(c) && c.architecture != "Llama4ForCausalLM")
+  // Llama 4's and Qwen3-MoE's engines load quantized experts one linear each (transformers' compressed-tensors
+  // loaders, vLLM's), as lowbit writes them; GPT-OSS's load them stacked.
+  if (c.architecture == "GptOssForCausalLM")
     Fail("{}: {}'s engines load its experts as stacked tensors (mlp.experts.gate_up_proj ...), which lowbit does not "
          "write yet; a lowbit folder (quantize) or lowbit itself runs it", model.source, c.architecture);
   CheckQuantizedModelTarget(c, dest, source_dir);

@@ -36,7 +36,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   // llama.cpp runs Qwen2/3 and Gemma 1/2/3 with NEOX (rotate-half) RoPE and no permutation; everything
   // lowbit reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
   const std::string& a = c.architecture;
-  // qwen2vl / qwen3vl files go out as the text models they are (lowbit writes no multimodal RoPE sections).
+  // qwen2vl / qwen3vl / qwen3vlmoe files go out as the text models they are (lowbit writes no multimodal RoPE sections).
   if (a == "Qwen2ForCausalLM" || a == "gguf:qwen2" || a == "gguf:qwen2vl") return {"qwen2", false};
   if (a == "Qwen3ForCausalLM" || a == "gguf:qwen3" || a == "gguf:qwen3vl") return {"qwen3", false};
   if (a == "GemmaForCausalLM" || a == "gguf:gemma") return {"gemma", false};
@@ -44,7 +44,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Gemma3ForCausalLM" || a == "gguf:gemma3") return {"gemma3", false};
   if (a == "Phi3ForCausalLM" || a == "gguf:phi3") return {"phi3", false};
   if (a == "Qwen2MoeForCausalLM" || a == "gguf:qwen2moe") return {"qwen2moe", false};
-  if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe") return {"qwen3moe", false};
+  if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe" || a == "gguf:qwen3vlmoe") return {"qwen3moe", false};
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "Olmo2ForCausalLM" || a == "Olmo3ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};

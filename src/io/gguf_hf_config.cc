@@ -133,6 +133,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"qwen3", "Qwen3ForCausalLM", "qwen3"},
                                          {"qwen2vl", "Qwen2ForCausalLM", "qwen2"},  // the language model, on text
                                          {"qwen3vl", "Qwen3ForCausalLM", "qwen3"},
+                                         {"qwen3vlmoe", "Qwen3MoeForCausalLM", "qwen3_moe"},
                                          {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
                                          {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
                                          {"gemma", "GemmaForCausalLM", "gemma"},

@@ -28,7 +28,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
-    "qwen2vl", "qwen3vl"};
+    "qwen2vl", "qwen3vl", "qwen3vlmoe"};
 
 
 
@@ -515,7 +515,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe", deepseek = arch == "deepseek2",
+  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe" || arch == "qwen3vlmoe", deepseek = arch == "deepseek2",
              gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5" || arch == "ernie4_5-moe", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
@@ -601,11 +601,12 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;  // (command-r, cohere2: ReadCohereKeys)
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr || f.FindTensor("blk.0.attn_qkv.bias") != nullptr;
   c.o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
-  // qwen2vl and qwen3vl (Qwen2-VL / 2.5-VL, Qwen3-VL): qwen2 and qwen3 whose multimodal RoPE (rope.dimension_sections)
+  // qwen2vl, qwen3vl and qwen3vlmoe (Qwen2-VL / 2.5-VL, Qwen3-VL): qwen2, qwen3 and qwen3moe whose multimodal RoPE (rope.dimension_sections)
   // is NEOX RoPE on text, where every section takes the same position; Qwen3-VL's DeepStack inputs are zero there.
   if ((arch == "qwen2" || arch == "qwen2vl") && !c.qkv_bias)
     Fail("{}: a {} model without 'blk.0.attn_q.bias'", source, arch);
-  c.qk_norm = arch == "qwen3" || arch == "qwen3vl" || arch == "qwen3moe" || arch == "gemma3" || olmo2;
+  c.qk_norm = arch == "qwen3" || arch == "qwen3vl" || arch == "qwen3moe" || arch == "qwen3vlmoe" || arch == "gemma3" ||
+              olmo2;
   if (olmo2) {  // models/olmo2.cpp: norms on the attention and MLP outputs only, q and k normed whole
     c.pre_norms = false;
     c.sandwich_norms = c.qk_norm_full = true;

@@ -162,7 +162,7 @@ class HfTensors {
         linear(p + f.name, whole.rows, whole.cols, whole.bias);
       }
       if (stacked)
-        for (auto& [name, shape] : StackedExpertShapes(c, p, StackedExpertsMxfp4(model_, c, p))) dense[name] = shape;
+        for (auto& [name, shape] : StackedExpertShapes(c, p, StackedExpertsLayout(model_, c, p))) dense[name] = shape;
     }
     if (!c.tie_embeddings && HasLinear(lm_head)) linear(lm_head, c.vocab_size, c.dim, false);
     if (c.tie_embeddings && quantized_.Has(lm_head))

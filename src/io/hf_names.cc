@@ -101,7 +101,10 @@ bool HasFusedGateUp(const ModelConfig& c) {
   return c.architecture == "Phi3ForCausalLM" || c.architecture == "GlmForCausalLM" || IsGlm4(c);
 }
 
-bool HasStackedExperts(const ModelConfig& c) { return IsGptOss(c) || IsLlama4(c); }
+// Qwen3-MoE's: Qwen3-VL-MoE's language model (a Qwen3-MoE checkpoint stores one linear per expert).
+bool HasStackedExperts(const ModelConfig& c) {
+  return IsGptOss(c) || IsLlama4(c) || c.architecture == "Qwen3MoeForCausalLM";
+}
 
 std::string HfExpertsPrefix(const ModelConfig& c) { return IsLlama4(c) ? "feed_forward.experts." : "mlp.experts."; }
 

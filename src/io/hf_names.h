@@ -47,7 +47,7 @@ std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> app
 bool HasFusedQkv(const ModelConfig& c);
 bool HasFusedGateUp(const ModelConfig& c);
 
-// GPT-OSS and Llama 4 store each layer's experts as stacked tensors (io/stacked_experts.h), not one linear per
+// GPT-OSS, Llama 4 and Qwen3-VL-MoE store each layer's experts as stacked tensors (io/stacked_experts.h), not one linear per
 // expert, under HfExpertsPrefix ("mlp.experts.", Llama 4's "feed_forward.experts.").
 bool HasStackedExperts(const ModelConfig& c);
 std::string HfExpertsPrefix(const ModelConfig& c);

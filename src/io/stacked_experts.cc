@@ -14,7 +14,7 @@ namespace {
 
 constexpr uint64_t kMxGroup = 32;  // MXFP4: inputs per E8M0 scale; 16 bytes of codes
 
-// GPT-OSS interleaves gate and up along the stack's outputs; Llama 4 puts gate's first.
+// GPT-OSS interleaves gate and up along the stack's outputs; Llama 4 and Qwen3-VL-MoE put gate's first.
 bool Interleaved(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
 
 // The shard holding tensor `name`, for messages.
@@ -50,12 +50,17 @@ QuantizedTensor Mxfp4Rows(const SafetensorsModel& st, const std::string& name, u
 
 }  // namespace
 
-bool StackedExpertsMxfp4(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix) {
-  return st.Find(prefix + HfExpertsPrefix(c) + "gate_up_proj_blocks") != nullptr;
+StackedLayout StackedExpertsLayout(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix) {
+  const std::string p = prefix + HfExpertsPrefix(c);
+  // Linear weights: gate_up_proj [E, 2 ffn, dim] (Qwen3-VL-MoE as transformers 5 saves it; the Hub's are x W's).
+  const TensorView* t = st.Find(p + "gate_up_proj");
+  const uint64_t dim = c.dim, outputs = 2 * uint64_t{c.expert_ffn_dim};
+  return {.mxfp4 = st.Find(p + "gate_up_proj_blocks") != nullptr,
+          .outputs_first = t && dim != outputs && t->shape == std::vector<uint64_t>{c.n_experts, outputs, dim}};
 }
 
 std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConfig& c, const std::string& prefix,
-                                                                  bool mxfp4) {
+                                                                  StackedLayout layout) {
   const uint64_t e = c.n_experts, dim = c.dim, ffn = c.expert_ffn_dim;
   const std::string p = prefix + HfExpertsPrefix(c);
   std::map<std::string, std::vector<uint64_t>> shapes;
@@ -63,11 +68,14 @@ std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConf
     shapes[p + "gate_up_proj_bias"] = {e, 2 * ffn};
     shapes[p + "down_proj_bias"] = {e, dim};
   }
-  if (mxfp4) {
+  if (layout.mxfp4) {
     shapes[p + "gate_up_proj_blocks"] = {e, 2 * ffn, dim / kMxGroup, 16};
     shapes[p + "gate_up_proj_scales"] = {e, 2 * ffn, dim / kMxGroup};
     shapes[p + "down_proj_blocks"] = {e, dim, ffn / kMxGroup, 16};
     shapes[p + "down_proj_scales"] = {e, dim, ffn / kMxGroup};
+  } else if (layout.outputs_first) {
+    shapes[p + "gate_up_proj"] = {e, 2 * ffn, dim};
+    shapes[p + "down_proj"] = {e, dim, ffn};
   } else {
     shapes[p + "gate_up_proj"] = {e, dim, 2 * ffn};
     shapes[p + "down_proj"] = {e, ffn, dim};
@@ -79,7 +87,8 @@ std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::st
                                        const std::function<std::vector<float>(const std::string&, uint64_t)>& vector) {
   const uint64_t n = c.n_experts, dim = c.dim, ffn = c.expert_ffn_dim;
   const std::string p = prefix + HfExpertsPrefix(c);
-  const bool mxfp4 = StackedExpertsMxfp4(st, c, prefix);
+  const StackedLayout layout = StackedExpertsLayout(st, c, prefix);
+  const bool mxfp4 = layout.mxfp4;
   if (mxfp4 && (dim % kMxGroup != 0 || ffn % kMxGroup != 0))
     Fail("{}: tensor '{}gate_up_proj_blocks': MXFP4 experts need hidden_size ({}) and intermediate_size ({}) in whole "
          "groups of {}", st.path().string(), p, dim, ffn, kMxGroup);
@@ -92,8 +101,11 @@ std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::st
     gate_up = vector(p + "gate_up_proj", n * dim * 2 * ffn);
     down = vector(p + "down_proj", n * ffn * dim);
   }
-  // Where gate's row j and up's row j are among the stack's 2 ffn outputs.
-  const bool interleaved = Interleaved(c);
+  // Where gate's row j and up's row j are among the stack's 2 ffn outputs, and where output o's input i is.
+  const bool interleaved = Interleaved(c), outputs_first = layout.outputs_first;
+  const auto at = [outputs_first](uint64_t o, uint64_t i, uint64_t outputs, uint64_t inputs) {
+    return outputs_first ? o * inputs + i : i * outputs + o;
+  };
   const auto gate_at = [&](uint64_t j) { return interleaved ? 2 * j : j; };
   const auto up_at = [&](uint64_t j) { return interleaved ? 2 * j + 1 : ffn + j; };
   std::vector<Expert> experts(n);
@@ -108,12 +120,12 @@ std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::st
       const float* gu = &gate_up[e * dim * 2 * ffn];
       for (uint64_t i = 0; i < dim; ++i)
         for (uint64_t j = 0; j < ffn; ++j) {
-          gate.values[j * dim + i] = gu[i * 2 * ffn + gate_at(j)];
-          up.values[j * dim + i] = gu[i * 2 * ffn + up_at(j)];
+          gate.values[j * dim + i] = gu[at(gate_at(j), i, 2 * ffn, dim)];
+          up.values[j * dim + i] = gu[at(up_at(j), i, 2 * ffn, dim)];
         }
       const float* dn = &down[e * ffn * dim];
       for (uint64_t j = 0; j < ffn; ++j)
-        for (uint64_t o = 0; o < dim; ++o) d.values[o * ffn + j] = dn[j * dim + o];
+        for (uint64_t o = 0; o < dim; ++o) d.values[o * ffn + j] = dn[at(o, j, dim, ffn)];
       x.gate.weight = std::move(gate);
       x.up.weight = std::move(up);
       x.down.weight = std::move(d);

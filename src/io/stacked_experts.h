@@ -5,6 +5,8 @@
 //                                                    feed_forward.experts.: column j gate's, ffn + j up's)
 //   mlp.experts.gate_up_proj_bias  [E, 2 ffn]       interleaved the same way
 //   mlp.experts.down_proj          [E, ffn, dim]    x W
+//
+// (Qwen3-VL-MoE as transformers 5 saves it: both as Linear weights, [E, 2 ffn, dim] gate first and [E, dim, ffn].)
 //   mlp.experts.down_proj_bias     [E, dim]         (the biases GPT-OSS's alone)
 //
 // or, as openai/gpt-oss checkpoints ship them (quantization_config.quant_method "mxfp4"), the two
@@ -29,12 +31,18 @@
 
 namespace lowbit {
 
-// Whether block `prefix` ("model.layers.N.") of `st` stores its experts as MXFP4 blocks.
-bool StackedExpertsMxfp4(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix);
+// How a block stores its stacks: as MXFP4 blocks, and (dense) as Linear weights [E, outputs, inputs] rather than
+// x W's [E, inputs, outputs].
+struct StackedLayout {
+  bool mxfp4 = false;
+  bool outputs_first = false;
+};
+// The layout of block `prefix` ("model.layers.N.") of `st`.
+StackedLayout StackedExpertsLayout(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix);
 
-// The tensors (names under `prefix`) and shapes a block of config `c` stores, in the form `mxfp4` or not.
+// The tensors (names under `prefix`) and shapes a block of config `c` stores in `layout`.
 std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConfig& c, const std::string& prefix,
-                                                                  bool mxfp4);
+                                                                  StackedLayout layout);
 
 // The experts of block `prefix`. `vector(name, n)` reads a dense tensor of n values as fp32 (checking its
 // count and values); MXFP4 bytes come from `st`, their scales checked (no NaN byte).

@@ -212,13 +212,15 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json);
 ModelConfig HfConfigFromJson(const nlohmann::json& config, const std::string& source);
 
 // Image-text checkpoints whose language model lowbit runs on text (their vision tower is not read): the wrapper's
-// architecture, its text model's, the text_config model_type that text model has, and the model_type the
-// language model is written with (one transformers' AutoModelForCausalLM builds).
+// architecture, its text model's, the text_config model_type that text model has, the model_type the language
+// model is written with (one transformers' AutoModelForCausalLM builds), and a boolean field the wrapper's text
+// model always has true where the written architecture's default is false (nullptr: none).
 struct MultimodalText {
   const char* wrapper;
   const char* text;
   const char* text_model_type;
   const char* written_model_type;
+  const char* implied_true = nullptr;
 };
 inline constexpr MultimodalText kMultimodalTexts[] = {
     {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", "gemma3_text"},  // Gemma 3 4B / 12B / 27B
@@ -227,6 +229,8 @@ inline constexpr MultimodalText kMultimodalTexts[] = {
     {"Qwen2VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_vl_text", "qwen2"},      // Qwen2-VL
     {"Qwen2_5_VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_5_vl_text", "qwen2"},  // Qwen2.5-VL
     {"Qwen3VLForConditionalGeneration", "Qwen3ForCausalLM", "qwen3_vl_text", "qwen3"},      // Qwen3-VL (dense)
+    // Qwen3-VL-MoE (30B-A3B, 235B-A22B): its router always renormalizes the chosen experts' weights
+    {"Qwen3VLMoeForConditionalGeneration", "Qwen3MoeForCausalLM", "qwen3_vl_moe_text", "qwen3_moe", "norm_topk_prob"},
 };
 inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
 
@@ -250,8 +254,8 @@ void DropMrope(Json& rope) {
 
 // The config.json of the language model lowbit runs from `source` (nlohmann::json or ordered_json): for an
 // image-text checkpoint, its text_config (or, in Qwen2-VL's flat Hub configs, the top level without the vision
-// config) as its text model's, with the top level's tie_word_embeddings and dtype when it has none, and multimodal
-// RoPE as the default; any other config unchanged. ReadHfConfig reads it, and the folder writers write it, since
+// config) as its text model's, with the top level's tie_word_embeddings (where it has one) and dtype (where the text
+// has none), and multimodal RoPE as the default; any other config unchanged. ReadHfConfig reads it, and the folder writers write it, since
 // only the language model is written.
 template <class Json>
 Json TextOnlyConfig(Json source) {
@@ -266,10 +270,13 @@ Json TextOnlyConfig(Json source) {
   if (!nested) text.erase("vision_config");
   text["architectures"] = {m->text};
   text["model_type"] = m->written_model_type;
-  for (const char* key : {"tie_word_embeddings", "torch_dtype", "dtype", "transformers_version"})
+  // transformers 5 ties the wrapper's embeddings by its top-level field (a text_config's may be its class default)
+  if (source.contains("tie_word_embeddings")) text["tie_word_embeddings"] = source.at("tie_word_embeddings");
+  for (const char* key : {"torch_dtype", "dtype", "transformers_version"})
     if (!text.contains(key) && source.contains(key)) text[key] = source.at(key);
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (text.contains(key)) DropMrope(text[key]);
+  if (m->implied_true && !text.contains(m->implied_true)) text[m->implied_true] = true;
   return text;
 }
 

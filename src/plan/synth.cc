@@ -40,11 +40,12 @@ std::vector<TensorSpec> TensorsOf(const ModelConfig& c) {
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     for (const HfBlockVector& v : HfBlockVectors(c, l)) t.push_back({p + v.name, v.shape, v.norm ? TensorSpec::kOnes : TensorSpec::kRandom});
-    if (HasStackedExperts(c) && c.moe(l))
-      for (const auto& [name, shape] : StackedExpertShapes(c, p, /*mxfp4=*/false))
+    const bool stacked = c.architecture == "GptOssForCausalLM";  // its checkpoints stack experts; the others need not
+    if (stacked && c.moe(l))
+      for (const auto& [name, shape] : StackedExpertShapes(c, p, StackedLayout{}))
         t.push_back({name, shape, name.ends_with("_bias") ? TensorSpec::kZeros : TensorSpec::kRandom});
     for (const LinearShape& s : BlockLinearShapes(c, l)) {
-      if (HasStackedExperts(c) && s.name.starts_with("mlp.experts.")) continue;
+      if (stacked && s.name.starts_with("mlp.experts.")) continue;
       const std::string name = p + HfLinearName(c, s.name);
       t.push_back({name + ".weight", {s.rows, s.cols}});
       if (s.bias) t.push_back({name + ".bias", {s.rows}, TensorSpec::kZeros});

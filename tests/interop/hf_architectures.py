@@ -225,7 +225,20 @@ MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                                                    out_hidden_size=HIDDEN, patch_size=16, spatial_merge_size=2,
                                                    temporal_patch_size=2, num_position_embeddings=16,
                                                    deepstack_visual_indexes=[0]),
-                                tie_word_embeddings=True))}
+                                tie_word_embeddings=True)),
+              # Qwen3-VL-MoE (30B-A3B, 235B-A22B): Qwen3-MoE's language model (4 experts, top 2, always renormalized)
+              # with its experts stacked (transformers 5 saves them as Linear weights, gate first; the Hub's are x W).
+              "qwen3_vl_moe": ("qwen3_vl_moe", ("qwen3_vl_moe_text", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                                                       moe_intermediate_size=24,
+                                                                       rope_parameters={"rope_type": "default",
+                                                                                        "rope_theta": 5000000.0,
+                                                                                        "mrope_section": [4, 2, 2],
+                                                                                        "mrope_interleaved": True})),
+                               dict(vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
+                                                       out_hidden_size=HIDDEN, patch_size=16, spatial_merge_size=2,
+                                                       temporal_patch_size=2, num_position_embeddings=16,
+                                                       deepstack_visual_indexes=[0]),
+                                    tie_word_embeddings=False))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2", "gpt_oss", "gpt_oss_gguf"}
@@ -248,7 +261,7 @@ GGUF_VARIANTS = {
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
-                      "qwen2_5_vl", "qwen3_vl", *GGUF_VARIANTS]
+                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -301,7 +314,7 @@ def byte_level_tokenizer(folder):
 # bumped, ffn_*_exps quantized as 3-D tensors): lowbit's export of each type against llama_model_quantize on
 # lowbit's F32 file, tensor by tensor. These rows (32 and 24 wide) are too short for K-quants, so the mixes
 # also exercise llama-quantize's fallbacks.
-MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "ernie4_5_moe", *GGUF_VARIANTS}
+MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "ernie4_5_moe", "qwen3_vl_moe", *GGUF_VARIANTS}
 MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "MXFP4_MOE": 38}
 MOE_IMATRIX_TYPES = {"Q4_0", "Q4_K_M"}  # also with lowbit's imatrix, in both tools
 
@@ -355,6 +368,12 @@ def expert_weight(source, name, layer, e, proj):
             return source[p + "down_proj"][e].T
         half = source[p + "gate_up_proj"].shape[-1] // 2
         return source[p + "gate_up_proj"][e][:, :half].T if proj == "gate" else source[p + "gate_up_proj"][e][:, half:].T
+    if name == "qwen3_vl_moe":  # stacked Linear weights, gate's outputs first
+        p = f"model.language_model.layers.{layer}.mlp.experts."
+        if proj == "down":
+            return source[p + "down_proj"][e]
+        half = source[p + "gate_up_proj"].shape[1] // 2
+        return source[p + "gate_up_proj"][e][:half] if proj == "gate" else source[p + "gate_up_proj"][e][half:]
     if name == "mixtral":
         return source[f"model.layers.{layer}.block_sparse_moe.experts.{e}.{dict(gate='w1', up='w3', down='w2')[proj]}.weight"]
     return source[f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight"]
@@ -412,7 +431,7 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl")]
+                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")]
 KL_CTX, KL_TOP_K = 32, 32
 
 
