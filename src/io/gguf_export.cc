@@ -614,6 +614,8 @@ class TensorEncoder {
 
 }  // namespace
 
+std::string GgufArchitectureOf(const ModelConfig& c) { return ArchitectureOf(c).name; }
+
 GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_path, const GgufExportOptions& options) {
   const Model& m = s.model;
   const ModelConfig& c = m.config;

@@ -63,6 +63,10 @@ struct GgufExportResult {
   double bits_per_weight() const { return weights ? 8.0 * static_cast<double>(file_bytes) / static_cast<double>(weights) : 0; }
 };
 
+// The general.architecture a GGUF export of config `c` writes ("llama", "qwen2", "phi3", ...); Error for an
+// architecture lowbit does not export.
+std::string GgufArchitectureOf(const ModelConfig& c);
+
 // Consumes `model`: the embeddings and the output matrix are freed once written (not when
 // calibrating), and read_layer's blocks are dropped one by one.
 GgufExportResult ExportGguf(StreamedModel& model, const std::filesystem::path& out, const GgufExportOptions& options);

@@ -7,6 +7,8 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "io/gguf_export.h"
+#include "io/gguf_model.h"
 #include "io/imatrix.h"
 #include "model/importance.h"
 #include "pipeline/session.h"
@@ -40,15 +42,13 @@ ImatrixEntry ExpertsEntry(const std::vector<ColumnSquares>& units, size_t first,
 
 // The GGUF tensors each input feeds, named as llama.cpp's converter names them for this model (gguf_export.cc):
 // attn_q/k/v (Phi-3: attn_qkv) or latent attention's attn_q_a (attn_q) with attn_kv_a_mqa and attn_q_b;
-// attn_output; ffn_gate/up/down (Phi-3, GLM-4: ffn_up holds gate and up), or the router ffn_gate_inp (and
+// attn_output; ffn_gate/up/down (Phi-3, GLM-4, GLM: ffn_up holds gate and up, GgufFusesGateUp), or the router ffn_gate_inp (and
 // ffn_gate_inp_shexp), ffn_*_shexp and ffn_*_exps. kv_b's input has no entry: in GGUF kv_b is split into
 // attn_k_b and attn_v_b, which read each head's nope query and its latent attention output (one matrix per
 // head, one count, as llama-imatrix's 3-d mul_mat).
 Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& squares) {
-  const std::string& a = c.architecture;
-  const bool phi3 = a == "Phi3ForCausalLM" || a == "gguf:phi3";
-  const bool fused_gate_up = phi3 || a == "GlmForCausalLM" || a == "Glm4ForCausalLM" || a == "gguf:chatglm" ||
-                             a == "gguf:glm4";
+  const std::string arch = GgufArchitectureOf(c);
+  const bool phi3 = arch == "phi3", fused_gate_up = GgufFusesGateUp(arch);
   Entries entries;
   for (size_t l = 0; l < squares.size(); ++l) {
     const LayerImportance& li = squares[l];
