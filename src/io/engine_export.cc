@@ -378,10 +378,10 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   const ModelConfig& c = model.config;
   const fs::path dest = CheckpointDestination(out_dir);
   // Llama 4's and Qwen3-MoE's engines load quantized experts one linear each (transformers' compressed-tensors
-  // loaders, vLLM's), as lowbit writes them; GPT-OSS's load them stacked.
-  if (c.architecture == "GptOssForCausalLM")
-    Fail("{}: {}'s engines load its experts as stacked tensors (mlp.experts.gate_up_proj ...), which lowbit does not "
-         "write yet; a lowbit folder (quantize) or lowbit itself runs it", model.source, c.architecture);
+  // loaders, vLLM's), as lowbit writes them; GPT-OSS's and Granite MoE's load them stacked.
+  if (c.architecture == "GptOssForCausalLM" || IsGraniteMoe(c))
+    Fail("{}: {}'s engines load its experts as stacked tensors ({}...), which lowbit does not write yet; a lowbit "
+         "folder (quantize) or lowbit itself runs it", model.source, c.architecture, HfExpertsPrefix(c));
   CheckQuantizedModelTarget(c, dest, source_dir);
   if (o.gptq_v2 && o.format != EngineFormat::kGptq) Fail("gptq_v2 zero points apply to --to gptq only");
   if (o.scheme) CheckEngineScheme(o.format, *o.scheme, fmt::format("--scheme {}", o.scheme->ToString()));

@@ -76,6 +76,8 @@ std::vector<FusedProjection> FusedProjections(const ModelConfig& c, size_t layer
   std::vector<FusedProjection> out;
   if (HasFusedQkv(c)) out.push_back({"self_attn.qkv_proj", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}});
   if (HasFusedGateUp(c) && !c.moe(layer)) out.push_back({"mlp.gate_up_proj", {"mlp.gate_proj", "mlp.up_proj"}});
+  if (HasFusedSharedGateUp(c) && c.moe(layer) && c.shared_expert_ffn_dim > 0)
+    out.push_back({"shared_mlp.input_linear", {"mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj"}});
   return out;
 }
 

@@ -63,6 +63,8 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Ernie4_5_MoeForCausalLM" || a == "gguf:ernie4_5-moe") return {"ernie4_5-moe", c.rope_style == RopeStyle::kHalf};
   // Granite and SmolLM3 run llama.cpp's adjacent pairs, as llama does.
   if (a == "GraniteForCausalLM" || a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
+  if (a == "GraniteMoeForCausalLM" || a == "GraniteMoeSharedForCausalLM" || a == "gguf:granitemoe")
+    return {"granitemoe", c.rope_style == RopeStyle::kHalf};
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   // Llama 4's checkpoints rotate adjacent pairs (NORM RoPE in llama.cpp): nothing to permute.
   if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};
@@ -185,9 +187,9 @@ void CheckErnieMoeExportable(const ModelConfig& c, const std::string& source) {
     Fail("{}: llama.cpp's ernie4_5-moe renormalizes softmax scores without groups, its shared expert ungated", source);
 }
 
-// What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp): every layer
-// sparse, top-k weights renormalized in llama (Mixtral) and qwen3moe and never in qwen2moe, a shared
-// expert in qwen2moe only.
+// What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp, granite.cpp): every layer
+// sparse, top-k weights renormalized in llama (Mixtral), qwen3moe and granitemoe and never in qwen2moe, a shared
+// expert in qwen2moe (gated) and granitemoe (ungated) only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
   if (arch.name == "ernie4_5-moe") return CheckErnieMoeExportable(c, source);
   if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss" || arch.name == "glm4moe" ||
@@ -200,8 +202,14 @@ void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const st
   if (c.norm_expert_weights != norm)
     Fail("{}: llama.cpp's {} {} the chosen experts' weights, but this model's norm_topk_prob is {}", source,
          arch.name, norm ? "always renormalizes" : "never renormalizes", c.norm_expert_weights);
-  if ((c.shared_expert_ffn_dim > 0) != (arch.name == "qwen2moe"))
-    Fail("{}: a shared expert is exported for qwen2moe only", source);
+  // qwen2moe's shared expert (always there) is gated, granitemoe's (where its width is given) is not
+  if (c.shared_expert_ffn_dim > 0 ? !(arch.name == "qwen2moe" && c.shared_expert_gated) &&
+                                        !(arch.name == "granitemoe" && !c.shared_expert_gated)
+                                  : arch.name == "qwen2moe")
+    Fail("{}: a shared expert is exported for qwen2moe (gated) and granitemoe (ungated) only", source);
+  if (arch.name == "granitemoe" && c.expert_ffn_dim != c.ffn_dim)
+    Fail("{}: llama.cpp's granitemoe reads its experts' width from feed_forward_length ({}), not {}", source, c.ffn_dim,
+         c.expert_ffn_dim);
 }
 
 // What llama.cpp's Gemma architectures can express; anything else would run as another model there.
@@ -458,11 +466,12 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".attention.value_length", c.head_dim);
   }
   out.Set("general.file_type", file_type);
-  if (a == "llama" || a == "granite" || a == "smollm3" || a == "ernie4_5" || a == "ernie4_5-moe" || a == "llama4") {
+  if (a == "llama" || a == "granite" || a == "granitemoe" || a == "smollm3" || a == "ernie4_5" || a == "ernie4_5-moe" ||
+      a == "llama4") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
   }
-  if (a == "granite") {  // llama.cpp's names for Granite's multipliers (conversion/granite.py)
+  if (a == "granite" || a == "granitemoe") {  // llama.cpp's names for Granite's multipliers (conversion/granite.py)
     out.Set(a + ".logit_scale", c.logit_scale);
     if (c.residual_scale != 1) out.Set(a + ".residual_scale", c.residual_scale);
     if (c.embed_scale != 1) out.Set(a + ".embedding_scale", c.embed_scale);

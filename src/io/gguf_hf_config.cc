@@ -142,6 +142,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"phi3", "Phi3ForCausalLM", "phi3"},
                                          {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
                                          {"granite", "GraniteForCausalLM", "granite"},
+                                         // GraniteMoeSharedForCausalLM where the file has a shared expert
+                                         {"granitemoe", "GraniteMoeForCausalLM", "granitemoe"},
                                          {"smollm3", "SmolLM3ForCausalLM", "smollm3"},
                                          {"olmo2", "Olmo2ForCausalLM", "olmo2"},
                                          {"ernie4_5", "Ernie4_5ForCausalLM", "ernie4_5"},
@@ -168,8 +170,13 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
              deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe";
   const bool olmo3 = arch == "olmo2" && c.sliding_window > 0;  // llama.cpp runs OLMo 3 as olmo2 with its windows
-  const std::string architecture(mixtral ? "MixtralForCausalLM" : olmo3 ? "Olmo3ForCausalLM" : family->architecture);
-  if ((arch == "llama" || arch == "granite" || arch == "olmo2" || arch == "llama4" || cohere) && c.qkv_bias != c.o_bias)
+  const bool granite_shared = arch == "granitemoe" && c.shared_expert_ffn_dim > 0;
+  const std::string architecture(mixtral          ? "MixtralForCausalLM"
+                                 : olmo3          ? "Olmo3ForCausalLM"
+                                 : granite_shared ? "GraniteMoeSharedForCausalLM"
+                                                  : std::string(family->architecture));
+  if ((arch == "llama" || arch == "granite" || arch == "granitemoe" || arch == "olmo2" || arch == "llama4" || cohere) &&
+      c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",
          source, c.qkv_bias ? "attn_output" : "attn_q", architecture, c.qkv_bias ? "q/k/v" : "o_proj");
   if (olmo3 && c.local_rope_theta > 0)
@@ -185,7 +192,10 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     Fail("{}: {} has no field for this file's {}", source, architecture,
          c.sliding_window ? "sliding window" : "RoPE scaling");
   OrderedJson j = {{"architectures", {architecture}},
-                   {"model_type", mixtral ? "mixtral" : olmo3 ? "olmo3" : std::string(family->model_type)},
+                   {"model_type", mixtral          ? "mixtral"
+                                  : olmo3          ? "olmo3"
+                                  : granite_shared ? "granitemoeshared"
+                                                   : std::string(family->model_type)},
                    {"vocab_size", c.vocab_size},
                    {"hidden_size", c.dim},
                    {"intermediate_size", c.ffn_dim},
@@ -220,9 +230,10 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     j["swiglu_alpha"] = ShortestDecimal(c.swiglu_alpha);
     j["swiglu_limit"] = ShortestDecimal(c.swiglu_limit);
   } else if (moe) {
-    j[arch == "llama" ? "num_local_experts" : "num_experts"] = c.n_experts;
+    j[arch == "llama" || arch == "granitemoe" ? "num_local_experts" : "num_experts"] = c.n_experts;
     j["num_experts_per_tok"] = c.experts_per_token;
-    if (arch != "llama") {
+    if (granite_shared) j["shared_intermediate_size"] = c.shared_expert_ffn_dim;
+    if (arch != "llama" && arch != "granitemoe") {
       j["moe_intermediate_size"] = c.expert_ffn_dim;
       j["norm_topk_prob"] = c.norm_expert_weights;
       j["decoder_sparse_step"] = 1;
@@ -276,7 +287,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     j["no_rope_layers"] = std::move(flags);
     j["use_sliding_window"] = false;
   }
-  if (arch == "granite") {  // transformers' multipliers, each 1 by default (the attention scale too)
+  if (arch == "granite" || arch == "granitemoe") {  // transformers' multipliers, each 1 by default (the attention scale too)
     j["embedding_multiplier"] = ShortestDecimal(c.embed_scale);
     j["attention_multiplier"] = ShortestDecimal(c.attention_scale());
     j["residual_multiplier"] = ShortestDecimal(c.residual_scale);

@@ -28,7 +28,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
-    "qwen2vl", "qwen3vl", "qwen3vlmoe"};
+    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe"};
 
 
 
@@ -291,19 +291,20 @@ void ReadGemmaKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
   c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, gemma2 ? 2 : 6);
 }
 
-// granite (models/granite.cpp): logits divided by logit_scale (required); residual_scale, embedding_scale and
-// attention.scale optional, absent or 0 meaning none (the attention scale then 1 / sqrt(head size)).
-void ReadGraniteKeys(const GgufFile& f, ModelConfig& c) {
-  const auto scale = [&](const char* key, bool required) {
-    const float v = required ? f.GetF32(key) : f.GetF32Or(key, 0.0f);
+// granite and granitemoe (models/granite.cpp, granite-moe.cpp): logits divided by logit_scale (required);
+// residual_scale, embedding_scale and attention.scale optional, absent or 0 meaning none (the attention scale then
+// 1 / sqrt(head size)).
+void ReadGraniteKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) {
+  const auto scale = [&](const std::string& key, bool required) {
+    const float v = required ? f.GetF32(arch + key) : f.GetF32Or(arch + key, 0.0f);
     if (v < 0 || (required && v == 0) || !std::isfinite(v))
-      Fail("{}: key '{}' ({}) must be positive", f.path().string(), key, v);
+      Fail("{}: key '{}{}' ({}) must be positive", f.path().string(), arch, key, v);
     return v;
   };
-  c.logit_scale = scale("granite.logit_scale", true);
-  if (const float v = scale("granite.residual_scale", false); v > 0) c.residual_scale = v;
-  if (const float v = scale("granite.embedding_scale", false); v > 0) c.embed_scale = v;
-  if (const float v = scale("granite.attention.scale", false); v > 0) c.query_scale = v;
+  c.logit_scale = scale(".logit_scale", true);
+  if (const float v = scale(".residual_scale", false); v > 0) c.residual_scale = v;
+  if (const float v = scale(".embedding_scale", false); v > 0) c.embed_scale = v;
+  if (const float v = scale(".attention.scale", false); v > 0) c.query_scale = v;
 }
 
 // command-r and cohere2 (models/command-r.cpp, cohere2.cpp): LayerNorm without a bias, attention and MLP in
@@ -375,10 +376,16 @@ void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) 
   }
   c.experts_per_token = f.GetU32(p + "expert_used_count");
   if (c.experts_per_token == 0) Fail("{}: key '{}expert_used_count' must be positive", source, p);
-  c.expert_ffn_dim = arch == "llama" ? c.ffn_dim
-                                     : f.GetU32Or(p + "expert_feed_forward_length", c.ffn_dim / c.experts_per_token);
+  // granitemoe's experts are feed_forward_length wide too, its shared expert (where present) ungated
+  c.expert_ffn_dim = arch == "llama" || arch == "granitemoe"
+                         ? c.ffn_dim
+                         : f.GetU32Or(p + "expert_feed_forward_length", c.ffn_dim / c.experts_per_token);
   c.norm_expert_weights = arch != "qwen2moe";
   if (arch == "qwen2moe") c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
+  if (arch == "granitemoe") {
+    c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", 0);
+    c.shared_expert_gated = false;
+  }
   if (arch != "ernie4_5-moe") return;
   // models/ernie4-5-moe.cpp: experts in the layers from leading_dense_block_count on, every
   // interleave_moe_layer_step-th; an ungated shared expert of expert_shared_feed_forward_length; exp_probs_b
@@ -516,7 +523,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe" || arch == "qwen3vlmoe", deepseek = arch == "deepseek2",
-             gpt_oss = arch == "gpt-oss", granite = arch == "granite", smollm3 = arch == "smollm3",
+             gpt_oss = arch == "gpt-oss", granite = arch == "granite" || arch == "granitemoe", smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5" || arch == "ernie4_5-moe", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
              exaone4 = arch == "exaone4", llama4 = arch == "llama4";
@@ -524,7 +531,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, fmt::join(kGgufArchitectures, ", "));
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe &&
-      arch != "ernie4_5-moe" && !llama4)
+      arch != "ernie4_5-moe" && !llama4 && arch != "granitemoe")
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -644,12 +651,12 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     if (c.n_experts == 0) Fail("{}: key '{}expert_count' must be positive", source, p);
   }
   if (gemma) ReadGemmaKeys(f, arch, c);
-  if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe") ReadExpertKeys(f, arch, c);
+  if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe" || arch == "granitemoe") ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
   if (deepseek) ReadDeepSeek2Keys(f, c);
   if (gpt_oss) ReadGptOssKeys(f, c);
   if (llama4) ReadLlama4Keys(f, c);
-  if (granite) ReadGraniteKeys(f, c);
+  if (granite) ReadGraniteKeys(f, arch, c);
   if (smollm3) {  // models/smollm3.cpp: every fourth layer without RoPE, a constant (no key)
     c.nope_layers.assign(c.n_layers, 0);
     for (uint32_t i = 0; i < c.n_layers; ++i) c.nope_layers[i] = (i + 1) % kSmolLM3NopeStep == 0;

@@ -11,6 +11,14 @@ bool IsLlama4(const ModelConfig& c) { return c.architecture == "Llama4ForCausalL
 
 }  // namespace
 
+bool IsGraniteMoe(const ModelConfig& c) {
+  return c.architecture == "GraniteMoeForCausalLM" || c.architecture == "GraniteMoeSharedForCausalLM";
+}
+
+namespace {
+
+}  // namespace
+
 uint64_t HfBlockVector::numel() const {
   uint64_t n = 1;
   for (const uint64_t d : shape) n *= d;
@@ -47,10 +55,11 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
   }
   if (c.attention_sinks) v.push_back({"self_attn.sinks", &LayerWeights::attn_sinks, {c.n_heads}, false});
   if (c.moe(layer)) {
-    v.push_back({IsMixtral(c)   ? "block_sparse_moe.gate.weight"
-                 : IsGptOss(c) ? "mlp.router.weight"
-                 : IsLlama4(c) ? "feed_forward.router.weight"
-                               : "mlp.gate.weight",
+    v.push_back({IsMixtral(c)       ? "block_sparse_moe.gate.weight"
+                 : IsGptOss(c)     ? "mlp.router.weight"
+                 : IsLlama4(c)     ? "feed_forward.router.weight"
+                 : IsGraniteMoe(c) ? "block_sparse_moe.router.layer.weight"
+                                   : "mlp.gate.weight",
                  &LayerWeights::router, {c.n_experts, c.dim}, false});
     if (c.router_logit_bias)
       v.push_back({"mlp.router.bias", &LayerWeights::router_logit_bias, {c.n_experts}, false});
@@ -67,6 +76,7 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
 std::string HfLinearName(const ModelConfig& c, const std::string& name) {
   constexpr std::string_view kExperts = "mlp.experts.", kShared = "mlp.shared_experts.", kMlp = "mlp.";
   if (IsLlama4(c) && name.starts_with(kShared)) return "feed_forward.shared_expert." + name.substr(kShared.size());
+  if (IsGraniteMoe(c) && name == "mlp.shared_experts.down_proj") return "shared_mlp.output_linear";
   if (IsLlama4(c) && name.starts_with(kMlp)) return "feed_forward." + name.substr(kMlp.size());
   if (!IsMixtral(c) || !name.starts_with(kExperts)) return name;
   const size_t dot = name.find('.', kExperts.size());
@@ -103,9 +113,13 @@ bool HasFusedGateUp(const ModelConfig& c) {
 
 // Qwen3-MoE's: Qwen3-VL-MoE's language model (a Qwen3-MoE checkpoint stores one linear per expert).
 bool HasStackedExperts(const ModelConfig& c) {
-  return IsGptOss(c) || IsLlama4(c) || c.architecture == "Qwen3MoeForCausalLM";
+  return IsGptOss(c) || IsLlama4(c) || IsGraniteMoe(c) || c.architecture == "Qwen3MoeForCausalLM";
 }
 
-std::string HfExpertsPrefix(const ModelConfig& c) { return IsLlama4(c) ? "feed_forward.experts." : "mlp.experts."; }
+std::string HfExpertsPrefix(const ModelConfig& c) {
+  return IsLlama4(c) ? "feed_forward.experts." : IsGraniteMoe(c) ? "block_sparse_moe." : "mlp.experts.";
+}
+
+bool HasFusedSharedGateUp(const ModelConfig& c) { return IsGraniteMoe(c); }
 
 }  // namespace lowbit

@@ -34,7 +34,8 @@ std::vector<float> VectorFromCheckpoint(const ModelConfig& c, const HfBlockVecto
 
 // The checkpoint name of a block linear (model/weights.h BlockLinears' names): the same, except for
 // Mixtral's experts, stored as block_sparse_moe.experts.E.w1 (gate), w3 (up) and w2 (down), and Llama 4's MLPs,
-// stored under feed_forward. (its shared expert as feed_forward.shared_expert.).
+// stored under feed_forward. (its shared expert as feed_forward.shared_expert.), and Granite MoE's shared expert's
+// down (shared_mlp.output_linear).
 std::string HfLinearName(const ModelConfig& c, const std::string& name);
 
 // An RMSNorm weight as stored in the checkpoint -> as the model multiplies (Gemma stores w for 1 + w),
@@ -47,9 +48,15 @@ std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> app
 bool HasFusedQkv(const ModelConfig& c);
 bool HasFusedGateUp(const ModelConfig& c);
 
-// GPT-OSS, Llama 4 and Qwen3-VL-MoE store each layer's experts as stacked tensors (io/stacked_experts.h), not one linear per
-// expert, under HfExpertsPrefix ("mlp.experts.", Llama 4's "feed_forward.experts.").
+// GPT-OSS, Llama 4, Granite MoE and Qwen3-VL-MoE store each layer's experts as stacked tensors
+// (io/stacked_experts.h), not one linear per expert, under HfExpertsPrefix ("mlp.experts.", Llama 4's
+// "feed_forward.experts.", Granite MoE's "block_sparse_moe.").
 bool HasStackedExperts(const ModelConfig& c);
 std::string HfExpertsPrefix(const ModelConfig& c);
+
+// Granite MoE (GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM); its shared expert's gate and up are one
+// shared_mlp.input_linear (gate first), its down shared_mlp.output_linear.
+bool IsGraniteMoe(const ModelConfig& c);
+bool HasFusedSharedGateUp(const ModelConfig& c);
 
 }  // namespace lowbit

@@ -14,8 +14,12 @@ namespace {
 
 constexpr uint64_t kMxGroup = 32;  // MXFP4: inputs per E8M0 scale; 16 bytes of codes
 
-// GPT-OSS interleaves gate and up along the stack's outputs; Llama 4 and Qwen3-VL-MoE put gate's first.
+// GPT-OSS interleaves gate and up along the stack's outputs; Llama 4, Granite MoE and Qwen3-VL-MoE put gate's first.
 bool Interleaved(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
+
+// The two stacks' names under HfExpertsPrefix: Granite MoE's (JetMoE's parallel experts) or the others'.
+std::string GateUpName(const ModelConfig& c) { return IsGraniteMoe(c) ? "input_linear.weight" : "gate_up_proj"; }
+std::string DownName(const ModelConfig& c) { return IsGraniteMoe(c) ? "output_linear.weight" : "down_proj"; }
 
 // The shard holding tensor `name`, for messages.
 std::string ShardOf(const SafetensorsModel& st, const std::string& name) {
@@ -52,11 +56,13 @@ QuantizedTensor Mxfp4Rows(const SafetensorsModel& st, const std::string& name, u
 
 StackedLayout StackedExpertsLayout(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix) {
   const std::string p = prefix + HfExpertsPrefix(c);
-  // Linear weights: gate_up_proj [E, 2 ffn, dim] (Qwen3-VL-MoE as transformers 5 saves it; the Hub's are x W's).
-  const TensorView* t = st.Find(p + "gate_up_proj");
+  // Linear weights: Granite MoE's always; gate_up_proj [E, 2 ffn, dim] (Qwen3-VL-MoE as transformers 5 saves it; the
+  // Hub's are x W's).
+  const TensorView* t = st.Find(p + GateUpName(c));
   const uint64_t dim = c.dim, outputs = 2 * uint64_t{c.expert_ffn_dim};
   return {.mxfp4 = st.Find(p + "gate_up_proj_blocks") != nullptr,
-          .outputs_first = t && dim != outputs && t->shape == std::vector<uint64_t>{c.n_experts, outputs, dim}};
+          .outputs_first = IsGraniteMoe(c) ||
+                           (t && dim != outputs && t->shape == std::vector<uint64_t>{c.n_experts, outputs, dim})};
 }
 
 std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConfig& c, const std::string& prefix,
@@ -74,11 +80,11 @@ std::map<std::string, std::vector<uint64_t>> StackedExpertShapes(const ModelConf
     shapes[p + "down_proj_blocks"] = {e, dim, ffn / kMxGroup, 16};
     shapes[p + "down_proj_scales"] = {e, dim, ffn / kMxGroup};
   } else if (layout.outputs_first) {
-    shapes[p + "gate_up_proj"] = {e, 2 * ffn, dim};
-    shapes[p + "down_proj"] = {e, dim, ffn};
+    shapes[p + GateUpName(c)] = {e, 2 * ffn, dim};
+    shapes[p + DownName(c)] = {e, dim, ffn};
   } else {
-    shapes[p + "gate_up_proj"] = {e, dim, 2 * ffn};
-    shapes[p + "down_proj"] = {e, ffn, dim};
+    shapes[p + GateUpName(c)] = {e, dim, 2 * ffn};
+    shapes[p + DownName(c)] = {e, ffn, dim};
   }
   return shapes;
 }
@@ -98,8 +104,8 @@ std::vector<Expert> ReadStackedExperts(const SafetensorsModel& st, const std::st
     down_bias = vector(p + "down_proj_bias", n * dim);
   }
   if (!mxfp4) {
-    gate_up = vector(p + "gate_up_proj", n * dim * 2 * ffn);
-    down = vector(p + "down_proj", n * ffn * dim);
+    gate_up = vector(p + GateUpName(c), n * dim * 2 * ffn);
+    down = vector(p + DownName(c), n * ffn * dim);
   }
   // Where gate's row j and up's row j are among the stack's 2 ffn outputs, and where output o's input i is.
   const bool interleaved = Interleaved(c), outputs_first = layout.outputs_first;

@@ -120,7 +120,8 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration, "
     "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
     "Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration (their language models, on text), Llama4ForCausalLM, DeepseekV2ForCausalLM, "
-    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
+    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
+    "GraniteMoeSharedForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
 
@@ -141,6 +142,11 @@ bool IsCohere(const std::string& arch) { return arch == "CohereForCausalLM" || a
 
 // OLMo 2, and OLMo 3: OLMo 2 with sliding layers (every fourth full by default).
 bool IsOlmo(const std::string& arch) { return arch == "Olmo2ForCausalLM" || arch == "Olmo3ForCausalLM"; }
+
+// Granite 3.x, and its mixtures of experts (Granite 3.0 / 3.1 1B-A400M, 3B-A800M; with a shared expert).
+bool IsGranite(const std::string& arch) {
+  return arch == "GraniteForCausalLM" || arch == "GraniteMoeForCausalLM" || arch == "GraniteMoeSharedForCausalLM";
+}
 
 bool IsGemma(const std::string& arch) {
   return arch == "GemmaForCausalLM" || arch == "Gemma2ForCausalLM" || arch == "Gemma3ForCausalLM";
@@ -372,6 +378,18 @@ void ReadGranite(ModelConfig& c, const JsonView& j) {
   c.residual_scale = positive("residual_multiplier");
   c.logit_scale = positive("logits_scaling");
   if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");
+  if (c.architecture == "GraniteForCausalLM") return;
+  // Granite MoE: in every layer num_local_experts experts of intermediate_size (stored stacked), each token's best
+  // num_experts_per_tok by router logit weighted by the softmax over those (renormalized softmax scores); the
+  // shared variant adds an ungated shared expert of shared_intermediate_size.
+  c.n_experts = j.Get<uint32_t>("num_local_experts");
+  c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
+  c.expert_ffn_dim = c.ffn_dim;
+  c.norm_expert_weights = true;
+  if (c.architecture == "GraniteMoeSharedForCausalLM") {
+    c.shared_expert_ffn_dim = j.Get<uint32_t>("shared_intermediate_size", 0);
+    c.shared_expert_gated = false;
+  }
 }
 
 // Cohere (Command R, R+, Aya): LayerNorm without a bias (layer_norm_eps), attention and MLP in parallel on
@@ -606,7 +624,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
       c.architecture != "Glm4MoeForCausalLM" &&
-      c.architecture != "GraniteForCausalLM" && c.architecture != "SmolLM3ForCausalLM" &&
+      !IsGranite(c.architecture) && c.architecture != "SmolLM3ForCausalLM" &&
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
       c.architecture != "Exaone4ForCausalLM" && c.architecture != "SeedOssForCausalLM" &&
       c.architecture != "Ernie4_5_MoeForCausalLM" && c.architecture != "Llama4ForCausalLM" &&
@@ -631,7 +649,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
                j.Get<bool>("attention_bias", IsGlm(c.architecture) || c.architecture == "SeedOssForCausalLM");
   // LlamaAttention's, GraniteAttention's, Olmo2Attention's and CohereAttention's attention_bias covers o_proj
   // too (GPT-OSS's: ReadGptOss).
-  c.o_bias = (c.architecture == "LlamaForCausalLM" || c.architecture == "GraniteForCausalLM" ||
+  c.o_bias = (c.architecture == "LlamaForCausalLM" || IsGranite(c.architecture) ||
               c.architecture == "Llama4ForCausalLM" ||
               IsOlmo(c.architecture) || IsCohere(c.architecture)) &&
              j.Get<bool>("attention_bias", false);
@@ -654,7 +672,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (IsDeepSeek(c.architecture)) ReadDeepSeek(c, j);
   if (c.architecture == "Glm4MoeForCausalLM") ReadGlm4Moe(c, j);
   if (c.architecture == "GptOssForCausalLM") ReadGptOss(c, j);
-  if (c.architecture == "GraniteForCausalLM") ReadGranite(c, j);
+  if (IsGranite(c.architecture)) ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadNoRopeLayers(c, j);
   if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);

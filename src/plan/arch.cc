@@ -43,8 +43,10 @@ ModelArch ArchFromConfig(const ModelConfig& config, std::string name) {
     a.experts_per_token = config.experts_per_token;
     a.expert_ffn = config.expert_ffn_dim;
     // Qwen2-MoE's shared expert is a multiple of the experts' width (Qwen1.5-MoE: 4 x 1408, Qwen2-57B:
-    // 8 x 2560); one that is not is counted as the next whole number of experts, erring on the large side.
+    // 8 x 2560), Granite MoE's need not be: the count rounds up, the width is exact.
     a.shared_experts = (config.shared_expert_ffn_dim + config.expert_ffn_dim - 1) / config.expert_ffn_dim;
+    a.shared_expert_ffn = config.shared_expert_ffn_dim;
+    a.shared_expert_gate = config.shared_expert_ffn_dim > 0 && config.shared_expert_gated;
     // Dense layers (Qwen's mlp_only_layers): the plan needs their number, not where they are.
     for (uint32_t i = 0; i < config.n_layers; ++i) a.dense_layers += config.moe(i) ? 0 : 1;
   }

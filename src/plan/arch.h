@@ -43,6 +43,8 @@ struct ModelArch {
   uint32_t n_experts = 0;
   uint32_t experts_per_token = 0;
   uint32_t shared_experts = 0;
+  uint32_t shared_expert_ffn = 0;  // the shared experts' whole width when not shared_experts x expert_ffn (0)
+  bool shared_expert_gate = false;  // Qwen2-MoE: a sigmoid gate vector on the shared expert
   uint32_t expert_ffn = 0;
   uint32_t dense_layers = 0;
 

@@ -84,7 +84,9 @@ ModelSpec SpecFromArch(const ModelArch& a) {
   add("mlp.down_proj", TensorRole::kLinear, h, a.ffn, dense_layers, dense_layers);
   uint64_t mlp_width = dense_layers > 0 ? a.ffn : 0;
   if (moe_layers > 0) {
-    const uint64_t e = a.n_experts, k = a.experts_per_token, shared = a.shared_experts, f = a.expert_ffn;
+    const uint64_t e = a.n_experts, k = a.experts_per_token, f = a.expert_ffn;
+    // The shared experts as one MLP of their whole width.
+    const uint64_t shared = a.shared_experts > 0 ? 1 : 0, sf = a.shared_expert_ffn ? a.shared_expert_ffn : a.shared_experts * f;
     if (k == 0 || k > e || f == 0) Fail("model '{}': invalid mixture-of-experts shape", a.name);
     s.moe_layers = static_cast<uint32_t>(moe_layers);
     s.n_experts = a.n_experts;
@@ -93,15 +95,16 @@ ModelSpec SpecFromArch(const ModelArch& a) {
     add("mlp.experts.gate_proj", TensorRole::kRoutedExpert, f, h, moe_layers * e, moe_layers * k);
     add("mlp.experts.up_proj", TensorRole::kRoutedExpert, f, h, moe_layers * e, moe_layers * k);
     add("mlp.experts.down_proj", TensorRole::kRoutedExpert, h, f, moe_layers * e, moe_layers * k);
-    add("mlp.shared_experts.gate_proj", TensorRole::kLinear, f, h, moe_layers * shared, moe_layers * shared);
-    add("mlp.shared_experts.up_proj", TensorRole::kLinear, f, h, moe_layers * shared, moe_layers * shared);
-    add("mlp.shared_experts.down_proj", TensorRole::kLinear, h, f, moe_layers * shared, moe_layers * shared);
-    mlp_width = std::max(mlp_width, (k + shared) * f);
+    add("mlp.shared_experts.gate_proj", TensorRole::kLinear, sf, h, moe_layers * shared, moe_layers * shared);
+    add("mlp.shared_experts.up_proj", TensorRole::kLinear, sf, h, moe_layers * shared, moe_layers * shared);
+    add("mlp.shared_experts.down_proj", TensorRole::kLinear, h, sf, moe_layers * shared, moe_layers * shared);
+    mlp_width = std::max(mlp_width, k * f + shared * sf);
     if (a.expert_bias) {  // the router's logits, each expert's gate/up and down
       s.other_params += moe_layers * (e + e * (2 * f + h));
       s.inactive_other = moe_layers * (e - k) * (2 * f + h);
     }
     if (a.router_bias) s.other_params += moe_layers * e;
+    if (a.shared_expert_gate) s.other_params += moe_layers * h;  // Qwen2-MoE's sigmoid gate on the shared expert
   }
   s.other_params += a.layer_norms * h * L + h;  // the layers' norms, the final norm
   if (a.tied) {

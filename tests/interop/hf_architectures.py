@@ -119,6 +119,17 @@ ARCHITECTURES = {
     "granite": ("granite", dict(rope_theta=10000.0, tie_word_embeddings=True, attention_bias=False,
                                 embedding_multiplier=12.0, attention_multiplier=0.25, residual_multiplier=0.22,
                                 logits_scaling=8.0)),
+    # Granite MoE (Granite 3.0 / 3.1 1B-A400M, 3B-A800M): Granite's multipliers over 4 experts stored stacked
+    # (block_sparse_moe.input_linear [E, 2 x ffn, hidden], gate first), the top 2 by router logit weighted by the
+    # softmax over those; the shared variant adds an ungated shared expert (shared_mlp, gate and up fused).
+    "granitemoe": ("granitemoe", dict(rope_theta=10000.0, tie_word_embeddings=True, embedding_multiplier=12.0,
+                                      attention_multiplier=0.25, residual_multiplier=0.22, logits_scaling=8.0,
+                                      num_local_experts=4, num_experts_per_tok=2, intermediate_size=24)),
+    "granitemoeshared": ("granitemoeshared", dict(rope_theta=10000.0, tie_word_embeddings=True,
+                                                  embedding_multiplier=12.0, attention_multiplier=0.25,
+                                                  residual_multiplier=0.22, logits_scaling=8.0, num_local_experts=4,
+                                                  num_experts_per_tok=2, intermediate_size=24,
+                                                  shared_intermediate_size=40)),
     # SmolLM3: a Llama whose every fourth layer takes no RoPE (no_rope_layers), here 4 layers so the last one is.
     "smollm3": ("smollm3", dict(rope_theta=10000.0, tie_word_embeddings=True, num_hidden_layers=4, pad_token_id=0,
                                 no_rope_layers=[1, 1, 1, 0])),
@@ -261,7 +272,7 @@ GGUF_VARIANTS = {
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
-                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", *GGUF_VARIANTS]
+                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -314,7 +325,8 @@ def byte_level_tokenizer(folder):
 # bumped, ffn_*_exps quantized as 3-D tensors): lowbit's export of each type against llama_model_quantize on
 # lowbit's F32 file, tensor by tensor. These rows (32 and 24 wide) are too short for K-quants, so the mixes
 # also exercise llama-quantize's fallbacks.
-MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "ernie4_5_moe", "qwen3_vl_moe", *GGUF_VARIANTS}
+MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "ernie4_5_moe", "qwen3_vl_moe", "granitemoe",
+                  "granitemoeshared", *GGUF_VARIANTS}
 MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "MXFP4_MOE": 38}
 MOE_IMATRIX_TYPES = {"Q4_0", "Q4_K_M"}  # also with lowbit's imatrix, in both tools
 
@@ -374,6 +386,12 @@ def expert_weight(source, name, layer, e, proj):
             return source[p + "down_proj"][e]
         half = source[p + "gate_up_proj"].shape[1] // 2
         return source[p + "gate_up_proj"][e][:half] if proj == "gate" else source[p + "gate_up_proj"][e][half:]
+    if name.startswith("granitemoe"):  # stacked Linear weights, gate's outputs first
+        p = f"model.layers.{layer}.block_sparse_moe."
+        if proj == "down":
+            return source[p + "output_linear.weight"][e]
+        half = source[p + "input_linear.weight"].shape[1] // 2
+        return source[p + "input_linear.weight"][e][:half] if proj == "gate" else source[p + "input_linear.weight"][e][half:]
     if name == "mixtral":
         return source[f"model.layers.{layer}.block_sparse_moe.experts.{e}.{dict(gate='w1', up='w3', down='w2')[proj]}.weight"]
     return source[f"model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight"]
