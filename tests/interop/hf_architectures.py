@@ -125,11 +125,7 @@ ARCHITECTURES = {
     "granitemoe": ("granitemoe", dict(rope_theta=10000.0, tie_word_embeddings=True, embedding_multiplier=12.0,
                                       attention_multiplier=0.25, residual_multiplier=0.22, logits_scaling=8.0,
                                       num_local_experts=4, num_experts_per_tok=2, intermediate_size=24)),
-    "granitemoeshared": ("granitemoeshared", dict(rope_theta=10000.0, tie_word_embeddings=True,
-                                                  embedding_multiplier=12.0, attention_multiplier=0.25,
-                                                  residual_multiplier=0.22, logits_scaling=8.0, num_local_experts=4,
-                                                  num_experts_per_tok=2, intermediate_size=24,
-                                                  shared_intermediate_size=40)),
+
     # SmolLM3: a Llama whose every fourth layer takes no RoPE (no_rope_layers), here 4 layers so the last one is.
     "smollm3": ("smollm3", dict(rope_theta=10000.0, tie_word_embeddings=True, num_hidden_layers=4, pad_token_id=0,
                                 no_rope_layers=[1, 1, 1, 0])),
@@ -194,12 +190,18 @@ ARCHITECTURES = {
                                                     "high_freq_factor": 1.0, "original_max_position_embeddings": 8192,
                                                     "rope_theta": 500000.0})),
 }
+ARCHITECTURES["granitemoeshared"] = ("granitemoeshared", {**ARCHITECTURES["granitemoe"][1], "shared_intermediate_size": 40})
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
 # config is the gemma3 fixture's.
 # Mistral Small 3.1 / 3.2 likewise: a Mistral (head_dim apart from hidden / heads, no window) inside
 # Mistral3ForConditionalGeneration, beside a Pixtral vision tower. Each: the wrapper's model_type, the text
 # model's (model_type, config), the wrapper's other fields.
+# Qwen3-VL's multimodal RoPE (interleaved sections of each head) and a tiny vision encoder with DeepStack.
+QWEN3_VL_ROPE = {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [4, 2, 2], "mrope_interleaved": True}
+QWEN3_VL_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=HIDDEN, patch_size=16,
+                       spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
+                       deepstack_visual_indexes=[0])
 MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                            dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                                    num_attention_heads=2, image_size=28, patch_size=14),
@@ -227,29 +229,14 @@ MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                                                      out_hidden_size=HIDDEN, patch_size=14, spatial_merge_size=2,
                                                      temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0]),
                                   tie_word_embeddings=False)),
-              "qwen3_vl": ("qwen3_vl", ("qwen3_vl_text", dict(head_dim=16,
-                                                               rope_parameters={"rope_type": "default",
-                                                                                "rope_theta": 5000000.0,
-                                                                                "mrope_section": [4, 2, 2],
-                                                                                "mrope_interleaved": True})),
-                           dict(vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
-                                                   out_hidden_size=HIDDEN, patch_size=16, spatial_merge_size=2,
-                                                   temporal_patch_size=2, num_position_embeddings=16,
-                                                   deepstack_visual_indexes=[0]),
-                                tie_word_embeddings=True)),
+              "qwen3_vl": ("qwen3_vl", ("qwen3_vl_text", dict(head_dim=16, rope_parameters=QWEN3_VL_ROPE)),
+                           dict(vision_config=QWEN3_VL_VISION, tie_word_embeddings=True)),
               # Qwen3-VL-MoE (30B-A3B, 235B-A22B): Qwen3-MoE's language model (4 experts, top 2, always renormalized)
               # with its experts stacked (transformers 5 saves them as Linear weights, gate first; the Hub's are x W).
               "qwen3_vl_moe": ("qwen3_vl_moe", ("qwen3_vl_moe_text", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
                                                                        moe_intermediate_size=24,
-                                                                       rope_parameters={"rope_type": "default",
-                                                                                        "rope_theta": 5000000.0,
-                                                                                        "mrope_section": [4, 2, 2],
-                                                                                        "mrope_interleaved": True})),
-                               dict(vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2,
-                                                       out_hidden_size=HIDDEN, patch_size=16, spatial_merge_size=2,
-                                                       temporal_patch_size=2, num_position_embeddings=16,
-                                                       deepstack_visual_indexes=[0]),
-                                    tie_word_embeddings=False))}
+                                                                       rope_parameters=QWEN3_VL_ROPE)),
+                               dict(vision_config=QWEN3_VL_VISION, tie_word_embeddings=False))}
 # PyTorch's SDPA has no soft-capping, and transformers' SDPA path drops it silently: Gemma 2's reference
 # is the eager attention (as Google recommends running it).
 EAGER = {"gemma2", "gpt_oss", "gpt_oss_gguf"}
