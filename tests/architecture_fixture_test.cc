@@ -75,7 +75,8 @@ const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2", 
                                                   "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mistral3mm", "mixtral",
                                                   "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                                                   "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
-                                                  "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared"};
+                                                  "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared",
+                                                  "granite4"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -127,11 +128,15 @@ TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
   EXPECT_TRUE(r["exact"].get<bool>()) << GetParam();
   EXPECT_EQ(dir.Entries().size(), 2u);  // the staging folder is gone
   const Model back = LoadModel((dir / "back").string());
-  // GGUF's llama is Llama's (Mistral cannot be told apart), and gemma3 the language model alone.
+  // GGUF's llama is Llama's (Mistral cannot be told apart), granite also Granite 4.0's without experts, and an
+  // image-text model's file its language model alone.
   const std::string arch = ReadJsonFile(folder / "config.json")["architectures"][0];
   const MultimodalText* mm = FindMultimodalText(arch);
   const std::string text = mm ? mm->text : arch;
-  EXPECT_EQ(back.config.architecture, text == "MistralForCausalLM" ? "LlamaForCausalLM" : text) << GetParam();
+  const std::string back_arch = text == "MistralForCausalLM"            ? "LlamaForCausalLM"
+                                : text == "GraniteMoeHybridForCausalLM" ? "GraniteForCausalLM"
+                                                                        : text;
+  EXPECT_EQ(back.config.architecture, back_arch) << GetParam();
   EXPECT_EQ(back.config.rope_style, ReadHfConfig(folder / "config.json").rope_style) << GetParam();  // the family's
   EXPECT_LT(RelativeError(back, reference), 1e-4) << GetParam();
   if (GetParam() == "llama")
@@ -569,7 +574,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("
                                                                         "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe",
                                                                         "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
                                                                         "cohere2", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe",
-                                                                        "granitemoeshared"));
+                                                                        "granitemoeshared", "granite4"));
 
 }  // namespace
 }  // namespace lowbit

@@ -246,5 +246,31 @@ TEST(ModelConfig, Qwen25VlFlatHubConfig) {
             std::string::npos) << ErrorOf(nested, dir);
 }
 
+// Granite 4.0 (GraniteMoeHybridForCausalLM) runs when every layer is attention, without RoPE unless
+// position_embedding_type says rope; a Mamba-2 layer is refused naming it, as is a config that leaves the layer types
+// to transformers' default (every layer Mamba-2).
+TEST(ModelConfig, Granite4AttentionOnly) {
+  testing_util::ScratchDir dir("lowbit-config");
+  nlohmann::json g = {{"architectures", {"GraniteMoeHybridForCausalLM"}}, {"model_type", "granitemoehybrid"},
+                      {"hidden_size", 2560}, {"intermediate_size", 8192}, {"shared_intermediate_size", 8192},
+                      {"num_attention_heads", 40}, {"num_key_value_heads", 8}, {"num_hidden_layers", 4},
+                      {"vocab_size", 100352}, {"num_local_experts", 0}, {"embedding_multiplier", 12.0},
+                      {"attention_multiplier", 0.015625}, {"residual_multiplier", 0.22}, {"logits_scaling", 10.0},
+                      {"layer_types", {"attention", "attention", "attention", "attention"}},
+                      {"position_embedding_type", "rope"}, {"rope_theta", 10000000.0}, {"tie_word_embeddings", true}};
+  ModelConfig c = Read(g, dir);
+  EXPECT_EQ(c.n_experts, 0u);
+  EXPECT_EQ(c.ffn_dim, 8192u);
+  EXPECT_TRUE(c.nope_layers.empty());
+  g["position_embedding_type"] = "nope";
+  c = Read(g, dir);
+  EXPECT_TRUE(!c.rope(0) && !c.rope(3));
+  g["layer_types"][2] = "mamba";
+  EXPECT_NE(ErrorOf(g, dir).find("layer_types[2]: 'mamba': Mamba-2 layers are not supported"), std::string::npos)
+      << ErrorOf(g, dir);
+  g.erase("layer_types");
+  EXPECT_NE(ErrorOf(g, dir).find("needs its layer_types"), std::string::npos) << ErrorOf(g, dir);
+}
+
 }  // namespace
 }  // namespace lowbit

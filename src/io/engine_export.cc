@@ -379,7 +379,7 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   const fs::path dest = CheckpointDestination(out_dir);
   // Llama 4's and Qwen3-MoE's engines load quantized experts one linear each (transformers' compressed-tensors
   // loaders, vLLM's), as lowbit writes them; GPT-OSS's and Granite MoE's load them stacked.
-  if (c.architecture == "GptOssForCausalLM" || IsGraniteMoe(c))
+  if (c.architecture == "GptOssForCausalLM" || (IsGraniteMoe(c) && c.n_experts > 0))
     Fail("{}: {}'s engines load its experts as stacked tensors ({}...), which lowbit does not write yet; a lowbit "
          "folder (quantize) or lowbit itself runs it", model.source, c.architecture, HfExpertsPrefix(c));
   CheckQuantizedModelTarget(c, dest, source_dir);

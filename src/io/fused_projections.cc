@@ -78,6 +78,8 @@ std::vector<FusedProjection> FusedProjections(const ModelConfig& c, size_t layer
   if (HasFusedGateUp(c) && !c.moe(layer)) out.push_back({"mlp.gate_up_proj", {"mlp.gate_proj", "mlp.up_proj"}});
   if (HasFusedSharedGateUp(c) && c.moe(layer) && c.shared_expert_ffn_dim > 0)
     out.push_back({"shared_mlp.input_linear", {"mlp.shared_experts.gate_proj", "mlp.shared_experts.up_proj"}});
+  if (HasFusedSharedGateUp(c) && !c.moe(layer))
+    out.push_back({"shared_mlp.input_linear", {"mlp.gate_proj", "mlp.up_proj"}});
   return out;
 }
 

@@ -65,6 +65,8 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "GraniteForCausalLM" || a == "gguf:granite") return {"granite", c.rope_style == RopeStyle::kHalf};
   if (a == "GraniteMoeForCausalLM" || a == "GraniteMoeSharedForCausalLM" || a == "gguf:granitemoe")
     return {"granitemoe", c.rope_style == RopeStyle::kHalf};
+  // Granite 4.0 without Mamba-2 layers: granite or granitemoe, as llama.cpp's converter writes it
+  if (a == "GraniteMoeHybridForCausalLM") return {c.n_experts > 0 ? "granitemoe" : "granite", c.rope_style == RopeStyle::kHalf};
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   // Llama 4's checkpoints rotate adjacent pairs (NORM RoPE in llama.cpp): nothing to permute.
   if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};

@@ -12,7 +12,8 @@ bool IsLlama4(const ModelConfig& c) { return c.architecture == "Llama4ForCausalL
 }  // namespace
 
 bool IsGraniteMoe(const ModelConfig& c) {
-  return c.architecture == "GraniteMoeForCausalLM" || c.architecture == "GraniteMoeSharedForCausalLM";
+  return c.architecture == "GraniteMoeForCausalLM" || c.architecture == "GraniteMoeSharedForCausalLM" ||
+         c.architecture == "GraniteMoeHybridForCausalLM";
 }
 
 namespace {
@@ -76,7 +77,8 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
 std::string HfLinearName(const ModelConfig& c, const std::string& name) {
   constexpr std::string_view kExperts = "mlp.experts.", kShared = "mlp.shared_experts.", kMlp = "mlp.";
   if (IsLlama4(c) && name.starts_with(kShared)) return "feed_forward.shared_expert." + name.substr(kShared.size());
-  if (IsGraniteMoe(c) && name == "mlp.shared_experts.down_proj") return "shared_mlp.output_linear";
+  // Granite MoE's shared expert, and Granite 4.0's MLP where it has no experts
+  if (IsGraniteMoe(c) && (name == "mlp.shared_experts.down_proj" || name == "mlp.down_proj")) return "shared_mlp.output_linear";
   if (IsLlama4(c) && name.starts_with(kMlp)) return "feed_forward." + name.substr(kMlp.size());
   if (!IsMixtral(c) || !name.starts_with(kExperts)) return name;
   const size_t dot = name.find('.', kExperts.size());

@@ -54,8 +54,9 @@ bool HasFusedGateUp(const ModelConfig& c);
 bool HasStackedExperts(const ModelConfig& c);
 std::string HfExpertsPrefix(const ModelConfig& c);
 
-// Granite MoE (GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM); its shared expert's gate and up are one
-// shared_mlp.input_linear (gate first), its down shared_mlp.output_linear.
+// Granite MoE (GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, and Granite 4.0's GraniteMoeHybridForCausalLM);
+// its shared expert's (Granite 4.0 without experts: its MLP's) gate and up are one shared_mlp.input_linear (gate
+// first), its down shared_mlp.output_linear.
 bool IsGraniteMoe(const ModelConfig& c);
 bool HasFusedSharedGateUp(const ModelConfig& c);
 

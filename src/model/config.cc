@@ -121,7 +121,8 @@ constexpr const char* kSupported =
     "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
     "Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration (their language models, on text), Llama4ForCausalLM, DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
-    "GraniteMoeSharedForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, "
+    "GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM (attention layers only), SmolLM3ForCausalLM, "
+    "Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
 
@@ -144,8 +145,10 @@ bool IsCohere(const std::string& arch) { return arch == "CohereForCausalLM" || a
 bool IsOlmo(const std::string& arch) { return arch == "Olmo2ForCausalLM" || arch == "Olmo3ForCausalLM"; }
 
 // Granite 3.x, and its mixtures of experts (Granite 3.0 / 3.1 1B-A400M, 3B-A800M; with a shared expert).
+// Granite 4.0's GraniteMoeHybridForCausalLM runs here when every layer is attention (Granite 4.0 Micro).
 bool IsGranite(const std::string& arch) {
-  return arch == "GraniteForCausalLM" || arch == "GraniteMoeForCausalLM" || arch == "GraniteMoeSharedForCausalLM";
+  return arch == "GraniteForCausalLM" || arch == "GraniteMoeForCausalLM" || arch == "GraniteMoeSharedForCausalLM" ||
+         arch == "GraniteMoeHybridForCausalLM";
 }
 
 bool IsGemma(const std::string& arch) {
@@ -379,17 +382,37 @@ void ReadGranite(ModelConfig& c, const JsonView& j) {
   c.logit_scale = positive("logits_scaling");
   if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");
   if (c.architecture == "GraniteForCausalLM") return;
+  const bool hybrid = c.architecture == "GraniteMoeHybridForCausalLM";
+  if (hybrid) {  // Granite 4.0: attention layers only (Mamba-2's state-space layers are not run), RoPE or none
+    if (!j.Has("layer_types"))
+      j.Fail("GraniteMoeHybridForCausalLM needs its layer_types (transformers' default is every layer Mamba-2)");
+    const std::vector<JsonView> types = j["layer_types"].Items();
+    if (types.size() != c.n_layers)
+      j["layer_types"].Fail(fmt::format("has {} entries, but num_hidden_layers is {}", types.size(), c.n_layers));
+    for (const JsonView& type : types)
+      if (const std::string t = type.As<std::string>(); t != "attention" && t != "full_attention")  // 4.x, 5.x
+        type.Fail(fmt::format("'{}': Mamba-2 layers are not supported (lowbit runs Granite 4.0's attention-only "
+                              "models, such as Granite 4.0 Micro)", t));
+    if (j.Get<std::string>("position_embedding_type", "") != "rope") c.nope_layers.assign(c.n_layers, 1);
+  }
   // Granite MoE: in every layer num_local_experts experts of intermediate_size (stored stacked), each token's best
   // num_experts_per_tok by router logit weighted by the softmax over those (renormalized softmax scores); the
-  // shared variant adds an ungated shared expert of shared_intermediate_size.
-  c.n_experts = j.Get<uint32_t>("num_local_experts");
+  // shared variant (and Granite 4.0) adds an ungated shared expert of shared_intermediate_size, which is the whole
+  // MLP of a Granite 4.0 model without experts.
+  c.n_experts = j.Get<uint32_t>("num_local_experts", hybrid ? 8 : 0);
+  if (hybrid || c.architecture == "GraniteMoeSharedForCausalLM") {
+    const uint32_t shared = j.Get<uint32_t>("shared_intermediate_size", hybrid ? 1024 : 0);
+    if (c.n_experts == 0) {
+      c.ffn_dim = shared;
+      return;
+    }
+    c.shared_expert_ffn_dim = shared;
+    c.shared_expert_gated = false;
+  }
+  if (c.n_experts == 0) j["num_local_experts"].Fail("must be positive");
   c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
   c.expert_ffn_dim = c.ffn_dim;
   c.norm_expert_weights = true;
-  if (c.architecture == "GraniteMoeSharedForCausalLM") {
-    c.shared_expert_ffn_dim = j.Get<uint32_t>("shared_intermediate_size", 0);
-    c.shared_expert_gated = false;
-  }
 }
 
 // Cohere (Command R, R+, Aya): LayerNorm without a bias (layer_norm_eps), attention and MLP in parallel on

@@ -191,6 +191,11 @@ ARCHITECTURES = {
                                                     "rope_theta": 500000.0})),
 }
 ARCHITECTURES["granitemoeshared"] = ("granitemoeshared", {**ARCHITECTURES["granitemoe"][1], "shared_intermediate_size": 40})
+# Granite 4.0 Micro: GraniteMoeHybridForCausalLM with attention layers only, RoPE, no experts: its MLP is the
+# shared_mlp (gate and up fused); its Mamba-2 fields must only be consistent.
+ARCHITECTURES["granite4"] = ("granitemoehybrid", {**ARCHITECTURES["granitemoe"][1], "num_local_experts": 0,
+                                                  "shared_intermediate_size": 48, "position_embedding_type": "rope",
+                                                  "layer_types": ["attention"] * LAYERS, "mamba_n_heads": 2})
 # Gemma 3 4B and up ship as image-text models: the language model inside Gemma3ForConditionalGeneration (under
 # language_model.*), beside a SigLIP vision tower lowbit does not run. Here with a tiny vision tower; the text
 # config is the gemma3 fixture's.
@@ -259,7 +264,7 @@ GGUF_VARIANTS = {
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
-                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared", *GGUF_VARIANTS]
+                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared", "granite4", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -436,7 +441,11 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")]
+                  "glm", "glm4_moe", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4", "llama4mm",
+                  "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granite4")]
+# The mixtures of experts among them, whose routers stay unquantized.
+ENGINE_MOE_CHECKS = {"mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2", "deepseek_v3", "ernie4_5_moe",
+                     "glm4_moe", "llama4", "llama4mm", "qwen3_vl_moe"}
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -451,8 +460,7 @@ def check_engine_exports(lowbit, folder):
         out = os.path.join(folder, f"{name}-{scheme}-ct")
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
-        if name not in ("phi3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "glm4", "glm", "cohere",
-                        "cohere_qk_norm", "cohere2", "mistral3mm", "qwen2_5_vl", "qwen3_vl"):
+        if name in ENGINE_MOE_CHECKS:
             check(all(i == "lm_head" or i.endswith(("gate", "router")) for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
