@@ -71,12 +71,11 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
   return max_diff / std::max(scale, 1.0);
 }
 
-const std::set<std::string> kGgufArchitectures = {"llama",  "mistral", "qwen2",    "qwen3",   "phi3",
-                                                  "gemma",  "gemma2",  "gemma3",   "gemma3mm", "mistral3mm", "mixtral",
-                                                  "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                                                  "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2",
-                                                  "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared",
-                                                  "granite4"};
+const std::set<std::string> kGgufArchitectures = {
+    "llama",   "mistral", "qwen2",   "qwen3",      "phi3",         "gemma",        "gemma2",     "gemma3",
+    "gemma3mm", "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "exaone4",
+    "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2", "qwen2_5_vl", "qwen3_vl",
+    "qwen3_vl_moe", "granitemoe", "granitemoeshared", "granite4"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -391,7 +390,8 @@ TEST(ArchitectureFixtureQwenVl, GgufQwen2VlAndQwen3VlRunTheirLanguageModels) {
     GgufWriter writer(vl_path);
     for (const GgufKeyValue& kv : text.metadata()) {
       if (kv.key == "general.architecture") writer.Set(kv.key, std::string(vl_arch));
-      else if (kv.key.starts_with(std::string(text_arch) + ".")) writer.Set(vl_arch + kv.key.substr(std::strlen(text_arch)), kv.value);
+      else if (kv.key.starts_with(std::string(text_arch) + "."))
+        writer.Set(vl_arch + kv.key.substr(std::strlen(text_arch)), kv.value);
       else writer.Set(kv.key, kv.value);
     }
     writer.Set(std::string(vl_arch) + ".rope.dimension_sections", GgufArray{std::vector<int32_t>{2, 1, 1, 0}});
@@ -510,7 +510,8 @@ TEST(ArchitectureFixtureLlama4, GgufNeedsLlamaCppsChunkAndRunsAsTheFolder) {
   KvCache back_cache = back_engine.NewCache(tokens.size());
   const std::vector<float> file_logits = back_engine.Forward(back_cache, tokens, /*all_logits=*/true);
   double diff = 0;
-  for (size_t i = 0; i < file_logits.size(); ++i) diff = std::max(diff, std::abs(double(file_logits[i]) - folder_logits[i]));
+  for (size_t i = 0; i < file_logits.size(); ++i)
+    diff = std::max(diff, std::abs(double(file_logits[i]) - folder_logits[i]));
   EXPECT_LT(diff, 1e-4);
 }
 
@@ -528,7 +529,8 @@ TEST(ArchitectureFixtureLlama4, GptqAwqAndRotation) {
   (void)QuantizeModel(awq, q.request);
   const auto windows = testing_util::RandomWindows(2, 16, fp.config.vocab_size);
   const double awq_error = testing_util::LogitError(fp, awq, windows);
-  std::cout << "llama4 int4:g8 logit MSE rtn " << q.rtn_error << ", gptq " << q.gptq_error << ", awq " << awq_error << "\n";
+  std::cout << "llama4 int4:g8 logit MSE rtn " << q.rtn_error << ", gptq " << q.gptq_error << ", awq " << awq_error
+            << "\n";
   EXPECT_LT(awq_error, q.rtn_error);
   Model rotated = fp;
   (void)RotateModel(rotated, 3);
@@ -567,14 +569,14 @@ TEST(ArchitectureFixtureCohere, GptqYesScaleFoldingAndRotationNo) {
   ExpectGptqButNoScaleFoldingOrRotation("cohere", "CohereForCausalLM", "one norm", "LayerNorm");
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture, ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
-                                                                        "gemma2", "gemma3", "gemma3mm", "mistral3mm", "mixtral",
-                                                                        "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
-                                                                        "deepseek_v3", "gpt_oss", "granite", "smollm3",
-                                                                        "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe",
-                                                                        "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
-                                                                        "cohere2", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe",
-                                                                        "granitemoeshared", "granite4"));
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture,
+                         ::testing::Values("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3",
+                                           "gemma3mm", "mistral3mm", "mixtral", "qwen2_moe", "qwen2_moe_dense",
+                                           "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "granite", "smollm3",
+                                           "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5",
+                                           "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
+                                           "cohere2", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
+                                           "granitemoe", "granitemoeshared", "granite4"));
 
 }  // namespace
 }  // namespace lowbit

@@ -204,7 +204,8 @@ TEST(ModelConfig, Llama4ScoutAsReleased) {
   EXPECT_EQ(c.first_visible(0, 8192), 8192u);
   EXPECT_EQ(c.first_visible(3, 20000), 0u);
   EXPECT_FLOAT_EQ(c.query_temperature(3, 8190), 1.0f);
-  EXPECT_FLOAT_EQ(c.query_temperature(3, 16383), static_cast<float>(1 + 0.1 * std::log(3.0)));  // floor(16384 / 8192) = 2
+  // floor(16384 / 8192) = 2
+  EXPECT_FLOAT_EQ(c.query_temperature(3, 16383), static_cast<float>(1 + 0.1 * std::log(3.0)));
   EXPECT_FLOAT_EQ(c.query_temperature(2, 16383), 1.0f);  // RoPE layers: none
   const ModelArch a = ArchFromConfig(c, "scout");
   EXPECT_EQ(a.window_layers, 36u);

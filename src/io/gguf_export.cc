@@ -66,14 +66,17 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "GraniteMoeForCausalLM" || a == "GraniteMoeSharedForCausalLM" || a == "gguf:granitemoe")
     return {"granitemoe", c.rope_style == RopeStyle::kHalf};
   // Granite 4.0 without Mamba-2 layers: granite or granitemoe, as llama.cpp's converter writes it
-  if (a == "GraniteMoeHybridForCausalLM") return {c.n_experts > 0 ? "granitemoe" : "granite", c.rope_style == RopeStyle::kHalf};
+  if (a == "GraniteMoeHybridForCausalLM")
+    return {c.n_experts > 0 ? "granitemoe" : "granite", c.rope_style == RopeStyle::kHalf};
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   // Llama 4's checkpoints rotate adjacent pairs (NORM RoPE in llama.cpp): nothing to permute.
   if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
-         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite, SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, Cohere, Cohere2, Llama 4)", a);
+         "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
+         "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, Cohere, Cohere2, Llama 4)",
+         a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 

@@ -213,7 +213,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                    {"bos_token_id", c.bos_id},
                    {"eos_token_id", c.eos_id},
                    {"torch_dtype", torch_dtype}};
-  if (arch == "qwen2" || arch == "qwen2vl" || arch == "qwen2moe") j.erase("attention_bias");  // implied by the architecture
+  // implied by the architecture
+  if (arch == "qwen2" || arch == "qwen2vl" || arch == "qwen2moe") j.erase("attention_bias");
   if (arch.starts_with("qwen")) j["use_sliding_window"] = false;
   if (deepseek) {
     WriteDeepSeekHfConfig(j, c, source);
@@ -287,7 +288,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     j["no_rope_layers"] = std::move(flags);
     j["use_sliding_window"] = false;
   }
-  if (arch == "granite" || arch == "granitemoe") {  // transformers' multipliers, each 1 by default (the attention scale too)
+  // transformers' multipliers, each 1 by default (the attention scale too)
+  if (arch == "granite" || arch == "granitemoe") {
     j["embedding_multiplier"] = ShortestDecimal(c.embed_scale);
     j["attention_multiplier"] = ShortestDecimal(c.attention_scale());
     j["residual_multiplier"] = ShortestDecimal(c.residual_scale);

@@ -523,7 +523,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe" || arch == "qwen3vlmoe", deepseek = arch == "deepseek2",
-             gpt_oss = arch == "gpt-oss", granite = arch == "granite" || arch == "granitemoe", smollm3 = arch == "smollm3",
+             gpt_oss = arch == "gpt-oss", granite = arch == "granite" || arch == "granitemoe",
+             smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5" || arch == "ernie4_5-moe", glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe",
              exaone4 = arch == "exaone4", llama4 = arch == "llama4";
@@ -550,7 +551,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
   // glm4, chatglm, command-r, cohere2 and llama4: NORM RoPE on their checkpoints' own (adjacent) rows, as ernie4_5.
   c.rope_style =
-      arch == "llama" || granite || smollm3 || ernie || glm || cohere || llama4 ? RopeStyle::kAdjacent : RopeStyle::kHalf;
+      arch == "llama" || granite || smollm3 || ernie || glm || cohere || llama4 ? RopeStyle::kAdjacent
+                                                                                : RopeStyle::kHalf;
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
     c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;
@@ -608,8 +610,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   c.tie_embeddings = f.FindTensor("output.weight") == nullptr;  // (command-r, cohere2: ReadCohereKeys)
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr || f.FindTensor("blk.0.attn_qkv.bias") != nullptr;
   c.o_bias = f.FindTensor("blk.0.attn_output.bias") != nullptr;
-  // qwen2vl, qwen3vl and qwen3vlmoe (Qwen2-VL / 2.5-VL, Qwen3-VL): qwen2, qwen3 and qwen3moe whose multimodal RoPE (rope.dimension_sections)
-  // is NEOX RoPE on text, where every section takes the same position; Qwen3-VL's DeepStack inputs are zero there.
+  // qwen2vl, qwen3vl and qwen3vlmoe (Qwen2-VL / 2.5-VL, Qwen3-VL): qwen2, qwen3 and qwen3moe whose multimodal RoPE
+  // (rope.dimension_sections) is NEOX RoPE on text, where every section takes the same position; Qwen3-VL's
+  // DeepStack inputs are zero there.
   if ((arch == "qwen2" || arch == "qwen2vl") && !c.qkv_bias)
     Fail("{}: a {} model without 'blk.0.attn_q.bias'", source, arch);
   c.qk_norm = arch == "qwen3" || arch == "qwen3vl" || arch == "qwen3moe" || arch == "qwen3vlmoe" || arch == "gemma3" ||

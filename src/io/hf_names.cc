@@ -78,7 +78,8 @@ std::string HfLinearName(const ModelConfig& c, const std::string& name) {
   constexpr std::string_view kExperts = "mlp.experts.", kShared = "mlp.shared_experts.", kMlp = "mlp.";
   if (IsLlama4(c) && name.starts_with(kShared)) return "feed_forward.shared_expert." + name.substr(kShared.size());
   // Granite MoE's shared expert, and Granite 4.0's MLP where it has no experts
-  if (IsGraniteMoe(c) && (name == "mlp.shared_experts.down_proj" || name == "mlp.down_proj")) return "shared_mlp.output_linear";
+  if (IsGraniteMoe(c) && (name == "mlp.shared_experts.down_proj" || name == "mlp.down_proj"))
+    return "shared_mlp.output_linear";
   if (IsLlama4(c) && name.starts_with(kMlp)) return "feed_forward." + name.substr(kMlp.size());
   if (!IsMixtral(c) || !name.starts_with(kExperts)) return name;
   const size_t dot = name.find('.', kExperts.size());

@@ -88,7 +88,8 @@ struct ModelConfig {
   bool qk_norm_full = false; // OLMo 2: that RMSNorm over the whole q and k projections (all heads at once)
   bool qk_norm_per_head = false;  // Cohere (Command R+): each head normed on its own, with its own weights
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
-  std::vector<uint8_t> nope_layers;  // SmolLM3, Llama 4: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
+  // SmolLM3, Llama 4: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
+  std::vector<uint8_t> nope_layers;
   // Llama 4: each head of q and k RMS-normed without weights after RoPE (Llama4TextL2Norm), in the RoPE layers only.
   bool qk_norm_unweighted = false;
   // Llama 4: a RoPE layer attends only within its own chunk of attention_chunk positions (chunked_attention);
@@ -255,8 +256,8 @@ void DropMrope(Json& rope) {
 // The config.json of the language model lowbit runs from `source` (nlohmann::json or ordered_json): for an
 // image-text checkpoint, its text_config (or, in Qwen2-VL's flat Hub configs, the top level without the vision
 // config) as its text model's, with the top level's tie_word_embeddings (where it has one) and dtype (where the text
-// has none), and multimodal RoPE as the default; any other config unchanged. ReadHfConfig reads it, and the folder writers write it, since
-// only the language model is written.
+// has none), and multimodal RoPE as the default; any other config unchanged. ReadHfConfig reads it, and the folder
+// writers write it, since only the language model is written.
 template <class Json>
 Json TextOnlyConfig(Json source) {
   if (!source.is_object() || !source.contains("architectures")) return source;

@@ -367,7 +367,8 @@ ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& lw, const flo
   return routes;
 }
 
-void GatherExpertRows(const ModelConfig& c, const ExpertRoutes& routes, size_t e, const float* x, std::vector<float>& rows) {
+void GatherExpertRows(const ModelConfig& c, const ExpertRoutes& routes, size_t e, const float* x,
+                      std::vector<float>& rows) {
   const std::vector<uint32_t>& routed = routes.rows[e];
   rows.resize(routed.size() * c.dim);
   for (size_t r = 0; r < routed.size(); ++r) {

@@ -54,7 +54,8 @@ ExpertRoutes RouteTokens(const ModelConfig& c, const LayerWeights& layer, const 
 // The rows of x [n_tokens x dim] routed to expert e, gathered into `rows`; Llama 4's each times its routing weight
 // (ModelConfig::expert_weight_on_input). ExpertOutputWeight: what the expert's output row i is added with (its
 // routing weight, or 1 where the input took it).
-void GatherExpertRows(const ModelConfig& c, const ExpertRoutes& routes, size_t e, const float* x, std::vector<float>& rows);
+void GatherExpertRows(const ModelConfig& c, const ExpertRoutes& routes, size_t e, const float* x,
+                      std::vector<float>& rows);
 float ExpertOutputWeight(const ModelConfig& c, const ExpertRoutes& routes, size_t e, size_t i);
 
 // out[i] = act(gate[i]) * up[i] with the config's activation (SwiGLU, GeGLU, GPT-OSS's clamped SwiGLU). out

@@ -42,9 +42,9 @@ ImatrixEntry ExpertsEntry(const std::vector<ColumnSquares>& units, size_t first,
 
 // The GGUF tensors each input feeds, named as llama.cpp's converter names them for this model (gguf_export.cc):
 // attn_q/k/v (Phi-3: attn_qkv) or latent attention's attn_q_a (attn_q) with attn_kv_a_mqa and attn_q_b;
-// attn_output; ffn_gate/up/down (Phi-3, GLM-4, GLM: ffn_up holds gate and up, GgufFusesGateUp), or the router ffn_gate_inp (and
-// ffn_gate_inp_shexp), ffn_*_shexp and ffn_*_exps. kv_b's input has no entry: in GGUF kv_b is split into
-// attn_k_b and attn_v_b, which read each head's nope query and its latent attention output (one matrix per
+// attn_output; ffn_gate/up/down (Phi-3, GLM-4, GLM: ffn_up holds gate and up, GgufFusesGateUp), or the router
+// ffn_gate_inp (and ffn_gate_inp_shexp), ffn_*_shexp and ffn_*_exps. kv_b's input has no entry: in GGUF kv_b is split
+// into attn_k_b and attn_v_b, which read each head's nope query and its latent attention output (one matrix per
 // head, one count, as llama-imatrix's 3-d mul_mat).
 Entries NameEntries(const ModelConfig& c, const std::vector<LayerImportance>& squares) {
   const std::string arch = GgufArchitectureOf(c);

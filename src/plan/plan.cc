@@ -86,7 +86,8 @@ ModelSpec SpecFromArch(const ModelArch& a) {
   if (moe_layers > 0) {
     const uint64_t e = a.n_experts, k = a.experts_per_token, f = a.expert_ffn;
     // The shared experts as one MLP of their whole width.
-    const uint64_t shared = a.shared_experts > 0 ? 1 : 0, sf = a.shared_expert_ffn ? a.shared_expert_ffn : a.shared_experts * f;
+    const uint64_t shared = a.shared_experts > 0 ? 1 : 0;
+    const uint64_t sf = a.shared_expert_ffn ? a.shared_expert_ffn : a.shared_experts * f;
     if (k == 0 || k > e || f == 0) Fail("model '{}': invalid mixture-of-experts shape", a.name);
     s.moe_layers = static_cast<uint32_t>(moe_layers);
     s.n_experts = a.n_experts;
