@@ -111,9 +111,7 @@ class HfTensors {
   }
   // Whether block i stores stacked experts (a lowbit folder saved from GPT-OSS or Llama 4 stores one linear each).
   bool Stacked(const ModelConfig& c, uint32_t i) const {
-    const std::string p = names_.layer(i) + HfExpertsPrefix(c);
-    return HasStackedExperts(c) && c.moe(i) &&
-           (Has(p + "gate_up_proj") || Has(p + "gate_up_proj_blocks") || Has(p + "input_linear.weight"));
+    return c.moe(i) && HasStackedExpertTensors(model_, c, names_.layer(i));
   }
 
   // The shard holding `name`, for messages.

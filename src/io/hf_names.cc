@@ -16,10 +16,6 @@ bool IsGraniteMoe(const ModelConfig& c) {
          c.architecture == "GraniteMoeHybridForCausalLM";
 }
 
-namespace {
-
-}  // namespace
-
 uint64_t HfBlockVector::numel() const {
   uint64_t n = 1;
   for (const uint64_t d : shape) n *= d;

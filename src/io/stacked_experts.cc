@@ -54,6 +54,11 @@ QuantizedTensor Mxfp4Rows(const SafetensorsModel& st, const std::string& name, u
 
 }  // namespace
 
+bool HasStackedExpertTensors(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix) {
+  const std::string p = prefix + HfExpertsPrefix(c);
+  return HasStackedExperts(c) && (st.Find(p + GateUpName(c)) || st.Find(p + "gate_up_proj_blocks"));
+}
+
 StackedLayout StackedExpertsLayout(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix) {
   const std::string p = prefix + HfExpertsPrefix(c);
   // Linear weights: Granite MoE's always; gate_up_proj [E, 2 ffn, dim] (Qwen3-VL-MoE as transformers 5 saves it; the

@@ -37,7 +37,9 @@ struct StackedLayout {
   bool mxfp4 = false;
   bool outputs_first = false;
 };
-// The layout of block `prefix` ("model.layers.N.") of `st`.
+// Whether block `prefix` ("model.layers.N.") of `st` stores its experts stacked (a lowbit folder stores one linear
+// each), and its layout.
+bool HasStackedExpertTensors(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix);
 StackedLayout StackedExpertsLayout(const SafetensorsModel& st, const ModelConfig& c, const std::string& prefix);
 
 // The tensors (names under `prefix`) and shapes a block of config `c` stores in `layout`.
