@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -32,6 +33,7 @@
 #include "io/gguf_export.h"
 #include "io/gguf_writer.h"
 #include "io/gguf_hf_config.h"
+#include "io/gguf_model.h"
 #include "io/model_loader.h"
 #include "io/quantized_checkpoint.h"
 #include "io/safetensors.h"
@@ -74,8 +76,8 @@ double RelativeError(const Model& model, const nlohmann::json& reference) {
 const std::set<std::string> kGgufArchitectures = {
     "llama",   "mistral", "qwen2",   "qwen3",      "phi3",         "gemma",        "gemma2",     "gemma3",
     "gemma3mm", "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "exaone4",
-    "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere2", "qwen2_5_vl", "qwen3_vl",
-    "qwen3_vl_moe", "granitemoe", "granitemoeshared", "granite4"};
+    "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "cohere", "cohere2",
+    "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared", "granite4"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -127,13 +129,14 @@ TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
   EXPECT_TRUE(r["exact"].get<bool>()) << GetParam();
   EXPECT_EQ(dir.Entries().size(), 2u);  // the staging folder is gone
   const Model back = LoadModel((dir / "back").string());
-  // GGUF's llama is Llama's (Mistral cannot be told apart), granite also Granite 4.0's without experts, and an
-  // image-text model's file its language model alone.
+  // GGUF's llama is Llama's (Mistral cannot be told apart), granite also Granite 4.0's without experts, deepseek2
+  // with sigmoid gating DeepSeek-V3's (GLM-4.7-Flash's too), and an image-text model's file its language model alone.
   const std::string arch = ReadJsonFile(folder / "config.json")["architectures"][0];
   const MultimodalText* mm = FindMultimodalText(arch);
   const std::string text = mm ? mm->text : arch;
   const std::string back_arch = text == "MistralForCausalLM"            ? "LlamaForCausalLM"
                                 : text == "GraniteMoeHybridForCausalLM" ? "GraniteForCausalLM"
+                                : text == "Glm4MoeLiteForCausalLM"      ? "DeepseekV3ForCausalLM"
                                                                         : text;
   EXPECT_EQ(back.config.architecture, back_arch) << GetParam();
   EXPECT_EQ(back.config.rope_style, ReadHfConfig(folder / "config.json").rope_style) << GetParam();  // the family's
@@ -343,32 +346,73 @@ TEST(ArchitectureFixtureQueryScale, EqualsScaledQueryProjection) {
   EXPECT_GT(moved, 1e-2);  // the scale matters for these logits
 }
 
-// llama.cpp's GLM-4.5 files count their multi-token-prediction block in block_count (nextn_predict_layers): it is
-// read past, not run (as llama.cpp and transformers run these models), so the file gives the model's logits.
-TEST(ArchitectureFixtureGlm4Moe, GgufMultiTokenPredictionBlockIsNotRun) {
-  testing_util::ScratchDir dir("lowbit-arch-glm4moe");
-  const fs::path folder = kFixtures / "glm4_moe";
+// The fixture's F32 GGUF as llama.cpp's converter writes GLM-4.5 (glm4moe) and GLM-4.7-Flash (deepseek2) files:
+// one multi-token-prediction block counted in block_count (nextn_predict_layers) after the last, and `edit` applied
+// to the metadata.
+fs::path WithPredictionBlock(const std::string& fixture, const fs::path& dir,
+                             const std::function<bool(GgufKeyValue&)>& edit = [](GgufKeyValue&) { return true; }) {
   GgufExportOptions options;
   options.type = "F32";
-  StreamedModel streamed = OpenModel(folder);
+  StreamedModel streamed = OpenModel(kFixtures / fixture);
   ExportGguf(streamed, dir / "plain.gguf", options);
   const GgufFile plain = GgufFile::Open(dir / "plain.gguf");
-  const uint32_t blocks = plain.GetU32("glm4moe.block_count");
+  const std::string arch = plain.GetString("general.architecture");
+  const uint32_t blocks = plain.GetU32(arch + ".block_count");
   GgufWriter writer(dir / "mtp.gguf");
-  for (const GgufKeyValue& kv : plain.metadata())
-    writer.Set(kv.key, kv.key == "glm4moe.block_count" ? GgufValue(blocks + 1) : kv.value);
-  writer.Set("glm4moe.nextn_predict_layers", uint32_t{1});
+  for (GgufKeyValue kv : plain.metadata()) {
+    if (kv.key == arch + ".block_count") kv.value = GgufValue(blocks + 1);
+    if (edit(kv)) writer.Set(kv.key, kv.value);
+  }
+  writer.Set(arch + ".nextn_predict_layers", uint32_t{1});
   const std::string eh_proj = fmt::format("blk.{}.nextn.eh_proj.weight", blocks);
-  const uint32_t dim = plain.GetU32("glm4moe.embedding_length");
+  const uint32_t dim = plain.GetU32(arch + ".embedding_length");
   for (const GgufTensorInfo& t : plain.tensors()) writer.DeclareTensor(t.name, t.dims);
   writer.DeclareTensor(eh_proj, {2 * uint64_t{dim}, dim});
   for (const GgufTensorInfo& t : plain.tensors()) writer.WriteTensor(t.name, t.ggml_type, t.data);
   const std::vector<float> zeros(2 * uint64_t{dim} * dim);
   writer.WriteTensor(eh_proj, 0 /* F32 */, std::as_bytes(std::span(zeros)));
   writer.Commit();
-  const Model model = LoadModel((dir / "mtp.gguf").string());
-  EXPECT_EQ(model.config.n_layers, blocks);
-  EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4);
+  return dir / "mtp.gguf";
+}
+
+// The multi-token-prediction block is read past, not run (as llama.cpp and transformers run these models), so the
+// file gives the model's logits.
+TEST(ArchitectureFixtureGlm4Moe, GgufMultiTokenPredictionBlockIsNotRun) {
+  testing_util::ScratchDir dir("lowbit-arch-glm4moe");
+  for (const std::string fixture : {"glm4_moe", "glm4_moe_lite"}) {
+    const Model model = LoadModel(WithPredictionBlock(fixture, dir.path()).string());
+    EXPECT_EQ(model.config.n_layers, 2u) << fixture;
+    EXPECT_EQ(model.config.nextn_layers, 1u) << fixture;
+    EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / fixture / "reference.json")), 1e-4) << fixture;
+  }
+}
+
+// llama.cpp's converter first wrote GLM-4.7-Flash's deepseek2 files without expert_gating_func; llama.cpp gates such
+// a file by sigmoid when it has 47 blocks (48 with the prediction block) and GLM's 154880 tokens, and by softmax
+// (DeepSeek-V2's) otherwise. Only the shape tells them apart, so the check needs a table of 154880 rows.
+TEST(ArchitectureFixtureGlm4Moe, GlmFlashFilesWithoutGatingFunctionGateBySigmoid) {
+  testing_util::ScratchDir dir("lowbit-arch-glm-flash");
+  const auto no_gating = [](GgufKeyValue& kv) { return kv.key != "deepseek2.expert_gating_func"; };
+  EXPECT_EQ(ReadGgufConfig(GgufFile::Open(WithPredictionBlock("glm4_moe_lite", dir.path(), no_gating))).router_scoring,
+            RouterScoring::kSoftmax);
+  const GgufFile mtp = GgufFile::Open(dir / "mtp.gguf");
+  GgufWriter writer(dir / "flash.gguf");
+  for (GgufKeyValue kv : mtp.metadata()) {
+    if (kv.key == "deepseek2.block_count") kv.value = GgufValue(uint32_t{48});
+    if (kv.key == "deepseek2.vocab_size") kv.value = GgufValue(uint32_t{154880});
+    if (no_gating(kv)) writer.Set(kv.key, kv.value);
+  }
+  const uint32_t dim = GgufFile::Open(dir / "plain.gguf").GetU32("deepseek2.embedding_length");
+  writer.DeclareTensor("token_embd.weight", {dim, 154880});
+  writer.DeclareTensor("blk.1.exp_probs_b.bias", {4});
+  const std::vector<float> table(uint64_t{dim} * 154880), bias(4);
+  writer.WriteTensor("token_embd.weight", 0, std::as_bytes(std::span(table)));
+  writer.WriteTensor("blk.1.exp_probs_b.bias", 0, std::as_bytes(std::span(bias)));
+  writer.Commit();
+  const ModelConfig flash = ReadGgufConfig(GgufFile::Open(dir / "flash.gguf"));
+  EXPECT_EQ(flash.n_layers, 47u);
+  EXPECT_EQ(flash.router_scoring, RouterScoring::kSigmoid);
+  EXPECT_TRUE(flash.router_bias);
 }
 
 // llama.cpp's converter writes Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE as qwen2vl, qwen3vl and qwen3vlmoe: qwen2's,
@@ -574,7 +618,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture,
                                            "gemma3mm", "mistral3mm", "mixtral", "qwen2_moe", "qwen2_moe_dense",
                                            "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "granite", "smollm3",
                                            "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5",
-                                           "ernie4_5_moe", "glm4", "glm", "glm4_moe", "cohere", "cohere_qk_norm",
+                                           "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "cohere",
+                                           "cohere_qk_norm",
                                            "cohere2", "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
                                            "granitemoe", "granitemoeshared", "granite4"));
 

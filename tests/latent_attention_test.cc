@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <string>
@@ -131,6 +132,70 @@ TEST(DeepSeekConfig, ErrorsNameTheField) {
   bad["topk_method"] = "noaux_tc";
   EXPECT_NE(ErrorOf(bad).find("'noaux_tc' is not supported (greedy, group_limited_greedy)"), std::string::npos)
       << ErrorOf(bad);
+}
+
+// GLM-4.7-Flash's shape (transformers' Glm4MoeLiteConfig defaults, the released model's): latent attention with a
+// 768-wide q bottleneck and a 512 + 64 latent, 20 heads of 192 + 64 (softmax scale 1 / 16) and 256-wide values;
+// layer 0 dense (mlp_layer_types absent), then 64 experts of 1536, top 4 by DeepSeek-V3's sigmoid routing scaled by
+// 1.8, beside one shared expert; block 47 is the multi-token-prediction block.
+nlohmann::json Glm47Flash() {
+  return nlohmann::json::parse(R"({"architectures": ["Glm4MoeLiteForCausalLM"], "vocab_size": 154880,
+      "hidden_size": 2048, "intermediate_size": 10240, "moe_intermediate_size": 1536, "num_hidden_layers": 47,
+      "num_attention_heads": 20, "num_key_value_heads": 20, "n_shared_experts": 1, "n_routed_experts": 64,
+      "routed_scaling_factor": 1.8, "kv_lora_rank": 512, "q_lora_rank": 768, "qk_rope_head_dim": 64,
+      "v_head_dim": 256, "qk_nope_head_dim": 192, "n_group": 1, "topk_group": 1, "num_experts_per_tok": 4,
+      "norm_topk_prob": true, "hidden_act": "silu", "max_position_embeddings": 202752, "rms_norm_eps": 1e-05,
+      "rope_theta": 1000000, "rope_interleave": true, "num_nextn_predict_layers": 1, "first_k_dense_replace": 1,
+      "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": [154820, 154827, 154829]})");
+}
+
+TEST(DeepSeekConfig, Glm47FlashReadsAsTransformersRunsIt) {
+  const ModelConfig c = HfConfigFromJson(Glm47Flash(), "glm/config.json");
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.head_dim, 576u);
+  EXPECT_EQ(c.qk_head_dim(), 256u);
+  EXPECT_EQ(c.attn_out_dim(), 20u * 256u);
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / 16);
+  EXPECT_EQ(c.rope_style, RopeStyle::kAdjacent);
+  EXPECT_FALSE(c.moe(0));
+  EXPECT_TRUE(c.moe(1) && c.moe(46));
+  EXPECT_EQ(c.router_scoring, RouterScoring::kSigmoid);
+  EXPECT_TRUE(c.router_bias && c.norm_expert_weights);
+  EXPECT_FLOAT_EQ(c.routed_scale, 1.8f);
+  EXPECT_EQ(c.shared_expert_ffn_dim, 1536u);
+  EXPECT_EQ(c.nextn_layers, 1u);
+  // mlp_layer_types, when given, says which layers are dense (first_k_dense_replace must agree on the prefix).
+  nlohmann::json j = Glm47Flash();
+  j["num_hidden_layers"] = 4;
+  j["mlp_layer_types"] = {"dense", "dense", "sparse", "sparse"};
+  j["first_k_dense_replace"] = 2;
+  const ModelConfig two = HfConfigFromJson(j, "glm/config.json");
+  EXPECT_TRUE(!two.moe(1) && two.moe(2));
+}
+
+TEST(DeepSeekConfig, Glm47FlashErrorsNameTheField) {
+  auto error_of = [](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = Glm47Flash();
+    edit(j);
+    return ErrorOf(j);
+  };
+  // transformers runs layer 0 dense whatever first_k_dense_replace says; llama.cpp's converter reads the key.
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["first_k_dense_replace"] = 3; })
+                .find("first_k_dense_replace: is 3, but mlp_layer_types (absent: layer 0) makes the first 1 layers"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["mlp_layer_types"] = {"dense", "sparse"}; })
+                .find("mlp_layer_types: has 2 entries, but num_hidden_layers is 47"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) {
+              j["num_hidden_layers"] = 2;
+              j["mlp_layer_types"] = {"dense", "moe"};
+            }).find("mlp_layer_types[1]: 'moe' is not dense or sparse"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["rope_parameters"] = {{"rope_theta", 1e6}, {"partial_rotary_factor", 0.5}}; })
+                .find("rope_parameters.partial_rotary_factor: must be 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([](nlohmann::json& j) { j["n_routed_experts"] = 0; }).find("n_routed_experts: must be positive"),
+            std::string::npos);
 }
 
 // YaRN on 64 rotary dimensions, base 10000, factor 40 over an original 4096 positions: the dimension

@@ -16,6 +16,9 @@ namespace {
 // llama_expert_gating_func_type
 constexpr uint32_t kGatingSoftmax = 1, kGatingSigmoid = 2;
 
+// GLM-4.7-Flash's vocabulary, by which llama.cpp's deepseek2 recognises its files.
+constexpr uint32_t kGlm47FlashVocab = 154880;
+
 // ggml's YaRN ramp ends (llama.cpp reads no key for them: hparams.yarn_beta_fast / slow).
 constexpr float kLlamaCppBetaFast = 32, kLlamaCppBetaSlow = 1;
 
@@ -325,7 +328,12 @@ void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c) {
   }
   c.query_scale = static_cast<float>(score_mscale * score_mscale / std::sqrt(static_cast<double>(k_mla)));
 
-  ReadDeepSeekRoutingKeys(f, "deepseek2", RouterScoring::kSoftmax, c);
+  // Without expert_gating_func llama.cpp gates by softmax (DeepSeek-V2 / V2.5 files), but by sigmoid in files shaped
+  // as GLM-4.7-Flash (47 blocks, or 48 with its prediction block, and 154880 tokens), which its converter first
+  // wrote without the key.
+  const uint32_t blocks = c.n_layers + c.nextn_layers;
+  const bool glm47_flash = (blocks == 47 || blocks == 48) && c.vocab_size == kGlm47FlashVocab;
+  ReadDeepSeekRoutingKeys(f, "deepseek2", glm47_flash ? RouterScoring::kSigmoid : RouterScoring::kSoftmax, c);
   if (const uint32_t groups = f.GetU32Or(p + "expert_group_count", 0); c.n_experts > 0 && groups > 1) {
     c.expert_groups = groups;
     c.expert_groups_used = f.GetU32(p + "expert_group_used_count");

@@ -45,7 +45,9 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Phi3ForCausalLM" || a == "gguf:phi3") return {"phi3", false};
   if (a == "Qwen2MoeForCausalLM" || a == "gguf:qwen2moe") return {"qwen2moe", false};
   if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe" || a == "gguf:qwen3vlmoe") return {"qwen3moe", false};
-  if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "gguf:deepseek2") return {"deepseek2", false};
+  if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "Glm4MoeLiteForCausalLM" ||
+      a == "gguf:deepseek2")
+    return {"deepseek2", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "Olmo2ForCausalLM" || a == "Olmo3ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
   if (a == "Exaone4ForCausalLM" || a == "gguf:exaone4") return {"exaone4", false};
@@ -75,7 +77,8 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
-         "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, Cohere, Cohere2, Llama 4)",
+         "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, Cohere2, "
+         "Llama 4)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }

@@ -559,9 +559,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   }
   c.dim = f.GetU32(p + "embedding_length");
   c.n_layers = f.GetU32(p + "block_count");
-  // glm4moe: the multi-token-prediction blocks counted in block_count, after the last (not run, as llama.cpp by
-  // default and transformers do not run them)
-  if (glm4moe) {
+  // glm4moe and deepseek2 (GLM-4.7-Flash): the multi-token-prediction blocks counted in block_count, after the last
+  // (not run, as llama.cpp by default and transformers do not run them)
+  if (glm4moe || deepseek) {
     c.nextn_layers = f.GetU32Or(p + "nextn_predict_layers", 0);
     if (c.nextn_layers >= c.n_layers)
       Fail("{}: key '{}nextn_predict_layers' ({}) leaves no layers of the {} blocks", source, p, c.nextn_layers,

@@ -121,7 +121,7 @@ constexpr const char* kSupported =
     "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
     "Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration (their language models, on text), "
     "Llama4ForCausalLM, DeepseekV2ForCausalLM, "
-    "DeepseekV3ForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
+    "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
     "GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM (attention layers only), SmolLM3ForCausalLM, "
     "Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
@@ -132,8 +132,9 @@ bool IsQwen(const std::string& arch) {
          arch == "Qwen3MoeForCausalLM";
 }
 
+// GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek-V3's latent attention and routing.
 bool IsDeepSeek(const std::string& arch) {
-  return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM";
+  return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM" || arch == "Glm4MoeLiteForCausalLM";
 }
 
 // GLM-4 (GlmForCausalLM: glm-4-9b-chat-hf; Glm4ForCausalLM: the 0414 models, GLM-Z1).
@@ -534,11 +535,43 @@ void ReadDeepSeekExperts(ModelConfig& c, const JsonView& j, bool v3) {
   }
 }
 
+// GLM-4.7-Flash (Glm4MoeLiteForCausalLM) as DeepSeek-V3 with transformers' Glm4MoeLiteConfig's differences: its
+// dense layers are mlp_layer_types' (by default layer 0 alone) and RoPE may cover part of qk_rope_head_dim. A
+// first_k_dense_replace beside them (transformers ignores it, llama.cpp's converter reads it) must agree.
+void ReadGlm4MoeLite(ModelConfig& c, const JsonView& j) {
+  if (c.n_experts == 0) j["n_routed_experts"].Fail("must be positive");
+  std::vector<uint8_t> sparse(c.n_layers, 1);
+  if (j.Has("mlp_layer_types")) {
+    const std::vector<JsonView> types = j["mlp_layer_types"].Items();
+    if (types.size() != c.n_layers)
+      j["mlp_layer_types"].Fail(fmt::format("has {} entries, but num_hidden_layers is {}", types.size(), c.n_layers));
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string type = types[i].As<std::string>();
+      if (type != "dense" && type != "sparse") types[i].Fail(fmt::format("'{}' is not dense or sparse", type));
+      sparse[i] = type == "sparse";
+    }
+  } else if (c.n_layers > 0) {
+    sparse[0] = 0;
+  }
+  if (j.Has("first_k_dense_replace")) {
+    const uint32_t first = j.Get<uint32_t>("first_k_dense_replace");
+    const auto leading = static_cast<uint32_t>(std::ranges::find(sparse, 1) - sparse.begin());
+    if (first != leading)
+      j["first_k_dense_replace"].Fail(fmt::format(
+          "is {}, but mlp_layer_types{} makes the first {} layers dense (transformers follows mlp_layer_types, "
+          "llama.cpp first_k_dense_replace)", first, j.Has("mlp_layer_types") ? "" : " (absent: layer 0)", leading));
+  }
+  c.sparse_layers = std::ranges::all_of(sparse, [](uint8_t s) { return s != 0; }) ? std::vector<uint8_t>{} : sparse;
+  const JsonView rope = j.Has("rope_parameters") ? j["rope_parameters"] : j;
+  if (rope.Get<double>("partial_rotary_factor", 1.0) != 1.0)
+    rope["partial_rotary_factor"].Fail("must be 1: lowbit rotates the whole qk_rope_head_dim, as llama.cpp does");
+}
+
 // DeepSeek-V2/V3: latent attention (config.h), layers from first_k_dense_replace on sparse, the routing
 // of DeepseekV2TopkRouter / DeepseekV3TopkRouter, n_shared_experts ungated experts of the experts'
 // width, and the softmax scale 1 / sqrt(qk_head_dim) times YaRN's mscale(factor, mscale_all_dim)^2.
 void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
-  const bool v3 = c.architecture == "DeepseekV3ForCausalLM";
+  const bool v3 = c.architecture != "DeepseekV2ForCausalLM";
   c.q_lora_rank = j.Get<uint32_t>("q_lora_rank", 0);
   c.kv_lora_rank = j.Get<uint32_t>("kv_lora_rank");
   c.qk_nope_dim = j.Get<uint32_t>("qk_nope_head_dim");
@@ -563,6 +596,7 @@ void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
   c.query_scale = static_cast<float>(scale);
   c.nextn_layers = j.Get<uint32_t>("num_nextn_predict_layers", 0);
   ReadDeepSeekExperts(c, j, v3);
+  if (c.architecture == "Glm4MoeLiteForCausalLM") ReadGlm4MoeLite(c, j);
 }
 
 // Llama 4 (Llama4ForCausalLM, the language model of Scout and Maverick): RoPE on adjacent pairs, every fourth layer
