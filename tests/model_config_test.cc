@@ -273,5 +273,34 @@ TEST(ModelConfig, Granite4AttentionOnly) {
   EXPECT_NE(ErrorOf(g, dir).find("needs its layer_types"), std::string::npos) << ErrorOf(g, dir);
 }
 
+// Hunyuan-4B-Instruct's shape as its config.json gives it (the legacy rope_scaling form): NTK alpha 1000 over
+// 128-wide heads makes the RoPE base 10000 * 1000^(128 / 126) = 11158839.9 (llama.cpp's converter writes the same
+// base); q/k norms after RoPE.
+TEST(ModelConfig, HunyuanDenseAlphaRopeBase) {
+  testing_util::ScratchDir dir("lowbit-config");
+  nlohmann::json h = {{"architectures", {"HunYuanDenseV1ForCausalLM"}}, {"model_type", "hunyuan_v1_dense"},
+                      {"hidden_size", 3072}, {"intermediate_size", 8192}, {"num_attention_heads", 32},
+                      {"num_key_value_heads", 8}, {"head_dim", 128}, {"num_hidden_layers", 32},
+                      {"vocab_size", 128167}, {"max_position_embeddings", 32768}, {"rope_theta", 10000.0},
+                      {"rope_scaling", {{"alpha", 1000.0}, {"beta_fast", 32}, {"beta_slow", 1}, {"factor", 1.0},
+                                        {"mscale", 1.0}, {"mscale_all_dim", 1.0}, {"type", "dynamic"}}},
+                      {"use_qk_norm", true}, {"use_cla", false}, {"cla_share_factor", 2}, {"attention_bias", false},
+                      {"tie_word_embeddings", true}, {"rms_norm_eps", 1e-5}};
+  const ModelConfig c = Read(h, dir);
+  EXPECT_NEAR(c.rope_theta, 11158839.9251, 2.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kNone);
+  EXPECT_TRUE(c.qk_norm && c.qk_norm_after_rope);
+  EXPECT_FALSE(c.qkv_bias || c.o_bias);
+  h["use_cla"] = true;
+  EXPECT_NE(ErrorOf(h, dir).find("use_cla: cross-layer attention is not supported"), std::string::npos)
+      << ErrorOf(h, dir);
+  h["use_cla"] = false;
+  h["use_qk_norm"] = false;
+  EXPECT_NE(ErrorOf(h, dir).find("use_qk_norm: false is not run"), std::string::npos) << ErrorOf(h, dir);
+  h["use_qk_norm"] = true;
+  h["rope_scaling"].erase("alpha");  // plain dynamic NTK depends on the sequence length: not run
+  EXPECT_NE(ErrorOf(h, dir).find("rope type 'dynamic' is not supported"), std::string::npos) << ErrorOf(h, dir);
+}
+
 }  // namespace
 }  // namespace lowbit

@@ -71,6 +71,8 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "GraniteMoeHybridForCausalLM")
     return {c.n_experts > 0 ? "granitemoe" : "granite", c.rope_style == RopeStyle::kHalf};
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
+  // HunYuan's checkpoints rotate halves (NEOX RoPE in llama.cpp), its q/k norms after RoPE.
+  if (a == "HunYuanDenseV1ForCausalLM" || a == "gguf:hunyuan-dense") return {"hunyuan-dense", false};
   // Llama 4's checkpoints rotate adjacent pairs (NORM RoPE in llama.cpp): nothing to permute.
   if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
@@ -78,7 +80,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
          "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, Cohere2, "
-         "Llama 4)",
+         "Llama 4, HunYuan dense)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
@@ -662,8 +664,12 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
   if (c.rotary_dim != 0 && !PartialRotary(arch) && !deepseek)
     Fail("{}: partial rotary embeddings are exported for phi3, glm4, chatglm, glm4moe and deepseek2 only", m.source);
-  if (arch.name == "seed_oss" && c.o_bias)  // models/seed-oss.cpp reads no attn_output.bias
-    Fail("{}: llama.cpp's seed_oss has no o_proj bias (attention_out_bias)", m.source);
+  if ((arch.name == "seed_oss" || arch.name == "hunyuan-dense") && c.o_bias)  // models/seed-oss.cpp, hunyuan-vl.cpp
+    Fail("{}: llama.cpp's {} reads no o_proj bias (attention_bias)", m.source, arch.name);
+  if (c.qk_norm_after_rope != (arch.name == "hunyuan-dense"))  // models/hunyuan-vl.cpp norms q and k after RoPE
+    Fail("{}: llama.cpp's {} norms q and k {}; this model {}", m.source, arch.name,
+         arch.name == "hunyuan-dense" ? "after RoPE" : "before RoPE, if at all",
+         c.qk_norm_after_rope ? "after" : "before (or not at all)");
   // models/exaone4.cpp, chatglm.cpp: attn_output is n_embd x n_embd; exaone4 slides windows at 64 layers only
   if ((arch.name == "exaone4" || arch.name == "chatglm") && c.q_dim() != c.dim)
     Fail("{}: llama.cpp's {} needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, arch.name, c.n_heads,

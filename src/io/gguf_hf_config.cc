@@ -156,6 +156,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"command-r", "CohereForCausalLM", "cohere"},
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          {"llama4", "Llama4ForCausalLM", "llama4_text"},
+                                         {"hunyuan-dense", "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -175,7 +176,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                  : olmo3          ? "Olmo3ForCausalLM"
                                  : granite_shared ? "GraniteMoeSharedForCausalLM"
                                                   : std::string(family->architecture));
-  if ((arch == "llama" || arch == "granite" || arch == "granitemoe" || arch == "olmo2" || arch == "llama4" || cohere) &&
+  if ((arch == "llama" || arch == "granite" || arch == "granitemoe" || arch == "olmo2" || arch == "llama4" || cohere ||
+       arch == "hunyuan-dense") &&
       c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",
          source, c.qkv_bias ? "attn_output" : "attn_q", architecture, c.qkv_bias ? "q/k/v" : "o_proj");

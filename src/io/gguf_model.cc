@@ -28,7 +28,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
-    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe"};
+    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense"};
 
 
 
@@ -531,8 +531,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (!RunsGgufArchitecture(arch))
     Fail("{}: unsupported general.architecture '{}' (supported: {})", source, arch, fmt::join(kGgufArchitectures, ", "));
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
-  if (f.GetU32Or(p + "expert_count", 0) > 0 && arch != "llama" && !qwen_moe && !deepseek && !gpt_oss && !glm4moe &&
-      arch != "ernie4_5-moe" && !llama4 && arch != "granitemoe")
+  // (llama.cpp's hunyuan-dense reads an expert_count of 1 as none)
+  if (f.GetU32Or(p + "expert_count", 0) > (arch == "hunyuan-dense" ? 1 : 0) && arch != "llama" && !qwen_moe &&
+      !deepseek && !gpt_oss && !glm4moe && arch != "ernie4_5-moe" && !llama4 && arch != "granitemoe")
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -633,6 +634,11 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     c.sandwich_norms = true;
   }
   if (cohere) ReadCohereKeys(f, arch, c);
+  if (arch == "hunyuan-dense") {  // models/hunyuan-vl.cpp: per-head q/k norms after NEOX RoPE, an optional NTK alpha
+    c.qk_norm = c.qk_norm_after_rope = true;
+    if (const float alpha = f.GetF32Or(p + "rope.scaling.alpha", 0.0f); alpha > 0)
+      c.rope_theta = static_cast<float>(c.rope_theta * std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2.0)));
+  }
   if (exaone4) {  // models/exaone4.cpp: OLMo 2's output norms, per-head q/k norms; a window in 64-layer models only,
                   // 4096 by default, a pattern of 4, RoPE on the sliding layers alone
     c.pre_norms = false;

@@ -8,6 +8,7 @@ bool IsMixtral(const ModelConfig& c) { return c.architecture == "MixtralForCausa
 bool IsGptOss(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
 bool IsGlm4(const ModelConfig& c) { return c.architecture == "Glm4ForCausalLM"; }
 bool IsLlama4(const ModelConfig& c) { return c.architecture == "Llama4ForCausalLM"; }
+bool IsHunyuan(const ModelConfig& c) { return c.architecture == "HunYuanDenseV1ForCausalLM"; }
 
 }  // namespace
 
@@ -43,8 +44,10 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
     v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.n_heads, c.head_dim}});
     v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.n_kv_heads, c.head_dim}});
   } else if (c.qk_norm) {
-    v.push_back({"self_attn.q_norm.weight", &LayerWeights::q_norm, {c.q_norm_dim()}});
-    v.push_back({"self_attn.k_norm.weight", &LayerWeights::k_norm, {c.k_norm_dim()}});
+    v.push_back({IsHunyuan(c) ? "self_attn.query_layernorm.weight" : "self_attn.q_norm.weight", &LayerWeights::q_norm,
+                 {c.q_norm_dim()}});
+    v.push_back({IsHunyuan(c) ? "self_attn.key_layernorm.weight" : "self_attn.k_norm.weight", &LayerWeights::k_norm,
+                 {c.k_norm_dim()}});
   }
   if (c.mla()) {
     if (c.q_lora_rank > 0) v.push_back({"self_attn.q_a_layernorm.weight", &LayerWeights::q_a_norm, {c.q_lora_rank}});

@@ -125,7 +125,8 @@ constexpr const char* kSupported =
     "GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM (attention layers only), SmolLM3ForCausalLM, "
     "Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
-    "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM";
+    "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, "
+    "HunYuanDenseV1ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -219,8 +220,18 @@ void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScal
         : mscale != 0 && all_dims != 0 ? YarnMscale(factor, mscale) / YarnMscale(factor, all_dims)
                                       : YarnMscale(factor, 1.0));
     if (!(out.attention_factor > 0)) rs["attention_factor"].Fail("must be positive");
+  } else if (type == "dynamic" && rs.Has("alpha")) {
+    // HunYuan's NTK-aware alpha: a fixed base theta * alpha^(d / (d - 2)) over the head's d dimensions (transformers
+    // recomputes it by dynamic NTK past max_position_embeddings; llama.cpp's converter writes the fixed base)
+    const double alpha = rs.Get<double>("alpha");
+    if (!(alpha > 0)) rs["alpha"].Fail("must be positive");
+    const uint32_t heads = config.Get<uint32_t>("num_attention_heads");
+    const double d = config.Get<uint32_t>("head_dim", heads ? config.Get<uint32_t>("hidden_size") / heads : 0);
+    if (d <= 2) config["head_dim"].Fail("must exceed 2 for the alpha RoPE base");
+    theta = static_cast<float>(theta * std::pow(alpha, d / (d - 2)));
   } else {
-    rs.Fail(fmt::format("rope type '{}' is not supported (supported: default, llama3, linear, longrope, yarn)", type));
+    rs.Fail(fmt::format("rope type '{}' is not supported (supported: default, llama3, linear, longrope, yarn, "
+                        "HunYuan's dynamic with alpha)", type));
   }
 }
 
@@ -299,9 +310,8 @@ void ReadRopeConfig(ModelConfig& c, const JsonView& j) {
     } else {
       ReadRope(rp, j, c.rope_theta, c.rope_scaling);
     }
-  } else if (j.Has("rope_scaling")) {
-    float theta = c.rope_theta;
-    ReadRope(j["rope_scaling"].ExpectObject(), j, theta, c.rope_scaling);
+  } else if (j.Has("rope_scaling")) {  // a rope_theta inside wins, as transformers merges them (setdefault)
+    ReadRope(j["rope_scaling"].ExpectObject(), j, c.rope_theta, c.rope_scaling);
   }
   if (j.Has("rope_local_base_freq")) c.local_rope_theta = j.Get<float>("rope_local_base_freq");
   const JsonView rp = j.Has("rope_parameters") ? j["rope_parameters"] : j;
@@ -658,6 +668,16 @@ void ReadLlama4(ModelConfig& c, const JsonView& j) {
   }
 }
 
+// HunYuan dense (HunYuanDenseV1ForCausalLM: Hunyuan-0.5B / 1.8B / 4B / 7B): Llama with each head of q and k RMS-normed
+// after RoPE (query_layernorm, key_layernorm), which transformers always builds; the MLP never biased. Released
+// configs say use_qk_norm: true and use_cla: false (cross-layer KV sharing, which transformers does not run).
+void ReadHunyuan(ModelConfig& c, const JsonView& j) {
+  if (!j.Get<bool>("use_qk_norm", true))
+    j["use_qk_norm"].Fail("false is not run (transformers' HunYuan always norms q and k)");
+  if (j.Get<bool>("use_cla", false)) j["use_cla"].Fail("cross-layer attention is not supported (nor by transformers)");
+  c.qk_norm = c.qk_norm_after_rope = true;
+}
+
 // GLM-4.5 / 4.6 / 4.7 (Glm4MoeForCausalLM): grouped-query attention with RoPE on the leading half of each head
 // (rotate-half), q/k/v biases by attention_bias, use_qk_norm; DeepSeek-V3's routing (sigmoid scores with the
 // score-correction bias, groups by their best two, renormalized, routed_scaling_factor), an ungated shared expert,
@@ -686,7 +706,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
       c.architecture != "Exaone4ForCausalLM" && c.architecture != "SeedOssForCausalLM" &&
       c.architecture != "Ernie4_5_MoeForCausalLM" && c.architecture != "Llama4ForCausalLM" &&
-      !IsCohere(c.architecture))
+      !IsCohere(c.architecture) && c.architecture != "HunYuanDenseV1ForCausalLM")
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -709,7 +729,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   // too (GPT-OSS's: ReadGptOss).
   c.o_bias = (c.architecture == "LlamaForCausalLM" || IsGranite(c.architecture) ||
               c.architecture == "Llama4ForCausalLM" ||
-              IsOlmo(c.architecture) || IsCohere(c.architecture)) &&
+              IsOlmo(c.architecture) || IsCohere(c.architecture) || c.architecture == "HunYuanDenseV1ForCausalLM") &&
              j.Get<bool>("attention_bias", false);
   c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
   c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
@@ -734,6 +754,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "SmolLM3ForCausalLM") ReadNoRopeLayers(c, j);
   if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
+  if (c.architecture == "HunYuanDenseV1ForCausalLM") ReadHunyuan(c, j);
   if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field
     c.o_bias = j.Get<bool>("attention_out_bias", false);
     if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");

@@ -85,6 +85,7 @@ struct ModelConfig {
   bool qkv_bias = false;     // Qwen2
   bool o_bias = false;       // Llama's and GPT-OSS's attention_bias: o_proj has a bias too
   bool qk_norm = false;      // Qwen3, Gemma 3: RMSNorm over each head of q and k, before RoPE
+  bool qk_norm_after_rope = false;  // HunYuan: those per-head norms after RoPE
   bool qk_norm_full = false; // OLMo 2: that RMSNorm over the whole q and k projections (all heads at once)
   bool qk_norm_per_head = false;  // Cohere (Command R+): each head normed on its own, with its own weights
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all

@@ -511,7 +511,9 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
             Norm(c, &k_[row * c.kv_dim()], lw.k_norm.data(), c.kv_dim(), &k_[row * c.kv_dim()]);
           }
         });
-      } else if (c.qk_norm) {  // Qwen3, Gemma 3, Cohere: each head of q and k normalized on its own
+      }
+      // Qwen3, Gemma 3, Cohere (before RoPE), HunYuan (after): each head of q and k normalized on its own
+      const auto norm_each_head = [&] {
         ForTokens(total, [&](size_t begin, size_t end) {
           for (size_t row = begin; row < end; ++row) {
             for (size_t h = 0; h < c.n_heads; ++h) {
@@ -524,7 +526,8 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
             }
           }
         });
-      }
+      };
+      if (c.qk_norm && !c.qk_norm_full && !c.qk_norm_after_rope) norm_each_head();
       std::vector<size_t> position;  // of each stacked row in its sequence
       const std::vector<const RopeTable*> rope = RowRopes(l, batch, position);
       if (c.rope(l)) {  // SmolLM3's and Llama 4's NoPE layers attend without positions
@@ -549,6 +552,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
           for (size_t i = 0; i < c.q_dim(); ++i) q_[row * c.q_dim() + i] *= t;
         }
       }
+      if (c.qk_norm && c.qk_norm_after_rope) norm_each_head();
       size_t row = 0;  // cache writes stay serial: a write may allocate the sequence's next block
       for (BatchItem& item : batch)
         for (size_t t = 0; t < item.tokens.size(); ++t, ++row)

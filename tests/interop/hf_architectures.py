@@ -172,6 +172,11 @@ ARCHITECTURES = {
                                             n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
                                             n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=1.8,
                                             norm_topk_prob=True, num_key_value_heads=HEADS, pad_token_id=0)),
+    # HunYuan dense (Hunyuan-0.5B ... 7B): Llama with per-head q/k norms after RoPE, its NTK alpha RoPE base (over
+    # head_dim 16, not hidden / heads), tied.
+    "hunyuan_v1_dense": ("hunyuan_v1_dense", dict(tie_word_embeddings=True, head_dim=16, pad_token_id=0, eod_token_id=2,
+                                                  rope_parameters={"rope_type": "dynamic", "alpha": 1000.0,
+                                                                   "factor": 1.0, "rope_theta": 10000.0})),
     # Cohere (Command R, Aya): LayerNorm without a bias, attention and MLP in parallel on one input norm, RoPE on
     # adjacent pairs, logits multiplied by logit_scale (0.5 here, not the default), tied.
     "cohere": ("cohere", dict(rope_theta=10000.0, logit_scale=0.5, layer_norm_eps=1e-5, pad_token_id=0)),
@@ -270,8 +275,8 @@ GGUF_VARIANTS = {
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                      "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "cohere",
-                      "cohere2",
+                      "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense",
+                      "cohere", "cohere2",
                       "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared", "granite4", *GGUF_VARIANTS]
 
 
@@ -449,8 +454,8 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "glm4_moe_lite", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm", "llama4",
-                  "llama4mm",
+                  "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm",
+                  "llama4", "llama4mm",
                   "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granite4")]
 # The mixtures of experts among them, whose routers stay unquantized.
 ENGINE_MOE_CHECKS = {"mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2", "deepseek_v3", "ernie4_5_moe",
