@@ -302,5 +302,38 @@ TEST(ModelConfig, HunyuanDenseAlphaRopeBase) {
   EXPECT_NE(ErrorOf(h, dir).find("rope type 'dynamic' is not supported"), std::string::npos) << ErrorOf(h, dir);
 }
 
+// Hunyuan-A13B's shape: its per-layer lists, uniform, give 64 experts of 3072 (intermediate_size, the width
+// transformers builds), top 8, one ungated shared MLP; a list that varies, or disagrees, is refused by entry.
+TEST(ModelConfig, HunyuanMoePerLayerLists) {
+  testing_util::ScratchDir dir("lowbit-config");
+  const auto per_layer = [](int v) { return std::vector<int>(32, v); };
+  nlohmann::json h = {{"architectures", {"HunYuanMoEV1ForCausalLM"}}, {"model_type", "hunyuan_v1_moe"},
+                      {"hidden_size", 4096}, {"intermediate_size", 3072}, {"num_attention_heads", 32},
+                      {"num_key_value_heads", 8}, {"head_dim", 128}, {"num_hidden_layers", 32},
+                      {"vocab_size", 128167}, {"rope_theta", 10000.0},
+                      {"rope_scaling", {{"alpha", 1000.0}, {"factor", 1.0}, {"type", "dynamic"}}},
+                      {"num_experts", 64}, {"moe_topk", per_layer(8)}, {"moe_intermediate_size", per_layer(3072)},
+                      {"num_shared_expert", per_layer(1)}, {"use_qk_norm", true}, {"tie_word_embeddings", true}};
+  const ModelConfig c = Read(h, dir);
+  EXPECT_EQ(c.n_experts, 64u);
+  EXPECT_EQ(c.experts_per_token, 8u);
+  EXPECT_EQ(c.expert_ffn_dim, 3072u);
+  EXPECT_EQ(c.shared_expert_ffn_dim, 3072u);
+  EXPECT_FALSE(c.shared_expert_gated);
+  EXPECT_TRUE(c.norm_expert_weights && c.moe(0) && c.moe(31) && c.qk_norm_after_rope);
+  h["moe_topk"][5] = 6;
+  EXPECT_NE(ErrorOf(h, dir).find("moe_topk[5]: differs from layer 0's 8"), std::string::npos) << ErrorOf(h, dir);
+  h["moe_topk"] = 8;
+  h["moe_intermediate_size"] = per_layer(1536);
+  EXPECT_NE(ErrorOf(h, dir).find("moe_intermediate_size: must be intermediate_size (3072)"), std::string::npos)
+      << ErrorOf(h, dir);
+  h.erase("moe_intermediate_size");
+  h["num_shared_expert"] = per_layer(2);
+  EXPECT_NE(ErrorOf(h, dir).find("num_shared_expert: must be 1"), std::string::npos) << ErrorOf(h, dir);
+  h["num_shared_expert"] = std::vector<int>(31, 1);
+  EXPECT_NE(ErrorOf(h, dir).find("num_shared_expert: has 31 entries, but num_hidden_layers is 32"), std::string::npos)
+      << ErrorOf(h, dir);
+}
+
 }  // namespace
 }  // namespace lowbit

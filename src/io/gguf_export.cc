@@ -73,6 +73,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "SmolLM3ForCausalLM" || a == "gguf:smollm3") return {"smollm3", c.rope_style == RopeStyle::kHalf};
   // HunYuan's checkpoints rotate halves (NEOX RoPE in llama.cpp), its q/k norms after RoPE.
   if (a == "HunYuanDenseV1ForCausalLM" || a == "gguf:hunyuan-dense") return {"hunyuan-dense", false};
+  if (a == "HunYuanMoEV1ForCausalLM" || a == "gguf:hunyuan-moe") return {"hunyuan-moe", false};
   // Llama 4's checkpoints rotate adjacent pairs (NORM RoPE in llama.cpp): nothing to permute.
   if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
@@ -80,7 +81,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
          "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, Cohere2, "
-         "Llama 4, HunYuan dense)",
+         "Llama 4, HunYuan dense and MoE)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
@@ -212,14 +213,17 @@ void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const st
   if (c.norm_expert_weights != norm)
     Fail("{}: llama.cpp's {} {} the chosen experts' weights, but this model's norm_topk_prob is {}", source,
          arch.name, norm ? "always renormalizes" : "never renormalizes", c.norm_expert_weights);
-  // qwen2moe's shared expert (always there) is gated, granitemoe's (where its width is given) is not
+  // qwen2moe's shared expert (always there) is gated, granitemoe's (where its width is given) and hunyuan-moe's
+  // (always there) are not
+  const bool ungated_shared = arch.name == "granitemoe" || arch.name == "hunyuan-moe";
   if (c.shared_expert_ffn_dim > 0 ? !(arch.name == "qwen2moe" && c.shared_expert_gated) &&
-                                        !(arch.name == "granitemoe" && !c.shared_expert_gated)
-                                  : arch.name == "qwen2moe")
-    Fail("{}: a shared expert is exported for qwen2moe (gated) and granitemoe (ungated) only", source);
-  if (arch.name == "granitemoe" && c.expert_ffn_dim != c.ffn_dim)
-    Fail("{}: llama.cpp's granitemoe reads its experts' width from feed_forward_length ({}), not {}", source, c.ffn_dim,
-         c.expert_ffn_dim);
+                                        !(ungated_shared && !c.shared_expert_gated)
+                                  : arch.name == "qwen2moe" || arch.name == "hunyuan-moe")
+    Fail("{}: a shared expert is exported for qwen2moe (gated, always), granitemoe (ungated) and hunyuan-moe "
+         "(ungated, always) only", source);
+  if ((arch.name == "granitemoe" || arch.name == "hunyuan-moe") && c.expert_ffn_dim != c.ffn_dim)
+    Fail("{}: llama.cpp's {} reads its experts' width from feed_forward_length ({}), not {}", source, arch.name,
+         c.ffn_dim, c.expert_ffn_dim);
 }
 
 // What llama.cpp's Gemma architectures can express; anything else would run as another model there.
@@ -511,6 +515,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     if (c.routed_scale != 1) out.Set(a + ".expert_weights_scale", c.routed_scale);
   }
   if (a == "llama4") out.Set(a + ".interleave_moe_layer_step", LlamaMoeStep(c));
+  if (a == "hunyuan-moe") out.Set(a + ".expert_shared_count", uint32_t{1});  // as llama.cpp's converter writes it
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
   if (c.sliding_window > 0 && a != "llama" && a != "phi3") {
@@ -664,12 +669,12 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
   if (c.rotary_dim != 0 && !PartialRotary(arch) && !deepseek)
     Fail("{}: partial rotary embeddings are exported for phi3, glm4, chatglm, glm4moe and deepseek2 only", m.source);
-  if ((arch.name == "seed_oss" || arch.name == "hunyuan-dense") && c.o_bias)  // models/seed-oss.cpp, hunyuan-vl.cpp
+  const bool hunyuan = arch.name == "hunyuan-dense" || arch.name == "hunyuan-moe";
+  if ((arch.name == "seed_oss" || hunyuan) && c.o_bias)  // models/seed-oss.cpp, hunyuan-vl.cpp, hunyuan-moe.cpp
     Fail("{}: llama.cpp's {} reads no o_proj bias (attention_bias)", m.source, arch.name);
-  if (c.qk_norm_after_rope != (arch.name == "hunyuan-dense"))  // models/hunyuan-vl.cpp norms q and k after RoPE
+  if (c.qk_norm_after_rope != hunyuan)  // models/hunyuan-vl.cpp and hunyuan-moe.cpp norm q and k after RoPE
     Fail("{}: llama.cpp's {} norms q and k {}; this model {}", m.source, arch.name,
-         arch.name == "hunyuan-dense" ? "after RoPE" : "before RoPE, if at all",
-         c.qk_norm_after_rope ? "after" : "before (or not at all)");
+         hunyuan ? "after RoPE" : "before RoPE, if at all", c.qk_norm_after_rope ? "after" : "before (or not at all)");
   // models/exaone4.cpp, chatglm.cpp: attn_output is n_embd x n_embd; exaone4 slides windows at 64 layers only
   if ((arch.name == "exaone4" || arch.name == "chatglm") && c.q_dim() != c.dim)
     Fail("{}: llama.cpp's {} needs num_heads * head_dim = hidden_size ({} x {} != {})", m.source, arch.name, c.n_heads,

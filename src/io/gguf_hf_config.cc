@@ -157,6 +157,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          {"llama4", "Llama4ForCausalLM", "llama4_text"},
                                          {"hunyuan-dense", "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"},
+                                         {"hunyuan-moe", "HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
                                          {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
@@ -177,7 +178,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                  : granite_shared ? "GraniteMoeSharedForCausalLM"
                                                   : std::string(family->architecture));
   if ((arch == "llama" || arch == "granite" || arch == "granitemoe" || arch == "olmo2" || arch == "llama4" || cohere ||
-       arch == "hunyuan-dense") &&
+       arch.starts_with("hunyuan")) &&
       c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",
          source, c.qkv_bias ? "attn_output" : "attn_q", architecture, c.qkv_bias ? "q/k/v" : "o_proj");
@@ -232,6 +233,13 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     j["num_experts_per_tok"] = c.experts_per_token;
     j["swiglu_alpha"] = ShortestDecimal(c.swiglu_alpha);
     j["swiglu_limit"] = ShortestDecimal(c.swiglu_limit);
+  } else if (arch == "hunyuan-moe") {  // every layer, experts and the shared MLP of intermediate_size
+    if (c.expert_ffn_dim != c.ffn_dim || c.shared_expert_ffn_dim != c.ffn_dim || c.shared_expert_gated ||
+        !c.norm_expert_weights || !c.sparse_layers.empty())
+      Fail("{}: HunYuanMoEV1ForCausalLM runs experts and an ungated shared MLP of intermediate_size in every layer, "
+           "renormalized", source);
+    j["num_experts"] = c.n_experts;
+    j["moe_topk"] = c.experts_per_token;
   } else if (moe) {
     j[arch == "llama" || arch == "granitemoe" ? "num_local_experts" : "num_experts"] = c.n_experts;
     j["num_experts_per_tok"] = c.experts_per_token;

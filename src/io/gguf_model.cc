@@ -28,7 +28,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
-    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense"};
+    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe"};
 
 
 
@@ -376,12 +376,15 @@ void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) 
   }
   c.experts_per_token = f.GetU32(p + "expert_used_count");
   if (c.experts_per_token == 0) Fail("{}: key '{}expert_used_count' must be positive", source, p);
-  // granitemoe's experts are feed_forward_length wide too, its shared expert (where present) ungated
-  c.expert_ffn_dim = arch == "llama" || arch == "granitemoe"
+  // granitemoe's and hunyuan-moe's experts are feed_forward_length wide too, their shared experts ungated
+  const bool hunyuan = arch == "hunyuan-moe";
+  c.expert_ffn_dim = arch == "llama" || arch == "granitemoe" || hunyuan
                          ? c.ffn_dim
                          : f.GetU32Or(p + "expert_feed_forward_length", c.ffn_dim / c.experts_per_token);
   c.norm_expert_weights = arch != "qwen2moe";
-  if (arch == "qwen2moe") c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
+  if (arch == "qwen2moe" || hunyuan)
+    c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
+  if (hunyuan) c.shared_expert_gated = false;
   if (arch == "granitemoe") {
     c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", 0);
     c.shared_expert_gated = false;
@@ -533,7 +536,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string p = arch + ".";  // the hyperparameter keys' prefix
   // (llama.cpp's hunyuan-dense reads an expert_count of 1 as none)
   if (f.GetU32Or(p + "expert_count", 0) > (arch == "hunyuan-dense" ? 1 : 0) && arch != "llama" && !qwen_moe &&
-      !deepseek && !gpt_oss && !glm4moe && arch != "ernie4_5-moe" && !llama4 && arch != "granitemoe")
+      !deepseek && !gpt_oss && !glm4moe && arch != "ernie4_5-moe" && !llama4 && arch != "granitemoe" &&
+      arch != "hunyuan-moe")
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -634,7 +638,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     c.sandwich_norms = true;
   }
   if (cohere) ReadCohereKeys(f, arch, c);
-  if (arch == "hunyuan-dense") {  // models/hunyuan-vl.cpp: per-head q/k norms after NEOX RoPE, an optional NTK alpha
+  if (arch == "hunyuan-dense" || arch == "hunyuan-moe") {
+    // models/hunyuan-vl.cpp, hunyuan-moe.cpp: per-head q/k norms after NEOX RoPE, an optional NTK alpha
     c.qk_norm = c.qk_norm_after_rope = true;
     if (const float alpha = f.GetF32Or(p + "rope.scaling.alpha", 0.0f); alpha > 0)
       c.rope_theta = static_cast<float>(c.rope_theta * std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2.0)));
@@ -660,7 +665,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     if (c.n_experts == 0) Fail("{}: key '{}expert_count' must be positive", source, p);
   }
   if (gemma) ReadGemmaKeys(f, arch, c);
-  if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe" || arch == "granitemoe") ReadExpertKeys(f, arch, c);
+  if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe" || arch == "granitemoe" || arch == "hunyuan-moe")
+    ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
   if (deepseek) ReadDeepSeek2Keys(f, c);
   if (gpt_oss) ReadGptOssKeys(f, c);

@@ -8,7 +8,9 @@ bool IsMixtral(const ModelConfig& c) { return c.architecture == "MixtralForCausa
 bool IsGptOss(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
 bool IsGlm4(const ModelConfig& c) { return c.architecture == "Glm4ForCausalLM"; }
 bool IsLlama4(const ModelConfig& c) { return c.architecture == "Llama4ForCausalLM"; }
-bool IsHunyuan(const ModelConfig& c) { return c.architecture == "HunYuanDenseV1ForCausalLM"; }
+bool IsHunyuan(const ModelConfig& c) {
+  return c.architecture == "HunYuanDenseV1ForCausalLM" || c.architecture == "HunYuanMoEV1ForCausalLM";
+}
 
 }  // namespace
 
@@ -59,6 +61,7 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
                  : IsGptOss(c)     ? "mlp.router.weight"
                  : IsLlama4(c)     ? "feed_forward.router.weight"
                  : IsGraniteMoe(c) ? "block_sparse_moe.router.layer.weight"
+                 : IsHunyuan(c)    ? "mlp.gate.wg.weight"
                                    : "mlp.gate.weight",
                  &LayerWeights::router, {c.n_experts, c.dim}, false});
     if (c.router_logit_bias)
@@ -76,6 +79,7 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
 std::string HfLinearName(const ModelConfig& c, const std::string& name) {
   constexpr std::string_view kExperts = "mlp.experts.", kShared = "mlp.shared_experts.", kMlp = "mlp.";
   if (IsLlama4(c) && name.starts_with(kShared)) return "feed_forward.shared_expert." + name.substr(kShared.size());
+  if (IsHunyuan(c) && name.starts_with(kShared)) return "mlp.shared_mlp." + name.substr(kShared.size());
   // Granite MoE's shared expert, and Granite 4.0's MLP where it has no experts
   if (IsGraniteMoe(c) && (name == "mlp.shared_experts.down_proj" || name == "mlp.down_proj"))
     return "shared_mlp.output_linear";

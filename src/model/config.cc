@@ -126,7 +126,7 @@ constexpr const char* kSupported =
     "Olmo2ForCausalLM, "
     "Olmo3ForCausalLM, Exaone4ForCausalLM, SeedOssForCausalLM, Ernie4_5_MoeForCausalLM, "
     "Ernie4_5ForCausalLM, GlmForCausalLM, Glm4ForCausalLM, Glm4MoeForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, "
-    "HunYuanDenseV1ForCausalLM";
+    "HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM";
 
 bool IsQwen(const std::string& arch) {
   return arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen2MoeForCausalLM" ||
@@ -136,6 +136,11 @@ bool IsQwen(const std::string& arch) {
 // GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek-V3's latent attention and routing.
 bool IsDeepSeek(const std::string& arch) {
   return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM" || arch == "Glm4MoeLiteForCausalLM";
+}
+
+// HunYuan: dense (Hunyuan-0.5B ... 7B) and MoE (Hunyuan-A13B).
+bool IsHunyuan(const std::string& arch) {
+  return arch == "HunYuanDenseV1ForCausalLM" || arch == "HunYuanMoEV1ForCausalLM";
 }
 
 // GLM-4 (GlmForCausalLM: glm-4-9b-chat-hf; Glm4ForCausalLM: the 0414 models, GLM-Z1).
@@ -668,6 +673,38 @@ void ReadLlama4(ModelConfig& c, const JsonView& j) {
   }
 }
 
+// A count given once or per layer (the Hub's HunYuan-A13B lists), which lowbit runs only when every layer's is equal.
+uint32_t UniformPerLayer(const JsonView& j, const char* key, uint32_t fallback, uint32_t n_layers) {
+  if (!j.Has(key)) return fallback;
+  if (!j[key].value().is_array()) return j.Get<uint32_t>(key);
+  const std::vector<JsonView> items = j[key].Items();
+  if (items.size() != n_layers)
+    j[key].Fail(fmt::format("has {} entries, but num_hidden_layers is {}", items.size(), n_layers));
+  const uint32_t first = items.empty() ? fallback : items[0].As<uint32_t>();
+  for (const JsonView& item : items)
+    if (item.As<uint32_t>() != first) item.Fail(fmt::format("differs from layer 0's {}: lowbit runs one value", first));
+  return first;
+}
+
+// HunYuan-A13B (HunYuanMoEV1ForCausalLM), as transformers' HunYuanMoEV1Moe runs it: in every layer num_experts
+// experts of intermediate_size, each token's best moe_topk by softmax score, renormalized, beside an ungated
+// shared_mlp of the same width. The Hub's per-layer moe_intermediate_size and num_shared_expert must agree.
+void ReadHunyuanExperts(ModelConfig& c, const JsonView& j) {
+  c.n_experts = UniformPerLayer(j, "num_experts", 1, c.n_layers);
+  c.experts_per_token = UniformPerLayer(j, "moe_topk", 1, c.n_layers);
+  if (c.n_experts == 0) j["num_experts"].Fail("must be positive");
+  if (c.experts_per_token == 0 || c.experts_per_token > c.n_experts)
+    j["moe_topk"].Fail(fmt::format("must be between 1 and num_experts ({})", c.n_experts));
+  c.expert_ffn_dim = c.shared_expert_ffn_dim = c.ffn_dim;
+  if (UniformPerLayer(j, "moe_intermediate_size", c.ffn_dim, c.n_layers) != c.ffn_dim)
+    j["moe_intermediate_size"].Fail(fmt::format("must be intermediate_size ({}): transformers' HunYuanMoEV1 builds "
+                                                "its experts that wide", c.ffn_dim));
+  if (UniformPerLayer(j, "num_shared_expert", 1, c.n_layers) != 1)
+    j["num_shared_expert"].Fail("must be 1: transformers' HunYuanMoEV1 has one shared MLP");
+  c.shared_expert_gated = false;
+  c.norm_expert_weights = true;
+}
+
 // HunYuan dense (HunYuanDenseV1ForCausalLM: Hunyuan-0.5B / 1.8B / 4B / 7B): Llama with each head of q and k RMS-normed
 // after RoPE (query_layernorm, key_layernorm), which transformers always builds; the MLP never biased. Released
 // configs say use_qk_norm: true and use_cla: false (cross-layer KV sharing, which transformers does not run).
@@ -676,6 +713,7 @@ void ReadHunyuan(ModelConfig& c, const JsonView& j) {
     j["use_qk_norm"].Fail("false is not run (transformers' HunYuan always norms q and k)");
   if (j.Get<bool>("use_cla", false)) j["use_cla"].Fail("cross-layer attention is not supported (nor by transformers)");
   c.qk_norm = c.qk_norm_after_rope = true;
+  if (c.architecture == "HunYuanMoEV1ForCausalLM") ReadHunyuanExperts(c, j);
 }
 
 // GLM-4.5 / 4.6 / 4.7 (Glm4MoeForCausalLM): grouped-query attention with RoPE on the leading half of each head
@@ -706,7 +744,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
       !IsOlmo(c.architecture) && c.architecture != "Ernie4_5ForCausalLM" && !IsGlm(c.architecture) &&
       c.architecture != "Exaone4ForCausalLM" && c.architecture != "SeedOssForCausalLM" &&
       c.architecture != "Ernie4_5_MoeForCausalLM" && c.architecture != "Llama4ForCausalLM" &&
-      !IsCohere(c.architecture) && c.architecture != "HunYuanDenseV1ForCausalLM")
+      !IsCohere(c.architecture) && !IsHunyuan(c.architecture))
     Fail("{}: unsupported architecture '{}' (supported: {})", source, c.architecture, kSupported);
   const bool gemma = IsGemma(c.architecture), gemma2 = c.architecture == "Gemma2ForCausalLM",
              gemma3 = c.architecture == "Gemma3ForCausalLM";
@@ -729,7 +767,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   // too (GPT-OSS's: ReadGptOss).
   c.o_bias = (c.architecture == "LlamaForCausalLM" || IsGranite(c.architecture) ||
               c.architecture == "Llama4ForCausalLM" ||
-              IsOlmo(c.architecture) || IsCohere(c.architecture) || c.architecture == "HunYuanDenseV1ForCausalLM") &&
+              IsOlmo(c.architecture) || IsCohere(c.architecture) || IsHunyuan(c.architecture)) &&
              j.Get<bool>("attention_bias", false);
   c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" || gemma3;
   c.bos_id = j.Get<int32_t>("bos_token_id", gemma ? 2 : 1);
@@ -754,7 +792,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "SmolLM3ForCausalLM") ReadNoRopeLayers(c, j);
   if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
-  if (c.architecture == "HunYuanDenseV1ForCausalLM") ReadHunyuan(c, j);
+  if (IsHunyuan(c.architecture)) ReadHunyuan(c, j);
   if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field
     c.o_bias = j.Get<bool>("attention_out_bias", false);
     if (j.Get<bool>("mlp_bias", false)) j["mlp_bias"].Fail("biases on the MLP are not supported");

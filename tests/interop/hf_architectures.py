@@ -177,6 +177,12 @@ ARCHITECTURES = {
     "hunyuan_v1_dense": ("hunyuan_v1_dense", dict(tie_word_embeddings=True, head_dim=16, pad_token_id=0, eod_token_id=2,
                                                   rope_parameters={"rope_type": "dynamic", "alpha": 1000.0,
                                                                    "factor": 1.0, "rope_theta": 10000.0})),
+    # HunYuan-A13B: the same attention; in every layer 4 experts of intermediate_size, top 2 by softmax, renormalized,
+    # beside an ungated shared MLP; untied.
+    "hunyuan_v1_moe": ("hunyuan_v1_moe", dict(tie_word_embeddings=False, head_dim=16, pad_token_id=0, eod_token_id=2,
+                                              num_experts=4, moe_topk=2,
+                                              rope_parameters={"rope_type": "dynamic", "alpha": 1000.0,
+                                                               "factor": 1.0, "rope_theta": 10000.0})),
     # Cohere (Command R, Aya): LayerNorm without a bias, attention and MLP in parallel on one input norm, RoPE on
     # adjacent pairs, logits multiplied by logit_scale (0.5 here, not the default), tied.
     "cohere": ("cohere", dict(rope_theta=10000.0, logit_scale=0.5, layer_norm_eps=1e-5, pad_token_id=0)),
@@ -276,7 +282,7 @@ GGUF_VARIANTS = {
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense",
-                      "cohere", "cohere2",
+                      "hunyuan_v1_moe", "cohere", "cohere2",
                       "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared", "granite4", *GGUF_VARIANTS]
 
 
@@ -454,12 +460,12 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3", "granite",
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "cohere", "cohere_qk_norm", "cohere2", "mistral3mm",
-                  "llama4", "llama4mm",
+                  "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere_qk_norm",
+                  "cohere2", "mistral3mm", "llama4", "llama4mm",
                   "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granite4")]
 # The mixtures of experts among them, whose routers stay unquantized.
 ENGINE_MOE_CHECKS = {"mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2", "deepseek_v3", "ernie4_5_moe",
-                     "glm4_moe", "glm4_moe_lite", "llama4", "llama4mm", "qwen3_vl_moe"}
+                     "glm4_moe", "glm4_moe_lite", "hunyuan_v1_moe", "llama4", "llama4mm", "qwen3_vl_moe"}
 KL_CTX, KL_TOP_K = 32, 32
 
 
@@ -475,7 +481,7 @@ def check_engine_exports(lowbit, folder):
         run(lowbit, "export", src, "-o", out, "--to", "compressed-tensors", "--scheme", scheme)
         ignore = json.load(open(os.path.join(out, "config.json")))["quantization_config"]["ignore"]
         if name in ENGINE_MOE_CHECKS:
-            check(all(i == "lm_head" or i.endswith(("gate", "router")) for i in ignore) and len(ignore) > 1,
+            check(all(i == "lm_head" or i.endswith(("gate", "router", "gate.wg")) for i in ignore) and len(ignore) > 1,
                   f"{name}: compressed-tensors ignore list {ignore} should hold the routers")
         logits = quantized_model_logits(out, CompressedTensorsConfig(dequantize=True))
         agree = kl_against_lowbit(lowbit, out, text, logits, f"{name} {scheme} compressed-tensors in transformers")
