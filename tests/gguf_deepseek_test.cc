@@ -331,5 +331,36 @@ TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
   }
 }
 
+// The imatrix's names are the export's: every entry names a matrix of lowbit's GGUF file with its input width, and
+// every matrix but the embeddings has one, so `export --imatrix` and llama-quantize use all of them. Phi-3's q/k/v go
+// out fused as attn_qkv and its gate and up as ffn_up, as llama.cpp's converter writes them; GLM-4's gate and up too.
+TEST(Imatrix, EveryEntryIsAMatrixOfTheExportAndBack) {
+  for (const char* name : {"phi3", "glm4", "hunyuan_v1_moe"}) {
+    testing_util::ScratchDir dir("imatrix-names");
+    WriteByteTokenizer(dir.path());
+    ImatrixJob job;
+    job.model = (kFixtures / name).string();
+    job.tokenizer = (dir / "tokenizer.json").string();
+    job.calib = (dir / "calib.txt").string();
+    job.out = (dir / "im.gguf").string();
+    job.ctx = 32;
+    (void)RunImatrixJob(job);
+    StreamedModel s{LoadModel(kFixtures / name), nullptr};
+    GgufExportOptions o;
+    o.type = "F32";
+    ExportGguf(s, dir / "m.gguf", o);
+    const GgufFile exported = GgufFile::Open(dir / "m.gguf");
+    const auto columns = ReadImatrix(job.out).columns;
+    for (const auto& [entry, importance] : columns) {
+      const GgufTensorInfo* t = exported.FindTensor(entry);
+      ASSERT_NE(t, nullptr) << name << ": " << entry;
+      EXPECT_EQ(importance.size(), t->dims[0] * (t->dims.size() > 2 ? t->dims[2] : 1)) << entry;
+    }
+    for (const GgufTensorInfo& t : exported.tensors())
+      if (t.dims.size() >= 2 && t.name != "token_embd.weight" && t.name != "output.weight")
+        EXPECT_TRUE(columns.contains(t.name)) << name << ": no entry for " << t.name;
+  }
+}
+
 }  // namespace
 }  // namespace lowbit

@@ -358,6 +358,10 @@ std::vector<PlannedTensor> Plan(const Model& m, const Architecture& arch, const 
       };
       split("attn_k_b.weight", {c.qk_nope_dim, c.kv_lora_rank, c.n_heads}, GgufLatentKeys);
       split("attn_v_b.weight", {c.kv_lora_rank, c.v_head_dim, c.n_heads}, GgufLatentValues);
+    } else if (arch.name == "phi3") {  // one attn_qkv, as llama.cpp's converter writes Phi-3's qkv_proj
+      plan.push_back({p + "attn_qkv.weight", {c.dim, uint64_t{c.q_dim()} + 2 * uint64_t{c.kv_dim()}}, layer, {},
+                      [](const LayerWeights* l) { return TensorSource{.linears = {&l->wq, &l->wk, &l->wv}}; }});
+      holds({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
     } else {
       matrix(p + "attn_q.weight", c.q_dim(), c.dim, layer, [](const LayerWeights* l) { return &l->wq; }, q_heads);
       holds({"self_attn.q_proj"});

@@ -136,7 +136,7 @@ uint32_t GgufTypeChooser::MixType(const std::string& name, const std::vector<uin
   if (output) return row_length % FindGgmlType(type)->block_elems != 0 || type == kGgmlQ8_0 ? kGgmlQ8_0 : kGgmlQ6_K;
   if (name == "token_embd.weight") return ft == "TQ1_0" || ft == "TQ2_0" ? kGgmlQ4_K : type;
   const bool eight_experts = model_.n_experts == 8;
-  if (Contains(name, "attn_v.weight")) {
+  if (Contains(name, "attn_v.weight") || Contains(name, "attn_qkv.weight")) {  // llama.cpp's category_is_attn_v
     const int i = i_attention_wv_++;
     if (eight_experts) return kGgmlQ8_0;  // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
     if (ft == "Q2_K") return model_.n_gqa >= 4 ? kGgmlQ4_K : kGgmlQ3_K;
