@@ -418,37 +418,54 @@ TEST(ArchitectureFixtureGlm4Moe, GlmFlashFilesWithoutGatingFunctionGateBySigmoid
 // llama.cpp's converter writes Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE as qwen2vl, qwen3vl and qwen3vlmoe: qwen2's,
 // qwen3's and qwen3moe's keys and tensors under those names, with rope.dimension_sections (and Qwen3-VL's
 // n_deepstack_layers). On text those run as the text models (every section at the same position, DeepStack's inputs
-// zero), so the files give transformers' logits, and go out again as the text architectures.
+// zero), so the files give transformers' logits. lowbit writes Qwen2.5-VL as qwen2vl too (mrope_section padded to
+// four, so llama.cpp's mmproj files pair with it), and Qwen3-VL as the text models.
 TEST(ArchitectureFixtureQwenVl, GgufQwen2VlAndQwen3VlRunTheirLanguageModels) {
   testing_util::ScratchDir dir("lowbit-arch-qwen-vl");
+  GgufExportOptions options;
+  options.type = "F32";
+  const auto sections_of = [](const fs::path& gguf) {
+    return GgufFile::Open(gguf).GetArrayOf<int32_t>("qwen2vl.rope.dimension_sections");
+  };
+  const std::vector<int32_t> fixture_sections = {2, 1, 1, 0};  // the fixture's mrope_section [2, 1, 1]
+  StreamedModel qwen2_5_vl = OpenModel(kFixtures / "qwen2_5_vl");
+  EXPECT_EQ(ExportGguf(qwen2_5_vl, dir / "qwen2vl.gguf", options).architecture, "qwen2vl");
+  EXPECT_EQ(sections_of(dir / "qwen2vl.gguf"), fixture_sections);
   for (const auto& [fixture, text_arch, vl_arch] :
-       {std::tuple{"qwen2_5_vl", "qwen2", "qwen2vl"}, std::tuple{"qwen3_vl", "qwen3", "qwen3vl"},
-        std::tuple{"qwen3_vl_moe", "qwen3moe", "qwen3vlmoe"}}) {
+       {std::tuple{"qwen3_vl", "qwen3", "qwen3vl"}, std::tuple{"qwen3_vl_moe", "qwen3moe", "qwen3vlmoe"}}) {
     const fs::path folder = kFixtures / fixture;
-    GgufExportOptions options;
-    options.type = "F32";
     StreamedModel streamed = OpenModel(folder);
     ExportGguf(streamed, dir / "text.gguf", options);
     const GgufFile text = GgufFile::Open(dir / "text.gguf");
-    const std::string vl_path = (dir / fmt::format("{}.gguf", vl_arch)).string();
-    GgufWriter writer(vl_path);
+    GgufWriter writer(dir / fmt::format("{}.gguf", vl_arch));
     for (const GgufKeyValue& kv : text.metadata()) {
       if (kv.key == "general.architecture") writer.Set(kv.key, std::string(vl_arch));
       else if (kv.key.starts_with(std::string(text_arch) + "."))
         writer.Set(vl_arch + kv.key.substr(std::strlen(text_arch)), kv.value);
       else writer.Set(kv.key, kv.value);
     }
-    writer.Set(std::string(vl_arch) + ".rope.dimension_sections", GgufArray{std::vector<int32_t>{2, 1, 1, 0}});
-    if (vl_arch != std::string("qwen2vl")) writer.Set(std::string(vl_arch) + ".n_deepstack_layers", uint32_t{1});
+    writer.Set(std::string(vl_arch) + ".rope.dimension_sections", GgufArray{fixture_sections});
+    writer.Set(std::string(vl_arch) + ".n_deepstack_layers", uint32_t{1});
     for (const GgufTensorInfo& t : text.tensors()) writer.DeclareTensor(t.name, t.dims);
     for (const GgufTensorInfo& t : text.tensors()) writer.WriteTensor(t.name, t.ggml_type, t.data);
     writer.Commit();
+  }
+  for (const auto& [fixture, vl_arch, again_arch] :
+       {std::tuple{"qwen2_5_vl", "qwen2vl", "qwen2vl"}, std::tuple{"qwen3_vl", "qwen3vl", "qwen3"},
+        std::tuple{"qwen3_vl_moe", "qwen3vlmoe", "qwen3moe"}}) {
+    const std::string vl_path = (dir / fmt::format("{}.gguf", vl_arch)).string();
     const Model model = LoadModel(vl_path);
     EXPECT_EQ(model.config.architecture, std::string("gguf:") + vl_arch);
-    EXPECT_LT(RelativeError(model, ReadJsonFile(folder / "reference.json")), 1e-4) << vl_arch;
-    StreamedModel again = OpenModel(vl_path);  // out again as the text model
-    EXPECT_EQ(ExportGguf(again, dir / "again.gguf", options).architecture, text_arch);
+    EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / fixture / "reference.json")), 1e-4) << vl_arch;
+    StreamedModel again = OpenModel(vl_path);
+    EXPECT_EQ(ExportGguf(again, dir / "again.gguf", options).architecture, again_arch);
+    if (again_arch == std::string("qwen2vl")) EXPECT_EQ(sections_of(dir / "again.gguf"), fixture_sections);
   }
+  // Sections that do not cover the heads' rotary pairs are refused where they are read.
+  nlohmann::json config = ReadJsonFile(kFixtures / "qwen2_5_vl" / "config.json");
+  config["text_config"]["rope_parameters"]["mrope_section"] = {2, 1};
+  ExpectError([&] { (void)HfConfigFromJson(config, "vl/config.json"); },
+              {"vl/config.json", "text_config.rope_parameters.mrope_section", "4 rotary pairs"});
 }
 
 // Qwen3-VL-MoE's experts as the Hub stores them (x W: gate_up_proj [E, hidden, 2 x ffn], down_proj [E, ffn, hidden])

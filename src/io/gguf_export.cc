@@ -36,8 +36,10 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   // llama.cpp runs Qwen2/3 and Gemma 1/2/3 with NEOX (rotate-half) RoPE and no permutation; everything
   // lowbit reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
   const std::string& a = c.architecture;
-  // qwen2vl / qwen3vl / qwen3vlmoe files go out as the text models they are (lowbit writes no multimodal RoPE sections).
-  if (a == "Qwen2ForCausalLM" || a == "gguf:qwen2" || a == "gguf:qwen2vl") return {"qwen2", false};
+  // Qwen2-VL / 2.5-VL as llama.cpp's qwen2vl (its RoPE sections, so an mmproj file pairs with it); qwen3vl and
+  // qwen3vlmoe files go out as the text models they are (lowbit writes no DeepStack inputs).
+  if (a == "Qwen2ForCausalLM" || a == "gguf:qwen2" || a == "gguf:qwen2vl")
+    return {c.mrope_sections.empty() ? "qwen2" : "qwen2vl", false};
   if (a == "Qwen3ForCausalLM" || a == "gguf:qwen3" || a == "gguf:qwen3vl") return {"qwen3", false};
   if (a == "GemmaForCausalLM" || a == "gguf:gemma") return {"gemma", false};
   if (a == "Gemma2ForCausalLM" || a == "gguf:gemma2") return {"gemma2", false};
@@ -520,6 +522,11 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   }
   if (a == "llama4") out.Set(a + ".interleave_moe_layer_step", LlamaMoeStep(c));
   if (a == "hunyuan-moe") out.Set(a + ".expert_shared_count", uint32_t{1});  // as llama.cpp's converter writes it
+  if (a == "qwen2vl") {  // mrope_section padded to four, as llama.cpp's converter writes it
+    std::vector<int32_t> sections(c.mrope_sections.begin(), c.mrope_sections.end());
+    sections.resize(4, 0);
+    out.Set(a + ".rope.dimension_sections", GgufArray{std::move(sections)});
+  }
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);
   if (c.sliding_window > 0 && a != "llama" && a != "phi3") {

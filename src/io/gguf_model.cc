@@ -620,6 +620,17 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // DeepStack inputs are zero there.
   if ((arch == "qwen2" || arch == "qwen2vl") && !c.qkv_bias)
     Fail("{}: a {} model without 'blk.0.attn_q.bias'", source, arch);
+  if (arch == "qwen2vl" && f.Find(p + "rope.dimension_sections")) {  // kept, so the file goes out again as qwen2vl
+    uint32_t pairs = 0;
+    for (const int32_t s : f.GetArrayOf<int32_t>(p + "rope.dimension_sections")) {
+      if (s < 0) Fail("{}: key '{}rope.dimension_sections' has a negative section", source, p);
+      if (s > 0) c.mrope_sections.push_back(static_cast<uint32_t>(s));
+      pairs += static_cast<uint32_t>(s);
+    }
+    if (pairs * 2 != c.head_dim)
+      Fail("{}: key '{}rope.dimension_sections' covers {} rotary pairs; the heads have {}", source, p, pairs,
+           c.head_dim / 2);
+  }
   c.qk_norm = arch == "qwen3" || arch == "qwen3vl" || arch == "qwen3moe" || arch == "qwen3vlmoe" || arch == "gemma3" ||
               olmo2;
   if (olmo2) {  // models/olmo2.cpp: norms on the attention and MLP outputs only, q and k normed whole

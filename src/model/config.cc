@@ -843,6 +843,21 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   return HfConfigFromJson(ReadJsonFile(config_json), config_json.string());
 }
 
+// Qwen2-VL's and Qwen2.5-VL's mrope_section (t / h / w sections of each head's rotary pairs), which must cover the
+// head's head_dim / 2 pairs exactly.
+void ReadMropeSections(ModelConfig& c, const JsonView& text) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!text.Has(key) || !text[key].value().is_object() || !text[key].Has("mrope_section")) continue;
+    const JsonView sections = text[key]["mrope_section"];
+    c.mrope_sections = sections.As<std::vector<uint32_t>>();
+    uint32_t pairs = 0;
+    for (const uint32_t s : c.mrope_sections) pairs += s;
+    if (c.mrope_sections.empty() || c.mrope_sections.size() > 4 || pairs * 2 != c.rope_dims())
+      sections.Fail(fmt::format("must be 1 to 4 sections covering the head's {} rotary pairs", c.rope_dims() / 2));
+    return;
+  }
+}
+
 ModelConfig HfConfigFromJson(const nlohmann::json& parsed, const std::string& source) {
   const JsonView j = JsonView(parsed, source).ExpectObject();
   const auto archs = j.Get<std::vector<std::string>>("architectures", {});
@@ -857,7 +872,10 @@ ModelConfig HfConfigFromJson(const nlohmann::json& parsed, const std::string& so
                                                    m->wrapper, m->text_model_type));
     }
     const nlohmann::json text = TextOnlyConfig(parsed);
-    return nested ? ReadHfConfigJson(JsonView(text, source, "text_config")) : ReadHfConfigJson(JsonView(text, source));
+    ModelConfig c =
+        nested ? ReadHfConfigJson(JsonView(text, source, "text_config")) : ReadHfConfigJson(JsonView(text, source));
+    if (c.architecture == "Qwen2ForCausalLM") ReadMropeSections(c, nested ? j["text_config"] : j);
+    return c;
   }
   return ReadHfConfigJson(j);
 }
