@@ -218,14 +218,17 @@ ModelConfig HfConfigFromJson(const nlohmann::json& config, const std::string& so
 
 // Image-text checkpoints whose language model lowbit runs on text (their vision tower is not read): the wrapper's
 // architecture, its text model's, the text_config model_type that text model has, the model_type the language
-// model is written with (one transformers' AutoModelForCausalLM builds), and a boolean field the wrapper's text
-// model always has true where the written architecture's default is false (nullptr: none).
+// model is written with (one transformers' AutoModelForCausalLM builds), a boolean field the wrapper's text
+// model always has true where the written architecture's default is false (nullptr: none), and whether its attention
+// heads are hidden_size / num_attention_heads wide whatever head_dim says (written out, as the text model's own
+// default differs).
 struct MultimodalText {
   const char* wrapper;
   const char* text;
   const char* text_model_type;
   const char* written_model_type;
   const char* implied_true = nullptr;
+  bool heads_split_hidden = false;
 };
 inline constexpr MultimodalText kMultimodalTexts[] = {
     {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", "gemma3_text"},  // Gemma 3 4B / 12B / 27B
@@ -234,6 +237,9 @@ inline constexpr MultimodalText kMultimodalTexts[] = {
     {"Qwen2VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_vl_text", "qwen2"},      // Qwen2-VL
     {"Qwen2_5_VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_5_vl_text", "qwen2"},  // Qwen2.5-VL
     {"Qwen3VLForConditionalGeneration", "Qwen3ForCausalLM", "qwen3_vl_text", "qwen3"},      // Qwen3-VL (dense)
+    // GLM-4.1V, GLM-4.6V-Flash: GLM-4 with q/k/v biases (GLM-4's default too)
+    {"Glm4vForConditionalGeneration", "Glm4ForCausalLM", "glm4v_text", "glm4", nullptr, true},
+    {"Glm4vMoeForConditionalGeneration", "Glm4MoeForCausalLM", "glm4v_moe_text", "glm4_moe"},  // GLM-4.5V, GLM-4.6V
     // Qwen3-VL-MoE (30B-A3B, 235B-A22B): its router always renormalizes the chosen experts' weights
     {"Qwen3VLMoeForConditionalGeneration", "Qwen3MoeForCausalLM", "qwen3_vl_moe_text", "qwen3_moe", "norm_topk_prob"},
 };
@@ -282,6 +288,11 @@ Json TextOnlyConfig(Json source) {
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (text.contains(key)) DropMrope(text[key]);
   if (m->implied_true && !text.contains(m->implied_true)) text[m->implied_true] = true;
+  if (m->heads_split_hidden && text.contains("hidden_size") && text.contains("num_attention_heads") &&
+      text.at("hidden_size").is_number_unsigned() && text.at("num_attention_heads").is_number_unsigned() &&
+      text.at("num_attention_heads").template get<uint64_t>() > 0)
+    text["head_dim"] =
+        text.at("hidden_size").template get<uint64_t>() / text.at("num_attention_heads").template get<uint64_t>();
   return text;
 }
 

@@ -225,6 +225,9 @@ QWEN3_VL_ROPE = {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section
 QWEN3_VL_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=HIDDEN, patch_size=16,
                        spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
                        deepstack_visual_indexes=[0])
+GLM4V_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}
+GLM4V_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=HIDDEN, patch_size=14,
+                    spatial_merge_size=2, temporal_patch_size=2, image_size=28)
 MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                            dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                                    num_attention_heads=2, image_size=28, patch_size=14),
@@ -252,6 +255,20 @@ MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                                                      out_hidden_size=HIDDEN, patch_size=14, spatial_merge_size=2,
                                                      temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0]),
                                   tie_word_embeddings=False)),
+              # GLM-4.1V / GLM-4.6V-Flash (Glm4vForConditionalGeneration) and GLM-4.5V / GLM-4.6V
+              # (Glm4vMoeForConditionalGeneration): a GLM-4 and a GLM-4.5 (without q/k norms) whose multimodal RoPE on
+              # the rotary half of each head is the plain RoPE on text.
+              # (GLM-4V's attention heads are hidden / heads wide, whatever head_dim says: 2 heads of 16 here.)
+              "glm4v": ("glm4v", ("glm4v_text", dict(num_attention_heads=2, num_key_value_heads=1,
+                                                     rope_parameters=GLM4V_ROPE)),
+                        dict(vision_config=GLM4V_VISION, tie_word_embeddings=False)),
+              "glm4v_moe": ("glm4v_moe", ("glm4v_moe_text", dict(head_dim=16, rope_parameters=GLM4V_ROPE,
+                                                                  attention_bias=True, n_routed_experts=4,
+                                                                  num_experts_per_tok=2, moe_intermediate_size=24,
+                                                                  n_shared_experts=1, first_k_dense_replace=1,
+                                                                  routed_scaling_factor=2.5, n_group=1, topk_group=1,
+                                                                  norm_topk_prob=True)),
+                            dict(vision_config=GLM4V_VISION, tie_word_embeddings=False)),
               "qwen3_vl": ("qwen3_vl", ("qwen3_vl_text", dict(head_dim=16, rope_parameters=QWEN3_VL_ROPE)),
                            dict(vision_config=QWEN3_VL_VISION, tie_word_embeddings=True)),
               # Qwen3-VL-MoE (30B-A3B, 235B-A22B): Qwen3-MoE's language model (4 experts, top 2, always renormalized)
@@ -283,7 +300,8 @@ GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "ge
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense",
                       "hunyuan_v1_moe", "cohere", "cohere2",
-                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granitemoe", "granitemoeshared", "granite4", *GGUF_VARIANTS]
+                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared",
+                      "granite4", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -462,10 +480,10 @@ ENGINE_CHECKS = [(name, "int4:g8") for name in
                   "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
                   "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere_qk_norm",
                   "cohere2", "mistral3mm", "llama4", "llama4mm",
-                  "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "granite4")]
+                  "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granite4")]
 # The mixtures of experts among them, whose routers stay unquantized.
 ENGINE_MOE_CHECKS = {"mixtral", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2", "deepseek_v3", "ernie4_5_moe",
-                     "glm4_moe", "glm4_moe_lite", "hunyuan_v1_moe", "llama4", "llama4mm", "qwen3_vl_moe"}
+                     "glm4_moe", "glm4_moe_lite", "hunyuan_v1_moe", "llama4", "llama4mm", "qwen3_vl_moe", "glm4v_moe"}
 KL_CTX, KL_TOP_K = 32, 32
 
 
