@@ -267,6 +267,35 @@ void WriteByteTokenizer(const fs::path& folder) {
   WriteFileAtomic(folder / "calib.txt", text);
 }
 
+// `lowbit imatrix` of fixture `name` over the byte text, 32-token chunks, into dir/im.gguf.
+ImatrixJob FixtureImatrixJob(const std::string& name, const fs::path& dir) {
+  WriteByteTokenizer(dir);
+  ImatrixJob job;
+  job.model = (kFixtures / name).string();
+  job.tokenizer = (dir / "tokenizer.json").string();
+  job.calib = (dir / "calib.txt").string();
+  job.out = (dir / "im.gguf").string();
+  job.ctx = 32;
+  return job;
+}
+
+// Every entry of the imatrix names a matrix of `model`'s F32 GGUF export (dir/m.gguf, returned) with its input
+// width, one per expert for ffn_*_exps.
+GgufFile ExpectEntriesAreExportedMatrices(const std::string& name, const std::string& imatrix, Model model,
+                                          const fs::path& dir) {
+  StreamedModel s{std::move(model), nullptr};
+  GgufExportOptions o;
+  o.type = "F32";
+  ExportGguf(s, dir / "m.gguf", o);
+  GgufFile exported = GgufFile::Open(dir / "m.gguf");
+  for (const auto& [entry, importance] : ReadImatrix(imatrix).columns) {
+    const GgufTensorInfo* t = exported.FindTensor(entry);
+    EXPECT_NE(t, nullptr) << name << ": " << entry;
+    if (t) EXPECT_EQ(importance.size(), t->dims[0] * (t->dims.size() > 2 ? t->dims[2] : 1)) << entry;
+  }
+  return exported;
+}
+
 // llama-imatrix's entries for mixtures of experts and latent attention: ffn_*_exps one matrix per expert with its
 // own row count (the counts sum to tokens x experts per token, and the experts' sums to top-k times the shared
 // expert's, which sees every row once), the shared expert's and latent attention's under llama.cpp's names; every
@@ -274,13 +303,7 @@ void WriteByteTokenizer(const fs::path& folder) {
 TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
   for (const char* name : {"qwen2_moe", "deepseek_v2", "deepseek_v3"}) {
     testing_util::ScratchDir dir("imatrix-moe");
-    WriteByteTokenizer(dir.path());
-    ImatrixJob job;
-    job.model = (kFixtures / name).string();
-    job.tokenizer = (dir / "tokenizer.json").string();
-    job.calib = (dir / "calib.txt").string();
-    job.out = (dir / "im.gguf").string();
-    job.ctx = 32;
+    const ImatrixJob job = FixtureImatrixJob(name, dir.path());
     const nlohmann::json r = RunImatrixJob(job);
     const size_t tokens = r.at("tokens").get<size_t>();
     const Model m = LoadModel(kFixtures / name);
@@ -317,17 +340,9 @@ TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
       }
     }
     // Every entry is a matrix of the model's GGUF file (llama.cpp runs V2's groups by its own rule: as exported).
-    StreamedModel s{std::string(name).starts_with("deepseek") ? LlamaCppRunnable(name) : LoadModel(kFixtures / name),
-                    nullptr};
-    GgufExportOptions o;
-    o.type = "F32";
-    ExportGguf(s, dir / "m.gguf", o);
-    const GgufFile exported = GgufFile::Open(dir / "m.gguf");
-    for (const auto& [entry, importance] : ReadImatrix(job.out).columns) {
-      const GgufTensorInfo* t = exported.FindTensor(entry);
-      ASSERT_NE(t, nullptr) << name << ": " << entry;
-      EXPECT_EQ(importance.size(), t->dims[0] * (t->dims.size() > 2 ? t->dims[2] : 1)) << entry;
-    }
+    (void)ExpectEntriesAreExportedMatrices(
+        name, job.out, std::string(name).starts_with("deepseek") ? LlamaCppRunnable(name) : LoadModel(kFixtures / name),
+        dir.path());
   }
 }
 
@@ -337,25 +352,10 @@ TEST(Imatrix, ExpertsAndLatentAttentionAsLlamaImatrixWritesThem) {
 TEST(Imatrix, EveryEntryIsAMatrixOfTheExportAndBack) {
   for (const char* name : {"phi3", "glm4", "hunyuan_v1_moe"}) {
     testing_util::ScratchDir dir("imatrix-names");
-    WriteByteTokenizer(dir.path());
-    ImatrixJob job;
-    job.model = (kFixtures / name).string();
-    job.tokenizer = (dir / "tokenizer.json").string();
-    job.calib = (dir / "calib.txt").string();
-    job.out = (dir / "im.gguf").string();
-    job.ctx = 32;
+    const ImatrixJob job = FixtureImatrixJob(name, dir.path());
     (void)RunImatrixJob(job);
-    StreamedModel s{LoadModel(kFixtures / name), nullptr};
-    GgufExportOptions o;
-    o.type = "F32";
-    ExportGguf(s, dir / "m.gguf", o);
-    const GgufFile exported = GgufFile::Open(dir / "m.gguf");
     const auto columns = ReadImatrix(job.out).columns;
-    for (const auto& [entry, importance] : columns) {
-      const GgufTensorInfo* t = exported.FindTensor(entry);
-      ASSERT_NE(t, nullptr) << name << ": " << entry;
-      EXPECT_EQ(importance.size(), t->dims[0] * (t->dims.size() > 2 ? t->dims[2] : 1)) << entry;
-    }
+    const GgufFile exported = ExpectEntriesAreExportedMatrices(name, job.out, LoadModel(kFixtures / name), dir.path());
     for (const GgufTensorInfo& t : exported.tensors())
       if (t.dims.size() >= 2 && t.name != "token_embd.weight" && t.name != "output.weight")
         EXPECT_TRUE(columns.contains(t.name)) << name << ": no entry for " << t.name;
