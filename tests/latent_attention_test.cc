@@ -191,8 +191,9 @@ TEST(DeepSeekConfig, Glm47FlashErrorsNameTheField) {
               j["mlp_layer_types"] = {"dense", "moe"};
             }).find("mlp_layer_types[1]: 'moe' is not dense or sparse"),
             std::string::npos);
-  EXPECT_NE(error_of([](nlohmann::json& j) { j["rope_parameters"] = {{"rope_theta", 1e6}, {"partial_rotary_factor", 0.5}}; })
-                .find("rope_parameters.partial_rotary_factor: must be 1"),
+  EXPECT_NE(error_of([](nlohmann::json& j) {
+              j["rope_parameters"] = {{"rope_theta", 1e6}, {"partial_rotary_factor", 0.5}};
+            }).find("rope_parameters.partial_rotary_factor: must be 1"),
             std::string::npos);
   EXPECT_NE(error_of([](nlohmann::json& j) { j["n_routed_experts"] = 0; }).find("n_routed_experts: must be positive"),
             std::string::npos);

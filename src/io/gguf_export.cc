@@ -82,8 +82,8 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
-         "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, Cohere2, "
-         "Llama 4, HunYuan dense and MoE)",
+         "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, "
+         "Cohere2, Llama 4, HunYuan dense and MoE)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }

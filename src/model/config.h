@@ -90,7 +90,8 @@ struct ModelConfig {
   bool qk_norm_per_head = false;  // Cohere (Command R+): each head normed on its own, with its own weights
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
   // Qwen2-VL / Qwen2.5-VL: the multimodal RoPE's sections (mrope_section, in pairs of a head's dimensions), kept so
-  // GGUF export writes llama.cpp's qwen2vl (which an mmproj file pairs with); on text it is the plain RoPE. Empty = none.
+  // GGUF export writes llama.cpp's qwen2vl (which an mmproj file pairs with); on text it is the plain RoPE.
+  // Empty = none.
   std::vector<uint32_t> mrope_sections;
   // SmolLM3, Llama 4: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
   std::vector<uint8_t> nope_layers;

@@ -11,7 +11,9 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, granite,
-                smollm3, olmo2, ernie4_5, glm4, chatglm, command-r and cohere2 architectures in llama.cpp, its llama-with-experts, qwen2moe, qwen3moe and glm4moe, and deepseek2 and gpt-oss
+                smollm3, olmo2, ernie4_5, glm4, chatglm, command-r, cohere2, hunyuan-dense and qwen2vl architectures in
+                llama.cpp, its llama-with-experts, qwen2moe, qwen3moe, glm4moe and hunyuan-moe, deepseek2 (GLM-4.7-Flash
+                too), and deepseek2 and gpt-oss
                 on DeepSeek-V2/V3 and GPT-OSS variants of the fixtures that llama.cpp can express: lowbit must also read
                 those files back to llama.cpp's logits, and convert them back to Hugging Face folders that
                 transformers runs to the fixture's logits); and exports
@@ -298,10 +300,9 @@ GGUF_VARIANTS = {
 # The ones lowbit exports to GGUF, checked in llama.cpp.
 GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm",
                       "mistral3mm", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3",
-                      "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense",
-                      "hunyuan_v1_moe", "cohere", "cohere2",
-                      "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared",
-                      "granite4", *GGUF_VARIANTS]
+                      "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite",
+                      "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere2", "qwen2_5_vl", "qwen3_vl",
+                      "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", *GGUF_VARIANTS]
 
 
 def build(name, folder):
