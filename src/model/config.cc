@@ -551,8 +551,9 @@ void ReadDeepSeekExperts(ModelConfig& c, const JsonView& j, bool v3) {
 }
 
 // GLM-4.7-Flash (Glm4MoeLiteForCausalLM) as DeepSeek-V3 with transformers' Glm4MoeLiteConfig's differences: its
-// dense layers are mlp_layer_types' (by default layer 0 alone) and RoPE may cover part of qk_rope_head_dim. A
-// first_k_dense_replace beside them (transformers ignores it, llama.cpp's converter reads it) must agree.
+// dense layers are mlp_layer_types' (by default layer 0 alone), and a first_k_dense_replace beside them (transformers
+// ignores it, llama.cpp's converter reads it) must agree; RoPE over part of qk_rope_head_dim (partial_rotary_factor,
+// which transformers would apply) is refused.
 void ReadGlm4MoeLite(ModelConfig& c, const JsonView& j) {
   if (c.n_experts == 0) j["n_routed_experts"].Fail("must be positive");
   std::vector<uint8_t> sparse(c.n_layers, 1);
