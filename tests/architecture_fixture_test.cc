@@ -415,6 +415,27 @@ TEST(ArchitectureFixtureGlm4Moe, GlmFlashFilesWithoutGatingFunctionGateBySigmoid
   EXPECT_TRUE(flash.router_bias);
 }
 
+// A hunyuan-dense file may give its RoPE base as the plain theta with rope.scaling.alpha (llama.cpp's loader scales
+// it by alpha^(d / (d - 2)), as HunYuanVL files do): the fixture's 10000 and alpha 1000 give its logits.
+TEST(ArchitectureFixtureHunyuan, GgufAlphaScalesTheRopeBase) {
+  testing_util::ScratchDir dir("lowbit-arch-hunyuan-alpha");
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel streamed = OpenModel(kFixtures / "hunyuan_v1_dense");
+  ExportGguf(streamed, dir / "scaled.gguf", options);
+  const GgufFile scaled = GgufFile::Open(dir / "scaled.gguf");
+  GgufWriter writer(dir / "alpha.gguf");
+  for (const GgufKeyValue& kv : scaled.metadata())
+    writer.Set(kv.key, kv.key == "hunyuan-dense.rope.freq_base" ? GgufValue(10000.0f) : kv.value);
+  writer.Set("hunyuan-dense.rope.scaling.alpha", 1000.0f);
+  for (const GgufTensorInfo& t : scaled.tensors()) writer.DeclareTensor(t.name, t.dims);
+  for (const GgufTensorInfo& t : scaled.tensors()) writer.WriteTensor(t.name, t.ggml_type, t.data);
+  writer.Commit();
+  const Model model = LoadModel((dir / "alpha.gguf").string());
+  EXPECT_NEAR(model.config.rope_theta, scaled.GetF32("hunyuan-dense.rope.freq_base"), 1.0);
+  EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / "hunyuan_v1_dense" / "reference.json")), 1e-4);
+}
+
 // llama.cpp's converter writes Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE as qwen2vl, qwen3vl and qwen3vlmoe: qwen2's,
 // qwen3's and qwen3moe's keys and tensors under those names, with rope.dimension_sections (and Qwen3-VL's
 // n_deepstack_layers). On text those run as the text models (every section at the same position, DeepStack's inputs

@@ -653,8 +653,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     // models/hunyuan-vl.cpp, hunyuan-moe.cpp: per-head q/k norms after NEOX RoPE, an optional NTK alpha
     c.qk_norm = c.qk_norm_after_rope = true;
     if (const float alpha = f.GetF32Or(p + "rope.scaling.alpha", 0.0f); alpha > 0)
-      c.rope_theta =
-          static_cast<float>(c.rope_theta * std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2.0)));
+      c.rope_theta = static_cast<float>(NtkAlphaRopeBase(c.rope_theta, alpha, c.head_dim));
   }
   if (exaone4) {  // models/exaone4.cpp: OLMo 2's output norms, per-head q/k norms; a window in 64-layer models only,
                   // 4096 by default, a pattern of 4, RoPE on the sliding layers alone

@@ -102,6 +102,10 @@ void ModelConfig::Validate(const std::string& source) const {
 
 double YarnMscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
+double NtkAlphaRopeBase(double theta, double alpha, double head_dim) {
+  return theta * std::pow(alpha, head_dim / (head_dim - 2));
+}
+
 float ModelConfig::attention_scale() const {
   return query_scale > 0 ? query_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
@@ -233,7 +237,7 @@ void ReadRope(const JsonView& rs, const JsonView& config, float& theta, RopeScal
     const uint32_t heads = config.Get<uint32_t>("num_attention_heads");
     const double d = config.Get<uint32_t>("head_dim", heads ? config.Get<uint32_t>("hidden_size") / heads : 0);
     if (d <= 2) config["head_dim"].Fail("must exceed 2 for the alpha RoPE base");
-    theta = static_cast<float>(theta * std::pow(alpha, d / (d - 2)));
+    theta = static_cast<float>(NtkAlphaRopeBase(theta, alpha, d));
   } else {
     rs.Fail(fmt::format("rope type '{}' is not supported (supported: default, llama3, linear, longrope, yarn, "
                         "HunYuan's dynamic with alpha)", type));

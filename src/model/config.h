@@ -208,6 +208,9 @@ struct ModelConfig {
 
 // YaRN's attention magnitude scale for a context `scale` times the original (transformers' get_mscale).
 double YarnMscale(double scale, double mscale);
+// HunYuan's NTK-aware RoPE base: theta * alpha^(d / (d - 2)) over heads of d dimensions (the config's "dynamic" RoPE
+// with alpha, and GGUF's rope.scaling.alpha).
+double NtkAlphaRopeBase(double theta, double alpha, double head_dim);
 
 // Reads a Hugging Face config.json (Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE /
 // Phi-3 / Gemma 1-3 / DeepSeek-V2/V3 / GPT-OSS / Granite / SmolLM3 / OLMo 2 / ERNIE 4.5). Unknown
