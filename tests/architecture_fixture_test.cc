@@ -77,7 +77,7 @@ const std::set<std::string> kGgufArchitectures = {
     "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mistral3mm", "mixtral",
     "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe",
     "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere2", "qwen2_5_vl",
-    "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4"};
+    "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -86,7 +86,7 @@ TEST_P(ArchitectureFixture, LogitsMatchTransformers) {
   const nlohmann::json reference = ReadJsonFile(folder / "reference.json");
   const Model model = LoadModel(folder.string());
   const std::string arch = reference["architecture"].get<std::string>();  // image-text Gemma 3 runs its text model
-  const MultimodalText* mm = FindMultimodalText(arch);
+  const MultimodalText* mm = FindMultimodalText(arch, TextModelType(ReadJsonFile(folder / "config.json")));
   EXPECT_EQ(model.config.architecture, mm ? mm->text : arch);
   const double error = RelativeError(model, reference);
   std::cout << GetParam() << ": max |logit difference| / max |logit| = " << error << "\n";
@@ -131,8 +131,9 @@ TEST_P(ArchitectureFixture, GgufConvertsBackToTheHuggingFaceFolder) {
   const Model back = LoadModel((dir / "back").string());
   // GGUF's llama is Llama's (Mistral cannot be told apart), granite also Granite 4.0's without experts, deepseek2
   // with sigmoid gating DeepSeek-V3's (GLM-4.7-Flash's too), and an image-text model's file its language model alone.
-  const std::string arch = ReadJsonFile(folder / "config.json")["architectures"][0];
-  const MultimodalText* mm = FindMultimodalText(arch);
+  const nlohmann::json config = ReadJsonFile(folder / "config.json");
+  const std::string arch = config["architectures"][0];
+  const MultimodalText* mm = FindMultimodalText(arch, TextModelType(config));
   const std::string text = mm ? mm->text : arch;
   const std::string back_arch = text == "MistralForCausalLM"            ? "LlamaForCausalLM"
                                 : text == "GraniteMoeHybridForCausalLM" ? "GraniteForCausalLM"
@@ -659,7 +660,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture,
                                            "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite",
                                            "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere_qk_norm", "cohere2",
                                            "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
-                                           "glm4v_moe", "granitemoe", "granitemoeshared", "granite4"));
+                                           "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm"));
 
 }  // namespace
 }  // namespace lowbit

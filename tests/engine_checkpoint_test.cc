@@ -480,10 +480,11 @@ TEST(EngineFormats, BlockFp8WithGroupInputsIsFp8Block) {
 
 // quant_method "fp8" (vLLM's Fp8Config: DeepSeek-V3 / Qwen3-FP8 block checkpoints, older per-tensor
 // ones), written here from a compressed-tensors FP8 folder of the same codes: block scales renamed
-// weight_scale_inv, per-tensor ones stored as scalars. `qc` is the quantization_config; `scalars` are
-// added as F32 [] tensors (KV-cache scales).
+// weight_scale_inv, per-tensor ones stored as scalars (in transformers' names where `transformers_names`:
+// weight_scale_inv and activation_scale, as Ministral 3's checkpoints have them). `qc` is the quantization_config;
+// `scalars` are added as F32 [] tensors (KV-cache scales).
 void WriteFp8MethodFolder(const fs::path& ct, const fs::path& out, const nlohmann::json& qc, bool block = true,
-                          const std::map<std::string, float>& scalars = {}) {
+                          const std::map<std::string, float>& scalars = {}, bool transformers_names = false) {
   fs::create_directories(out);
   for (const char* side : {"tokenizer.model", "tokenizer_config.json"})
     if (fs::exists(ct / side)) fs::copy_file(ct / side, out / side);
@@ -497,8 +498,11 @@ void WriteFp8MethodFolder(const fs::path& ct, const fs::path& out, const nlohman
     const bool scale = name.ends_with(".weight_scale") || name.ends_with(".input_scale");
     std::vector<uint64_t> shape = t.shape;
     if (scale && t.numel() == 1) shape.clear();  // [] as the per-tensor FP8 checkpoints store them
-    list.AddOwnedBytes(block && name.ends_with(".weight_scale") ? name + "_inv" : name, t.dtype, shape,
-                       {t.data.begin(), t.data.end()});
+    std::string stored = name;
+    if ((block || transformers_names) && name.ends_with(".weight_scale")) stored += "_inv";
+    if (transformers_names && name.ends_with(".input_scale"))
+      stored = name.substr(0, name.size() - std::string_view("input_scale").size()) + "activation_scale";
+    list.AddOwnedBytes(stored, t.dtype, shape, {t.data.begin(), t.data.end()});
   }
   for (const auto& [name, value] : scalars) list.AddOwned(name, DType::kF32, {}, std::vector<float>{value});
   const std::vector<TensorToWrite> tensors = std::move(list).Sorted();
@@ -532,6 +536,14 @@ TEST(EngineFormats, Fp8MethodCheckpointsRunTheirCodesOnVllmsInputs) {
   ExpectSame(std::get<QuantizedTensor>(tensor.weights.layers[2].w_up.weight),
              std::get<QuantizedTensor>(back_tensor.weights.layers[2].w_up.weight));
   EXPECT_EQ(back_tensor.weights.layers[2].w_up.input_quant, fixed);
+  // The same in transformers' names (weight_scale_inv, activation_scale: Ministral 3, Mistral Small 4).
+  WriteFp8MethodFolder(dir / "ct-tensor", dir / "fp8-transformers",
+                       {{"quant_method", "fp8"}, {"activation_scheme", "static"}, {"weight_block_size", nullptr}}, false,
+                       {}, true);
+  const Model named = LoadHfModel(dir / "fp8-transformers");
+  ExpectSame(std::get<QuantizedTensor>(tensor.weights.layers[1].wk.weight),
+             std::get<QuantizedTensor>(named.weights.layers[1].wk.weight));
+  EXPECT_EQ(named.weights.layers[1].wk.input_quant, fixed);
   // Dynamic per-tensor checkpoints: vLLM quantizes their inputs per token.
   WriteFp8MethodFolder(dir / "ct-tensor", dir / "fp8-dynamic", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}},
                        false);
@@ -549,9 +561,10 @@ TEST(EngineFormats, Fp8MethodCheckpointsRunTheirCodesOnVllmsInputs) {
   WriteFp8MethodFolder(dir / "ct-block", dir / "e5m2", bad);
   ExpectError([&] { (void)LoadHfModel(dir / "e5m2"); }, {"config.json", "quantization_config.fmt", "E4M3"});
   bad = block_qc;
-  bad.erase("weight_block_size");  // per-tensor weight_scale expected, block weight_scale_inv found
+  bad.erase("weight_block_size");  // one scale per tensor expected, block scales found
   WriteFp8MethodFolder(dir / "ct-block", dir / "no-block", bad);
-  ExpectError([&] { (void)LoadHfModel(dir / "no-block"); }, {"model.layers.0.self_attn.q_proj.weight_scale", "missing"});
+  ExpectError([&] { (void)LoadHfModel(dir / "no-block"); },
+              {"model.layers.0.self_attn.q_proj.weight_scale_inv", "without weight_block_size by one"});
 }
 
 // quant_method fp8 has no kv_cache_scheme: vLLM's FP8 cache takes whatever scales the layers hold, under

@@ -161,6 +161,43 @@ TEST(ModelConfig, Gemma3LocalAndGlobalRope) {
             std::string::npos) << ErrorOf(gemma3, dir);
 }
 
+// Ministral 3 8B's config.json in its release's shape (Mistral3ForConditionalGeneration over a ministral3 language
+// model; the vision config left out): YaRN whose mscale and mscale_all_dim cancel, and every layer's query scaled
+// from YaRN's original context on, as transformers' Ministral3Attention does.
+TEST(ModelConfig, Ministral3AsReleased) {
+  testing_util::ScratchDir dir("lowbit-config");
+  nlohmann::json text = {
+      {"model_type", "ministral3"}, {"head_dim", 128}, {"hidden_act", "silu"}, {"hidden_size", 4096},
+      {"intermediate_size", 14336}, {"max_position_embeddings", 262144}, {"num_attention_heads", 32},
+      {"num_hidden_layers", 34}, {"num_key_value_heads", 8}, {"rms_norm_eps", 1e-05}, {"sliding_window", nullptr},
+      {"tie_word_embeddings", false}, {"vocab_size", 131072},
+      {"rope_parameters", {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 16.0}, {"llama_4_scaling_beta", 0.1},
+                           {"mscale", 1.0}, {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 16384},
+                           {"rope_theta", 1000000.0}, {"rope_type", "yarn"}}}};
+  nlohmann::json ministral = {{"architectures", {"Mistral3ForConditionalGeneration"}}, {"model_type", "mistral3"},
+                              {"text_config", text}, {"vision_config", {{"model_type", "pixtral"}}}};
+  const ModelConfig c = Read(ministral, dir);
+  EXPECT_EQ(c.architecture, "Ministral3ForCausalLM");
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kYarn);
+  EXPECT_FLOAT_EQ(c.rope_scaling.factor, 16.0f);
+  EXPECT_FLOAT_EQ(c.rope_scaling.attention_factor, 1.0f);  // (0.1 ln 16 + 1) / (0.1 ln 16 + 1)
+  EXPECT_EQ(c.attn_temperature_floor, 16384u);
+  EXPECT_TRUE(c.attn_temperature_every_layer);
+  EXPECT_FLOAT_EQ(c.query_temperature(0, 16383), 1.0f);
+  EXPECT_FLOAT_EQ(c.query_temperature(0, 16384), static_cast<float>(1 + 0.1 * std::log(2.0)));  // floor 1, not 1 + 1
+  EXPECT_FLOAT_EQ(c.query_temperature(33, 3 * 16384 + 5), static_cast<float>(1 + 0.1 * std::log(4.0)));
+  EXPECT_EQ(TextOnlyConfig(ministral)["architectures"], nlohmann::json({"Ministral3ForCausalLM"}));
+  nlohmann::json no_beta = ministral;
+  no_beta["text_config"]["rope_parameters"].erase("llama_4_scaling_beta");
+  EXPECT_NE(ErrorOf(no_beta, dir).find("text_config.rope_parameters: missing 'llama_4_scaling_beta'"),
+            std::string::npos) << ErrorOf(no_beta, dir);
+  nlohmann::json other = ministral;
+  other["text_config"]["model_type"] = "mistral4";
+  EXPECT_NE(ErrorOf(other, dir).find("'mistral4' is not a language model lowbit runs in "
+                                     "Mistral3ForConditionalGeneration (mistral, ministral3)"),
+            std::string::npos) << ErrorOf(other, dir);
+}
+
 // Llama 4 Scout's config.json in its release's shape (Llama4ForConditionalGeneration, transformers 4.51's fields:
 // attn_temperature_tuning as the integer 4, rope_scaling with high_freq_factor 1; the vision config left out):
 // the language model read with every layer sparse, 36 of 48 layers chunked, and `plan` holding those layers' KV
@@ -243,7 +280,7 @@ TEST(ModelConfig, Qwen25VlFlatHubConfig) {
   EXPECT_EQ(text["rope_scaling"], nlohmann::json({{"type", "default"}}));
   nlohmann::json nested = {{"architectures", {"Qwen2_5_VLForConditionalGeneration"}},
                            {"text_config", {{"model_type", "qwen3_vl_text"}}}};
-  EXPECT_NE(ErrorOf(nested, dir).find("text_config.model_type: 'qwen3_vl_text' is not the language model"),
+  EXPECT_NE(ErrorOf(nested, dir).find("text_config.model_type: 'qwen3_vl_text' is not a language model"),
             std::string::npos) << ErrorOf(nested, dir);
 }
 

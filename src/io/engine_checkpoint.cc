@@ -119,7 +119,7 @@ std::optional<EngineLinears> EngineLinears::FromFolder(const fs::path& folder) {
     e.suffixes_ = {".qweight", ".qzeros", ".scales"};
   } else if (e.method_ == "fp8") {
     e.fp8_ = ParseFp8Method(qc);
-    e.suffixes_ = {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale"};
+    e.suffixes_ = {".weight", ".weight_scale", ".weight_scale_inv", ".input_scale", ".activation_scale"};
   } else {
     const std::string format = qc.Get<std::string>("format", "dense");
     const JsonView groups = qc["config_groups"].ExpectObject();

@@ -39,7 +39,7 @@ Fp8MethodParams ParseFp8Method(const JsonView& qc) {
   if (scheme != "dynamic" && scheme != "static")
     qc["activation_scheme"].Fail(fmt::format("is '{}'; expected dynamic or static", scheme));
   p.static_inputs = scheme == "static";
-  if (qc.Has("weight_block_size")) {
+  if (qc.Has("weight_block_size") && !qc["weight_block_size"].value().is_null()) {  // null: one scale per tensor
     const std::vector<uint32_t> block = qc.Get<std::vector<uint32_t>>("weight_block_size");
     if (block.size() != 2 || block[0] == 0 || block[1] == 0)
       qc["weight_block_size"].Fail("must be [rows, cols] of positive sizes");
@@ -59,7 +59,11 @@ bool IsFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix) {
 QuantizedTensor ReadFp8MethodLinear(const SafetensorsModel& st, const std::string& prefix, uint64_t rows, uint64_t cols,
                                     const Fp8MethodParams& p) {
   const bool block = p.block_rows != 0;
-  const std::string scale_name = prefix + (block ? ".weight_scale_inv" : ".weight_scale");
+  // Per tensor, vLLM's name, or transformers' (Ministral 3, Mistral Small 4: a multiplier too, despite the name).
+  const std::string scale_name =
+      prefix + (block || (!st.Find(prefix + ".weight_scale") && st.Find(prefix + ".weight_scale_inv"))
+                    ? ".weight_scale_inv"
+                    : ".weight_scale");
   const TensorView& scale =
       Need(st, scale_name, block ? "weight_block_size gives every FP8 linear a scale per block" : "an FP8 linear");
   const std::string granularity = block ? fmt::format("block{}x{}", p.block_rows, p.block_cols) : "tensor";
@@ -83,7 +87,10 @@ InputQuant Fp8MethodInput(const SafetensorsModel& st, const std::string& prefix,
   if (p.block_rows)  // vLLM's Fp8LinearMethod: act_quant_group_shape (1, weight_block_size[0])
     return InputQuant{ParseScheme(fmt::format("fp8_e4m3:g{}:scale=f32", p.block_rows))};
   if (!p.static_inputs) return InputQuant{ParseScheme("fp8_e4m3:token:scale=f32")};
-  const std::string name = prefix + ".input_scale";  // stored as [] or [1]
+  // stored as [] or [1]; vLLM's name, or transformers' (x / scale to E4M3 either way)
+  const std::string name =
+      prefix + (!st.Find(prefix + ".input_scale") && st.Find(prefix + ".activation_scale") ? ".activation_scale"
+                                                                                           : ".input_scale");
   const TensorView& t = Need(st, name, "activation_scheme static gives every FP8 linear an input scale");
   const float value = t.numel() == 1 ? ToFloat32(t)[0] : 0.0f;
   if (!(value > 0) || !std::isfinite(value))

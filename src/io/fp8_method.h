@@ -1,7 +1,8 @@
 // Checkpoints of quant_method "fp8", as vLLM's Fp8Config and transformers' FineGrainedFP8 read them:
 // DeepSeek-V3/R1, Qwen3-*-FP8 and their kin (weight_block_size [128, 128]: F8_E4M3 `weight` with a
 // `weight_scale_inv` per block, W = code * scale_inv) and the older per-tensor FP8 checkpoints
-// (`weight_scale` and, with activation_scheme static, `input_scale`). Linears listed as not
+// (`weight_scale` and, with activation_scheme static, `input_scale`; in transformers' names, as Ministral 3's
+// checkpoints have them, `weight_scale_inv` and `activation_scale`). Linears listed as not
 // converted stay in 16 bits. Inputs run as vLLM quantizes them: FP8 per 1 x weight_block_size[0]
 // group per call for block weights, per token (dynamic) or with input_scale (static) otherwise.
 #pragma once

@@ -78,12 +78,14 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "HunYuanMoEV1ForCausalLM" || a == "gguf:hunyuan-moe") return {"hunyuan-moe", false};
   // Llama 4's checkpoints rotate adjacent pairs (NORM RoPE in llama.cpp): nothing to permute.
   if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};
+  // Ministral 3: llama with YaRN and a query temperature, permuted as llama is.
+  if (a == "Ministral3ForCausalLM" || a == "gguf:mistral3") return {"mistral3", c.rope_style == RopeStyle::kHalf};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
          "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, "
-         "Cohere2, Llama 4, HunYuan dense and MoE)",
+         "Cohere2, Llama 4, HunYuan dense and MoE, Ministral 3)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
@@ -170,6 +172,29 @@ void CheckLlama4Exportable(const ModelConfig& c, const std::string& source) {
     Fail("{}: llama.cpp's llama4 tunes its NoPE layers' temperature at floor_scale {} and attn_scale 0.1; this model "
          "has {} and {} (attn_temperature_tuning off: 0)", source, kLlamaCppChunk, c.attn_temperature_floor,
          c.attn_temperature_scale);
+}
+
+// The yarn_log_multiplier L from which llama.cpp derives YaRN's attention factor (0.1 ln(factor) + 1) / (0.1 L
+// ln(factor) + 1) in the architectures that read it (transformers' mscale 1 over mscale_all_dim L): 0, which it reads
+// as no multiplier, where the factor is 0.1 ln(factor) + 1 already.
+double YarnLogMultiplier(const RopeScaling& s) {
+  const double base = YarnMscale(s.factor, 1.0);
+  if (s.factor <= 1 || std::abs(s.attention_factor - base) <= 1e-6 * base) return 0;
+  return (base / s.attention_factor - 1) / (0.1 * std::log(static_cast<double>(s.factor)));
+}
+
+// What llama.cpp's mistral3 computes (models/mistral3.cpp): llama with YaRN (its ramp truncated) or no scaling, and
+// the query temperature, where there is one, in every layer after RoPE with YaRN's original context as its floor.
+void CheckMistral3Exportable(const ModelConfig& c, const std::string& source) {
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != RopeScalingType::kNone && s.type != RopeScalingType::kYarn)
+    Fail("{}: llama.cpp's mistral3 takes YaRN RoPE scaling only", source);
+  if (s.type == RopeScalingType::kYarn && !s.truncate)
+    Fail("{}: llama.cpp truncates YaRN's ramp to whole dimensions; this model's (truncate: false) is not", source);
+  const uint32_t original = s.type == RopeScalingType::kYarn ? s.original_max_position : c.max_position;
+  if (c.attn_temperature_floor > 0 && (!c.attn_temperature_every_layer || c.attn_temperature_floor != original))
+    Fail("{}: llama.cpp's mistral3 scales every layer's query by position over YaRN's original context ({}); this "
+         "model's floor is {}", source, original, c.attn_temperature_floor);
 }
 
 // What llama.cpp's command-r and cohere2 compute (models/command-r.cpp, cohere2.cpp): the output matrix is
@@ -487,7 +512,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   }
   out.Set("general.file_type", file_type);
   if (a == "llama" || a == "granite" || a == "granitemoe" || a == "smollm3" || a == "ernie4_5" || a == "ernie4_5-moe" ||
-      a == "llama4") {
+      a == "llama4" || a == "mistral3") {
     out.Set(a + ".vocab_size", c.vocab_size);
     out.Set(a + ".rope.dimension_count", c.head_dim);
   }
@@ -540,14 +565,19 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".rope.scaling.type", std::string("linear"));
     out.Set(a + ".rope.scaling.factor", c.rope_scaling.factor);
   }
-  if (a == "gpt-oss" && c.rope_scaling.type == RopeScalingType::kYarn) {
+  if ((a == "gpt-oss" || a == "mistral3") && c.rope_scaling.type == RopeScalingType::kYarn) {
     const RopeScaling& s = c.rope_scaling;
     out.Set(a + ".rope.scaling.type", std::string("yarn"));
     out.Set(a + ".rope.scaling.factor", s.factor);
     out.Set(a + ".rope.scaling.original_context_length", s.original_max_position);
     out.Set(a + ".rope.scaling.yarn_beta_fast", s.beta_fast);
     out.Set(a + ".rope.scaling.yarn_beta_slow", s.beta_slow);
+    if (a == "mistral3")
+      if (const double log_multiplier = YarnLogMultiplier(s); log_multiplier != 0)
+        out.Set(a + ".rope.scaling.yarn_log_multiplier", static_cast<float>(log_multiplier));
   }
+  if (a == "mistral3" && c.attn_temperature_floor > 0)
+    out.Set(a + ".attention.temperature_scale", c.attn_temperature_scale);
   out.Set("general.quantization_version", kQuantizationVersion);
 }
 
@@ -669,13 +699,18 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   if (gpt_oss) CheckGptOssExportable(c, m.source);
   if (arch.name == "glm4moe") CheckGlm4MoeExportable(c, m.source);
   if (arch.name == "llama4") CheckLlama4Exportable(c, m.source);
+  if (arch.name == "mistral3") CheckMistral3Exportable(c, m.source);
+  if (c.attn_temperature_floor > 0 && arch.name != "llama4" && arch.name != "mistral3")
+    Fail("{}: llama.cpp's {} has no query temperature (Llama 4's attn_temperature_tuning, Ministral 3's "
+         "llama_4_scaling_beta)", m.source, arch.name);
   CheckMoeExportable(c, arch, m.source);
   CheckNopeExportable(c, arch, m.source);
   if (arch.name == "command-r" || arch.name == "cohere2") CheckCohereExportable(c, arch, m.source);
   if (arch.name == "olmo2" && c.tie_embeddings)  // models/olmo2.cpp requires output.weight
     Fail("{}: llama.cpp's olmo2 reads a separate output.weight; this model ties its embeddings", m.source);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
-  if (!IsGemmaArch(arch) && !longrope && !deepseek && !gpt_oss && c.rope_scaling.type != RopeScalingType::kNone &&
+  if (!IsGemmaArch(arch) && !longrope && !deepseek && !gpt_oss && arch.name != "mistral3" &&
+      c.rope_scaling.type != RopeScalingType::kNone &&
       c.rope_scaling.type != RopeScalingType::kLlama3)
     Fail("{}: this RoPE scaling is not exported to GGUF {} yet", m.source, arch.name);
   if (c.rotary_dim != 0 && !PartialRotary(arch) && !deepseek)

@@ -156,6 +156,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"command-r", "CohereForCausalLM", "cohere"},
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          {"llama4", "Llama4ForCausalLM", "llama4_text"},
+                                         {"mistral3", "Ministral3ForCausalLM", "ministral3"},
                                          {"hunyuan-dense", "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"},
                                          {"hunyuan-moe", "HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
@@ -278,6 +279,19 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
   }
   if (arch == "ernie4_5" || arch == "ernie4_5-moe") j["use_bias"] = false;
+  if (arch == "mistral3") {  // Ministral3's RoPE object carries the query temperature, which its attention requires
+    OrderedJson rope = c.rope_scaling.type == RopeScalingType::kNone ? OrderedJson{{"rope_type", "default"}}
+                                                                      : RopeScalingJson(c.rope_scaling);
+    rope["rope_theta"] = ShortestDecimal(c.rope_theta);
+    rope["llama_4_scaling_beta"] = ShortestDecimal(c.attn_temperature_scale);
+    rope["original_max_position_embeddings"] =
+        c.attn_temperature_floor > 0 ? c.attn_temperature_floor
+        : c.rope_scaling.type == RopeScalingType::kYarn ? c.rope_scaling.original_max_position
+                                                          : c.max_position;
+    j.erase("rope_theta");
+    j.erase("rope_scaling");
+    j["rope_parameters"] = std::move(rope);
+  }
   if (arch == "seed_oss") {  // q/k/v's and o_proj's biases are separate fields
     j["attention_bias"] = c.qkv_bias;
     j["attention_out_bias"] = c.o_bias;

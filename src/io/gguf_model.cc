@@ -28,7 +28,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
-    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe"};
+    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe", "mistral3"};
 
 
 
@@ -405,6 +405,26 @@ void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) 
   if (const float scale = f.GetF32Or(p + "expert_weights_scale", 0.0f); scale != 0) c.routed_scale = scale;
 }
 
+// YaRN's keys as llama.cpp reads them (llama-model.cpp, llama-context.cpp): the ramp always truncated to whole
+// dimensions, the attention factor 0.1 ln(factor) + 1, or, where the architecture reads yarn_log_multiplier L != 0,
+// that over 0.1 L ln(factor) + 1 (transformers' mscale 1 over mscale_all_dim L), times rope.scaling.attn_factor.
+void ReadYarnKeys(const GgufFile& f, ModelConfig& c, bool reads_log_multiplier) {
+  if (c.rope_scaling.type != RopeScalingType::kYarn) return;
+  const std::string p = c.architecture.substr(std::string_view("gguf:").size()) + ".";
+  RopeScaling& s = c.rope_scaling;
+  s.original_max_position = f.GetU32Or(p + "rope.scaling.original_context_length", c.max_position);
+  s.beta_fast = f.GetF32Or(p + "rope.scaling.yarn_beta_fast", 32.0f);
+  s.beta_slow = f.GetF32Or(p + "rope.scaling.yarn_beta_slow", 1.0f);
+  s.truncate = true;
+  const float log_multiplier = reads_log_multiplier ? f.GetF32Or(p + "rope.scaling.yarn_log_multiplier", 0.0f) : 0.0f;
+  const double all_dims = log_multiplier != 0 ? YarnMscale(s.factor, log_multiplier) : 1.0;
+  if (!(all_dims > 0))
+    Fail("{}: key '{}rope.scaling.yarn_log_multiplier' ({}) gives no positive attention factor", f.path().string(), p,
+         log_multiplier);
+  s.attention_factor =
+      static_cast<float>(YarnMscale(s.factor, 1.0) / all_dims * f.GetF32Or(p + "rope.scaling.attn_factor", 1.0f));
+}
+
 // gpt-oss as llama.cpp runs it (models/openai-moe.cpp): biased experts with the clamped SwiGLU at llama.cpp's
 // alpha 1.702 and limit 7 (it reads no key for them), the biased router's softmax over its top-k, attention sinks,
 // the even layers sliding (pattern 2), and YaRN with the ramp truncated, as ggml computes it.
@@ -422,13 +442,22 @@ void ReadGptOssKeys(const GgufFile& f, ModelConfig& c) {
   c.swiglu_limit = 7.0f;
   c.sliding_window = f.GetU32(p + "attention.sliding_window");
   c.sliding_layers = SlidingLayers(f, p + "attention.sliding_window_pattern", c.n_layers, 2);
-  if (c.rope_scaling.type == RopeScalingType::kYarn) {
-    RopeScaling& s = c.rope_scaling;
-    s.original_max_position = f.GetU32Or(p + "rope.scaling.original_context_length", c.max_position);
-    s.beta_fast = f.GetF32Or(p + "rope.scaling.yarn_beta_fast", 32.0f);
-    s.beta_slow = f.GetF32Or(p + "rope.scaling.yarn_beta_slow", 1.0f);
-    s.truncate = true;
-    s.attention_factor = static_cast<float>(YarnMscale(s.factor, 1.0) * f.GetF32Or(p + "rope.scaling.attn_factor", 1.0f));
+  ReadYarnKeys(f, c, false);
+}
+
+// mistral3 as llama.cpp runs it (models/mistral3.cpp): llama with YaRN, whose attention factor comes from
+// yarn_log_multiplier (transformers' mscale_all_dim, mscale taken as 1), and each query scaled after RoPE by
+// 1 + temperature_scale * log(1 + floor(position / YaRN's original context)) (Ministral 3's llama_4_scaling_beta).
+void ReadMistral3Keys(const GgufFile& f, ModelConfig& c) {
+  const std::string p = "mistral3.";
+  ReadYarnKeys(f, c, true);
+  if (const float beta = f.GetF32Or(p + "attention.temperature_scale", 0.0f); beta != 0) {
+    c.attn_temperature_scale = beta;
+    c.attn_temperature_floor = f.GetU32Or(p + "rope.scaling.original_context_length", c.max_position);
+    c.attn_temperature_every_layer = true;
+    if (c.attn_temperature_floor == 0)
+      Fail("{}: key '{}rope.scaling.original_context_length' must be positive: the query temperature's floor",
+           f.path().string(), p);
   }
 }
 
@@ -544,19 +573,19 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const float scaling_factor = f.GetF32Or(p + "rope.scaling.factor", 0.0f);
   const bool linear_scaling = (scaling == "linear" || !f.Find(p + "rope.scaling.type")) && scaling_factor != 0 &&
                               scaling_factor != 1;
-  const bool yarn = (deepseek || gpt_oss) && scaling == "yarn";
+  const bool yarn = (deepseek || gpt_oss || arch == "mistral3") && scaling == "yarn";
   if (scaling != "none" && !(scaling == "linear" && (arch == "gemma3" || !linear_scaling)) && !yarn)
     Fail("{}: {}rope.scaling.type '{}' is not supported (only 'none', Llama 3 scaling through rope_freqs.weight, "
-         "gemma3's linear scaling, deepseek2's and gpt-oss's yarn)",
+         "gemma3's linear scaling, deepseek2's, gpt-oss's and mistral3's yarn)",
          source, p, scaling);
 
   ModelConfig c;
   c.architecture = "gguf:" + arch;
-  // llama: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
+  // llama and mistral3: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
   // glm4, chatglm, command-r, cohere2 and llama4: NORM RoPE on their checkpoints' own (adjacent) rows, as ernie4_5.
   c.rope_style =
-      arch == "llama" || granite || smollm3 || ernie || glm || cohere || llama4 ? RopeStyle::kAdjacent
+      arch == "llama" || arch == "mistral3" || granite || smollm3 || ernie || glm || cohere || llama4 ? RopeStyle::kAdjacent
                                                                                 : RopeStyle::kHalf;
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
@@ -682,6 +711,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (deepseek) ReadDeepSeek2Keys(f, c);
   if (gpt_oss) ReadGptOssKeys(f, c);
   if (llama4) ReadLlama4Keys(f, c);
+  if (arch == "mistral3") ReadMistral3Keys(f, c);
   if (granite) ReadGraniteKeys(f, arch, c);
   if (smollm3) {  // models/smollm3.cpp: every fourth layer without RoPE, a constant (no key)
     c.nope_layers.assign(c.n_layers, 0);

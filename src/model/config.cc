@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -111,8 +112,9 @@ float ModelConfig::attention_scale() const {
 }
 
 float ModelConfig::query_temperature(size_t layer, size_t position) const {
-  if (attn_temperature_floor == 0 || rope(layer)) return 1;
-  const double floors = std::floor(static_cast<double>(position + 1) / attn_temperature_floor);
+  if (attn_temperature_floor == 0 || (rope(layer) && !attn_temperature_every_layer)) return 1;
+  const double floors =
+      std::floor(static_cast<double>(position + (attn_temperature_every_layer ? 0 : 1)) / attn_temperature_floor);
   return static_cast<float>(1.0 + attn_temperature_scale * std::log1p(floors));
 }
 
@@ -124,7 +126,7 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration, "
     "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
     "Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration (their language models, on text), "
-    "Llama4ForCausalLM, DeepseekV2ForCausalLM, "
+    "Llama4ForCausalLM, Ministral3ForCausalLM, DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
     "GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM (attention layers only), SmolLM3ForCausalLM, "
     "Olmo2ForCausalLM, "
@@ -619,6 +621,23 @@ void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
   if (c.architecture == "Glm4MoeLiteForCausalLM") ReadGlm4MoeLite(c, j);
 }
 
+// Ministral 3 (Ministral3ForCausalLM, the language model of Ministral 3 3B / 8B / 14B): Mistral whose query is scaled
+// in every layer after RoPE by 1 + beta * log(1 + floor(position / original_max_position_embeddings)), both in its RoPE
+// object (llama_4_scaling_beta), as transformers' Ministral3Attention does; transformers cannot run it without them.
+void ReadMinistral3(ModelConfig& c, const JsonView& j) {
+  const char* key = j.Has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const JsonView rope = j[key].ExpectObject();
+  for (const char* needed : {"llama_4_scaling_beta", "original_max_position_embeddings"})
+    if (!rope.Has(needed)) j[key].Fail(fmt::format("missing '{}': Ministral3's attention scales its query by it", needed));
+  const float beta = rope.Get<float>("llama_4_scaling_beta");
+  const uint32_t floor = rope.Get<uint32_t>("original_max_position_embeddings");
+  if (floor == 0) rope["original_max_position_embeddings"].Fail("must be positive");
+  if (beta == 0) return;
+  c.attn_temperature_floor = floor;
+  c.attn_temperature_scale = beta;
+  c.attn_temperature_every_layer = true;
+}
+
 // Llama 4 (Llama4ForCausalLM, the language model of Scout and Maverick): RoPE on adjacent pairs, every fourth layer
 // without (no_rope_layers) and attending to the whole context with its query's temperature tuned
 // (attn_temperature_tuning: floor_scale, attn_scale), the others attending within chunks of attention_chunk_size
@@ -742,7 +761,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   ModelConfig c;
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
+      c.architecture != "Ministral3ForCausalLM" && c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
       c.architecture != "Glm4MoeForCausalLM" &&
       !IsGranite(c.architecture) && c.architecture != "SmolLM3ForCausalLM" &&
@@ -796,6 +815,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (IsGranite(c.architecture)) ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadNoRopeLayers(c, j);
   if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
+  if (c.architecture == "Ministral3ForCausalLM") ReadMinistral3(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
   if (IsHunyuan(c.architecture)) ReadHunyuan(c, j);
   if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field
@@ -867,14 +887,19 @@ ModelConfig HfConfigFromJson(const nlohmann::json& parsed, const std::string& so
   const JsonView j = JsonView(parsed, source).ExpectObject();
   const auto archs = j.Get<std::vector<std::string>>("architectures", {});
   if (archs.empty()) Fail("{}: missing field 'architectures' (supported: {})", source, kSupported);
-  if (const MultimodalText* m = FindMultimodalText(archs[0])) {  // the language model; the vision tower is not run
+  if (const MultimodalText* m = FindMultimodalText(archs[0], TextModelType(parsed))) {
+    // the language model; the vision tower is not run
     const bool nested = j.value().contains("text_config");  // Qwen2-VL's Hub configs are flat
     if (nested) {
       const JsonView text_config = j["text_config"].ExpectObject();
       if (const std::string type = text_config.Get<std::string>("model_type", m->text_model_type);
-          type != m->text_model_type)
-        text_config["model_type"].Fail(fmt::format("'{}' is not the language model lowbit runs in {} ({})", type,
-                                                   m->wrapper, m->text_model_type));
+          type != m->text_model_type) {
+        std::vector<std::string> types;
+        for (const MultimodalText& e : kMultimodalTexts)
+          if (archs[0] == e.wrapper) types.push_back(e.text_model_type);
+        text_config["model_type"].Fail(fmt::format("'{}' is not a language model lowbit runs in {} ({})", type,
+                                                   m->wrapper, fmt::join(types, ", ")));
+      }
     }
     const nlohmann::json text = TextOnlyConfig(parsed);
     ModelConfig c =

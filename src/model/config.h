@@ -102,8 +102,11 @@ struct ModelConfig {
   uint32_t attention_chunk = 0;
   // Llama 4's NoPE layers scale q by 1 + attn_temperature_scale * log(1 + floor((position + 1) /
   // attn_temperature_floor)) (attn_temperature_tuning), so attention stays sharp at long contexts; 0 = none.
+  // Ministral 3 (llama_4_scaling_beta, with YaRN's original context as the floor) scales q in every layer, after RoPE,
+  // by floor(position / attn_temperature_floor): attn_temperature_every_layer.
   uint32_t attn_temperature_floor = 0;
   float attn_temperature_scale = 0;
+  bool attn_temperature_every_layer = false;
   FfnActivation activation = FfnActivation::kSilu;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // kSwigluClamped
   // GPT-OSS: a learned logit per query head ("sink") joins each softmax's denominator, attending to
@@ -237,6 +240,8 @@ struct MultimodalText {
 inline constexpr MultimodalText kMultimodalTexts[] = {
     {"Gemma3ForConditionalGeneration", "Gemma3ForCausalLM", "gemma3_text", "gemma3_text"},  // Gemma 3 4B / 12B / 27B
     {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral", "mistral"},     // Mistral Small 3.1 / 3.2
+    // Ministral 3 (3B / 8B / 14B): the same wrapper over a Ministral3 language model
+    {"Mistral3ForConditionalGeneration", "Ministral3ForCausalLM", "ministral3", "ministral3"},
     {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text", "llama4_text"},  // Llama 4 Scout / Maverick
     {"Qwen2VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_vl_text", "qwen2"},      // Qwen2-VL
     {"Qwen2_5_VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_5_vl_text", "qwen2"},  // Qwen2.5-VL
@@ -249,11 +254,27 @@ inline constexpr MultimodalText kMultimodalTexts[] = {
 };
 inline constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
 
-// The entry of kMultimodalTexts for `architecture`, or nullptr.
-inline const MultimodalText* FindMultimodalText(const std::string& architecture) {
-  for (const MultimodalText& m : kMultimodalTexts)
-    if (architecture == m.wrapper) return &m;
-  return nullptr;
+// The entry of kMultimodalTexts for `architecture` whose language model is `text_model_type` (a wrapper's first
+// entry where none is, or the type is empty), or nullptr.
+inline const MultimodalText* FindMultimodalText(const std::string& architecture,
+                                                const std::string& text_model_type = "") {
+  const MultimodalText* first = nullptr;
+  for (const MultimodalText& m : kMultimodalTexts) {
+    if (architecture != m.wrapper) continue;
+    if (text_model_type == m.text_model_type) return &m;
+    if (!first) first = &m;
+  }
+  return first;
+}
+
+// text_config's model_type in `source` (an image-text config), or "" where it has none.
+template <class Json>
+std::string TextModelType(const Json& source) {
+  if (!source.contains("text_config") || !source.at("text_config").is_object()) return "";
+  const auto& text = source.at("text_config");
+  return text.contains("model_type") && text.at("model_type").is_string()
+             ? text.at("model_type").template get<std::string>()
+             : "";
 }
 
 // Qwen-VL's multimodal RoPE (mrope_section: t / h / w positions on sections of each head) as what it is on text,
@@ -277,7 +298,7 @@ Json TextOnlyConfig(Json source) {
   if (!source.is_object() || !source.contains("architectures")) return source;
   const auto& archs = source.at("architectures");
   if (!archs.is_array() || archs.empty() || !archs[0].is_string()) return source;
-  const MultimodalText* m = FindMultimodalText(archs[0].template get<std::string>());
+  const MultimodalText* m = FindMultimodalText(archs[0].template get<std::string>(), TextModelType(source));
   if (!m) return source;
   const bool nested = source.contains("text_config");
   if (nested && !source.at("text_config").is_object()) return source;

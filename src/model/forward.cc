@@ -544,6 +544,9 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
               norm_heads(q, c.n_heads);
               norm_heads(k, c.n_kv_heads);
             }
+            if (c.attn_temperature_every_layer)  // Ministral 3: q's temperature by position, after RoPE
+              if (const float t = c.query_temperature(l, position[row]); t != 1)
+                for (size_t i = 0; i < c.q_dim(); ++i) q[i] *= t;
           }
         });
       } else if (c.attn_temperature_floor > 0) {  // Llama 4's NoPE layers: q's temperature by position
