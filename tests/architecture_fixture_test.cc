@@ -77,7 +77,7 @@ const std::set<std::string> kGgufArchitectures = {
     "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mistral3mm", "mixtral",
     "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe",
     "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere2", "qwen2_5_vl",
-    "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm"};
+    "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm", "mistral4mm"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -437,6 +437,55 @@ TEST(ArchitectureFixtureHunyuan, GgufAlphaScalesTheRopeBase) {
   EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / "hunyuan_v1_dense" / "reference.json")), 1e-4);
 }
 
+// llama.cpp's converter writes stacked checkpoints' experts (Mistral 4's) as one ffn_gate_up_exps [dim, 2 ffn,
+// experts], each expert's gate rows before its up rows, which llama.cpp's deepseek2 splits in two: the same model as
+// the file with ffn_gate_exps and ffn_up_exps. lowbit's own mistral4 file carries the query temperature
+// (attention.temperature_scale / _length) that llama.cpp's deepseek2 reads, which its converter leaves out.
+TEST(ArchitectureFixtureMistral4, FusedGateUpExpertsAreSplitAsLlamaCppSplitsThem) {
+  testing_util::ScratchDir dir("lowbit-arch-mistral4");
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel streamed = OpenModel(kFixtures / "mistral4mm");
+  ExportGguf(streamed, dir / "split.gguf", options);
+  const GgufFile split = GgufFile::Open(dir / "split.gguf");
+  EXPECT_FLOAT_EQ(split.GetF32("mistral4.attention.temperature_scale"), 0.1f);
+  EXPECT_EQ(split.GetU32("mistral4.attention.temperature_length"), 4u);
+  GgufWriter writer(dir / "fused.gguf");
+  for (const GgufKeyValue& kv : split.metadata()) writer.Set(kv.key, kv.value);
+  const GgufTensorInfo *gate = split.FindTensor("blk.1.ffn_gate_exps.weight"),
+                       *up = split.FindTensor("blk.1.ffn_up_exps.weight");
+  ASSERT_TRUE(gate && up);
+  const uint64_t experts = gate->dims[2], expert_bytes = gate->data.size() / experts;
+  std::vector<std::byte> fused;
+  for (uint64_t e = 0; e < experts; ++e)
+    for (const GgufTensorInfo* t : {gate, up})
+      fused.insert(fused.end(), t->data.begin() + static_cast<ptrdiff_t>(e * expert_bytes),
+                   t->data.begin() + static_cast<ptrdiff_t>((e + 1) * expert_bytes));
+  for (const GgufTensorInfo& t : split.tensors())
+    if (&t != gate && &t != up) writer.DeclareTensor(t.name, t.dims);
+  writer.DeclareTensor("blk.1.ffn_gate_up_exps.weight", {gate->dims[0], 2 * gate->dims[1], experts});
+  for (const GgufTensorInfo& t : split.tensors())
+    if (&t != gate && &t != up) writer.WriteTensor(t.name, t.ggml_type, t.data);
+  writer.WriteTensor("blk.1.ffn_gate_up_exps.weight", gate->ggml_type, fused);
+  writer.Commit();
+  const Model model = LoadModel((dir / "fused.gguf").string());
+  EXPECT_TRUE(model.config.attn_temperature_every_layer);
+  EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / "mistral4mm" / "reference.json")), 1e-4);
+}
+
+// transformers' Mistral4 loads its experts only stacked (mlp.experts.gate_up_proj), mapping no per-expert names, so
+// the engine exports, which write one linear per expert, refuse it by name and leave no folder.
+TEST(ArchitectureFixtureMistral4, EngineExportRefused) {
+  testing_util::ScratchDir dir("lowbit-arch-mistral4-engine");
+  const fs::path folder = kFixtures / "mistral4mm";
+  StreamedModel s = OpenModel(folder);
+  EngineExportOptions o;
+  o.scheme = ParseScheme("int4:g8");
+  ExpectError([&] { (void)ExportEngineCheckpoint(s, folder, dir / "ct", nlohmann::json::object(), o); },
+              {"Mistral4ForCausalLM", "stacked tensors (mlp.experts."});
+  EXPECT_TRUE(dir.Entries().empty());
+}
+
 // llama.cpp's converter writes Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE as qwen2vl, qwen3vl and qwen3vlmoe: qwen2's,
 // qwen3's and qwen3moe's keys and tensors under those names, with rope.dimension_sections (and Qwen3-VL's
 // n_deepstack_layers). On text those run as the text models (every section at the same position, DeepStack's inputs
@@ -660,7 +709,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ArchitectureFixture,
                                            "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite",
                                            "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere_qk_norm", "cohere2",
                                            "llama4", "llama4mm", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
-                                           "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm"));
+                                           "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm",
+                                           "mistral4mm"));
 
 }  // namespace
 }  // namespace lowbit

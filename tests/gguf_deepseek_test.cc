@@ -48,7 +48,7 @@ TEST(GgufDeepSeek, V3ConfigWritesTheConverterKeys) {
   const ModelConfig c = HfConfigFromJson(nlohmann::json::parse(testing_util::kDeepSeekV3Config), "v3/config.json");
   testing_util::ScratchDir dir("ds-keys");
   GgufWriter out(dir / "keys.gguf");
-  SetDeepSeek2Metadata(out, c);
+  SetDeepSeek2Metadata(out, c, "deepseek2");
   out.Set("deepseek2.expert_count", c.n_experts);  // the MoE keys every architecture's export writes
   out.Set("deepseek2.expert_used_count", c.experts_per_token);
   out.Set("deepseek2.expert_feed_forward_length", c.expert_ffn_dim);
@@ -81,7 +81,7 @@ TEST(GgufDeepSeek, V3ConfigWritesTheConverterKeys) {
   back.n_experts = 0;
   back.rope_scaling.attention_factor = 7;
   back.rope_scaling.original_max_position = 0;
-  ReadDeepSeek2Keys(f, back);
+  ReadDeepSeek2Keys(f, back, "deepseek2");
   EXPECT_EQ(back.q_lora_rank, 1536u);
   EXPECT_EQ(back.kv_lora_rank, 512u);
   EXPECT_EQ(back.qk_nope_dim, 128u);

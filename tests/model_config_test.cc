@@ -192,9 +192,9 @@ TEST(ModelConfig, Ministral3AsReleased) {
   EXPECT_NE(ErrorOf(no_beta, dir).find("text_config.rope_parameters: missing 'llama_4_scaling_beta'"),
             std::string::npos) << ErrorOf(no_beta, dir);
   nlohmann::json other = ministral;
-  other["text_config"]["model_type"] = "mistral4";
-  EXPECT_NE(ErrorOf(other, dir).find("'mistral4' is not a language model lowbit runs in "
-                                     "Mistral3ForConditionalGeneration (mistral, ministral3)"),
+  other["text_config"]["model_type"] = "mistral5";
+  EXPECT_NE(ErrorOf(other, dir).find("'mistral5' is not a language model lowbit runs in "
+                                     "Mistral3ForConditionalGeneration (mistral, ministral3, mistral4)"),
             std::string::npos) << ErrorOf(other, dir);
 }
 

@@ -378,8 +378,10 @@ EngineExportResult ExportEngineCheckpoint(StreamedModel& s, const fs::path& sour
   const ModelConfig& c = model.config;
   const fs::path dest = CheckpointDestination(out_dir);
   // Llama 4's and Qwen3-MoE's engines load quantized experts one linear each (transformers' compressed-tensors
-  // loaders, vLLM's), as lowbit writes them; GPT-OSS's and Granite MoE's load them stacked.
-  if (c.architecture == "GptOssForCausalLM" || (IsGraniteMoe(c) && c.n_experts > 0))
+  // loaders, vLLM's), as lowbit writes them; GPT-OSS's, Granite MoE's and Mistral 4's (transformers' Mistral4 maps no
+  // per-expert names) load them stacked.
+  if (c.architecture == "GptOssForCausalLM" || ((IsGraniteMoe(c) || c.architecture == "Mistral4ForCausalLM") &&
+                                                c.n_experts > 0))
     Fail("{}: {}'s engines load its experts as stacked tensors ({}...), which lowbit does not write yet; a lowbit "
          "folder (quantize) or lowbit itself runs it", model.source, c.architecture, HfExpertsPrefix(c));
   CheckQuantizedModelTarget(c, dest, source_dir);

@@ -65,6 +65,23 @@ void WriteSigmoidRoutingJson(nlohmann::ordered_json& j, const ModelConfig& c, co
   j["num_nextn_predict_layers"] = 0;
 }
 
+// Mistral4Config's RoPE object (rope_parameters, replacing rope_scaling): YaRN's (or the default) with the query
+// temperature's llama_4_scaling_beta, whose floor is the object's original_max_position_embeddings, YaRN's too.
+void WriteMistral4RopeJson(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source) {
+  const bool yarn = j.contains("rope_scaling") && j["rope_scaling"].is_object();
+  nlohmann::ordered_json rope = yarn ? j["rope_scaling"] : nlohmann::ordered_json{{"rope_type", "default"}};
+  const uint32_t original = yarn ? c.rope_scaling.original_max_position : c.max_position;
+  if (c.attn_temperature_floor > 0 && c.attn_temperature_floor != original)
+    Fail("{}: key 'deepseek2.attention.temperature_length' ({}): Mistral4ForCausalLM's temperature floor is its "
+         "original_max_position_embeddings ({})", source, c.attn_temperature_floor, original);
+  rope["rope_theta"] = ShortestDecimal(c.rope_theta);
+  rope["original_max_position_embeddings"] = original;
+  rope["llama_4_scaling_beta"] = ShortestDecimal(c.attn_temperature_scale);
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = std::move(rope);
+}
+
 }  // namespace
 
 void CheckGlm4MoeExportable(const ModelConfig& c, const std::string& source) {
@@ -114,6 +131,8 @@ void CheckDeepSeek2Exportable(const ModelConfig& c, const std::string& source) {
     Fail("{}: the attention scale {} is not 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), all llama.cpp's deepseek2 "
          "applies without YaRN", source, c.attention_scale());
   }
+  if (c.attn_temperature_floor > 0 && !c.attn_temperature_every_layer)
+    Fail("{}: llama.cpp's deepseek2 scales every layer's query by its temperature, not some layers'", source);
   if (LeadingDenseLayers(c) < 0)
     Fail("{}: llama.cpp's deepseek2 has dense layers only before the first MoE layer (first_k_dense_replace); "
          "this model interleaves them (moe_layer_freq)", source);
@@ -137,8 +156,8 @@ void SetDeepSeekRoutingMetadata(GgufWriter& out, const ModelConfig& c, const std
   out.Set(a + "expert_gating_func", c.router_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
 }
 
-void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c) {
-  const std::string a = "deepseek2.";
+void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c, const std::string& arch) {
+  const std::string a = arch + ".";
   const uint32_t rope = c.rope_dims();
   out.Set(a + "vocab_size", c.vocab_size);
   // llama.cpp reads q_lora_rank unless the model has V2-Lite's 26 or 27 layers; 0 = a plain q projection.
@@ -150,10 +169,14 @@ void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c) {
   out.Set(a + "attention.value_length_mla", c.v_head_dim);
   out.Set(a + "rope.dimension_count", rope);
   if (c.n_experts == 0) out.Set(a + "expert_feed_forward_length", c.ffn_dim);  // required; the MoE keys have it
-  SetDeepSeekRoutingMetadata(out, c, "deepseek2");
+  SetDeepSeekRoutingMetadata(out, c, arch);
   if (c.n_experts > 0 && c.expert_groups > 0) {
     out.Set(a + "expert_group_count", c.expert_groups);
     out.Set(a + "expert_group_used_count", c.expert_groups_used);
+  }
+  if (c.attn_temperature_floor > 0) {  // Mistral 4, as llama.cpp reads Mistral Large 3's files
+    out.Set(a + "attention.temperature_scale", c.attn_temperature_scale);
+    out.Set(a + "attention.temperature_length", c.attn_temperature_floor);
   }
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScalingType::kYarn && s.factor > 1) {
@@ -217,6 +240,13 @@ void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, cons
   j["v_head_dim"] = c.v_head_dim;
   if (v3) j["rope_interleave"] = true;  // llama.cpp's deepseek2 rotates adjacent pairs, as V2 always does
 
+  // Mistral 4: a query temperature, or softmax scores renormalized, which DeepseekV2ForCausalLM never does
+  const bool mistral4 = c.architecture == "gguf:mistral4" || c.attn_temperature_floor > 0;
+  if (mistral4) {
+    j["architectures"] = {"Mistral4ForCausalLM"};
+    j["model_type"] = "mistral4";
+    j["rope_interleave"] = true;
+  }
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScalingType::kYarn && s.factor > 1) {
     const double mscale = MscaleAllDims(c);
@@ -236,12 +266,17 @@ void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, cons
   } else if (s.type != RopeScalingType::kNone) {
     Fail("{}: key '{}rope.scaling.type': transformers' DeepSeek takes YaRN scaling only", source, p);
   }
+  if (mistral4) WriteMistral4RopeJson(j, c, source);
 
   if (c.n_experts == 0) {
     j["n_routed_experts"] = nullptr;  // every layer dense (the config's default would be 64 experts)
     return;
   }
   WriteRoutingJson(j, c);
+  if (mistral4) {  // Mistral4TopkRouter: softmax scores, groups by their best two (llama.cpp's rule), renormalized or not
+    j["norm_topk_prob"] = c.norm_expert_weights;
+    return;
+  }
   j["moe_layer_freq"] = 1;
   j["scoring_func"] = v3 ? "sigmoid" : "softmax";
   if (v3) {
@@ -289,8 +324,8 @@ void ReadDeepSeekRoutingKeys(const GgufFile& f, const std::string& arch, RouterS
   c.router_bias = dense < c.n_layers && f.FindTensor(fmt::format("blk.{}.exp_probs_b.bias", dense)) != nullptr;
 }
 
-void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c) {
-  const std::string p = "deepseek2.", source = f.path().string();
+void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c, const std::string& arch) {
+  const std::string p = arch + ".", source = f.path().string();
   const uint32_t rope = c.rope_dims();
   c.rope_style = RopeStyle::kAdjacent;  // llama.cpp runs deepseek2 with LLAMA_ROPE_TYPE_NORM
   c.q_lora_rank = f.GetU32Or(p + "attention.q_lora_rank", 0);
@@ -333,11 +368,20 @@ void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c) {
   // wrote without the key.
   const uint32_t blocks = c.n_layers + c.nextn_layers;
   const bool glm47_flash = (blocks == 47 || blocks == 48) && c.vocab_size == kGlm47FlashVocab;
-  ReadDeepSeekRoutingKeys(f, "deepseek2", glm47_flash ? RouterScoring::kSigmoid : RouterScoring::kSoftmax, c);
+  ReadDeepSeekRoutingKeys(f, arch, glm47_flash ? RouterScoring::kSigmoid : RouterScoring::kSoftmax, c);
   if (const uint32_t groups = f.GetU32Or(p + "expert_group_count", 0); c.n_experts > 0 && groups > 1) {
     c.expert_groups = groups;
     c.expert_groups_used = f.GetU32(p + "expert_group_used_count");
     c.group_score = GroupScore::kBestTwoSum;  // llama.cpp's rule, whatever model the file came from
+  }
+  // Mistral Large 3's files: every layer's query scaled after RoPE by 1 + scale * log(1 + floor(position / length))
+  if (const float scale = f.GetF32Or(p + "attention.temperature_scale", 0.0f); scale != 0) {
+    c.attn_temperature_scale = scale;
+    c.attn_temperature_floor = f.GetU32Or(p + "attention.temperature_length", 0);
+    c.attn_temperature_every_layer = true;
+    if (c.attn_temperature_floor == 0)
+      Fail("{}: key '{}attention.temperature_length' must be positive beside '{}attention.temperature_scale'", source,
+           p, p);
   }
 }
 

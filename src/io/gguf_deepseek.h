@@ -31,17 +31,18 @@ void SetDeepSeekRoutingMetadata(GgufWriter& out, const ModelConfig& c, const std
 void ReadDeepSeekRoutingKeys(const GgufFile& f, const std::string& arch, RouterScoring default_scoring,
                              ModelConfig& c);
 
-// The deepseek2.* keys of a latent-attention model (after the generic ones: context, embedding, heads,
-// RoPE base, norm epsilon, expert counts).
-void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c);
+// The `arch`.* keys (deepseek2, or mistral4: llama.cpp's deepseek2 under Mistral 4's name) of a latent-attention
+// model (after the generic ones: context, embedding, heads, RoPE base, norm epsilon, expert counts).
+void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c, const std::string& arch);
 
 // attn_k_b / attn_v_b's values (ggml order) from kv_b_proj, and kv_b_proj's rows back from them.
 std::vector<float> GgufLatentKeys(const ModelConfig& c, const Linear& kv_b);
 std::vector<float> GgufLatentValues(const ModelConfig& c, const Linear& kv_b);
 DenseMatrix LatentKvFromGguf(const ModelConfig& c, const std::vector<float>& keys, const std::vector<float>& values);
 
-// The DeepseekV2ForCausalLM (softmax gating) or DeepseekV3ForCausalLM (sigmoid gating, exp_probs_b) fields of
-// the config.json of a model read from a deepseek2 file, over `j`'s generic ones: latent attention, YaRN's
+// The DeepseekV2ForCausalLM (softmax gating), DeepseekV3ForCausalLM (sigmoid gating, exp_probs_b) or
+// Mistral4ForCausalLM (a mistral4 file, or a query temperature) fields of the config.json of a model read from a
+// deepseek2 file, over `j`'s generic ones: latent attention, YaRN's
 // mscale = mscale_all_dim, experts and routing. What transformers' classes cannot express is an error naming
 // `source` and the key (V2 renormalising the chosen weights, V3 without its score bias, YaRN without a log
 // multiplier); V2's groups, which llama.cpp scores by their best two experts and transformers by the best one,
@@ -54,8 +55,9 @@ void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, cons
 void CheckGlm4MoeExportable(const ModelConfig& c, const std::string& source);
 void WriteGlm4MoeHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source);
 
-// A deepseek2 file's latent attention, YaRN, routing and layer layout into `c` (the generic keys already
-// read: dim, layers, heads, key_length as head_dim, rope.dimension_count as rotary_dim, ffn_dim).
-void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c);
+// A deepseek2 (or mistral4: `arch`) file's latent attention, YaRN, routing, query temperature and layer layout into
+// `c` (the generic keys already read: dim, layers, heads, key_length as head_dim, rope.dimension_count as rotary_dim,
+// ffn_dim).
+void ReadDeepSeek2Keys(const GgufFile& f, ModelConfig& c, const std::string& arch);
 
 }  // namespace lowbit

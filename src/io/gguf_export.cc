@@ -50,6 +50,8 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "Glm4MoeLiteForCausalLM" ||
       a == "gguf:deepseek2")
     return {"deepseek2", false};
+  // Mistral 4: llama.cpp's deepseek2 under its own name, as its converter writes it
+  if (a == "Mistral4ForCausalLM" || a == "gguf:mistral4") return {"mistral4", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "Olmo2ForCausalLM" || a == "Olmo3ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
   if (a == "Exaone4ForCausalLM" || a == "gguf:exaone4") return {"exaone4", false};
@@ -85,12 +87,15 @@ Architecture ArchitectureOf(const ModelConfig& c) {
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
          "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, "
-         "Cohere2, Llama 4, HunYuan dense and MoE, Ministral 3)",
+         "Cohere2, Llama 4, HunYuan dense and MoE, Ministral 3, Mistral 4)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
 
 bool IsGemmaArch(const Architecture& arch) { return arch.name.starts_with("gemma"); }
+
+// llama.cpp's deepseek2, and its mistral4 (the same loader and graph under Mistral 4's name).
+bool IsDeepSeek2(const Architecture& arch) { return arch.name == "deepseek2" || arch.name == "mistral4"; }
 
 // Architectures whose rope.dimension_count may be less than the head (partial rotary embeddings).
 bool PartialRotary(const Architecture& arch) {
@@ -230,7 +235,7 @@ void CheckErnieMoeExportable(const ModelConfig& c, const std::string& source) {
 // expert in qwen2moe (gated) and granitemoe (ungated) only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
   if (arch.name == "ernie4_5-moe") return CheckErnieMoeExportable(c, source);
-  if (c.n_experts == 0 || arch.name == "deepseek2" || arch.name == "gpt-oss" || arch.name == "glm4moe" ||
+  if (c.n_experts == 0 || IsDeepSeek2(arch) || arch.name == "gpt-oss" || arch.name == "glm4moe" ||
       arch.name == "llama4")
     return;  // their own checks
   if (!c.sparse_layers.empty())
@@ -506,7 +511,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   out.Set(a + (c.norm == NormKind::kLayer ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"),
           c.norm_eps);
   if (a == "command-r" || a == "cohere2") out.Set(a + ".logit_scale", c.logit_multiplier);
-  if (c.head_dim != c.dim / c.n_heads && a != "deepseek2") {
+  if (c.head_dim != c.dim / c.n_heads && !IsDeepSeek2(arch)) {
     out.Set(a + ".attention.key_length", c.head_dim);
     out.Set(a + ".attention.value_length", c.head_dim);
   }
@@ -534,10 +539,10 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
     out.Set(a + ".expert_count", c.n_experts);
     out.Set(a + ".expert_used_count", c.experts_per_token);
     if (a != "llama") out.Set(a + ".expert_feed_forward_length", c.expert_ffn_dim);
-    if (c.shared_expert_ffn_dim > 0 && a != "deepseek2" && a != "glm4moe" && a != "llama4")
+    if (c.shared_expert_ffn_dim > 0 && !IsDeepSeek2(arch) && a != "glm4moe" && a != "llama4")
       out.Set(a + ".expert_shared_feed_forward_length", c.shared_expert_ffn_dim);
   }
-  if (a == "deepseek2") SetDeepSeek2Metadata(out, c);
+  if (IsDeepSeek2(arch)) SetDeepSeek2Metadata(out, c, a);
   if (a == "glm4moe") SetDeepSeekRoutingMetadata(out, c, a);
   if (a == "ernie4_5-moe") {  // the sparse layers: from the dense lead on, every step-th (CheckMoeExportable)
     const auto [lead, step] = ErnieMoeLayout(c);
@@ -692,7 +697,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
       Fail("{}: Llama 3 rope scaling is only exported for the llama and llama4 architectures", m.source);
     rope_divisors = Llama3RopeDivisors(c);
   }
-  const bool deepseek = arch.name == "deepseek2";
+  const bool deepseek = IsDeepSeek2(arch);
   if (IsGemmaArch(arch)) CheckGemmaExportable(c, arch, m.source);
   if (deepseek) CheckDeepSeek2Exportable(c, m.source);
   const bool gpt_oss = arch.name == "gpt-oss";
@@ -700,7 +705,7 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   if (arch.name == "glm4moe") CheckGlm4MoeExportable(c, m.source);
   if (arch.name == "llama4") CheckLlama4Exportable(c, m.source);
   if (arch.name == "mistral3") CheckMistral3Exportable(c, m.source);
-  if (c.attn_temperature_floor > 0 && arch.name != "llama4" && arch.name != "mistral3")
+  if (c.attn_temperature_floor > 0 && arch.name != "llama4" && arch.name != "mistral3" && !deepseek)
     Fail("{}: llama.cpp's {} has no query temperature (Llama 4's attn_temperature_tuning, Ministral 3's "
          "llama_4_scaling_beta)", m.source, arch.name);
   CheckMoeExportable(c, arch, m.source);

@@ -160,7 +160,9 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"hunyuan-dense", "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"},
                                          {"hunyuan-moe", "HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
-                                         {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"}};
+                                         {"deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2"},
+                                         // (Mistral4ForCausalLM where the file routes or scales as Mistral 4 does)
+                                         {"mistral4", "DeepseekV2ForCausalLM", "deepseek_v2"}};
   const Family* family = nullptr;
   for (const Family& f : kFamilies)
     if (f.gguf == arch) family = &f;
@@ -170,7 +172,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     Fail("{}: general.architecture '{}': lowbit writes Hugging Face folders of {} GGUF files", source, arch, names);
   }
   const bool mixtral = arch == "llama" && moe, gemma = arch.starts_with("gemma"), phi3 = arch == "phi3",
-             deepseek = arch == "deepseek2", gpt_oss = arch == "gpt-oss", glm = arch == "glm4" || arch == "chatglm",
+             deepseek = arch == "deepseek2" || arch == "mistral4", gpt_oss = arch == "gpt-oss",
+             glm = arch == "glm4" || arch == "chatglm",
              cohere = arch == "command-r" || arch == "cohere2", glm4moe = arch == "glm4moe";
   const bool olmo3 = arch == "olmo2" && c.sliding_window > 0;  // llama.cpp runs OLMo 3 as olmo2 with its windows
   const bool granite_shared = arch == "granitemoe" && c.shared_expert_ffn_dim > 0;

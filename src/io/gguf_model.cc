@@ -28,7 +28,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
-    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe", "mistral3"};
+    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe", "mistral3", "mistral4"};
 
 
 
@@ -149,6 +149,24 @@ class TensorLoader {
   // A MoE layer's ffn_*_exps [cols, rows, experts] as one linear per expert.
   std::vector<Linear> Experts(const std::string& name, uint64_t experts, uint64_t rows, uint64_t cols) {
     return Split(Get(name, {cols, rows, experts}), std::vector<uint64_t>(experts, rows), cols);
+  }
+
+  // A MoE layer's experts' gate and up linears: ffn_gate_exps and ffn_up_exps, or one ffn_gate_up_exps [cols,
+  // 2 rows, experts] with each expert's gate rows before its up rows (as llama.cpp's converter writes stacked
+  // checkpoints, Mistral 4's, for deepseek2 and a few others, and llama.cpp splits it).
+  std::pair<std::vector<Linear>, std::vector<Linear>> GateUpExperts(const std::string& prefix, uint64_t experts,
+                                                                    uint64_t rows, uint64_t cols) {
+    if (!file_.FindTensor(prefix + "ffn_gate_up_exps.weight"))
+      return {Experts(prefix + "ffn_gate_exps.weight", experts, rows, cols),
+              Experts(prefix + "ffn_up_exps.weight", experts, rows, cols)};
+    std::vector<Linear> parts = Split(Get(prefix + "ffn_gate_up_exps.weight", {cols, 2 * rows, experts}),
+                                      std::vector<uint64_t>(2 * experts, rows), cols);
+    std::pair<std::vector<Linear>, std::vector<Linear>> out;
+    for (uint64_t e = 0; e < experts; ++e) {
+      out.first.push_back(std::move(parts[2 * e]));
+      out.second.push_back(std::move(parts[2 * e + 1]));
+    }
+    return out;
   }
 
   // A full-precision matrix's values (MoE routers), shape-checked in ggml's ne order.
@@ -554,7 +572,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   const std::string source = f.path().string();
   const std::string& arch = f.GetString("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe" || arch == "qwen3vlmoe", deepseek = arch == "deepseek2",
+  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe" || arch == "qwen3vlmoe",
+             deepseek = arch == "deepseek2" || arch == "mistral4",  // (mistral4: Mistral 4, loaded as deepseek2)
              gpt_oss = arch == "gpt-oss", granite = arch == "granite" || arch == "granitemoe",
              smollm3 = arch == "smollm3",
              olmo2 = arch == "olmo2", ernie = arch == "ernie4_5" || arch == "ernie4_5-moe", glm = arch == "glm4" || arch == "chatglm",
@@ -708,7 +727,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe" || arch == "granitemoe" || arch == "hunyuan-moe")
     ReadExpertKeys(f, arch, c);
   if (arch == "phi3") ReadPhi3Keys(f, c);
-  if (deepseek) ReadDeepSeek2Keys(f, c);
+  if (deepseek) ReadDeepSeek2Keys(f, c, arch);
   if (gpt_oss) ReadGptOssKeys(f, c);
   if (llama4) ReadLlama4Keys(f, c);
   if (arch == "mistral3") ReadMistral3Keys(f, c);
@@ -802,8 +821,7 @@ Model LoadGgufModel(const std::filesystem::path& path, const LoadOptions& option
       l.router = t.Values(p + "ffn_gate_inp.weight", {c.dim, c.n_experts});
       if (c.router_bias) l.router_bias = t.Vector(p + "exp_probs_b.bias", c.n_experts);
       if (c.router_logit_bias) l.router_logit_bias = t.Vector(p + "ffn_gate_inp.bias", c.n_experts);
-      std::vector<Linear> gate = t.Experts(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
-      std::vector<Linear> up = t.Experts(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
+      auto [gate, up] = t.GateUpExperts(p, c.n_experts, c.expert_ffn_dim, c.dim);
       std::vector<Linear> down = t.Experts(p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ffn_dim);
       for (uint32_t e = 0; e < c.n_experts; ++e)
         l.experts[e] = {std::move(gate[e]), std::move(up[e]), std::move(down[e])};

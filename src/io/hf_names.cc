@@ -117,9 +117,11 @@ bool HasFusedGateUp(const ModelConfig& c) {
   return c.architecture == "Phi3ForCausalLM" || c.architecture == "GlmForCausalLM" || IsGlm4(c);
 }
 
-// Qwen3-MoE's: Qwen3-VL-MoE's language model (a Qwen3-MoE checkpoint stores one linear per expert).
+// Qwen3-MoE's: Qwen3-VL-MoE's language model (a Qwen3-MoE checkpoint stores one linear per expert); Mistral 4 as the
+// Hub and transformers store it.
 bool HasStackedExperts(const ModelConfig& c) {
-  return IsGptOss(c) || IsLlama4(c) || IsGraniteMoe(c) || c.architecture == "Qwen3MoeForCausalLM";
+  return IsGptOss(c) || IsLlama4(c) || IsGraniteMoe(c) || c.architecture == "Qwen3MoeForCausalLM" ||
+         c.architecture == "Mistral4ForCausalLM";
 }
 
 std::string HfExpertsPrefix(const ModelConfig& c) {

@@ -48,7 +48,7 @@ std::vector<float> NormToCheckpoint(const ModelConfig& c, std::vector<float> app
 bool HasFusedQkv(const ModelConfig& c);
 bool HasFusedGateUp(const ModelConfig& c);
 
-// GPT-OSS, Llama 4, Granite MoE and Qwen3-VL-MoE store each layer's experts as stacked tensors
+// GPT-OSS, Llama 4, Granite MoE, Qwen3-VL-MoE and Mistral 4 store each layer's experts as stacked tensors
 // (io/stacked_experts.h), not one linear per expert, under HfExpertsPrefix ("mlp.experts.", Llama 4's
 // "feed_forward.experts.", Granite MoE's "block_sparse_moe.").
 bool HasStackedExperts(const ModelConfig& c);

@@ -126,7 +126,7 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration, "
     "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
     "Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration (their language models, on text), "
-    "Llama4ForCausalLM, Ministral3ForCausalLM, DeepseekV2ForCausalLM, "
+    "Llama4ForCausalLM, Ministral3ForCausalLM, Mistral4ForCausalLM, DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
     "GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM (attention layers only), SmolLM3ForCausalLM, "
     "Olmo2ForCausalLM, "
@@ -139,9 +139,11 @@ bool IsQwen(const std::string& arch) {
          arch == "Qwen3MoeForCausalLM";
 }
 
-// GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek-V3's latent attention and routing.
+// GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek-V3's latent attention and routing; Mistral 4
+// (Mistral4ForCausalLM: Mistral Small 4, Mistral Large 3) its latent attention with a router of its own.
 bool IsDeepSeek(const std::string& arch) {
-  return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM" || arch == "Glm4MoeLiteForCausalLM";
+  return arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM" || arch == "Glm4MoeLiteForCausalLM" ||
+         arch == "Mistral4ForCausalLM";
 }
 
 // HunYuan: dense (Hunyuan-0.5B ... 7B) and MoE (Hunyuan-A13B).
@@ -521,7 +523,8 @@ void ReadNoRopeLayers(ModelConfig& c, const JsonView& j) {
 // by their best expert; V3's sigmoid routing (also GLM-4.5's) with the score-correction bias and groups scored by
 // their best two; shared experts, ungated; the first first_k_dense_replace layers and those off moe_layer_freq dense.
 void ReadDeepSeekExperts(ModelConfig& c, const JsonView& j, bool v3) {
-  c.n_experts = j.Get<uint32_t>("n_routed_experts", 0);
+  const bool mistral4 = c.architecture == "Mistral4ForCausalLM";  // (num_local_experts: Mistral4Config's other name)
+  c.n_experts = j.Get<uint32_t>(mistral4 && j.Has("num_local_experts") ? "num_local_experts" : "n_routed_experts", 0);
   if (c.n_experts == 0) return;  // every layer dense
   c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
   c.expert_ffn_dim = j.Get<uint32_t>("moe_intermediate_size");
@@ -534,6 +537,15 @@ void ReadDeepSeekExperts(ModelConfig& c, const JsonView& j, bool v3) {
   c.sparse_layers.assign(c.n_layers, 0);
   for (uint32_t i = 0; i < c.n_layers; ++i) c.sparse_layers[i] = i >= dense && i % step == 0;
   if (std::ranges::all_of(c.sparse_layers, [](uint8_t s) { return s != 0; })) c.sparse_layers.clear();
+  if (mistral4) {  // Mistral4TopkRouter: softmax scores, groups by their best two, no score bias, no topk_method
+    c.router_scoring = RouterScoring::kSoftmax;
+    c.group_score = GroupScore::kBestTwoSum;
+    c.norm_expert_weights = j.Get<bool>("norm_topk_prob", true);
+    c.expert_groups = j.Get<uint32_t>("n_group", 1);
+    c.expert_groups_used = j.Get<uint32_t>("topk_group", 1);
+    if (c.expert_groups == 0) j["n_group"].Fail("must be positive");
+    return;
+  }
   const std::string method = j.Get<std::string>("topk_method", v3 ? "noaux_tc" : "greedy");
   // transformers scores V3's routers by sigmoid and V2's by softmax, whatever scoring_func says.
   if (const std::string scoring = j.Get<std::string>("scoring_func", v3 ? "sigmoid" : "softmax");
@@ -621,14 +633,16 @@ void ReadDeepSeek(ModelConfig& c, const JsonView& j) {
   if (c.architecture == "Glm4MoeLiteForCausalLM") ReadGlm4MoeLite(c, j);
 }
 
-// Ministral 3 (Ministral3ForCausalLM, the language model of Ministral 3 3B / 8B / 14B): Mistral whose query is scaled
-// in every layer after RoPE by 1 + beta * log(1 + floor(position / original_max_position_embeddings)), both in its RoPE
-// object (llama_4_scaling_beta), as transformers' Ministral3Attention does; transformers cannot run it without them.
-void ReadMinistral3(ModelConfig& c, const JsonView& j) {
+// Ministral 3 (Ministral3ForCausalLM, the language model of Ministral 3 3B / 8B / 14B) and Mistral 4
+// (Mistral4ForCausalLM): a query scaled in every layer after RoPE by 1 + beta * log(1 + floor(position /
+// original_max_position_embeddings)), both in its RoPE object (llama_4_scaling_beta), as transformers'
+// Ministral3Attention and Mistral4Attention do; transformers cannot run them without both.
+void ReadLlama4Scaling(ModelConfig& c, const JsonView& j) {
   const char* key = j.Has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   const JsonView rope = j[key].ExpectObject();
   for (const char* needed : {"llama_4_scaling_beta", "original_max_position_embeddings"})
-    if (!rope.Has(needed)) j[key].Fail(fmt::format("missing '{}': Ministral3's attention scales its query by it", needed));
+    if (!rope.Has(needed))
+      j[key].Fail(fmt::format("missing '{}': {}'s attention scales its query by it", needed, c.architecture));
   const float beta = rope.Get<float>("llama_4_scaling_beta");
   const uint32_t floor = rope.Get<uint32_t>("original_max_position_embeddings");
   if (floor == 0) rope["original_max_position_embeddings"].Fail("must be positive");
@@ -815,7 +829,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (IsGranite(c.architecture)) ReadGranite(c, j);
   if (c.architecture == "SmolLM3ForCausalLM") ReadNoRopeLayers(c, j);
   if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
-  if (c.architecture == "Ministral3ForCausalLM") ReadMinistral3(c, j);
+  if (c.architecture == "Ministral3ForCausalLM" || c.architecture == "Mistral4ForCausalLM") ReadLlama4Scaling(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
   if (IsHunyuan(c.architecture)) ReadHunyuan(c, j);
   if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field

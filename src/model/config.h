@@ -102,8 +102,8 @@ struct ModelConfig {
   uint32_t attention_chunk = 0;
   // Llama 4's NoPE layers scale q by 1 + attn_temperature_scale * log(1 + floor((position + 1) /
   // attn_temperature_floor)) (attn_temperature_tuning), so attention stays sharp at long contexts; 0 = none.
-  // Ministral 3 (llama_4_scaling_beta, with YaRN's original context as the floor) scales q in every layer, after RoPE,
-  // by floor(position / attn_temperature_floor): attn_temperature_every_layer.
+  // Ministral 3 and Mistral 4 (llama_4_scaling_beta, with YaRN's original context as the floor) scale q in every
+  // layer, after RoPE, by floor(position / attn_temperature_floor): attn_temperature_every_layer.
   uint32_t attn_temperature_floor = 0;
   float attn_temperature_scale = 0;
   bool attn_temperature_every_layer = false;
@@ -242,6 +242,8 @@ inline constexpr MultimodalText kMultimodalTexts[] = {
     {"Mistral3ForConditionalGeneration", "MistralForCausalLM", "mistral", "mistral"},     // Mistral Small 3.1 / 3.2
     // Ministral 3 (3B / 8B / 14B): the same wrapper over a Ministral3 language model
     {"Mistral3ForConditionalGeneration", "Ministral3ForCausalLM", "ministral3", "ministral3"},
+    // Mistral Small 4, Mistral Large 3: the same wrapper over a Mistral 4 (DeepSeek-V3's latent attention)
+    {"Mistral3ForConditionalGeneration", "Mistral4ForCausalLM", "mistral4", "mistral4"},
     {"Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4_text", "llama4_text"},  // Llama 4 Scout / Maverick
     {"Qwen2VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_vl_text", "qwen2"},      // Qwen2-VL
     {"Qwen2_5_VLForConditionalGeneration", "Qwen2ForCausalLM", "qwen2_5_vl_text", "qwen2"},  // Qwen2.5-VL

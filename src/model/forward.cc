@@ -46,6 +46,14 @@ void AddResidual(const float* out, size_t n, float scale, float* x) {
   }
 }
 
+// Ministral 3 and Mistral 4 (attn_temperature_every_layer): the query's n values at `position` scaled by its
+// temperature, after RoPE.
+void TemperQuery(const ModelConfig& c, size_t layer, size_t position, float* q, size_t n) {
+  if (!c.attn_temperature_every_layer) return;
+  if (const float t = c.query_temperature(layer, position); t != 1)
+    for (size_t i = 0; i < n; ++i) q[i] *= t;
+}
+
 }  // namespace
 
 void ApplyFinalNorm(const Model& model, std::span<const float> hidden, std::vector<float>& out) {
@@ -233,6 +241,7 @@ void Engine::LatentAttention(size_t l, std::span<BatchItem> batch, std::vector<f
     for (size_t t = begin; t < end; ++t) {
       float* latent = &k_[t * width];
       ApplyRope({{&q_[t * heads * qk], heads, qk, nope}, {latent, 1, width, lora}}, position[t], *rope[t]);
+      TemperQuery(c, l, position[t], &q_[t * heads * qk], heads * qk);
       for (size_t h = 0; h < heads; ++h) {
         const float* q = &q_[(t * heads + h) * qk];
         float* absorbed = &v_[(t * heads + h) * width];
@@ -544,9 +553,7 @@ void Engine::AdvanceLayer(size_t l, LinearInput group, std::span<BatchItem> batc
               norm_heads(q, c.n_heads);
               norm_heads(k, c.n_kv_heads);
             }
-            if (c.attn_temperature_every_layer)  // Ministral 3: q's temperature by position, after RoPE
-              if (const float t = c.query_temperature(l, position[row]); t != 1)
-                for (size_t i = 0; i < c.q_dim(); ++i) q[i] *= t;
+            TemperQuery(c, l, position[row], q, c.q_dim());
           }
         });
       } else if (c.attn_temperature_floor > 0) {  // Llama 4's NoPE layers: q's temperature by position

@@ -249,6 +249,21 @@ MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
                                dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                                        num_attention_heads=2, head_dim=8, image_size=28, patch_size=14),
                                     tie_word_embeddings=True)),
+              # Mistral Small 4 / Mistral Large 3 as released: the same wrapper over a mistral4, DeepSeek-V3's latent
+              # attention (YaRN whose mscale and mscale_all_dim cancel) with Ministral 3's query temperature, layer 0
+              # dense, then 4 experts chosen by softmax scores in the best of 2 groups (by their best two), top 2
+              # renormalized, x1.5, one shared expert.
+              "mistral4mm": ("mistral3", ("mistral4", dict(tie_word_embeddings=False, q_lora_rank=16, kv_lora_rank=16,
+                                                           qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12,
+                                                           n_routed_experts=4, num_experts_per_tok=2,
+                                                           moe_intermediate_size=24, n_shared_experts=1,
+                                                           first_k_dense_replace=1, n_group=2, topk_group=1,
+                                                           routed_scaling_factor=1.5, norm_topk_prob=True,
+                                                           num_key_value_heads=HEADS, max_position_embeddings=16,
+                                                           rope_parameters={**MINISTRAL3_ROPE, "rope_theta": 10000.0})),
+                             dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                     num_attention_heads=2, head_dim=8, image_size=28, patch_size=14),
+                                  tie_word_embeddings=False)),
               # Llama 4 Scout / Maverick as released: Llama4ForConditionalGeneration, the language model under
               # language_model.model.* and language_model.lm_head beside a vision model.
               "llama4mm": ("llama4", ARCHITECTURES["llama4"],
@@ -313,7 +328,7 @@ GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "ge
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite",
                       "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere2", "qwen2_5_vl", "qwen3_vl",
                       "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm",
-                      *GGUF_VARIANTS]
+                      "mistral4mm", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -367,7 +382,7 @@ def byte_level_tokenizer(folder):
 # lowbit's F32 file, tensor by tensor. These rows (32 and 24 wide) are too short for K-quants, so the mixes
 # also exercise llama-quantize's fallbacks.
 MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "ernie4_5_moe", "qwen3_vl_moe", "granitemoe",
-                  "granitemoeshared", *GGUF_VARIANTS}
+                  "granitemoeshared", "mistral4mm", *GGUF_VARIANTS}
 MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "MXFP4_MOE": 38}
 MOE_IMATRIX_TYPES = {"Q4_0", "Q4_K_M"}  # also with lowbit's imatrix, in both tools
 
@@ -421,8 +436,8 @@ def expert_weight(source, name, layer, e, proj):
             return source[p + "down_proj"][e].T
         half = source[p + "gate_up_proj"].shape[-1] // 2
         return source[p + "gate_up_proj"][e][:, :half].T if proj == "gate" else source[p + "gate_up_proj"][e][:, half:].T
-    if name == "qwen3_vl_moe":  # stacked Linear weights, gate's outputs first
-        p = f"model.language_model.layers.{layer}.mlp.experts."
+    if name in ("qwen3_vl_moe", "mistral4mm"):  # stacked Linear weights, gate's outputs first
+        p = f"{'language_model.model' if name == 'mistral4mm' else 'model.language_model'}.layers.{layer}.mlp.experts."
         if proj == "down":
             return source[p + "down_proj"][e]
         half = source[p + "gate_up_proj"].shape[1] // 2
