@@ -416,15 +416,20 @@ TEST(ArchitectureFixtureGlm4Moe, GlmFlashFilesWithoutGatingFunctionGateBySigmoid
   EXPECT_TRUE(flash.router_bias);
 }
 
+// Fixture `name` exported to an F32 GGUF at `path`, opened.
+GgufFile ExportF32(const std::string& name, const fs::path& path) {
+  GgufExportOptions options;
+  options.type = "F32";
+  StreamedModel streamed = OpenModel(kFixtures / name);
+  ExportGguf(streamed, path, options);
+  return GgufFile::Open(path);
+}
+
 // A hunyuan-dense file may give its RoPE base as the plain theta with rope.scaling.alpha (llama.cpp's loader scales
 // it by alpha^(d / (d - 2)), as HunYuanVL files do): the fixture's 10000 and alpha 1000 give its logits.
 TEST(ArchitectureFixtureHunyuan, GgufAlphaScalesTheRopeBase) {
   testing_util::ScratchDir dir("lowbit-arch-hunyuan-alpha");
-  GgufExportOptions options;
-  options.type = "F32";
-  StreamedModel streamed = OpenModel(kFixtures / "hunyuan_v1_dense");
-  ExportGguf(streamed, dir / "scaled.gguf", options);
-  const GgufFile scaled = GgufFile::Open(dir / "scaled.gguf");
+  const GgufFile scaled = ExportF32("hunyuan_v1_dense", dir / "scaled.gguf");
   GgufWriter writer(dir / "alpha.gguf");
   for (const GgufKeyValue& kv : scaled.metadata())
     writer.Set(kv.key, kv.key == "hunyuan-dense.rope.freq_base" ? GgufValue(10000.0f) : kv.value);
@@ -443,11 +448,7 @@ TEST(ArchitectureFixtureHunyuan, GgufAlphaScalesTheRopeBase) {
 // (attention.temperature_scale / _length) that llama.cpp's deepseek2 reads, which its converter leaves out.
 TEST(ArchitectureFixtureMistral4, FusedGateUpExpertsAreSplitAsLlamaCppSplitsThem) {
   testing_util::ScratchDir dir("lowbit-arch-mistral4");
-  GgufExportOptions options;
-  options.type = "F32";
-  StreamedModel streamed = OpenModel(kFixtures / "mistral4mm");
-  ExportGguf(streamed, dir / "split.gguf", options);
-  const GgufFile split = GgufFile::Open(dir / "split.gguf");
+  const GgufFile split = ExportF32("mistral4mm", dir / "split.gguf");
   EXPECT_FLOAT_EQ(split.GetF32("mistral4.attention.temperature_scale"), 0.1f);
   EXPECT_EQ(split.GetU32("mistral4.attention.temperature_length"), 4u);
   GgufWriter writer(dir / "fused.gguf");
@@ -473,17 +474,21 @@ TEST(ArchitectureFixtureMistral4, FusedGateUpExpertsAreSplitAsLlamaCppSplitsThem
   EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / "mistral4mm" / "reference.json")), 1e-4);
 }
 
-// transformers' Mistral4 loads its experts only stacked (mlp.experts.gate_up_proj), mapping no per-expert names, so
-// the engine exports, which write one linear per expert, refuse it by name and leave no folder.
-TEST(ArchitectureFixtureMistral4, EngineExportRefused) {
-  testing_util::ScratchDir dir("lowbit-arch-mistral4-engine");
-  const fs::path folder = kFixtures / "mistral4mm";
+// An int4:g8 engine export of fixture `name` is refused with a message holding `needles`, and leaves no folder.
+void ExpectEngineExportRefused(const std::string& name, std::initializer_list<std::string_view> needles) {
+  testing_util::ScratchDir dir("lowbit-arch-engine-refused");
+  const fs::path folder = kFixtures / name;
   StreamedModel s = OpenModel(folder);
   EngineExportOptions o;
   o.scheme = ParseScheme("int4:g8");
-  ExpectError([&] { (void)ExportEngineCheckpoint(s, folder, dir / "ct", nlohmann::json::object(), o); },
-              {"Mistral4ForCausalLM", "stacked tensors (mlp.experts."});
+  ExpectError([&] { (void)ExportEngineCheckpoint(s, folder, dir / "ct", nlohmann::json::object(), o); }, needles);
   EXPECT_TRUE(dir.Entries().empty());
+}
+
+// transformers' Mistral4 loads its experts only stacked (mlp.experts.gate_up_proj), mapping no per-expert names, so
+// the engine exports, which write one linear per expert, refuse it by name.
+TEST(ArchitectureFixtureMistral4, EngineExportRefused) {
+  ExpectEngineExportRefused("mistral4mm", {"Mistral4ForCausalLM", "stacked tensors (mlp.experts."});
 }
 
 // llama.cpp's converter writes Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE as qwen2vl, qwen3vl and qwen3vlmoe: qwen2's,
@@ -575,15 +580,9 @@ TEST(ArchitectureFixtureQwenVl, Qwen3VlMoeExpertsInBothLayouts) {
 // stacks, which the engine exports do not write: refused by name, leaving no folder. GPTQ calibrates each expert on
 // the rows routed to it and beats RTN.
 TEST(ArchitectureFixtureGraniteMoe, EngineExportRefusedGptqBeatsRtn) {
-  testing_util::ScratchDir dir("lowbit-arch-granitemoe");
-  const fs::path folder = kFixtures / "granitemoeshared";
-  StreamedModel s = OpenModel(folder);
-  EngineExportOptions o;
-  o.scheme = ParseScheme("int4:g8");
-  ExpectError([&] { (void)ExportEngineCheckpoint(s, folder, dir / "ct", nlohmann::json::object(), o); },
-              {"GraniteMoeSharedForCausalLM", "stacked tensors (block_sparse_moe."});
-  EXPECT_TRUE(dir.Entries().empty());
-  const testing_util::RtnAndGptq q = testing_util::QuantizeRtnAndGptq(LoadModel(folder.string()), "int4:g8");
+  ExpectEngineExportRefused("granitemoeshared", {"GraniteMoeSharedForCausalLM", "stacked tensors (block_sparse_moe."});
+  const testing_util::RtnAndGptq q =
+      testing_util::QuantizeRtnAndGptq(LoadModel((kFixtures / "granitemoeshared").string()), "int4:g8");
   EXPECT_EQ(q.gptq_report.uncalibrated_linears, 0u);
   EXPECT_LT(q.gptq_error, q.rtn_error);
 }
