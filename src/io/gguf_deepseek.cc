@@ -146,6 +146,19 @@ void CheckDeepSeek2Exportable(const ModelConfig& c, const std::string& source) {
                  "other groups\n", source.c_str());
 }
 
+void SetGatingFunc(GgufWriter& out, const ModelConfig& c, const std::string& arch) {
+  out.Set(arch + ".expert_gating_func", c.router_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
+}
+
+RouterScoring ReadGatingFunc(const GgufFile& f, const std::string& arch, RouterScoring default_scoring) {
+  const std::string key = arch + ".expert_gating_func";
+  const uint32_t gating =
+      f.GetU32Or(key, default_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
+  if (gating != kGatingSoftmax && gating != kGatingSigmoid)
+    Fail("{}: key '{}' = {} is not supported (1 softmax, 2 sigmoid)", f.path().string(), key, gating);
+  return gating == kGatingSigmoid ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
+}
+
 void SetDeepSeekRoutingMetadata(GgufWriter& out, const ModelConfig& c, const std::string& arch) {
   const std::string a = arch + ".";
   out.Set(a + "leading_dense_block_count", static_cast<uint32_t>(LeadingDenseLayers(c)));
@@ -153,7 +166,7 @@ void SetDeepSeekRoutingMetadata(GgufWriter& out, const ModelConfig& c, const std
   if (c.n_experts == 0) return;
   out.Set(a + "expert_weights_scale", c.routed_scale);
   out.Set(a + "expert_weights_norm", c.norm_expert_weights);
-  out.Set(a + "expert_gating_func", c.router_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
+  SetGatingFunc(out, c, arch);
 }
 
 void SetDeepSeek2Metadata(GgufWriter& out, const ModelConfig& c, const std::string& arch) {
@@ -311,11 +324,7 @@ void ReadDeepSeekRoutingKeys(const GgufFile& f, const std::string& arch, RouterS
   c.routed_scale = f.GetF32Or(p + "expert_weights_scale", 0.0f);
   if (c.routed_scale == 0) c.routed_scale = 1;  // llama.cpp: absent or 0 = no scaling
   c.norm_expert_weights = f.GetBoolOr(p + "expert_weights_norm", false);
-  const uint32_t gating = f.GetU32Or(p + "expert_gating_func",
-                                     default_scoring == RouterScoring::kSigmoid ? kGatingSigmoid : kGatingSoftmax);
-  if (gating != kGatingSoftmax && gating != kGatingSigmoid)
-    Fail("{}: key '{}expert_gating_func' = {} is not supported (1 softmax, 2 sigmoid)", source, p, gating);
-  c.router_scoring = gating == kGatingSigmoid ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
+  c.router_scoring = ReadGatingFunc(f, arch, default_scoring);
   if (dense > c.n_layers) Fail("{}: key '{}leading_dense_block_count' ({}) exceeds the {} layers", source, p, dense,
                                c.n_layers);
   c.sparse_layers.assign(c.n_layers, 1);

@@ -17,6 +17,11 @@
 
 namespace lowbit {
 
+// `arch`.expert_gating_func (llama.cpp's 1 softmax, 2 sigmoid): written from the model's router scoring, and read
+// (`default_scoring` where absent; another value is an error naming the key).
+void SetGatingFunc(GgufWriter& out, const ModelConfig& c, const std::string& arch);
+RouterScoring ReadGatingFunc(const GgufFile& f, const std::string& arch, RouterScoring default_scoring);
+
 // What llama.cpp's deepseek2 cannot express is an error naming `source` and the setting (RoPE on halves,
 // YaRN with mscale != mscale_all_dim, MoE layers other than after a dense prefix, experts without a shared
 // expert); a routing llama.cpp runs differently (DeepSeek-V2's groups chosen by their best expert, which

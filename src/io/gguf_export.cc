@@ -82,12 +82,14 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Llama4ForCausalLM" || a == "gguf:llama4") return {"llama4", c.rope_style == RopeStyle::kHalf};
   // Ministral 3: llama with YaRN and a query temperature, permuted as llama is.
   if (a == "Ministral3ForCausalLM" || a == "gguf:mistral3") return {"mistral3", c.rope_style == RopeStyle::kHalf};
+  // MiniMax-M2 rotates halves of each head's rotary part (NEOX RoPE in llama.cpp): nothing to permute.
+  if (a == "MiniMaxM2ForCausalLM" || a == "gguf:minimax-m2") return {"minimax-m2", false};
   if (a == "MixtralForCausalLM") return {"llama", true};
   if (a != "LlamaForCausalLM" && a != "MistralForCausalLM" && a != "gguf:llama" && a != "llama2.c")
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
          "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, "
-         "Cohere2, Llama 4, HunYuan dense and MoE, Ministral 3, Mistral 4)",
+         "Cohere2, Llama 4, HunYuan dense and MoE, Ministral 3, Mistral 4, MiniMax-M2)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
@@ -99,7 +101,8 @@ bool IsDeepSeek2(const Architecture& arch) { return arch.name == "deepseek2" || 
 
 // Architectures whose rope.dimension_count may be less than the head (partial rotary embeddings).
 bool PartialRotary(const Architecture& arch) {
-  return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm" || arch.name == "glm4moe";
+  return arch.name == "phi3" || arch.name == "glm4" || arch.name == "chatglm" || arch.name == "glm4moe" ||
+         arch.name == "minimax-m2";
 }
 
 // What llama.cpp's gpt-oss computes (models/openai-moe.cpp): the clamped SwiGLU at alpha 1.702 and limit 7 (it reads
@@ -230,11 +233,26 @@ void CheckErnieMoeExportable(const ModelConfig& c, const std::string& source) {
     Fail("{}: llama.cpp's ernie4_5-moe renormalizes softmax scores without groups, its shared expert ungated", source);
 }
 
+// What llama.cpp's minimax-m2 computes (models/minimax-m2.cpp): RMS norms over the whole q and k, experts in every
+// layer chosen by their score plus exp_probs_b and renormalized, unscaled (it reads no expert_weights_scale), no
+// shared expert; a separate output matrix (output.weight is required), no attention biases.
+void CheckMiniMaxM2Exportable(const ModelConfig& c, const std::string& source) {
+  if (!c.qk_norm_full || c.qk_norm_after_rope)
+    Fail("{}: llama.cpp's minimax-m2 norms q and k over whole projections, before RoPE", source);
+  if (c.n_experts == 0 || !c.sparse_layers.empty() || !c.router_bias || !c.norm_expert_weights || c.routed_scale != 1 ||
+      c.shared_expert_ffn_dim > 0 || c.expert_groups > 1)
+    Fail("{}: llama.cpp's minimax-m2 runs experts in every layer, chosen with exp_probs_b, renormalized and unscaled, "
+         "without shared experts or groups", source);
+  if (c.tie_embeddings) Fail("{}: llama.cpp's minimax-m2 reads a separate output.weight; this model ties it", source);
+  if (c.qkv_bias || c.o_bias) Fail("{}: llama.cpp's minimax-m2 has no attention biases", source);
+}
+
 // What llama.cpp's mixtures of experts compute (models/llama.cpp, qwen2moe.cpp, qwen3moe.cpp, granite.cpp): every layer
 // sparse, top-k weights renormalized in llama (Mixtral), qwen3moe and granitemoe and never in qwen2moe, a shared
 // expert in qwen2moe (gated) and granitemoe (ungated) only.
 void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const std::string& source) {
   if (arch.name == "ernie4_5-moe") return CheckErnieMoeExportable(c, source);
+  if (arch.name == "minimax-m2") return CheckMiniMaxM2Exportable(c, source);
   if (c.n_experts == 0 || IsDeepSeek2(arch) || arch.name == "gpt-oss" || arch.name == "glm4moe" ||
       arch.name == "llama4")
     return;  // their own checks
@@ -552,6 +570,7 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   }
   if (a == "llama4") out.Set(a + ".interleave_moe_layer_step", LlamaMoeStep(c));
   if (a == "hunyuan-moe") out.Set(a + ".expert_shared_count", uint32_t{1});  // as llama.cpp's converter writes it
+  if (a == "minimax-m2") SetGatingFunc(out, c, a);
   if (a == "qwen2vl") {  // mrope_section padded to four, as llama.cpp's converter writes it
     std::vector<int32_t> sections(c.mrope_sections.begin(), c.mrope_sections.end());
     sections.resize(4, 0);

@@ -157,6 +157,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"cohere2", "Cohere2ForCausalLM", "cohere2"},
                                          {"llama4", "Llama4ForCausalLM", "llama4_text"},
                                          {"mistral3", "Ministral3ForCausalLM", "ministral3"},
+                                         {"minimax-m2", "MiniMaxM2ForCausalLM", "minimax_m2"},
                                          {"hunyuan-dense", "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"},
                                          {"hunyuan-moe", "HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
@@ -191,7 +192,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
          c.rope_theta);
   if ((glm || glm4moe) && c.o_bias)  // GLM's attention_bias biases q/k/v, never o_proj
     Fail("{}: tensor 'blk.0.attn_output.bias': {} has no bias on o_proj", source, architecture);
-  if (c.rotary_dim != 0 && !phi3 && !deepseek && !glm && !glm4moe)
+  if (c.rotary_dim != 0 && !phi3 && !deepseek && !glm && !glm4moe && arch != "minimax-m2")
     Fail("{}: key '{}.rope.dimension_count' ({}): partial rotary embeddings have no field in {}", source, arch,
          c.rotary_dim, architecture);
   if ((c.rope_scaling.type == RopeScalingType::kLongRope) != phi3 ||
@@ -237,6 +238,14 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     j["num_experts_per_tok"] = c.experts_per_token;
     j["swiglu_alpha"] = ShortestDecimal(c.swiglu_alpha);
     j["swiglu_limit"] = ShortestDecimal(c.swiglu_limit);
+  } else if (arch == "minimax-m2") {  // llama.cpp's layout (gguf_model.cc): experts everywhere, exp_probs_b
+    if (c.router_scoring != RouterScoring::kSigmoid)
+      Fail("{}: key 'minimax-m2.expert_gating_func': MiniMaxM2ForCausalLM scores its experts by sigmoid", source);
+    j["intermediate_size"] = c.expert_ffn_dim;
+    j["num_local_experts"] = c.n_experts;
+    j["num_experts_per_tok"] = c.experts_per_token;
+    j["rotary_dim"] = c.rope_dims();
+    j["partial_rotary_factor"] = ShortestDecimal(static_cast<float>(c.rope_dims()) / c.head_dim);
   } else if (arch == "hunyuan-moe") {  // every layer, experts and the shared MLP of intermediate_size
     if (c.expert_ffn_dim != c.ffn_dim || c.shared_expert_ffn_dim != c.ffn_dim || c.shared_expert_gated ||
         !c.norm_expert_weights || !c.sparse_layers.empty())

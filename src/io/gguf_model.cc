@@ -28,7 +28,8 @@ constexpr std::string_view kGgufArchitectures[] = {
     "llama",   "qwen2",     "qwen3",   "qwen2moe", "qwen3moe", "gemma",   "gemma2",  "gemma3",
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
-    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe", "mistral3", "mistral4"};
+    "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe", "mistral3", "mistral4",
+    "minimax-m2"};
 
 
 
@@ -585,7 +586,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // (llama.cpp's hunyuan-dense reads an expert_count of 1 as none)
   if (f.GetU32Or(p + "expert_count", 0) > (arch == "hunyuan-dense" ? 1 : 0) && arch != "llama" && !qwen_moe &&
       !deepseek && !gpt_oss && !glm4moe && arch != "ernie4_5-moe" && !llama4 && arch != "granitemoe" &&
-      arch != "hunyuan-moe")
+      arch != "hunyuan-moe" && arch != "minimax-m2")
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -724,8 +725,16 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
     if (c.n_experts == 0) Fail("{}: key '{}expert_count' must be positive", source, p);
   }
   if (gemma) ReadGemmaKeys(f, arch, c);
-  if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe" || arch == "granitemoe" || arch == "hunyuan-moe")
+  if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe" || arch == "granitemoe" || arch == "hunyuan-moe" ||
+      arch == "minimax-m2")
     ReadExpertKeys(f, arch, c);
+  if (arch == "minimax-m2") {  // models/minimax-m2.cpp: q/k normed whole, exp_probs_b required, the file's gating
+    if (!f.Find(p + "expert_gating_func"))
+      Fail("{}: missing key '{}expert_gating_func' (llama.cpp's minimax-m2 has no default)", source, p);
+    c.qk_norm = c.qk_norm_full = true;
+    c.router_bias = true;
+    c.router_scoring = ReadGatingFunc(f, arch, RouterScoring::kSigmoid);
+  }
   if (arch == "phi3") ReadPhi3Keys(f, c);
   if (deepseek) ReadDeepSeek2Keys(f, c, arch);
   if (gpt_oss) ReadGptOssKeys(f, c);

@@ -4,7 +4,10 @@ namespace lowbit {
 
 namespace {
 
-bool IsMixtral(const ModelConfig& c) { return c.architecture == "MixtralForCausalLM"; }
+// Mixtral's names for the experts (block_sparse_moe.experts.N.w1 / w3 / w2) and the router: MiniMax-M2's too.
+bool IsMixtral(const ModelConfig& c) {
+  return c.architecture == "MixtralForCausalLM" || c.architecture == "MiniMaxM2ForCausalLM";
+}
 bool IsGptOss(const ModelConfig& c) { return c.architecture == "GptOssForCausalLM"; }
 bool IsGlm4(const ModelConfig& c) { return c.architecture == "Glm4ForCausalLM"; }
 bool IsLlama4(const ModelConfig& c) { return c.architecture == "Llama4ForCausalLM"; }
@@ -70,6 +73,8 @@ std::vector<HfBlockVector> HfBlockVectors(const ModelConfig& c, size_t layer) {
       v.push_back({"mlp.shared_expert_gate.weight", &LayerWeights::shared_gate, {1, c.dim}, false});
     if (c.router_bias && c.architecture == "Ernie4_5_MoeForCausalLM")  // [1, experts]
       v.push_back({"mlp.moe_statics.e_score_correction_bias", &LayerWeights::router_bias, {1, c.n_experts}, false});
+    else if (c.router_bias && IsMixtral(c))
+      v.push_back({"block_sparse_moe.e_score_correction_bias", &LayerWeights::router_bias, {c.n_experts}, false});
     else if (c.router_bias)
       v.push_back({"mlp.gate.e_score_correction_bias", &LayerWeights::router_bias, {c.n_experts}, false});
   }

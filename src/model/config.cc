@@ -126,7 +126,7 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration, "
     "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
     "Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration (their language models, on text), "
-    "Llama4ForCausalLM, Ministral3ForCausalLM, Mistral4ForCausalLM, DeepseekV2ForCausalLM, "
+    "Llama4ForCausalLM, Ministral3ForCausalLM, Mistral4ForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
     "GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM (attention layers only), SmolLM3ForCausalLM, "
     "Olmo2ForCausalLM, "
@@ -329,10 +329,17 @@ void ReadRopeConfig(ModelConfig& c, const JsonView& j) {
   if (j.Has("rope_local_base_freq")) c.local_rope_theta = j.Get<float>("rope_local_base_freq");
   const JsonView rp = j.Has("rope_parameters") ? j["rope_parameters"] : j;
   // GLM rotates half of each head unless told otherwise (GlmConfig's default).
-  const double partial = rp.Has("partial_rotary_factor")
-                             ? rp.Get<double>("partial_rotary_factor")
-                             : j.Get<double>("partial_rotary_factor",
-                                             IsGlm(c.architecture) || c.architecture == "Glm4MoeForCausalLM" ? 0.5 : 1.0);
+  // MiniMax-M2's released configs give the rotary width as rotary_dim, which transformers reads as the factor.
+  const double legacy = c.architecture == "MiniMaxM2ForCausalLM" && j.Has("rotary_dim") && c.head_dim > 0
+                            ? static_cast<double>(j.Get<uint32_t>("rotary_dim")) / c.head_dim
+                            : 0.0;
+  const double partial = rp.Has("partial_rotary_factor") ? rp.Get<double>("partial_rotary_factor")
+                         : legacy > 0                    ? legacy
+                                                         : j.Get<double>("partial_rotary_factor",
+                                                                         IsGlm(c.architecture) ||
+                                                                                 c.architecture == "Glm4MoeForCausalLM"
+                                                                             ? 0.5
+                                                                             : 1.0);
   if (!(partial > 0 && partial <= 1)) j.Fail("partial_rotary_factor must be in (0, 1]");
   c.rotary_dim = static_cast<uint32_t>(c.head_dim * partial);  // int(head_dim * factor), as transformers
   if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
@@ -652,6 +659,31 @@ void ReadLlama4Scaling(ModelConfig& c, const JsonView& j) {
   c.attn_temperature_every_layer = true;
 }
 
+// MiniMax-M2 / M2.1 (MiniMaxM2ForCausalLM): GQA with RMS norms over the whole q and k projections (q_norm, k_norm:
+// use_qk_norm, qk_norm_type per_layer), RoPE on each head's leading rotary_dim (rotate-half), and in every layer
+// num_local_experts Mixtral-style experts of intermediate_size (block_sparse_moe), chosen by sigmoid score plus
+// block_sparse_moe.e_score_correction_bias, weighted by their sigmoid renormalized, as transformers' MiniMaxM2
+// runs it; its lightning-attention layers (attn_type_list 0, MiniMax-M1 / Text-01) and shared experts are refused.
+void ReadMiniMaxM2(ModelConfig& c, const JsonView& j) {
+  if (!j.Get<bool>("use_qk_norm", true)) j["use_qk_norm"].Fail("false is not run (transformers' MiniMaxM2 always norms q and k)");
+  if (const std::string type = j.Get<std::string>("qk_norm_type", "per_layer"); type != "per_layer")
+    j["qk_norm_type"].Fail(fmt::format("'{}' is not run (per_layer: one norm over all heads)", type));
+  if (j.Has("attn_type_list"))
+    for (const JsonView& t : j["attn_type_list"].Items())
+      if (t.As<int64_t>() != 1) t.Fail("lightning attention (0) is not run; every layer must be full attention (1)");
+  if (j.Get<uint32_t>("shared_intermediate_size", 0) != 0)
+    j["shared_intermediate_size"].Fail("must be 0: transformers' MiniMaxM2 has no shared expert");
+  if (const std::string scoring = j.Get<std::string>("scoring_func", "sigmoid"); scoring != "sigmoid")
+    j["scoring_func"].Fail(fmt::format("'{}' is not MiniMax-M2's router scoring (sigmoid)", scoring));
+  c.qk_norm = c.qk_norm_full = true;
+  c.n_experts = j.Get<uint32_t>("num_local_experts");
+  c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok");
+  c.expert_ffn_dim = c.ffn_dim;
+  c.router_scoring = RouterScoring::kSigmoid;
+  c.router_bias = c.norm_expert_weights = true;
+  if (c.n_experts == 0) j["num_local_experts"].Fail("must be positive");
+}
+
 // Llama 4 (Llama4ForCausalLM, the language model of Scout and Maverick): RoPE on adjacent pairs, every fourth layer
 // without (no_rope_layers) and attending to the whole context with its query's temperature tuned
 // (attn_temperature_tuning: floor_scale, attn_scale), the others attending within chunks of attention_chunk_size
@@ -775,7 +807,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   ModelConfig c;
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
-      c.architecture != "Ministral3ForCausalLM" && c.architecture != "MixtralForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
+      c.architecture != "Ministral3ForCausalLM" && c.architecture != "MixtralForCausalLM" &&
+      c.architecture != "MiniMaxM2ForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
       c.architecture != "Glm4MoeForCausalLM" &&
       !IsGranite(c.architecture) && c.architecture != "SmolLM3ForCausalLM" &&
@@ -830,6 +863,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "SmolLM3ForCausalLM") ReadNoRopeLayers(c, j);
   if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
   if (c.architecture == "Ministral3ForCausalLM" || c.architecture == "Mistral4ForCausalLM") ReadLlama4Scaling(c, j);
+  if (c.architecture == "MiniMaxM2ForCausalLM") ReadMiniMaxM2(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
   if (IsHunyuan(c.architecture)) ReadHunyuan(c, j);
   if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field
