@@ -524,6 +524,11 @@ TEST(EngineFormats, Fp8MethodCheckpointsRunTheirCodesOnVllmsInputs) {
     ExpectSame(std::get<QuantizedTensor>(a.w_down.weight), std::get<QuantizedTensor>(b.w_down.weight));
     EXPECT_EQ(b.w_down.input_quant, a.w_down.input_quant);
   }
+  nlohmann::json torch_fmt = block_qc;  // MiniMax-M2's spelling: torch's dtype name
+  torch_fmt["fmt"] = "float8_e4m3fn";
+  WriteFp8MethodFolder(dir / "ct-block", dir / "fp8-torch-fmt", torch_fmt);
+  ExpectSame(std::get<QuantizedTensor>(block.weights.layers[0].wv.weight),
+             std::get<QuantizedTensor>(LoadHfModel(dir / "fp8-torch-fmt").weights.layers[0].wv.weight));
   // Per tensor, static inputs: scalar weight_scale and input_scale.
   const InputQuant fixed{ParseScheme("fp8_e4m3:tensor:scale=f32"), 0.25f};
   Model tensor = QuantizedWithInputs("fp8_e4m3:tensor:scale=f32", fixed.scheme);

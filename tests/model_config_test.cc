@@ -161,6 +161,39 @@ TEST(ModelConfig, Gemma3LocalAndGlobalRope) {
             std::string::npos) << ErrorOf(gemma3, dir);
 }
 
+// MiniMax-M2's config.json in its release's shape (the FP8 quantization_config left to engine_checkpoint_test): its
+// legacy rotary_dim, full attention in every layer, sigmoid routing with the correction bias, no shared expert.
+TEST(ModelConfig, MiniMaxM2AsReleased) {
+  testing_util::ScratchDir dir("lowbit-config");
+  nlohmann::json m = {{"architectures", {"MiniMaxM2ForCausalLM"}}, {"model_type", "minimax_m2"},
+                      {"attn_type_list", std::vector<int>(62, 1)}, {"head_dim", 128}, {"hidden_size", 3072},
+                      {"intermediate_size", 1536}, {"max_position_embeddings", 196608}, {"num_attention_heads", 48},
+                      {"num_experts_per_tok", 8}, {"num_hidden_layers", 62}, {"num_key_value_heads", 8},
+                      {"num_local_experts", 256}, {"qk_norm_type", "per_layer"}, {"rms_norm_eps", 1e-06},
+                      {"rope_theta", 5000000}, {"rotary_dim", 64}, {"scoring_func", "sigmoid"},
+                      {"shared_intermediate_size", 0}, {"tie_word_embeddings", false}, {"use_qk_norm", true},
+                      {"use_routing_bias", true}, {"vocab_size", 200064}};
+  const ModelConfig c = Read(m, dir);
+  EXPECT_EQ(c.rope_dims(), 64u);
+  EXPECT_EQ(c.rope_style, RopeStyle::kHalf);
+  EXPECT_TRUE(c.qk_norm && c.qk_norm_full && c.pre_norms);
+  EXPECT_EQ(c.q_norm_dim(), 48u * 128u);
+  EXPECT_EQ(c.n_experts, 256u);
+  EXPECT_EQ(c.expert_ffn_dim, 1536u);
+  EXPECT_TRUE(c.sparse_layers.empty());
+  EXPECT_EQ(c.router_scoring, RouterScoring::kSigmoid);
+  EXPECT_TRUE(c.router_bias && c.norm_expert_weights);
+  EXPECT_EQ(c.shared_expert_ffn_dim, 0u);
+  nlohmann::json lightning = m;
+  lightning["attn_type_list"][5] = 0;
+  EXPECT_NE(ErrorOf(lightning, dir).find("attn_type_list[5]: lightning attention"), std::string::npos)
+      << ErrorOf(lightning, dir);
+  nlohmann::json softmax = m;
+  softmax["scoring_func"] = "softmax";
+  EXPECT_NE(ErrorOf(softmax, dir).find("scoring_func: 'softmax' is not MiniMax-M2's"), std::string::npos)
+      << ErrorOf(softmax, dir);
+}
+
 // Ministral 3 8B's config.json in its release's shape (Mistral3ForConditionalGeneration over a ministral3 language
 // model; the vision config left out): YaRN whose mscale and mscale_all_dim cancel, and every layer's query scaled
 // from YaRN's original context on, as transformers' Ministral3Attention does.

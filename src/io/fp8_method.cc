@@ -33,7 +33,8 @@ const TensorView& Need(const SafetensorsModel& st, const std::string& name, cons
 
 Fp8MethodParams ParseFp8Method(const JsonView& qc) {
   Fp8MethodParams p;
-  if (const std::string fmt = qc.Get<std::string>("fmt", "e4m3"); fmt != "e4m3")
+  // (MiniMax-M2's configs spell it as torch's dtype)
+  if (const std::string fmt = qc.Get<std::string>("fmt", "e4m3"); fmt != "e4m3" && fmt != "float8_e4m3fn")
     qc["fmt"].Fail(fmt::format("is '{}'; FP8 checkpoints hold E4M3 weights (vLLM serializes no other)", fmt));
   const std::string scheme = qc.Get<std::string>("activation_scheme", "dynamic");
   if (scheme != "dynamic" && scheme != "static")
