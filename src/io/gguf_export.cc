@@ -54,6 +54,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   if (a == "Mistral4ForCausalLM" || a == "gguf:mistral4") return {"mistral4", false};
   if (a == "GptOssForCausalLM" || a == "gguf:gpt-oss") return {"gpt-oss", false};
   if (a == "Olmo2ForCausalLM" || a == "Olmo3ForCausalLM" || a == "gguf:olmo2") return {"olmo2", false};
+  if (a == "OlmoeForCausalLM" || a == "gguf:olmoe") return {"olmoe", false};
   if (a == "Exaone4ForCausalLM" || a == "gguf:exaone4") return {"exaone4", false};
   if (a == "SeedOssForCausalLM" || a == "gguf:seed_oss") return {"seed_oss", false};
   // GLM-4 rotates adjacent pairs of each head's leading half in its own checkpoints: llama.cpp's NORM RoPE
@@ -89,7 +90,7 @@ Architecture ArchitectureOf(const ModelConfig& c) {
     Fail("GGUF export of {} is not supported yet (supported: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, "
          "Qwen3-MoE, Gemma 1/2/3, Phi-3, DeepSeek-V2/V3, GPT-OSS, Granite (dense, MoE, 4.0 without Mamba-2), "
          "SmolLM3, OLMo 2/3, EXAONE 4, Seed-OSS, ERNIE 4.5 (dense and MoE), GLM-4, GLM-4.5, GLM-4.7-Flash, Cohere, "
-         "Cohere2, Llama 4, HunYuan dense and MoE, Ministral 3, Mistral 4, MiniMax-M2)",
+         "Cohere2, Llama 4, HunYuan dense and MoE, Ministral 3, Mistral 4, MiniMax-M2, OLMoE)",
          a);
   return {"llama", c.rope_style == RopeStyle::kHalf};
 }
@@ -259,7 +260,7 @@ void CheckMoeExportable(const ModelConfig& c, const Architecture& arch, const st
   if (!c.sparse_layers.empty())
     Fail("{}: llama.cpp's {} runs experts in every layer; this model has dense layers (mlp_only_layers)", source,
          arch.name);
-  const bool norm = arch.name != "qwen2moe";
+  const bool norm = arch.name != "qwen2moe" && arch.name != "olmoe";
   if (c.norm_expert_weights != norm)
     Fail("{}: llama.cpp's {} {} the chosen experts' weights, but this model's norm_topk_prob is {}", source,
          arch.name, norm ? "always renormalizes" : "never renormalizes", c.norm_expert_weights);
@@ -730,8 +731,13 @@ GgufExportResult ExportGguf(StreamedModel& s, const std::filesystem::path& out_p
   CheckMoeExportable(c, arch, m.source);
   CheckNopeExportable(c, arch, m.source);
   if (arch.name == "command-r" || arch.name == "cohere2") CheckCohereExportable(c, arch, m.source);
-  if (arch.name == "olmo2" && c.tie_embeddings)  // models/olmo2.cpp requires output.weight
-    Fail("{}: llama.cpp's olmo2 reads a separate output.weight; this model ties its embeddings", m.source);
+  if ((arch.name == "olmo2" || arch.name == "olmoe") && c.tie_embeddings)  // models/olmo2.cpp, olmoe.cpp
+    Fail("{}: llama.cpp's {} reads a separate output.weight; this model ties its embeddings", m.source, arch.name);
+  // models/olmoe.cpp: q, k and their whole-projection norms n_embd wide (no grouped-query attention), no biases
+  if (arch.name == "olmoe" && (c.q_dim() != c.dim || c.kv_dim() != c.dim || !c.qk_norm_full || c.qkv_bias || c.o_bias))
+    Fail("{}: llama.cpp's olmoe needs num_heads * head_dim = num_key_value_heads * head_dim = hidden_size ({} x {}, "
+         "{} x {}, {}), q/k norms over whole projections and no attention biases", m.source, c.n_heads, c.head_dim,
+         c.n_kv_heads, c.head_dim, c.dim);
   const bool longrope = arch.name == "phi3" && c.rope_scaling.type == RopeScalingType::kLongRope;
   if (!IsGemmaArch(arch) && !longrope && !deepseek && !gpt_oss && arch.name != "mistral3" &&
       c.rope_scaling.type != RopeScalingType::kNone &&

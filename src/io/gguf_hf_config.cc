@@ -158,6 +158,7 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                          {"llama4", "Llama4ForCausalLM", "llama4_text"},
                                          {"mistral3", "Ministral3ForCausalLM", "ministral3"},
                                          {"minimax-m2", "MiniMaxM2ForCausalLM", "minimax_m2"},
+                                         {"olmoe", "OlmoeForCausalLM", "olmoe"},
                                          {"hunyuan-dense", "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense"},
                                          {"hunyuan-moe", "HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"},
                                          // DeepseekV3ForCausalLM where the file gates by sigmoid
@@ -182,7 +183,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
                                  : olmo3          ? "Olmo3ForCausalLM"
                                  : granite_shared ? "GraniteMoeSharedForCausalLM"
                                                   : std::string(family->architecture));
-  if ((arch == "llama" || arch == "granite" || arch == "granitemoe" || arch == "olmo2" || arch == "llama4" || cohere ||
+  if ((arch == "llama" || arch == "granite" || arch == "granitemoe" || arch == "olmo2" || arch == "olmoe" ||
+       arch == "llama4" || cohere ||
        arch.starts_with("hunyuan")) &&
       c.qkv_bias != c.o_bias)
     Fail("{}: tensor 'blk.0.{}.bias': {}'s attention_bias biases q/k/v and o_proj together; this file biases only {}",

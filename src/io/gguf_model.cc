@@ -29,7 +29,7 @@ constexpr std::string_view kGgufArchitectures[] = {
     "phi3",    "deepseek2", "gpt-oss", "granite",  "smollm3",  "olmo2",   "ernie4_5", "glm4",
     "glm4moe", "chatglm",   "command-r", "cohere2", "exaone4", "seed_oss", "ernie4_5-moe", "llama4",
     "qwen2vl", "qwen3vl", "qwen3vlmoe", "granitemoe", "hunyuan-dense", "hunyuan-moe", "mistral3", "mistral4",
-    "minimax-m2"};
+    "minimax-m2", "olmoe"};
 
 
 
@@ -395,12 +395,12 @@ void ReadExpertKeys(const GgufFile& f, const std::string& arch, ModelConfig& c) 
   }
   c.experts_per_token = f.GetU32(p + "expert_used_count");
   if (c.experts_per_token == 0) Fail("{}: key '{}expert_used_count' must be positive", source, p);
-  // granitemoe's and hunyuan-moe's experts are feed_forward_length wide too, their shared experts ungated
+  // granitemoe's, hunyuan-moe's and olmoe's experts are feed_forward_length wide too, their shared experts ungated
   const bool hunyuan = arch == "hunyuan-moe";
-  c.expert_ffn_dim = arch == "llama" || arch == "granitemoe" || hunyuan
+  c.expert_ffn_dim = arch == "llama" || arch == "granitemoe" || hunyuan || arch == "olmoe"
                          ? c.ffn_dim
                          : f.GetU32Or(p + "expert_feed_forward_length", c.ffn_dim / c.experts_per_token);
-  c.norm_expert_weights = arch != "qwen2moe";
+  c.norm_expert_weights = arch != "qwen2moe" && arch != "olmoe";  // (models/olmoe.cpp never renormalizes)
   if (arch == "qwen2moe" || hunyuan)
     c.shared_expert_ffn_dim = f.GetU32Or(p + "expert_shared_feed_forward_length", c.ffn_dim);
   if (hunyuan) c.shared_expert_gated = false;
@@ -586,7 +586,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // (llama.cpp's hunyuan-dense reads an expert_count of 1 as none)
   if (f.GetU32Or(p + "expert_count", 0) > (arch == "hunyuan-dense" ? 1 : 0) && arch != "llama" && !qwen_moe &&
       !deepseek && !gpt_oss && !glm4moe && arch != "ernie4_5-moe" && !llama4 && arch != "granitemoe" &&
-      arch != "hunyuan-moe" && arch != "minimax-m2")
+      arch != "hunyuan-moe" && arch != "minimax-m2" && arch != "olmoe")
     Fail("{}: mixture-of-experts {} models ({}expert_count) are not supported", source, arch, p);
   // llama.cpp reads an absent type as linear, and a factor of 0 or 1 as none.
   const std::string scaling = f.Find(p + "rope.scaling.type") ? f.GetString(p + "rope.scaling.type") : "none";
@@ -682,6 +682,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   }
   c.qk_norm = arch == "qwen3" || arch == "qwen3vl" || arch == "qwen3moe" || arch == "qwen3vlmoe" || arch == "gemma3" ||
               olmo2;
+  if (arch == "olmoe") c.qk_norm = c.qk_norm_full = true;  // models/olmoe.cpp: q and k normed whole, pre-norms
   if (olmo2) {  // models/olmo2.cpp: norms on the attention and MLP outputs only, q and k normed whole
     c.pre_norms = false;
     c.sandwich_norms = c.qk_norm_full = true;
@@ -726,7 +727,7 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   }
   if (gemma) ReadGemmaKeys(f, arch, c);
   if (arch == "llama" || qwen_moe || arch == "ernie4_5-moe" || arch == "granitemoe" || arch == "hunyuan-moe" ||
-      arch == "minimax-m2")
+      arch == "minimax-m2" || arch == "olmoe")
     ReadExpertKeys(f, arch, c);
   if (arch == "minimax-m2") {  // models/minimax-m2.cpp: q/k normed whole, exp_probs_b required, the file's gating
     if (!f.Find(p + "expert_gating_func"))

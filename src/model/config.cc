@@ -126,7 +126,8 @@ constexpr const char* kSupported =
     "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Mistral3ForConditionalGeneration, "
     "Llama4ForConditionalGeneration, Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
     "Qwen3VLForConditionalGeneration and Qwen3VLMoeForConditionalGeneration (their language models, on text), "
-    "Llama4ForCausalLM, Ministral3ForCausalLM, Mistral4ForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, "
+    "Llama4ForCausalLM, Ministral3ForCausalLM, Mistral4ForCausalLM, MiniMaxM2ForCausalLM, OlmoeForCausalLM, "
+    "DeepseekV2ForCausalLM, "
     "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, GptOssForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, "
     "GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM (attention layers only), SmolLM3ForCausalLM, "
     "Olmo2ForCausalLM, "
@@ -684,6 +685,19 @@ void ReadMiniMaxM2(ModelConfig& c, const JsonView& j) {
   if (c.n_experts == 0) j["num_local_experts"].Fail("must be positive");
 }
 
+// OLMoE (OlmoeForCausalLM: OLMoE-1B-7B): Llama's pre-norms with RMS norms over the whole q and k projections, and in
+// every layer num_experts experts of intermediate_size chosen by softmax, renormalized with norm_topk_prob (false by
+// default), as transformers' Olmoe runs it; clip_qkv (clamping q, k and v) is refused.
+void ReadOlmoe(ModelConfig& c, const JsonView& j) {
+  if (j.Has("clip_qkv") && !j["clip_qkv"].value().is_null()) j["clip_qkv"].Fail("clamping q, k and v is not run");
+  c.qk_norm = c.qk_norm_full = true;
+  c.n_experts = j.Get<uint32_t>("num_experts", 64);
+  c.experts_per_token = j.Get<uint32_t>("num_experts_per_tok", 8);
+  c.expert_ffn_dim = c.ffn_dim;
+  c.norm_expert_weights = j.Get<bool>("norm_topk_prob", false);
+  if (c.n_experts == 0) j["num_experts"].Fail("must be positive");
+}
+
 // Llama 4 (Llama4ForCausalLM, the language model of Scout and Maverick): RoPE on adjacent pairs, every fourth layer
 // without (no_rope_layers) and attending to the whole context with its query's temperature tuned
 // (attn_temperature_tuning: floor_scale, attn_scale), the others attending within chunks of attention_chunk_size
@@ -808,7 +822,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "Ministral3ForCausalLM" && c.architecture != "MixtralForCausalLM" &&
-      c.architecture != "MiniMaxM2ForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
+      c.architecture != "MiniMaxM2ForCausalLM" && c.architecture != "OlmoeForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
       c.architecture != "Glm4MoeForCausalLM" &&
       !IsGranite(c.architecture) && c.architecture != "SmolLM3ForCausalLM" &&
@@ -837,6 +851,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   // LlamaAttention's, GraniteAttention's, Olmo2Attention's and CohereAttention's attention_bias covers o_proj
   // too (GPT-OSS's: ReadGptOss).
   c.o_bias = (c.architecture == "LlamaForCausalLM" || IsGranite(c.architecture) ||
+              c.architecture == "OlmoeForCausalLM" ||
               c.architecture == "Llama4ForCausalLM" ||
               IsOlmo(c.architecture) || IsCohere(c.architecture) || IsHunyuan(c.architecture)) &&
              j.Get<bool>("attention_bias", false);
@@ -864,6 +879,7 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   if (c.architecture == "Llama4ForCausalLM") ReadLlama4(c, j);
   if (c.architecture == "Ministral3ForCausalLM" || c.architecture == "Mistral4ForCausalLM") ReadLlama4Scaling(c, j);
   if (c.architecture == "MiniMaxM2ForCausalLM") ReadMiniMaxM2(c, j);
+  if (c.architecture == "OlmoeForCausalLM") ReadOlmoe(c, j);
   if (IsCohere(c.architecture)) ReadCohere(c, j);
   if (IsHunyuan(c.architecture)) ReadHunyuan(c, j);
   if (c.architecture == "SeedOssForCausalLM") {  // Seed-OSS: o_proj's bias is its own field

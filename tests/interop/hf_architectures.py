@@ -80,6 +80,10 @@ ARCHITECTURES = {
     # top 2 renormalized, in every layer.
     "minimax_m2": ("minimax_m2", dict(rope_theta=5000000.0, tie_word_embeddings=False, head_dim=16, num_local_experts=4,
                                       num_experts_per_tok=2, rotary_dim=8)),
+    # OLMoE (OLMoE-1B-7B): Llama's pre-norms with RMS norms over the whole q and k projections (multi-head, as
+    # released and as llama.cpp's olmoe needs), 4 experts of intermediate_size by softmax, top 2 not renormalized.
+    "olmoe": ("olmoe", dict(rope_theta=10000.0, tie_word_embeddings=False, num_key_value_heads=HEADS, num_experts=4,
+                            num_experts_per_tok=2)),
     # Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): q/k/v bias, a sigmoid-gated shared expert, top-k weights not
     # renormalized.
     "qwen2_moe": ("qwen2_moe", dict(rope_theta=1000000.0, tie_word_embeddings=False, num_experts=4,
@@ -333,7 +337,7 @@ GGUF_ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "ge
                       "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite",
                       "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere2", "qwen2_5_vl", "qwen3_vl",
                       "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm",
-                      "mistral4mm", "minimax_m2", *GGUF_VARIANTS]
+                      "mistral4mm", "minimax_m2", "olmoe", *GGUF_VARIANTS]
 
 
 def build(name, folder):
@@ -387,7 +391,8 @@ def byte_level_tokenizer(folder):
 # lowbit's F32 file, tensor by tensor. These rows (32 and 24 wide) are too short for K-quants, so the mixes
 # also exercise llama-quantize's fallbacks.
 MOE_MIX_CHECKS = {"mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "ernie4_5_moe", "qwen3_vl_moe", "granitemoe",
-                  "granitemoeshared", "mistral4mm", "minimax_m2", *GGUF_VARIANTS}
+                  "granitemoeshared", "mistral4mm", "minimax_m2", "olmoe",
+                  *GGUF_VARIANTS}
 MOE_MIX_TYPES = {"Q8_0": 7, "Q4_0": 2, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "MXFP4_MOE": 38}
 MOE_IMATRIX_TYPES = {"Q4_0", "Q4_K_M"}  # also with lowbit's imatrix, in both tools
 
@@ -508,14 +513,15 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # transformers' logits must be lowbit's on the same folder (KL over windows of a text in the fixtures' byte
 # vocabulary).
 ENGINE_CHECKS = [(name, "int4:g8") for name in
-                 ("mixtral", "minimax_m2", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2", "deepseek_v3",
-                  "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
+                 ("mixtral", "minimax_m2", "olmoe", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2",
+                  "deepseek_v3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
                   "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere_qk_norm",
                   "cohere2", "mistral3mm", "ministral3mm", "llama4", "llama4mm",
                   "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granite4")]
 # The mixtures of experts among them, whose routers stay unquantized.
-ENGINE_MOE_CHECKS = {"mixtral", "minimax_m2", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2", "deepseek_v3", "ernie4_5_moe",
-                     "glm4_moe", "glm4_moe_lite", "hunyuan_v1_moe", "llama4", "llama4mm", "qwen3_vl_moe", "glm4v_moe"}
+ENGINE_MOE_CHECKS = {"mixtral", "minimax_m2", "olmoe", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "deepseek_v2",
+                     "deepseek_v3", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_moe", "llama4", "llama4mm",
+                     "qwen3_vl_moe", "glm4v_moe"}
 KL_CTX, KL_TOP_K = 32, 32
 
 
