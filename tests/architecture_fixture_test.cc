@@ -493,50 +493,33 @@ TEST(ArchitectureFixtureMistral4, EngineExportRefused) {
 }
 
 // llama.cpp's converter writes Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE as qwen2vl, qwen3vl and qwen3vlmoe: qwen2's,
-// qwen3's and qwen3moe's keys and tensors under those names, with rope.dimension_sections (and Qwen3-VL's
-// n_deepstack_layers). On text those run as the text models (every section at the same position, DeepStack's inputs
-// zero), so the files give transformers' logits. lowbit writes Qwen2.5-VL as qwen2vl too (mrope_section padded to
-// four, so llama.cpp's mmproj files pair with it), and Qwen3-VL as the text models.
+// qwen3's and qwen3moe's keys and tensors under those names, with rope.dimension_sections (mrope_section padded to
+// four) and Qwen3-VL's n_deepstack_layers, by which llama.cpp's mmproj files pair with them. lowbit writes them so
+// too; on text they run as the text models (every section at the same position, DeepStack's inputs zero), so the
+// files give transformers' logits, and read back they go out again as what they are.
 TEST(ArchitectureFixtureQwenVl, GgufQwen2VlAndQwen3VlRunTheirLanguageModels) {
   testing_util::ScratchDir dir("lowbit-arch-qwen-vl");
   GgufExportOptions options;
   options.type = "F32";
-  const auto sections_of = [](const fs::path& gguf) {
-    return GgufFile::Open(gguf).GetArrayOf<int32_t>("qwen2vl.rope.dimension_sections");
-  };
-  const std::vector<int32_t> fixture_sections = {2, 1, 1, 0};  // the fixture's mrope_section [2, 1, 1]
-  StreamedModel qwen2_5_vl = OpenModel(kFixtures / "qwen2_5_vl");
-  EXPECT_EQ(ExportGguf(qwen2_5_vl, dir / "qwen2vl.gguf", options).architecture, "qwen2vl");
-  EXPECT_EQ(sections_of(dir / "qwen2vl.gguf"), fixture_sections);
-  for (const auto& [fixture, text_arch, vl_arch] :
-       {std::tuple{"qwen3_vl", "qwen3", "qwen3vl"}, std::tuple{"qwen3_vl_moe", "qwen3moe", "qwen3vlmoe"}}) {
-    const fs::path folder = kFixtures / fixture;
-    StreamedModel streamed = OpenModel(folder);
-    ExportGguf(streamed, dir / "text.gguf", options);
-    const GgufFile text = GgufFile::Open(dir / "text.gguf");
-    GgufWriter writer(dir / fmt::format("{}.gguf", vl_arch));
-    for (const GgufKeyValue& kv : text.metadata()) {
-      if (kv.key == "general.architecture") writer.Set(kv.key, std::string(vl_arch));
-      else if (kv.key.starts_with(std::string(text_arch) + "."))
-        writer.Set(vl_arch + kv.key.substr(std::strlen(text_arch)), kv.value);
-      else writer.Set(kv.key, kv.value);
-    }
-    writer.Set(std::string(vl_arch) + ".rope.dimension_sections", GgufArray{fixture_sections});
-    writer.Set(std::string(vl_arch) + ".n_deepstack_layers", uint32_t{1});
-    for (const GgufTensorInfo& t : text.tensors()) writer.DeclareTensor(t.name, t.dims);
-    for (const GgufTensorInfo& t : text.tensors()) writer.WriteTensor(t.name, t.ggml_type, t.data);
-    writer.Commit();
-  }
-  for (const auto& [fixture, vl_arch, again_arch] :
-       {std::tuple{"qwen2_5_vl", "qwen2vl", "qwen2vl"}, std::tuple{"qwen3_vl", "qwen3vl", "qwen3"},
-        std::tuple{"qwen3_vl_moe", "qwen3vlmoe", "qwen3moe"}}) {
-    const std::string vl_path = (dir / fmt::format("{}.gguf", vl_arch)).string();
-    const Model model = LoadModel(vl_path);
-    EXPECT_EQ(model.config.architecture, std::string("gguf:") + vl_arch);
-    EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / fixture / "reference.json")), 1e-4) << vl_arch;
-    StreamedModel again = OpenModel(vl_path);
-    EXPECT_EQ(ExportGguf(again, dir / "again.gguf", options).architecture, again_arch);
-    if (again_arch == std::string("qwen2vl")) EXPECT_EQ(sections_of(dir / "again.gguf"), fixture_sections);
+  for (const auto& [fixture, vl_arch, sections] :
+       {std::tuple{"qwen2_5_vl", "qwen2vl", std::vector<int32_t>{2, 1, 1, 0}},
+        std::tuple{"qwen3_vl", "qwen3vl", std::vector<int32_t>{4, 2, 2, 0}},
+        std::tuple{"qwen3_vl_moe", "qwen3vlmoe", std::vector<int32_t>{4, 2, 2, 0}}}) {
+    const std::string arch(vl_arch);
+    StreamedModel streamed = OpenModel(kFixtures / fixture);
+    EXPECT_EQ(ExportGguf(streamed, dir / (arch + ".gguf"), options).architecture, arch);
+    const GgufFile file = GgufFile::Open(dir / (arch + ".gguf"));
+    EXPECT_EQ(file.GetArrayOf<int32_t>(arch + ".rope.dimension_sections"), sections) << arch;
+    if (arch != "qwen2vl") EXPECT_EQ(file.GetU32(arch + ".n_deepstack_layers"), 1u);  // deepstack_visual_indexes [0]
+    const std::string path = (dir / (arch + ".gguf")).string();
+    const Model model = LoadModel(path);
+    EXPECT_EQ(model.config.architecture, "gguf:" + arch);
+    EXPECT_LT(RelativeError(model, ReadJsonFile(kFixtures / fixture / "reference.json")), 1e-4) << arch;
+    StreamedModel again = OpenModel(path);
+    EXPECT_EQ(ExportGguf(again, dir / "again.gguf", options).architecture, arch);
+    const GgufFile again_file = GgufFile::Open(dir / "again.gguf");
+    EXPECT_EQ(again_file.GetArrayOf<int32_t>(arch + ".rope.dimension_sections"), sections) << arch;
+    if (arch != "qwen2vl") EXPECT_EQ(again_file.GetU32(arch + ".n_deepstack_layers"), 1u);
   }
   // Sections that do not cover the heads' rotary pairs are refused where they are read.
   nlohmann::json config = ReadJsonFile(kFixtures / "qwen2_5_vl" / "config.json");

@@ -36,17 +36,19 @@ Architecture ArchitectureOf(const ModelConfig& c) {
   // llama.cpp runs Qwen2/3 and Gemma 1/2/3 with NEOX (rotate-half) RoPE and no permutation; everything
   // lowbit reads as a Llama (Llama, Mistral, llama2.c, GGUF llama) is the `llama` architecture.
   const std::string& a = c.architecture;
-  // Qwen2-VL / 2.5-VL as llama.cpp's qwen2vl (its RoPE sections, so an mmproj file pairs with it); qwen3vl and
-  // qwen3vlmoe files go out as the text models they are (lowbit writes no DeepStack inputs).
+  // Qwen2-VL / 2.5-VL and Qwen3-VL as llama.cpp's qwen2vl, qwen3vl and qwen3vlmoe (their RoPE sections and DeepStack
+  // depth, so an mmproj file pairs with them).
   if (a == "Qwen2ForCausalLM" || a == "gguf:qwen2" || a == "gguf:qwen2vl")
     return {c.mrope_sections.empty() ? "qwen2" : "qwen2vl", false};
-  if (a == "Qwen3ForCausalLM" || a == "gguf:qwen3" || a == "gguf:qwen3vl") return {"qwen3", false};
+  if (a == "Qwen3ForCausalLM" || a == "gguf:qwen3" || a == "gguf:qwen3vl")
+    return {c.mrope_sections.empty() ? "qwen3" : "qwen3vl", false};
   if (a == "GemmaForCausalLM" || a == "gguf:gemma") return {"gemma", false};
   if (a == "Gemma2ForCausalLM" || a == "gguf:gemma2") return {"gemma2", false};
   if (a == "Gemma3ForCausalLM" || a == "gguf:gemma3") return {"gemma3", false};
   if (a == "Phi3ForCausalLM" || a == "gguf:phi3") return {"phi3", false};
   if (a == "Qwen2MoeForCausalLM" || a == "gguf:qwen2moe") return {"qwen2moe", false};
-  if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe" || a == "gguf:qwen3vlmoe") return {"qwen3moe", false};
+  if (a == "Qwen3MoeForCausalLM" || a == "gguf:qwen3moe" || a == "gguf:qwen3vlmoe")
+    return {c.mrope_sections.empty() ? "qwen3moe" : "qwen3vlmoe", false};
   if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM" || a == "Glm4MoeLiteForCausalLM" ||
       a == "gguf:deepseek2")
     return {"deepseek2", false};
@@ -572,10 +574,11 @@ void SetModelMetadata(GgufWriter& out, const ModelConfig& c, const Architecture&
   if (a == "llama4") out.Set(a + ".interleave_moe_layer_step", LlamaMoeStep(c));
   if (a == "hunyuan-moe") out.Set(a + ".expert_shared_count", uint32_t{1});  // as llama.cpp's converter writes it
   if (a == "minimax-m2") SetGatingFunc(out, c, a);
-  if (a == "qwen2vl") {  // mrope_section padded to four, as llama.cpp's converter writes it
-    std::vector<int32_t> sections(c.mrope_sections.begin(), c.mrope_sections.end());
+  if (!c.mrope_sections.empty()) {  // qwen2vl, qwen3vl, qwen3vlmoe: mrope_section padded to four, as llama.cpp's
+    std::vector<int32_t> sections(c.mrope_sections.begin(), c.mrope_sections.end());  // converter writes it
     sections.resize(4, 0);
     out.Set(a + ".rope.dimension_sections", GgufArray{std::move(sections)});
+    if (a != "qwen2vl") out.Set(a + ".n_deepstack_layers", c.deepstack_layers);
   }
   if (c.attn_softcap > 0) out.Set(a + ".attn_logit_softcapping", c.attn_softcap);
   if (c.final_softcap > 0) out.Set(a + ".final_logit_softcapping", c.final_softcap);

@@ -669,7 +669,9 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // DeepStack inputs are zero there.
   if ((arch == "qwen2" || arch == "qwen2vl") && !c.qkv_bias)
     Fail("{}: a {} model without 'blk.0.attn_q.bias'", source, arch);
-  if (arch == "qwen2vl" && f.Find(p + "rope.dimension_sections")) {  // kept, so the file goes out again as qwen2vl
+  // kept, with Qwen3-VL's DeepStack depth, so the file goes out again as what it is
+  if ((arch == "qwen2vl" || arch == "qwen3vl" || arch == "qwen3vlmoe") && f.Find(p + "rope.dimension_sections")) {
+    c.deepstack_layers = f.GetU32Or(p + "n_deepstack_layers", 0);
     uint32_t pairs = 0;
     for (const int32_t s : f.GetArrayOf<int32_t>(p + "rope.dimension_sections")) {
       if (s < 0) Fail("{}: key '{}rope.dimension_sections' has a negative section", source, p);

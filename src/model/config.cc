@@ -932,8 +932,8 @@ ModelConfig ReadHfConfig(const std::filesystem::path& config_json) {
   return HfConfigFromJson(ReadJsonFile(config_json), config_json.string());
 }
 
-// Qwen2-VL's and Qwen2.5-VL's mrope_section (t / h / w sections of each head's rotary pairs), which must cover the
-// head's head_dim / 2 pairs exactly.
+// Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's mrope_section (t / h / w sections of each head's rotary pairs), which must
+// cover the head's head_dim / 2 pairs exactly.
 void ReadMropeSections(ModelConfig& c, const JsonView& text) {
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     if (!text.Has(key) || !text[key].value().is_object() || !text[key].Has("mrope_section")) continue;
@@ -968,7 +968,13 @@ ModelConfig HfConfigFromJson(const nlohmann::json& parsed, const std::string& so
     const nlohmann::json text = TextOnlyConfig(parsed);
     ModelConfig c =
         nested ? ReadHfConfigJson(JsonView(text, source, "text_config")) : ReadHfConfigJson(JsonView(text, source));
-    if (c.architecture == "Qwen2ForCausalLM") ReadMropeSections(c, nested ? j["text_config"] : j);
+    // Qwen2-VL, Qwen2.5-VL, Qwen3-VL (dense and MoE): the sections and DeepStack's depth, for GGUF's qwen2vl / qwen3vl
+    if (c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM" ||
+        c.architecture == "Qwen3MoeForCausalLM")
+      ReadMropeSections(c, nested ? j["text_config"] : j);
+    if (j.Has("vision_config") && j["vision_config"].value().is_object() &&
+        j["vision_config"].Has("deepstack_visual_indexes"))
+      c.deepstack_layers = static_cast<uint32_t>(j["vision_config"]["deepstack_visual_indexes"].Items().size());
     return c;
   }
   return ReadHfConfigJson(j);

@@ -89,10 +89,13 @@ struct ModelConfig {
   bool qk_norm_full = false; // OLMo 2: that RMSNorm over the whole q and k projections (all heads at once)
   bool qk_norm_per_head = false;  // Cohere (Command R+): each head normed on its own, with its own weights
   uint32_t rotary_dim = 0;   // leading dimensions of a head that RoPE rotates (partial_rotary_factor); 0 = all
-  // Qwen2-VL / Qwen2.5-VL: the multimodal RoPE's sections (mrope_section, in pairs of a head's dimensions), kept so
-  // GGUF export writes llama.cpp's qwen2vl (which an mmproj file pairs with); on text it is the plain RoPE.
-  // Empty = none.
+  // Qwen2-VL / Qwen2.5-VL / Qwen3-VL: the multimodal RoPE's sections (mrope_section, in pairs of a head's dimensions),
+  // kept so GGUF export writes llama.cpp's qwen2vl / qwen3vl / qwen3vlmoe (which an mmproj file pairs with); on text
+  // it is the plain RoPE. Empty = none.
   std::vector<uint32_t> mrope_sections;
+  // Qwen3-VL: how many of the first layers add the vision tower's DeepStack features (its deepstack_visual_indexes),
+  // zero on text; kept for GGUF's n_deepstack_layers, by which an mmproj file's embeddings are sized.
+  uint32_t deepstack_layers = 0;
   // SmolLM3, Llama 4: layers whose q and k take no RoPE (no_rope_layers 0); empty = none
   std::vector<uint8_t> nope_layers;
   // Llama 4: each head of q and k RMS-normed without weights after RoPE (Llama4TextL2Norm), in the RoPE layers only.
