@@ -77,8 +77,8 @@ const std::set<std::string> kGgufArchitectures = {
     "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gemma3mm", "mistral3mm", "mixtral",
     "qwen2_moe", "qwen3_moe", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "seed_oss", "ernie4_5", "ernie4_5_moe",
     "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere2", "qwen2_5_vl",
-    "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm", "mistral4mm",
-    "minimax_m2", "olmoe"};
+    "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granitemoe", "granitemoeshared", "granite4", "ministral3mm",
+    "mistral4mm", "minimax_m2", "olmoe"};
 
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 

@@ -542,9 +542,9 @@ TEST(EngineFormats, Fp8MethodCheckpointsRunTheirCodesOnVllmsInputs) {
              std::get<QuantizedTensor>(back_tensor.weights.layers[2].w_up.weight));
   EXPECT_EQ(back_tensor.weights.layers[2].w_up.input_quant, fixed);
   // The same in transformers' names (weight_scale_inv, activation_scale: Ministral 3, Mistral Small 4).
-  WriteFp8MethodFolder(dir / "ct-tensor", dir / "fp8-transformers",
-                       {{"quant_method", "fp8"}, {"activation_scheme", "static"}, {"weight_block_size", nullptr}}, false,
-                       {}, true);
+  const nlohmann::json transformers_qc = {
+      {"quant_method", "fp8"}, {"activation_scheme", "static"}, {"weight_block_size", nullptr}};
+  WriteFp8MethodFolder(dir / "ct-tensor", dir / "fp8-transformers", transformers_qc, false, {}, true);
   const Model named = LoadHfModel(dir / "fp8-transformers");
   ExpectSame(std::get<QuantizedTensor>(tensor.weights.layers[1].wk.weight),
              std::get<QuantizedTensor>(named.weights.layers[1].wk.weight));

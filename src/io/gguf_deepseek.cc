@@ -286,7 +286,7 @@ void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, cons
     return;
   }
   WriteRoutingJson(j, c);
-  if (mistral4) {  // Mistral4TopkRouter: softmax scores, groups by their best two (llama.cpp's rule), renormalized or not
+  if (mistral4) {  // Mistral4TopkRouter: softmax scores, groups by their best two (llama.cpp's rule)
     j["norm_topk_prob"] = c.norm_expert_weights;
     return;
   }

@@ -604,9 +604,8 @@ ModelConfig ReadGgufConfig(const GgufFile& f) {
   // llama and mistral3: Q/K rows stay as llama.cpp's converter permuted them (adjacent pairs); qwen2 and qwen3
   // are converted without the permutation and run NEOX (rotate-half) RoPE in llama.cpp.
   // glm4, chatglm, command-r, cohere2 and llama4: NORM RoPE on their checkpoints' own (adjacent) rows, as ernie4_5.
-  c.rope_style =
-      arch == "llama" || arch == "mistral3" || granite || smollm3 || ernie || glm || cohere || llama4 ? RopeStyle::kAdjacent
-                                                                                : RopeStyle::kHalf;
+  const bool adjacent = arch == "llama" || arch == "mistral3" || granite || smollm3 || ernie || glm || cohere || llama4;
+  c.rope_style = adjacent ? RopeStyle::kAdjacent : RopeStyle::kHalf;
   if (linear_scaling || yarn) {
     c.rope_scaling.type = yarn ? RopeScalingType::kYarn : RopeScalingType::kLinear;
     c.rope_scaling.factor = yarn && scaling_factor == 0 ? 1 : scaling_factor;

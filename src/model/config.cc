@@ -666,7 +666,8 @@ void ReadLlama4Scaling(ModelConfig& c, const JsonView& j) {
 // block_sparse_moe.e_score_correction_bias, weighted by their sigmoid renormalized, as transformers' MiniMaxM2
 // runs it; its lightning-attention layers (attn_type_list 0, MiniMax-M1 / Text-01) and shared experts are refused.
 void ReadMiniMaxM2(ModelConfig& c, const JsonView& j) {
-  if (!j.Get<bool>("use_qk_norm", true)) j["use_qk_norm"].Fail("false is not run (transformers' MiniMaxM2 always norms q and k)");
+  if (!j.Get<bool>("use_qk_norm", true))
+    j["use_qk_norm"].Fail("false is not run (transformers' MiniMaxM2 always norms q and k)");
   if (const std::string type = j.Get<std::string>("qk_norm_type", "per_layer"); type != "per_layer")
     j["qk_norm_type"].Fail(fmt::format("'{}' is not run (per_layer: one norm over all heads)", type));
   if (j.Has("attn_type_list"))
@@ -822,7 +823,8 @@ ModelConfig ReadHfConfigJson(const JsonView& j) {
   c.architecture = j.Get<std::vector<std::string>>("architectures")[0];
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
       c.architecture != "Ministral3ForCausalLM" && c.architecture != "MixtralForCausalLM" &&
-      c.architecture != "MiniMaxM2ForCausalLM" && c.architecture != "OlmoeForCausalLM" && !IsQwen(c.architecture) && c.architecture != "Phi3ForCausalLM" &&
+      c.architecture != "MiniMaxM2ForCausalLM" && c.architecture != "OlmoeForCausalLM" && !IsQwen(c.architecture) &&
+      c.architecture != "Phi3ForCausalLM" &&
       !IsGemma(c.architecture) && !IsDeepSeek(c.architecture) && c.architecture != "GptOssForCausalLM" &&
       c.architecture != "Glm4MoeForCausalLM" &&
       !IsGranite(c.architecture) && c.architecture != "SmolLM3ForCausalLM" &&

@@ -11,7 +11,8 @@
                 exports each fixture to GGUF F32 with lowbit (a 96-token byte-level tokenizer.json
                 beside it, as llama.cpp needs a vocabulary) and checks llama.cpp's logits on the same
                 tokens against transformers' (llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3, granite,
-                smollm3, olmo2, ernie4_5, glm4, chatglm, command-r, cohere2, hunyuan-dense, qwen2vl and mistral3 architectures in
+                smollm3, olmo2, ernie4_5, glm4, chatglm, command-r, cohere2, hunyuan-dense, qwen2vl, qwen3vl, mistral3,
+                minimax-m2 and olmoe architectures in
                 llama.cpp, its llama-with-experts, qwen2moe, qwen3moe, glm4moe and hunyuan-moe, deepseek2 (GLM-4.7-Flash
                 too), and deepseek2 and gpt-oss
                 on DeepSeek-V2/V3 and GPT-OSS variants of the fixtures that llama.cpp can express: lowbit must also read
@@ -237,7 +238,8 @@ QWEN3_VL_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=
                        spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
                        deepstack_visual_indexes=[0])
 MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 4,
-                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}
+                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "llama_4_scaling_beta": 0.1}
 GLM4V_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}
 GLM4V_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=HIDDEN, patch_size=14,
                     spatial_merge_size=2, temporal_patch_size=2, image_size=28)
@@ -253,7 +255,8 @@ MULTIMODAL = {"gemma3mm": ("gemma3", ARCHITECTURES["gemma3"],
               # Ministral 3 (3B / 8B / 14B) as released: Mistral3ForConditionalGeneration over a ministral3 language
               # model, whose query is scaled after RoPE by 1 + beta log(1 + floor(position / original context)): YaRN's
               # original context of 4 here, so the 16 tokens reach floor 3 (and the YaRN-scaled frequencies).
-              "ministral3mm": ("mistral3", ("ministral3", dict(head_dim=16, tie_word_embeddings=True, max_position_embeddings=16,
+              "ministral3mm": ("mistral3", ("ministral3", dict(head_dim=16, tie_word_embeddings=True,
+                                                               max_position_embeddings=16,
                                                                rope_parameters=MINISTRAL3_ROPE)),
                                dict(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                                        num_attention_heads=2, head_dim=8, image_size=28, patch_size=14),
@@ -514,8 +517,8 @@ def check_moe_mixes(lowbit, folder, name, src, f32):
 # vocabulary).
 ENGINE_CHECKS = [(name, "int4:g8") for name in
                  ("mixtral", "minimax_m2", "olmoe", "qwen2_moe", "qwen2_moe_dense", "qwen3_moe", "phi3", "deepseek_v2",
-                  "deepseek_v3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5", "ernie4_5_moe", "glm4",
-                  "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere_qk_norm",
+                  "deepseek_v3", "granite", "smollm3", "olmo2", "olmo3", "exaone4", "exaone4_swa", "seed_oss", "ernie4_5",
+                  "ernie4_5_moe", "glm4", "glm", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_dense", "hunyuan_v1_moe", "cohere", "cohere_qk_norm",
                   "cohere2", "mistral3mm", "ministral3mm", "llama4", "llama4mm",
                   "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "granite4")]
 # The mixtures of experts among them, whose routers stay unquantized.
