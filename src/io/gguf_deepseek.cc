@@ -65,23 +65,6 @@ void WriteSigmoidRoutingJson(nlohmann::ordered_json& j, const ModelConfig& c, co
   j["num_nextn_predict_layers"] = 0;
 }
 
-// Mistral4Config's RoPE object (rope_parameters, replacing rope_scaling): YaRN's (or the default) with the query
-// temperature's llama_4_scaling_beta, whose floor is the object's original_max_position_embeddings, YaRN's too.
-void WriteMistral4RopeJson(nlohmann::ordered_json& j, const ModelConfig& c, const std::string& source) {
-  const bool yarn = j.contains("rope_scaling") && j["rope_scaling"].is_object();
-  nlohmann::ordered_json rope = yarn ? j["rope_scaling"] : nlohmann::ordered_json{{"rope_type", "default"}};
-  const uint32_t original = yarn ? c.rope_scaling.original_max_position : c.max_position;
-  if (c.attn_temperature_floor > 0 && c.attn_temperature_floor != original)
-    Fail("{}: key 'deepseek2.attention.temperature_length' ({}): Mistral4ForCausalLM's temperature floor is its "
-         "original_max_position_embeddings ({})", source, c.attn_temperature_floor, original);
-  rope["rope_theta"] = ShortestDecimal(c.rope_theta);
-  rope["original_max_position_embeddings"] = original;
-  rope["llama_4_scaling_beta"] = ShortestDecimal(c.attn_temperature_scale);
-  j.erase("rope_theta");
-  j.erase("rope_scaling");
-  j["rope_parameters"] = std::move(rope);
-}
-
 }  // namespace
 
 void CheckGlm4MoeExportable(const ModelConfig& c, const std::string& source) {
@@ -279,7 +262,6 @@ void WriteDeepSeekHfConfig(nlohmann::ordered_json& j, const ModelConfig& c, cons
   } else if (s.type != RopeScalingType::kNone) {
     Fail("{}: key '{}rope.scaling.type': transformers' DeepSeek takes YaRN scaling only", source, p);
   }
-  if (mistral4) WriteMistral4RopeJson(j, c, source);
 
   if (c.n_experts == 0) {
     j["n_routed_experts"] = nullptr;  // every layer dense (the config's default would be 64 experts)

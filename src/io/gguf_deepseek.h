@@ -46,8 +46,8 @@ std::vector<float> GgufLatentValues(const ModelConfig& c, const Linear& kv_b);
 DenseMatrix LatentKvFromGguf(const ModelConfig& c, const std::vector<float>& keys, const std::vector<float>& values);
 
 // The DeepseekV2ForCausalLM (softmax gating), DeepseekV3ForCausalLM (sigmoid gating, exp_probs_b) or
-// Mistral4ForCausalLM (a mistral4 file, or a query temperature) fields of the config.json of a model read from a
-// deepseek2 file, over `j`'s generic ones: latent attention, YaRN's
+// Mistral4ForCausalLM (a mistral4 file, or a query temperature; its RoPE object is HfConfigOfGguf's) fields of the
+// config.json of a model read from a deepseek2 file, over `j`'s generic ones: latent attention, YaRN's
 // mscale = mscale_all_dim, experts and routing. What transformers' classes cannot express is an error naming
 // `source` and the key (V2 renormalising the chosen weights, V3 without its score bias, YaRN without a log
 // multiplier); V2's groups, which llama.cpp scores by their best two experts and transformers by the best one,

@@ -94,6 +94,27 @@ void WriteErnieMoeHfConfig(OrderedJson& j, const ModelConfig& c, const std::stri
   j["moe_layer_interval"] = step;
 }
 
+// Ministral3Config's and Mistral4Config's RoPE object (rope_parameters, replacing rope_theta and rope_scaling):
+// rope_scaling's (YaRN's, or the default) with the base and the query temperature's llama_4_scaling_beta, whose
+// floor is the object's original_max_position_embeddings, YaRN's original context too where there is YaRN.
+void WriteLlama4ScalingRope(OrderedJson& j, const ModelConfig& c, const std::string& source) {
+  const bool yarn = j.contains("rope_scaling") && j["rope_scaling"].is_object();
+  OrderedJson rope = yarn ? j["rope_scaling"] : OrderedJson{{"rope_type", "default"}};
+  const uint32_t original = yarn                            ? c.rope_scaling.original_max_position
+                            : c.attn_temperature_floor > 0 ? c.attn_temperature_floor
+                                                           : c.max_position;
+  if (c.attn_temperature_floor > 0 && c.attn_temperature_floor != original)
+    Fail("{}: the query temperature's floor ({}) is not YaRN's original context ({}), which is {}'s one "
+         "original_max_position_embeddings", source, c.attn_temperature_floor, original,
+         j["architectures"][0].get<std::string>());
+  rope["rope_theta"] = ShortestDecimal(c.rope_theta);
+  rope["original_max_position_embeddings"] = original;
+  rope["llama_4_scaling_beta"] = ShortestDecimal(c.attn_temperature_scale);
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = std::move(rope);
+}
+
 // Llama4TextConfig's fields for what llama.cpp's llama4 runs (gguf_model.cc: ReadLlama4Keys), each spelled out.
 void WriteLlama4HfConfig(OrderedJson& j, const ModelConfig& c) {
   j["intermediate_size"] = c.expert_ffn_dim;
@@ -293,19 +314,8 @@ OrderedJson HfConfigOfGguf(const ModelConfig& c, const std::string& arch, const 
     if (arch == "gemma3" && c.local_rope_theta > 0) j["rope_local_base_freq"] = ShortestDecimal(c.local_rope_theta);
   }
   if (arch == "ernie4_5" || arch == "ernie4_5-moe") j["use_bias"] = false;
-  if (arch == "mistral3") {  // Ministral3's RoPE object carries the query temperature, which its attention requires
-    OrderedJson rope = c.rope_scaling.type == RopeScalingType::kNone ? OrderedJson{{"rope_type", "default"}}
-                                                                      : RopeScalingJson(c.rope_scaling);
-    rope["rope_theta"] = ShortestDecimal(c.rope_theta);
-    rope["llama_4_scaling_beta"] = ShortestDecimal(c.attn_temperature_scale);
-    rope["original_max_position_embeddings"] =
-        c.attn_temperature_floor > 0 ? c.attn_temperature_floor
-        : c.rope_scaling.type == RopeScalingType::kYarn ? c.rope_scaling.original_max_position
-                                                          : c.max_position;
-    j.erase("rope_theta");
-    j.erase("rope_scaling");
-    j["rope_parameters"] = std::move(rope);
-  }
+  // Ministral 3's and Mistral 4's RoPE objects carry the query temperature, which their attention requires
+  if (arch == "mistral3" || j["architectures"][0] == "Mistral4ForCausalLM") WriteLlama4ScalingRope(j, c, source);
   if (arch == "seed_oss") {  // q/k/v's and o_proj's biases are separate fields
     j["attention_bias"] = c.qkv_bias;
     j["attention_out_bias"] = c.o_bias;
